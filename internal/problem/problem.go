@@ -1,0 +1,123 @@
+// Package problem writes the one error body every part of keygate answers
+// with: RFC 9457 application/problem+json with a stable machine-readable
+// code and, for invalid input, every invalid field at once.
+package problem
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// The stable codes of gateway.md. Clients switch on these; never rename one.
+const (
+	CodeMissingKey          = "missing_key"
+	CodeInvalidKey          = "invalid_key"
+	CodeKeyNotValid         = "key_not_valid"
+	CodeIPNotAllowed        = "ip_not_allowed"
+	CodeMissingPrivilege    = "missing_privilege"
+	CodeForbidden           = "forbidden"
+	CodeNotFound            = "not_found"
+	CodeMethodNotAllowed    = "method_not_allowed"
+	CodeInvalidRequest      = "invalid_request"
+	CodeUnsupportedMedia    = "unsupported_media_type"
+	CodePayloadTooLarge     = "payload_too_large"
+	CodeConflict            = "conflict"
+	CodeGone                = "gone"
+	CodeRateLimited         = "rate_limited"
+	CodeInternal            = "internal"
+	ContentType             = "application/problem+json"
+	maxBodyBytes            = 1 << 20
+	defaultInvalidFieldText = "is invalid"
+)
+
+// FieldError names one invalid field or query parameter.
+type FieldError struct {
+	Field   string `json:"field"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Details is the problem body of gateway.md.
+type Details struct {
+	Type   string       `json:"type"`
+	Title  string       `json:"title"`
+	Status int          `json:"status"`
+	Code   string       `json:"code"`
+	Detail string       `json:"detail,omitempty"`
+	Errors []FieldError `json:"errors,omitempty"`
+}
+
+// Error lets a *Details travel as an error value through store and
+// validation code up to the handler that writes it.
+func (d *Details) Error() string { return d.Code + ": " + d.Detail }
+
+// New makes a problem with the standard title for status.
+func New(status int, code, detail string) *Details {
+	return &Details{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code, Detail: detail}
+}
+
+// Invalid is the 400 for a request whose fields break the rules, listing all
+// of them.
+func Invalid(errs []FieldError) *Details {
+	d := New(http.StatusBadRequest, CodeInvalidRequest, "")
+	d.Errors = errs
+	if len(errs) == 1 {
+		d.Detail = "1 field is invalid"
+	} else {
+		d.Detail = strconv.Itoa(len(errs)) + " fields are invalid"
+	}
+	return d
+}
+
+// NotFound is the 404 every API answers for an unknown or unseen resource.
+func NotFound(detail string) *Details { return New(http.StatusNotFound, CodeNotFound, detail) }
+
+// Internal is the 500 that says nothing of the inside.
+func Internal() *Details {
+	return New(http.StatusInternalServerError, CodeInternal, "the server could not complete the request")
+}
+
+// Write sends d. Extra headers (Allow, WWW-Authenticate) are the caller's to set first.
+func Write(w http.ResponseWriter, d *Details) {
+	h := w.Header()
+	h.Set("Content-Type", ContentType)
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(d.Status)
+	_ = json.NewEncoder(w).Encode(d)
+}
+
+// WriteError writes err as a problem if it is one, else as a 500.
+func WriteError(w http.ResponseWriter, err error) {
+	if d, ok := err.(*Details); ok {
+		Write(w, d)
+		return
+	}
+	Write(w, Internal())
+}
+
+// Fields collects field errors in the order they are found, so a handler
+// can check every rule and report all violations at once.
+type Fields struct{ list []FieldError }
+
+// Add records that field breaks a rule.
+func (f *Fields) Add(field, code, message string) {
+	if message == "" {
+		message = field + " " + defaultInvalidFieldText
+	}
+	f.list = append(f.list, FieldError{Field: field, Code: code, Message: message})
+}
+
+// Empty reports whether no field error was recorded.
+func (f *Fields) Empty() bool { return len(f.list) == 0 }
+
+// List returns the recorded errors.
+func (f *Fields) List() []FieldError { return f.list }
+
+// Err returns nil when nothing was recorded, else the 400 problem.
+func (f *Fields) Err() error {
+	if len(f.list) == 0 {
+		return nil
+	}
+	return Invalid(f.list)
+}

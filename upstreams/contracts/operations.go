@@ -1,0 +1,28 @@
+// Package contracts is the Contract Signing Web API (seed 000, spec
+// contracts.md): model, validation, bbolt storage and net/http handlers.
+// It knows nothing of Caddy; caddymodule wires it behind webapi_auth.
+package contracts
+
+import (
+	"net/http"
+
+	"github.com/keygate/keygate/keystore"
+)
+
+// Prefix is the path the Contract Signing API owns.
+const Prefix = "/webapi/contracts"
+
+// Operations is the seed's endpoint table. webapi_auth checks keys against
+// it and Handler routes by it, so the two never disagree.
+var Operations = keystore.Table{
+	Service: keystore.ServiceContracts,
+	Prefix:  Prefix,
+	Operations: []keystore.Operation{
+		{Name: "search", Method: http.MethodGet, Pattern: Prefix, Privilege: keystore.PrivSearch},
+		{Name: "create", Method: http.MethodPost, Pattern: Prefix, Privilege: keystore.PrivCreate},
+		{Name: "get", Method: http.MethodGet, Pattern: Prefix + "/{id}", Privilege: keystore.PrivGet},
+		{Name: "archive", Method: http.MethodPatch, Pattern: Prefix + "/{id}", Privilege: keystore.PrivArchive},
+		{Name: "delete", Method: http.MethodDelete, Pattern: Prefix + "/{id}", Privilege: keystore.PrivDelete},
+		{Name: "attachment", Method: http.MethodGet, Pattern: Prefix + "/{id}/attachments/{attachmentId}", Privilege: keystore.PrivGet},
+	},
+}

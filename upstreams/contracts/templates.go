@@ -1,0 +1,134 @@
+package contracts
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sort"
+	"unicode/utf8"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// Template is a page or issue of the host platform that contracts are made
+// from. Its collectionId, title and body are copied into each contract, so
+// later edits of the template do not change contracts already made.
+type Template struct {
+	ID           string `json:"id"`
+	CollectionID string `json:"collectionId"`
+	Title        string `json:"title"`
+	Body         string `json:"body"`
+}
+
+var bucketTemplates = []byte("templates")
+
+// maxTemplateBody bounds a template body; admin bodies are capped at 1 MiB
+// by the decoder anyway.
+const maxTemplateBody = 1 << 20
+
+// Templates is the template registry in bbolt, keyed by template id.
+type Templates struct{ db *bbolt.DB }
+
+// NewTemplates opens the registry in db, creating its bucket.
+func NewTemplates(db *bbolt.DB) (*Templates, error) {
+	err := db.Update(func(tx *bbolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketTemplates)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Templates{db: db}, nil
+}
+
+// Validate lists every rule t breaks.
+func (t *Template) Validate() error {
+	var f problem.Fields
+	checkASCIIID(&f, "id", t.ID)
+	checkASCIIID(&f, "collectionId", t.CollectionID)
+	switch {
+	case t.Title == "":
+		f.Add("title", "required", "title is required")
+	case !printableText(t.Title, 255):
+		f.Add("title", "invalid", "title must be 1 to 255 printable characters")
+	}
+	if len(t.Body) > maxTemplateBody || !utf8.ValidString(t.Body) {
+		f.Add("body", "invalid", "body must be UTF-8 text of at most 1 MiB")
+	}
+	return f.Err()
+}
+
+// Put stores t, replacing a template of the same id; created tells which.
+func (s *Templates) Put(t Template) (created bool, err error) {
+	if err := t.Validate(); err != nil {
+		return false, err
+	}
+	val, err := json.Marshal(t)
+	if err != nil {
+		return false, err
+	}
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketTemplates)
+		created = b.Get([]byte(t.ID)) == nil
+		return b.Put([]byte(t.ID), val)
+	})
+	return created, err
+}
+
+// Get returns the template id, or a 404 problem.
+func (s *Templates) Get(id string) (Template, error) {
+	var t Template
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		return getTemplate(tx, id, &t)
+	})
+	return t, err
+}
+
+var errNoTemplate = problem.NotFound("no template with this id")
+
+// getTemplate reads id inside tx, so a contract create can copy the
+// template in the same transaction that stores the contract.
+func getTemplate(tx *bbolt.Tx, id string, t *Template) error {
+	v := tx.Bucket(bucketTemplates).Get([]byte(id))
+	if v == nil {
+		return errNoTemplate
+	}
+	return json.Unmarshal(v, t)
+}
+
+// List returns every template ordered by id.
+func (s *Templates) List() ([]Template, error) {
+	list := []Template{}
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketTemplates).ForEach(func(_, v []byte) error {
+			var t Template
+			if err := json.Unmarshal(v, &t); err != nil {
+				return err
+			}
+			list = append(list, t)
+			return nil
+		})
+	})
+	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	return list, err
+}
+
+// Delete removes template id, or answers a 404 problem. Contracts made
+// from it keep their copies.
+func (s *Templates) Delete(id string) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketTemplates)
+		if b.Get([]byte(id)) == nil {
+			return errNoTemplate
+		}
+		return b.Delete([]byte(id))
+	})
+}
+
+// IsNotFound reports whether err is the registry's 404.
+func IsNotFound(err error) bool {
+	var d *problem.Details
+	return errors.As(err, &d) && d.Status == http.StatusNotFound
+}
