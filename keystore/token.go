@@ -38,8 +38,16 @@ func RandomString() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// HashToken returns the lookup hash of token.
-func HashToken(token string) TokenHash { return sha256.Sum256([]byte(token)) }
+// HashToken returns the lookup hash of token. A token of our length is
+// hashed from a stack copy, so the key check allocates nothing.
+func HashToken(token string) TokenHash {
+	if len(token) <= tokenLen {
+		var buf [tokenLen]byte
+		n := copy(buf[:], token)
+		return sha256.Sum256(buf[:n])
+	}
+	return sha256.Sum256([]byte(token))
+}
 
 // wellFormedToken rejects tokens that cannot be ours before hashing them.
 func wellFormedToken(token string) bool {

@@ -1,0 +1,287 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+)
+
+func init() {
+	caddy.RegisterModule(Admin{})
+}
+
+// Admin serves key and template administration on Caddy's admin endpoint
+// (gateway.md, Administration). It is always on with the webapi app.
+type Admin struct {
+	app *App
+	mux *http.ServeMux
+}
+
+// CaddyModule returns the Caddy module information.
+func (Admin) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.webapi",
+		New: func() caddy.Module { return new(Admin) },
+	}
+}
+
+// Provision joins the webapi app of the config being loaded.
+func (a *Admin) Provision(ctx caddy.Context) error {
+	app, err := webapiApp(ctx)
+	if err != nil {
+		return err
+	}
+	a.app = app
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /webapi/keys", a.createKey)
+	mux.HandleFunc("GET /webapi/keys", a.listKeys)
+	mux.HandleFunc("GET /webapi/keys/{id}", a.getKey)
+	mux.HandleFunc("PATCH /webapi/keys/{id}", a.updateKey)
+	mux.HandleFunc("DELETE /webapi/keys/{id}", a.deleteKey)
+	mux.HandleFunc("POST /webapi/keys/{id}/reveal", a.revealKey)
+	mux.HandleFunc("POST /webapi/templates", a.addTemplate)
+	mux.HandleFunc("GET /webapi/templates", a.listTemplates)
+	mux.HandleFunc("GET /webapi/templates/{id}", a.getTemplate)
+	mux.HandleFunc("PUT /webapi/templates/{id}", a.putTemplate)
+	mux.HandleFunc("DELETE /webapi/templates/{id}", a.deleteTemplate)
+	a.mux = mux
+	return nil
+}
+
+// Routes returns the admin routes.
+func (a *Admin) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/webapi/", Handler: caddy.AdminHandlerFunc(a.serve)}}
+}
+
+func (a *Admin) serve(w http.ResponseWriter, r *http.Request) error {
+	if _, pattern := a.mux.Handler(r); pattern == "" {
+		// The mux's own 404 and 405 are plain text; answer problems.
+		if allow := allowedAdminMethods(a.mux, r); allow != "" {
+			w.Header().Set("Allow", allow)
+			problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, r.Method+" is not allowed here"))
+			return nil
+		}
+		problem.Write(w, problem.NotFound("no such administration resource"))
+		return nil
+	}
+	a.mux.ServeHTTP(w, r) // sets the path values Handler does not
+	return nil
+}
+
+// allowedAdminMethods probes the mux for the methods a path would take.
+func allowedAdminMethods(mux *http.ServeMux, r *http.Request) string {
+	allow := ""
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := mux.Handler(probe); p != "" {
+			if allow != "" {
+				allow += ", "
+			}
+			allow += m
+		}
+	}
+	return allow
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// auditAdmin records an administration action like a key use.
+func (a *Admin) auditAdmin(r *http.Request, msg string, k keystore.Key, status int) {
+	a.app.audit.Info(msg,
+		zap.String("key_id", k.ID),
+		zap.String("key_name", k.Name),
+		zap.String("owner", k.Owner),
+		zap.String("service", string(k.Service)),
+		zap.String("operation", "admin"),
+		zap.String("method", r.Method),
+		zap.String("path", r.URL.Path),
+		zap.String("client_ip", clientip.Parse(r.RemoteAddr).String()),
+		zap.Int("status", status),
+	)
+}
+
+func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {
+	var in keystore.KeyInput
+	if err := problem.DecodeJSON(w, r, &in); err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	k, err := a.app.state.keys.Create(&in)
+	if err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	a.app.state.updateKeyGauges()
+	a.auditAdmin(r, "key created", k, http.StatusCreated)
+	w.Header().Set("Location", "/webapi/keys/"+k.ID)
+	writeJSON(w, http.StatusCreated, k)
+}
+
+func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
+	var f problem.Fields
+	for name := range r.URL.Query() {
+		if name != "service" {
+			f.Add(name, "unknown_parameter", name+" is not a parameter of this list")
+		}
+	}
+	svc := keystore.Service(r.URL.Query().Get("service"))
+	if svc != "" && !svc.Valid() {
+		f.Add("service", "invalid", "service must be contracts or share")
+	}
+	if err := f.Err(); err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a.app.state.keys.List(svc))
+}
+
+func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
+	k, err := a.app.state.keys.Get(r.PathValue("id"))
+	if err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, k)
+}
+
+func (a *Admin) updateKey(w http.ResponseWriter, r *http.Request) {
+	var in keystore.KeyInput
+	if _, err := a.app.state.keys.Get(r.PathValue("id")); err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	if err := problem.DecodeJSON(w, r, &in); err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	k, err := a.app.state.keys.Update(r.PathValue("id"), &in)
+	if err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	a.auditAdmin(r, "key updated", k, http.StatusOK)
+	writeJSON(w, http.StatusOK, k)
+}
+
+func (a *Admin) revealKey(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	k, err := a.app.state.keys.Get(id)
+	if err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	token, err := a.app.state.keys.Reveal(id)
+	if err != nil {
+		a.app.logger.Error("revealing key", zap.String("key_id", id), zap.Error(err))
+		problem.Write(w, problem.Internal())
+		return
+	}
+	a.auditAdmin(r, "key revealed", k, http.StatusOK)
+	writeJSON(w, http.StatusOK, map[string]string{"token": token})
+}
+
+func (a *Admin) deleteKey(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	k, err := a.app.state.keys.Get(id)
+	if err == nil {
+		err = a.app.state.keys.Delete(id)
+	}
+	if err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	a.app.state.updateKeyGauges()
+	a.auditAdmin(r, "key deleted", k, http.StatusNoContent)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Admin) addTemplate(w http.ResponseWriter, r *http.Request) {
+	var t contracts.Template
+	if err := problem.DecodeJSON(w, r, &t); err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	if _, err := a.app.state.templates.Get(t.ID); err == nil {
+		problem.Write(w, problem.New(http.StatusConflict, problem.CodeConflict, fmt.Sprintf("template %q exists: replace it with PUT /webapi/templates/{id}", t.ID)))
+		return
+	}
+	if _, err := a.app.state.templates.Put(t); err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/webapi/templates/"+t.ID)
+	writeJSON(w, http.StatusCreated, t)
+}
+
+func (a *Admin) listTemplates(w http.ResponseWriter, r *http.Request) {
+	list, err := a.app.state.templates.List()
+	if err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (a *Admin) getTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := a.app.state.templates.Get(r.PathValue("id"))
+	if err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+func (a *Admin) putTemplate(w http.ResponseWriter, r *http.Request) {
+	var t contracts.Template
+	if err := problem.DecodeJSON(w, r, &t); err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	if t.ID == "" {
+		t.ID = r.PathValue("id")
+	}
+	if t.ID != r.PathValue("id") {
+		problem.Write(w, problem.Invalid([]problem.FieldError{{Field: "id", Code: "mismatch", Message: "id must match the id in the path"}}))
+		return
+	}
+	created, err := a.app.state.templates.Put(t)
+	if err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, t)
+}
+
+func (a *Admin) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+	if err := a.app.state.templates.Delete(r.PathValue("id")); err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner = (*Admin)(nil)
+	_ caddy.AdminRouter = (*Admin)(nil)
+)

@@ -1,0 +1,166 @@
+package caddymodule_test
+
+import (
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/keygate/keygate/keystore"
+)
+
+func TestAdminKeys(t *testing.T) {
+	startGateway(t, echoSite)
+	keysURL := adminURL + "/webapi/keys"
+
+	t.Run("create answers the key with its token once", func(t *testing.T) {
+		r := do(t, "POST", keysURL, map[string]any{"service": "share", "name": "ci", "owner": "alice",
+			"privileges": []string{"get", "list"}, "description": "for CI", "allowedIps": []string{"203.0.113.0/24", "2001:db8::1"},
+			"adminProjects": []string{"P1"}, "notValidBefore": "2026-01-01T00:00:00Z", "notValidAfter": "2027-01-01T00:00:00Z"})
+		if r.status != http.StatusCreated {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		var k keystore.Key
+		r.json(t, &k)
+		if r.header.Get("Location") != "/webapi/keys/"+k.ID {
+			t.Errorf("Location %q", r.header.Get("Location"))
+		}
+		if !strings.HasPrefix(k.Token, "kg_") || len(k.Token) != 46 || k.TokenPrefix != k.Token[:12] {
+			t.Errorf("token %q prefix %q", k.Token, k.TokenPrefix)
+		}
+		if k.Service != "share" || k.Name != "ci" || k.Owner != "alice" || k.Description != "for CI" ||
+			strings.Join(k.AllowedIPs, ",") != "203.0.113.0/24,2001:db8::1" || strings.Join(k.AdminProjects, ",") != "P1" ||
+			k.NotValidBefore == nil || k.NotValidAfter == nil || k.UsageCount != 0 || k.LastUsageTime != nil || k.CreationTime.IsZero() {
+			t.Errorf("key %+v", k)
+		}
+		got := do(t, "GET", keysURL+"/"+k.ID, nil)
+		if got.status != 200 || strings.Contains(string(got.body), k.Token) || strings.Contains(string(got.body), `"token"`) {
+			t.Errorf("get: %d %s", got.status, got.body)
+		}
+		rev := do(t, "POST", keysURL+"/"+k.ID+"/reveal", nil)
+		var tok struct{ Token string }
+		rev.json(t, &tok)
+		if rev.status != 200 || tok.Token != k.Token {
+			t.Errorf("reveal: %d %s", rev.status, rev.body)
+		}
+	})
+
+	t.Run("bad input lists every field and changes nothing", func(t *testing.T) {
+		before := do(t, "GET", keysURL, nil).body
+		r := do(t, "POST", keysURL, map[string]any{"service": "contracts", "name": strings.Repeat("é", 41), "owner": "alice",
+			"description": strings.Repeat("x", 4001), "privileges": []string{"get", "fly"},
+			"allowedIps": []string{"10.0.0.300", "1.2.3.4/40", "::1"}, "adminProjects": []string{"P1"},
+			"notValidBefore": "2027-01-01T00:00:00Z", "notValidAfter": "2026-01-01T00:00:00Z"})
+		if r.status != 400 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		p := r.problem(t)
+		var fields []string
+		for _, e := range p.Errors {
+			fields = append(fields, e.Field)
+			if e.Message == "" || e.Code == "" {
+				t.Errorf("error without message or code: %+v", e)
+			}
+		}
+		sort.Strings(fields)
+		want := "adminProjects,allowedIps[0],allowedIps[1],description,name,notValidAfter,privileges[1]"
+		if strings.Join(fields, ",") != want || p.Code != "invalid_request" {
+			t.Errorf("fields %v, want %s", fields, want)
+		}
+		if after := do(t, "GET", keysURL, nil).body; string(after) != string(before) {
+			t.Errorf("a refused create changed the key list")
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		k := createKey(t, map[string]any{"service": "contracts", "name": "n", "owner": "o", "privileges": []string{"get"}})
+		tests := []struct {
+			name, method, url string
+			body              any
+			status            int
+			code              string
+		}{
+			{"unknown key", "GET", keysURL + "/6f1c1b5e-0000-4000-8000-000000000000", nil, 404, "not_found"},
+			{"malformed key id", "GET", keysURL + "/nope", nil, 404, "not_found"},
+			{"update unknown key", "PATCH", keysURL + "/nope", map[string]any{"name": "x"}, 404, "not_found"},
+			{"reveal unknown key", "POST", keysURL + "/nope/reveal", nil, 404, "not_found"},
+			{"delete unknown key", "DELETE", keysURL + "/nope", nil, 404, "not_found"},
+			{"owner is fixed", "PATCH", keysURL + "/" + k.ID, map[string]any{"owner": "mallory"}, 400, "invalid_request"},
+			{"unknown field", "POST", keysURL, map[string]any{"service": "contracts", "name": "n", "owner": "o", "privileges": []string{"get"}, "color": "red"}, 400, "invalid_request"},
+			{"not JSON", "POST", keysURL, "name=x", 400, "invalid_request"},
+			{"unknown service filter", "GET", keysURL + "?service=mail", nil, 400, "invalid_request"},
+			{"wrong method", "PUT", keysURL + "/" + k.ID, map[string]any{}, 405, "method_not_allowed"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				r := do(t, tc.method, tc.url, tc.body)
+				if r.status != tc.status {
+					t.Fatalf("%d %s", r.status, r.body)
+				}
+				if p := r.problem(t); p.Code != tc.code {
+					t.Errorf("code %s, want %s", p.Code, tc.code)
+				}
+			})
+		}
+	})
+
+	t.Run("update changes only what it names", func(t *testing.T) {
+		k := createKey(t, map[string]any{"service": "contracts", "name": "before", "owner": "o", "privileges": []string{"get"},
+			"description": "kept", "notValidAfter": "2030-01-01T00:00:00Z"})
+		r := do(t, "PATCH", keysURL+"/"+k.ID, map[string]any{"name": "after", "privileges": []string{"get", "search"}, "notValidAfter": nil})
+		var u keystore.Key
+		r.json(t, &u)
+		if r.status != 200 || u.Name != "after" || u.Description != "kept" || len(u.Privileges) != 2 || u.NotValidAfter != nil || u.Owner != "o" {
+			t.Errorf("%d %s", r.status, r.body)
+		}
+		if !u.LastModificationTime.After(k.LastModificationTime) && !u.LastModificationTime.Equal(k.LastModificationTime) {
+			t.Errorf("lastModificationTime went back")
+		}
+	})
+
+	t.Run("list by service", func(t *testing.T) {
+		var all, share []keystore.Key
+		do(t, "GET", keysURL, nil).json(t, &all)
+		do(t, "GET", keysURL+"?service=share", nil).json(t, &share)
+		if len(share) != 1 || len(all) < 3 {
+			t.Errorf("%d keys, %d share keys", len(all), len(share))
+		}
+		for _, k := range all {
+			if k.Token != "" {
+				t.Errorf("list shows a token")
+			}
+		}
+	})
+}
+
+func TestAdminTemplates(t *testing.T) {
+	startGateway(t, echoSite)
+	url := adminURL + "/webapi/templates"
+	tpl := map[string]any{"id": "PAGE-1", "collectionId": "SPACE", "title": "NDA", "body": "Keep it secret."}
+	if r := do(t, "POST", url, tpl); r.status != 201 {
+		t.Fatalf("add: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", url, tpl); r.status != 409 || r.problem(t).Code != "conflict" {
+		t.Fatalf("add again: %d %s", r.status, r.body)
+	}
+	r := do(t, "POST", url, map[string]any{"id": "", "collectionId": "Ü", "title": ""})
+	if r.status != 400 || len(r.problem(t).Errors) != 3 {
+		t.Fatalf("bad template: %d %s", r.status, r.body)
+	}
+	tpl["title"] = "NDA v2"
+	if r := do(t, "PUT", url+"/PAGE-1", tpl); r.status != 200 {
+		t.Fatalf("replace: %d %s", r.status, r.body)
+	}
+	if r := do(t, "GET", url+"/PAGE-1", nil); r.status != 200 || !strings.Contains(string(r.body), "NDA v2") {
+		t.Fatalf("get: %d %s", r.status, r.body)
+	}
+	if r := do(t, "GET", url, nil); r.status != 200 || !strings.Contains(string(r.body), "PAGE-1") {
+		t.Fatalf("list: %d %s", r.status, r.body)
+	}
+	if r := do(t, "DELETE", url+"/PAGE-1", nil); r.status != 204 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	if r := do(t, "GET", url+"/PAGE-1", nil); r.status != 404 {
+		t.Fatalf("get after delete: %d %s", r.status, r.body)
+	}
+}

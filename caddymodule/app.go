@@ -1,0 +1,219 @@
+// Package caddymodule is everything of keygate that speaks Caddy: the
+// webapi app, the HTTP handlers, Caddyfile parsing, the admin API, the
+// `caddy webapi` command and metrics. The packages it wires in (keystore,
+// upstreams/*) know nothing of Caddy.
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/upstreams/share"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// App is the `webapi` app: it owns the bbolt database, the key store and
+// the background work (usage flush). The database and key store outlive
+// config reloads: they sit in a usage pool keyed by the database's path.
+type App struct {
+	// DataDir holds webapi.db, master.key and mail/. Default ./data.
+	DataDir string `json:"data_dir,omitempty"`
+	// MasterKeyFile holds the 32-byte AES-256-GCM master key that seals
+	// tokens for reveal; created with mode 0600 on first start. Default
+	// <data_dir>/master.key.
+	MasterKeyFile string `json:"master_key_file,omitempty"`
+	// PublicBaseURL is how clients reach this gateway, for links it hands
+	// out (signing pages, share pages). Default http://localhost:8080.
+	PublicBaseURL string `json:"public_base_url,omitempty"`
+	// UsageFlushInterval is how often usage counts are written. Default 1s.
+	UsageFlushInterval caddy.Duration `json:"usage_flush_interval,omitempty"`
+	// ContractValidity is a contract's lifetime when the create request
+	// names no expirationTimestamp. Default 168h.
+	ContractValidity caddy.Duration `json:"contract_validity,omitempty"`
+	// SMTP delivers e-mail; without it, mail is written as .eml files to
+	// <data_dir>/mail/.
+	SMTP *SMTPConfig `json:"smtp,omitempty"`
+	// SMS is the HTTP shipper for one-time passwords by SMS.
+	SMS *SMSConfig `json:"sms,omitempty"`
+
+	state        *state
+	contractsAPI http.Handler
+	shareAPI     http.Handler
+	shareViewer  http.Handler
+	shares       *share.Store
+	poolKey      string
+	logger       *zap.Logger
+	audit        *zap.Logger
+	stop         chan struct{}
+	stopped      chan struct{}
+}
+
+// SMTPConfig is the `smtp` block of the webapi global option.
+type SMTPConfig struct {
+	// Address is host:port of the mail server.
+	Address string `json:"address,omitempty"`
+	// Username for SMTP AUTH; none when empty.
+	Username string `json:"username,omitempty"`
+	// PasswordFile holds the SMTP password (never inline in config).
+	PasswordFile string `json:"password_file,omitempty"`
+	// From is the sender, for example "Contracts <contracts@example.com>".
+	From string `json:"from,omitempty"`
+	// TLS is starttls (default), implicit or none.
+	TLS string `json:"tls,omitempty"`
+}
+
+// SMSConfig is the `sms` block of the webapi global option.
+type SMSConfig struct {
+	// URL receives POST {"to","from","text"} with the bearer token.
+	URL string `json:"url,omitempty"`
+	// TokenFile holds the shipper's bearer token.
+	TokenFile string `json:"token_file,omitempty"`
+	// From is the sender number.
+	From string `json:"from,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "webapi",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+const (
+	defaultDataDir            = "./data"
+	defaultPublicBaseURL      = "http://localhost:8080"
+	defaultUsageFlushInterval = time.Second
+	defaultContractValidity   = 168 * time.Hour
+)
+
+// Provision opens (or joins) the shared database and key store.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	a.audit = newAuditLogger(a.logger.Named("audit"))
+	if a.DataDir == "" {
+		a.DataDir = defaultDataDir
+	}
+	if a.MasterKeyFile == "" {
+		a.MasterKeyFile = filepath.Join(a.DataDir, "master.key")
+	}
+	if a.PublicBaseURL == "" {
+		a.PublicBaseURL = defaultPublicBaseURL
+	}
+	if a.UsageFlushInterval <= 0 {
+		a.UsageFlushInterval = caddy.Duration(defaultUsageFlushInterval)
+	}
+	if a.ContractValidity <= 0 {
+		a.ContractValidity = caddy.Duration(defaultContractValidity)
+	}
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return err
+	}
+	dbPath, err := filepath.Abs(filepath.Join(a.DataDir, "webapi.db"))
+	if err != nil {
+		return err
+	}
+	keyPath, err := filepath.Abs(a.MasterKeyFile)
+	if err != nil {
+		return err
+	}
+	val, _, err := states.LoadOrNew(dbPath, func() (caddy.Destructor, error) {
+		return openState(dbPath, keyPath, a.logger)
+	})
+	if err != nil {
+		return err
+	}
+	a.poolKey = dbPath
+	a.state = val.(*state)
+	if a.state.masterKeyPath != keyPath {
+		return fmt.Errorf("master_key_file changed from %s to %s: the database stays open across reloads, so restart to change it", a.state.masterKeyPath, keyPath)
+	}
+	return a.state.provisionAPIs(a)
+}
+
+// Validate checks the config.
+func (a *App) Validate() error {
+	if a.SMTP != nil {
+		switch a.SMTP.TLS {
+		case "", "starttls", "implicit", "none":
+		default:
+			return fmt.Errorf("smtp tls must be starttls, implicit or none, not %q", a.SMTP.TLS)
+		}
+		if a.SMTP.Address == "" || a.SMTP.From == "" {
+			return errors.New("smtp needs an address and a from")
+		}
+	}
+	if a.SMS != nil && a.SMS.URL == "" {
+		return errors.New("sms needs a URL")
+	}
+	return nil
+}
+
+// Start runs the background flush.
+func (a *App) Start() error {
+	a.stop, a.stopped = make(chan struct{}), make(chan struct{})
+	go a.background(a.stop, a.stopped)
+	return nil
+}
+
+// Stop ends the background work and flushes what is pending, so no usage
+// is lost on a reload or shutdown.
+func (a *App) Stop() error {
+	if a.stop != nil {
+		close(a.stop)
+		<-a.stopped
+		a.stop = nil
+	}
+	a.flush()
+	return nil
+}
+
+// flush writes what the hot path keeps in memory: key usage and share
+// openings.
+func (a *App) flush() {
+	a.state.flush(a.logger)
+	if err := a.shares.Flush(); err != nil {
+		a.logger.Error("flushing share openings", zap.Error(err))
+	}
+}
+
+// Cleanup releases this config's hold on the shared state; the last one
+// closes the database.
+func (a *App) Cleanup() error {
+	if a.poolKey == "" {
+		return nil
+	}
+	_, err := states.Delete(a.poolKey)
+	return err
+}
+
+func (a *App) background(stop <-chan struct{}, stopped chan<- struct{}) {
+	defer close(stopped)
+	t := time.NewTicker(time.Duration(a.UsageFlushInterval))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			a.flush()
+		}
+	}
+}
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.Validator    = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+)

@@ -1,0 +1,244 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+	"github.com/keygate/keygate/upstreams/share"
+)
+
+func init() {
+	caddy.RegisterModule(Auth{})
+}
+
+// Auth checks the bearer API key of every request against a service's
+// operation table (gateway.md, Checking a request) and hands authorized
+// requests on with the key's identity: in the request context for our
+// API handlers, in placeholders, and in Keygate-* headers for a
+// reverse_proxy behind it.
+type Auth struct {
+	// Service is the API the keys must belong to: contracts or share.
+	Service string `json:"service,omitempty"`
+
+	table  *keystore.Table
+	keys   *keystore.Keys
+	audit  *zap.Logger
+	logger *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (Auth) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.webapi_auth",
+		New: func() caddy.Module { return new(Auth) },
+	}
+}
+
+// tables maps each service to its operation table, the one its API
+// handler routes by.
+var tables = map[keystore.Service]*keystore.Table{
+	keystore.ServiceContracts: &contracts.Operations,
+	keystore.ServiceShare:     &share.Operations,
+}
+
+// Provision finds the table and the key store.
+func (h *Auth) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	h.table = tables[keystore.Service(h.Service)]
+	app, err := webapiApp(ctx)
+	if err != nil {
+		return err
+	}
+	h.keys = app.state.keys
+	h.audit = app.audit
+	return nil
+}
+
+// Validate checks the service name.
+func (h *Auth) Validate() error {
+	if h.table == nil {
+		return fmt.Errorf("webapi_auth: service must be contracts or share, not %q", h.Service)
+	}
+	return nil
+}
+
+// identityHeaders are set for a reverse_proxy behind the check; any that
+// arrive from the client are forged and dropped.
+const (
+	headerKeyID     = "Keygate-Key-Id"
+	headerKeyOwner  = "Keygate-Key-Owner"
+	headerOperation = "Keygate-Operation"
+)
+
+func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	start := time.Now()
+	for name := range r.Header {
+		if len(name) >= 8 && strings.EqualFold(name[:8], "Keygate-") {
+			delete(r.Header, name)
+		}
+	}
+	ip := requestClientIP(r)
+	d := keystore.Authorize(&keystore.Request{
+		Service:       keystore.Service(h.Service),
+		Authorization: r.Header.Values("Authorization"),
+		ClientIP:      ip,
+		Method:        r.Method,
+		Path:          r.URL.Path,
+		Now:           start,
+	}, h.table, h.keys.Lookup)
+	if !d.Authorized() {
+		h.refuse(w, r, &d, ip, start)
+		return nil
+	}
+	h.keys.Use(d.Entry, start)
+	id := d.Identity()
+
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl != nil {
+		repl.Set("http.webapi.key.id", id.KeyID)
+		repl.Set("http.webapi.key.owner", id.Owner)
+		repl.Set("http.webapi.operation", id.Operation)
+	}
+	r.Header.Del("Authorization")
+	r.Header[headerKeyID] = []string{id.KeyID}
+	r.Header[headerKeyOwner] = []string{id.Owner}
+	r.Header[headerOperation] = []string{id.Operation}
+	r = r.WithContext(clientip.With(keystore.WithIdentity(r.Context(), id), ip))
+
+	sw := &statusWriter{ResponseWriter: w}
+	err := next.ServeHTTP(sw, r)
+	status := sw.status
+	if err != nil {
+		status = http.StatusInternalServerError
+		if he, ok := err.(caddyhttp.HandlerError); ok && he.StatusCode != 0 {
+			status = he.StatusCode
+		}
+	} else if status == 0 {
+		status = http.StatusOK
+	}
+	elapsed := time.Since(start)
+	metrics.requests.WithLabelValues(h.Service, id.Operation, strconv.Itoa(status)).Inc()
+	metrics.duration.WithLabelValues(h.Service, id.Operation).Observe(elapsed.Seconds())
+	h.audit.Info("key used",
+		zap.String("key_id", id.KeyID),
+		zap.String("key_name", id.KeyName),
+		zap.String("owner", id.Owner),
+		zap.String("service", h.Service),
+		zap.String("operation", id.Operation),
+		zap.String("method", r.Method),
+		zap.String("path", r.URL.Path),
+		zap.String("client_ip", ip.String()),
+		zap.Int("status", status),
+		zap.Duration("duration", elapsed),
+	)
+	return err
+}
+
+// refusals holds the detail of each refusal, for people reading the body.
+var refusals = map[string]string{
+	problem.CodeMissingKey:       "the request has no Authorization header: send Authorization: Bearer <key>",
+	problem.CodeInvalidKey:       "the API key is not valid for this service",
+	problem.CodeKeyNotValid:      "the API key is outside its validity period",
+	problem.CodeIPNotAllowed:     "the API key may not be used from this address",
+	problem.CodeNotFound:         "no such resource",
+	problem.CodeMethodNotAllowed: "this method is not allowed on this resource",
+	problem.CodeMissingPrivilege: "the API key lacks the privilege for this operation",
+}
+
+func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decision, ip netip.Addr, start time.Time) {
+	hdr := w.Header()
+	switch d.Reason {
+	case problem.CodeInvalidKey, problem.CodeKeyNotValid:
+		hdr.Set("WWW-Authenticate", `Bearer realm="webapi", error="invalid_token"`)
+	case problem.CodeMissingKey:
+		hdr.Set("WWW-Authenticate", `Bearer realm="webapi"`)
+	case problem.CodeMissingPrivilege:
+		hdr.Set("WWW-Authenticate", `Bearer realm="webapi", error="insufficient_scope", scope="`+string(d.Missing)+`"`)
+	case problem.CodeMethodNotAllowed:
+		hdr.Set("Allow", strings.Join(d.Allow, ", "))
+	}
+	detail := refusals[d.Reason]
+	if d.Reason == problem.CodeMissingPrivilege {
+		detail = "the API key lacks the " + string(d.Missing) + " privilege"
+	}
+	problem.Write(w, problem.New(d.Status, d.Reason, detail))
+
+	operation := "none"
+	if d.Operation != nil {
+		operation = d.Operation.Name
+	}
+	metrics.refusals.WithLabelValues(h.Service, d.Reason).Inc()
+	metrics.requests.WithLabelValues(h.Service, operation, strconv.Itoa(d.Status)).Inc()
+	fields := []zap.Field{
+		zap.String("service", h.Service),
+		zap.String("operation", operation),
+		zap.String("method", r.Method),
+		zap.String("path", r.URL.Path),
+		zap.String("client_ip", ip.String()),
+		zap.Int("status", d.Status),
+		zap.String("reason", d.Reason),
+		zap.Duration("duration", time.Since(start)),
+	}
+	if k := d.Key(); k != nil {
+		fields = append(fields, zap.String("key_id", k.ID), zap.String("key_name", k.Name), zap.String("owner", k.Owner))
+	}
+	h.audit.Info("key refused", fields...)
+}
+
+// requestClientIP is Caddy's client_ip, which honours trusted_proxies.
+func requestClientIP(r *http.Request) netip.Addr {
+	s, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	return clientip.Parse(s)
+}
+
+// statusWriter remembers the status an API handler or proxy wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and Hijack.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// webapiApp returns the webapi app of ctx's config, loading it with its
+// defaults when the config has no webapi global option.
+func webapiApp(ctx caddy.Context) (*App, error) {
+	v, err := ctx.App("webapi")
+	if err != nil {
+		return nil, err
+	}
+	return v.(*App), nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Auth)(nil)
+	_ caddy.Validator             = (*Auth)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Auth)(nil)
+)

@@ -1,0 +1,191 @@
+package caddymodule
+
+import (
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	httpcaddyfile.RegisterGlobalOption("webapi", parseGlobalOption)
+	httpcaddyfile.RegisterHandlerDirective("webapi_auth", parseAuth)
+	// The key check runs where other authentication runs; the API handlers
+	// answer where a terminal handler would.
+	httpcaddyfile.RegisterDirectiveOrder("webapi_auth", httpcaddyfile.After, "basic_auth")
+	for _, d := range terminalDirectives {
+		httpcaddyfile.RegisterHandlerDirective(d.name, d.parse)
+		httpcaddyfile.RegisterDirectiveOrder(d.name, httpcaddyfile.Before, "reverse_proxy")
+	}
+}
+
+// terminalDirectives are the API handlers, each taking no arguments.
+var terminalDirectives = []struct {
+	name  string
+	parse httpcaddyfile.UnmarshalHandlerFunc
+}{
+	{"webapi_contracts", noArgs(func() caddyhttp.MiddlewareHandler { return new(Contracts) })},
+	{"webapi_share", noArgs(func() caddyhttp.MiddlewareHandler { return new(Share) })},
+	{"webapi_share_viewer", noArgs(func() caddyhttp.MiddlewareHandler { return new(ShareViewer) })},
+}
+
+// parseGlobalOption sets up the webapi app:
+//
+//	webapi {
+//		data_dir ./data
+//		master_key_file ./data/master.key
+//		public_base_url http://localhost:8080
+//		usage_flush_interval 1s
+//		contract_validity 168h
+//		smtp mail.example.com:587 {
+//			username bot
+//			password_file /run/secrets/smtp
+//			from "Contracts <contracts@example.com>"
+//			tls starttls
+//		}
+//		sms https://sms.example.com/send {
+//			token_file /run/secrets/sms
+//			from +15550100
+//		}
+//	}
+func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
+	app := new(App)
+	if err := app.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	return httpcaddyfile.App{Name: "webapi", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// UnmarshalCaddyfile reads the webapi global option block.
+func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // option name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "data_dir":
+			if err := oneArg(d, &a.DataDir); err != nil {
+				return err
+			}
+		case "master_key_file":
+			if err := oneArg(d, &a.MasterKeyFile); err != nil {
+				return err
+			}
+		case "public_base_url":
+			if err := oneArg(d, &a.PublicBaseURL); err != nil {
+				return err
+			}
+			a.PublicBaseURL = strings.TrimRight(a.PublicBaseURL, "/")
+		case "usage_flush_interval", "contract_validity":
+			name := d.Val()
+			var s string
+			if err := oneArg(d, &s); err != nil {
+				return err
+			}
+			dur, err := caddy.ParseDuration(s)
+			if err != nil {
+				return d.Errf("%s: %v", name, err)
+			}
+			if name == "usage_flush_interval" {
+				a.UsageFlushInterval = caddy.Duration(dur)
+			} else {
+				a.ContractValidity = caddy.Duration(dur)
+			}
+		case "smtp":
+			a.SMTP = new(SMTPConfig)
+			if err := oneArg(d, &a.SMTP.Address); err != nil {
+				return err
+			}
+			for d.NextBlock(1) {
+				var err error
+				switch d.Val() {
+				case "username":
+					err = oneArg(d, &a.SMTP.Username)
+				case "password_file":
+					err = oneArg(d, &a.SMTP.PasswordFile)
+				case "from":
+					err = oneArg(d, &a.SMTP.From)
+				case "tls":
+					err = oneArg(d, &a.SMTP.TLS)
+				default:
+					return d.Errf("unknown smtp option %q", d.Val())
+				}
+				if err != nil {
+					return err
+				}
+			}
+		case "sms":
+			a.SMS = new(SMSConfig)
+			if err := oneArg(d, &a.SMS.URL); err != nil {
+				return err
+			}
+			for d.NextBlock(1) {
+				var err error
+				switch d.Val() {
+				case "token_file":
+					err = oneArg(d, &a.SMS.TokenFile)
+				case "from":
+					err = oneArg(d, &a.SMS.From)
+				default:
+					return d.Errf("unknown sms option %q", d.Val())
+				}
+				if err != nil {
+					return err
+				}
+			}
+		default:
+			return d.Errf("unknown webapi option %q", d.Val())
+		}
+	}
+	return nil
+}
+
+func oneArg(d *caddyfile.Dispenser, dst *string) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	*dst = d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	return nil
+}
+
+// parseAuth reads `webapi_auth contracts` or `webapi_auth share`.
+func parseAuth(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	a := new(Auth)
+	return a, a.UnmarshalCaddyfile(h.Dispenser)
+}
+
+// UnmarshalCaddyfile reads the service name.
+func (h *Auth) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if err := oneArg(d, &h.Service); err != nil {
+		return err
+	}
+	if d.NextBlock(0) {
+		return d.Errf("webapi_auth takes no block")
+	}
+	return nil
+}
+
+// noArgs parses a directive that takes neither arguments nor a block.
+func noArgs(mk func() caddyhttp.MiddlewareHandler) httpcaddyfile.UnmarshalHandlerFunc {
+	return func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+		h.Next()
+		if h.NextArg() || h.NextBlock(0) {
+			return nil, h.Errf("%s takes no arguments", h.Val())
+		}
+		return mk(), nil
+	}
+}
+
+// Interface guards
+var (
+	_ caddyfile.Unmarshaler = (*App)(nil)
+	_ caddyfile.Unmarshaler = (*Auth)(nil)
+)

@@ -1,0 +1,430 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+)
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "webapi",
+		Usage: "keys|templates <command> [flags]",
+		Short: "Manages keygate API keys and contract templates",
+		Long: `
+Manages keygate API keys and contract templates through the admin endpoint
+of a running gateway (--address, default localhost:2019, as caddy reload).
+
+"keys create" and "keys reveal" print the token alone on standard output,
+so TOKEN=$(caddy webapi keys create ...) works; --json prints the whole
+object. Errors go to standard error with a non-zero exit status.`,
+		CobraFunc: setupWebapiCommand,
+	})
+}
+
+// setupWebapiCommand adds the subcommands and the --address flag.
+func setupWebapiCommand(cmd *cobra.Command) {
+	cmd.PersistentFlags().String("address", "", "The address of the admin endpoint (default localhost:2019)")
+	cmd.AddCommand(keysCommand(), templatesCommand())
+}
+
+// keyFlags are the flags of keys create and keys update.
+func keyFlags(c *cobra.Command, create bool) {
+	f := c.Flags()
+	if create {
+		f.String("service", "", "contracts or share (required)")
+		f.String("owner", "", "host platform user id of the key's owner (required)")
+	}
+	f.String("name", "", "name, 1 to 40 characters")
+	f.String("privileges", "", "comma-separated: contracts get,search,create,archive,delete; share get,list,create,delete")
+	f.String("description", "", "description, at most 4000 characters")
+	f.String("not-valid-before", "", "RFC 3339 time the key starts to work ('none' clears)")
+	f.String("not-valid-after", "", "RFC 3339 time the key stops working ('none' clears)")
+	f.String("allowed-ips", "", "comma-separated addresses and CIDR ranges ('none': any address)")
+	f.String("admin-projects", "", "share keys: comma-separated project ids with admin rights, * for all")
+	f.Bool("json", false, "print the whole key as JSON")
+}
+
+// keyBody builds the JSON body from the flags the user set, so an update
+// sends only what changes.
+func keyBody(c *cobra.Command) map[string]any {
+	body := map[string]any{}
+	f := c.Flags()
+	str := func(flag, field string) {
+		if f.Changed(flag) {
+			v, _ := f.GetString(flag)
+			body[field] = v
+		}
+	}
+	list := func(flag, field string) {
+		if f.Changed(flag) {
+			v, _ := f.GetString(flag)
+			body[field] = splitList(v)
+		}
+	}
+	nullable := func(flag, field string) {
+		if f.Changed(flag) {
+			v, _ := f.GetString(flag)
+			if v == "none" || v == "" {
+				body[field] = nil
+			} else {
+				body[field] = v
+			}
+		}
+	}
+	str("service", "service")
+	str("owner", "owner")
+	str("name", "name")
+	str("description", "description")
+	list("privileges", "privileges")
+	list("allowed-ips", "allowedIps")
+	list("admin-projects", "adminProjects")
+	nullable("not-valid-before", "notValidBefore")
+	nullable("not-valid-after", "notValidAfter")
+	return body
+}
+
+func splitList(s string) []string {
+	out := []string{}
+	if s == "none" {
+		return out
+	}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func keysCommand() *cobra.Command {
+	keys := &cobra.Command{Use: "keys", Short: "Manages API keys"}
+
+	create := &cobra.Command{
+		Use:   "create --service S --name N --owner O --privileges P[,P...] [flags]",
+		Short: "Creates a key and prints its token",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			var k keystore.Key
+			if err := adminCall(c, http.MethodPost, "/webapi/keys", keyBody(c), &k); err != nil {
+				return err
+			}
+			return printKeyOr(c, k, k.Token)
+		},
+	}
+	keyFlags(create, true)
+
+	list := &cobra.Command{
+		Use:   "list [--service S] [--json]",
+		Short: "Lists keys, without tokens",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			svc, _ := c.Flags().GetString("service")
+			uri := "/webapi/keys"
+			if svc != "" {
+				uri += "?service=" + svc
+			}
+			var ks []keystore.Key
+			if err := adminCall(c, http.MethodGet, uri, nil, &ks); err != nil {
+				return err
+			}
+			if asJSON(c) {
+				return printJSON(c, ks)
+			}
+			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSERVICE\tNAME\tOWNER\tPRIVILEGES\tUSES\tLAST USED")
+			for _, k := range ks {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", k.ID, k.Service, k.Name, k.Owner, joinPrivs(k.Privileges), k.UsageCount, timeOrDash(k.LastUsageTime))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().String("service", "", "only keys of this service")
+	list.Flags().Bool("json", false, "print JSON")
+
+	show := &cobra.Command{
+		Use:   "show ID [--json]",
+		Short: "Shows one key, without token",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var k keystore.Key
+			if err := adminCall(c, http.MethodGet, "/webapi/keys/"+args[0], nil, &k); err != nil {
+				return err
+			}
+			return printKeyOr(c, k, "")
+		},
+	}
+	show.Flags().Bool("json", false, "print JSON")
+
+	update := &cobra.Command{
+		Use:   "update ID [flags]",
+		Short: "Changes a key's editable fields",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var k keystore.Key
+			if err := adminCall(c, http.MethodPatch, "/webapi/keys/"+args[0], keyBody(c), &k); err != nil {
+				return err
+			}
+			return printKeyOr(c, k, "")
+		},
+	}
+	keyFlags(update, false)
+
+	reveal := &cobra.Command{
+		Use:   "reveal ID",
+		Short: "Prints a key's token",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var out struct {
+				Token string `json:"token"`
+			}
+			if err := adminCall(c, http.MethodPost, "/webapi/keys/"+args[0]+"/reveal", nil, &out); err != nil {
+				return err
+			}
+			fmt.Fprintln(c.OutOrStdout(), out.Token)
+			return nil
+		},
+	}
+
+	del := &cobra.Command{
+		Use:   "delete ID",
+		Short: "Deletes a key; it stops working at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := adminCall(c, http.MethodDelete, "/webapi/keys/"+args[0], nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.ErrOrStderr(), "key %s deleted\n", args[0])
+			return nil
+		},
+	}
+
+	keys.AddCommand(create, list, show, update, reveal, del)
+	return keys
+}
+
+func templatesCommand() *cobra.Command {
+	templates := &cobra.Command{Use: "templates", Short: "Manages contract templates"}
+
+	add := &cobra.Command{
+		Use:   "add --id ID --collection C --title T [--body-file F]",
+		Short: "Registers a contract template",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			f := c.Flags()
+			var t contracts.Template
+			t.ID, _ = f.GetString("id")
+			t.CollectionID, _ = f.GetString("collection")
+			t.Title, _ = f.GetString("title")
+			if file, _ := f.GetString("body-file"); file != "" {
+				b, err := readBodyFile(c, file)
+				if err != nil {
+					return err
+				}
+				t.Body = string(b)
+			}
+			if err := adminCall(c, http.MethodPost, "/webapi/templates", t, &t); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.ErrOrStderr(), "template %s added\n", t.ID)
+			return nil
+		},
+	}
+	add.Flags().String("id", "", "template id: the page or issue id (required)")
+	add.Flags().String("collection", "", "collection id: the space or project holding it (required)")
+	add.Flags().String("title", "", "title (required)")
+	add.Flags().String("body-file", "", "file holding the template body ('-' for standard input)")
+
+	list := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "Lists contract templates",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			var ts []contracts.Template
+			if err := adminCall(c, http.MethodGet, "/webapi/templates", nil, &ts); err != nil {
+				return err
+			}
+			if asJSON(c) {
+				return printJSON(c, ts)
+			}
+			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tCOLLECTION\tTITLE\tBODY")
+			for _, t := range ts {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d bytes\n", t.ID, t.CollectionID, t.Title, len(t.Body))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().Bool("json", false, "print JSON")
+
+	remove := &cobra.Command{
+		Use:   "remove ID",
+		Short: "Removes a contract template; contracts made from it keep their copy",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := adminCall(c, http.MethodDelete, "/webapi/templates/"+args[0], nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.ErrOrStderr(), "template %s removed\n", args[0])
+			return nil
+		},
+	}
+
+	templates.AddCommand(add, list, remove)
+	return templates
+}
+
+func readBodyFile(c *cobra.Command, name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(c.InOrStdin())
+	}
+	return os.ReadFile(name)
+}
+
+func asJSON(c *cobra.Command) bool {
+	v, _ := c.Flags().GetBool("json")
+	return v
+}
+
+func printJSON(c *cobra.Command, v any) error {
+	enc := json.NewEncoder(c.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printKeyOr prints k as JSON with --json, else line (the token) when
+// set, else k as readable lines.
+func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
+	if asJSON(c) {
+		return printJSON(c, k)
+	}
+	if line != "" {
+		fmt.Fprintln(c.OutOrStdout(), line)
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+	rows := [][2]string{
+		{"id", k.ID}, {"service", string(k.Service)}, {"name", k.Name}, {"owner", k.Owner},
+		{"description", k.Description}, {"privileges", joinPrivs(k.Privileges)},
+		{"not valid before", timeOrDash(k.NotValidBefore)}, {"not valid after", timeOrDash(k.NotValidAfter)},
+		{"allowed ips", orDash(strings.Join(k.AllowedIPs, ","))}, {"admin projects", orDash(strings.Join(k.AdminProjects, ","))},
+		{"token prefix", k.TokenPrefix}, {"created", k.CreationTime.Format(time.RFC3339)},
+		{"modified", k.LastModificationTime.Format(time.RFC3339)}, {"last used", timeOrDash(k.LastUsageTime)},
+		{"uses", fmt.Sprint(k.UsageCount)},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+	}
+	return tw.Flush()
+}
+
+func joinPrivs(ps []keystore.Privilege) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = string(p)
+	}
+	return strings.Join(s, ",")
+}
+
+func timeOrDash(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// adminCall sends a JSON request to the admin endpoint and decodes the
+// reply into out; a problem reply becomes an error listing its fields.
+func adminCall(c *cobra.Command, method, uri string, body, out any) error {
+	addr, _ := c.Flags().GetString("address")
+	if addr == "" {
+		addr = caddy.DefaultAdminListen
+	}
+	parsed, err := caddy.ParseNetworkAddress(addr)
+	if err != nil {
+		return fmt.Errorf("invalid admin address %s: %v", addr, err)
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	origin := "http://" + parsed.JoinHostPort(0)
+	if parsed.IsUnixNetwork() {
+		origin = "http://127.0.0.1"
+	}
+	req, err := http.NewRequest(method, origin+uri, rd)
+	if err != nil {
+		return err
+	}
+	if !parsed.IsUnixNetwork() {
+		req.Header.Set("Origin", origin)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	client := http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, parsed.Network, parsed.JoinHostPort(0))
+		}},
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("reaching the admin endpoint at %s: %v (is the gateway running?)", addr, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 400 {
+		return replyError(resp.StatusCode, raw)
+	}
+	if out == nil || len(raw) == 0 {
+		return nil
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// replyError renders a problem body as one readable error.
+func replyError(status int, raw []byte) error {
+	var p problem.Details
+	if json.Unmarshal(raw, &p) != nil || p.Code == "" {
+		return fmt.Errorf("HTTP %d: %s", status, strings.TrimSpace(string(raw)))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (%s)", p.Detail, p.Code)
+	for _, e := range p.Errors {
+		fmt.Fprintf(&b, "\n  %s: %s", e.Field, e.Message)
+	}
+	return errors.New(b.String())
+}

@@ -1,0 +1,232 @@
+package caddymodule_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	_ "github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
+)
+
+const (
+	adminURL = "http://localhost:2999"
+	siteURL  = "http://localhost:9080"
+)
+
+// gateway is one loaded test config with its data directory.
+type gateway struct {
+	t      *testing.T
+	tester *caddytest.Tester
+	dir    string
+}
+
+// globalOptions are every test config's global block; %[1]s is the data
+// directory.
+const globalOptions = `{
+	admin localhost:2999
+	http_port 9080
+	https_port 9443
+	grace_period 1s
+	skip_install_trust
+	webapi {
+		data_dir %[1]s
+		usage_flush_interval 50ms
+		public_base_url http://localhost:9080
+	}
+	log webapi_audit {
+		output file %[1]s/audit.log
+		format json
+		include webapi.audit
+	}
+	log default {
+		output file %[1]s/caddy.log
+		format json
+		level DEBUG
+		exclude webapi.audit
+	}
+}
+`
+
+// startGateway loads a config made of the test global options and site, a
+// Caddyfile site block body served on localhost:9080.
+func startGateway(t *testing.T, site string) *gateway {
+	t.Helper()
+	g := &gateway{t: t, tester: caddytest.NewTester(t), dir: t.TempDir()}
+	g.load(site)
+	return g
+}
+
+func (g *gateway) config(site string) string {
+	return fmt.Sprintf(globalOptions, g.dir) + "\nhttp://localhost:9080 {\n" + site + "\n}\n"
+}
+
+// load (re)loads the config with site on this gateway's data directory.
+func (g *gateway) load(site string) {
+	g.t.Helper()
+	g.tester.InitServer(g.config(site), "caddyfile")
+}
+
+// defaultSite is the API routing of the default Caddyfile.
+const defaultSite = `
+	handle /webapi/contracts* {
+		webapi_auth contracts
+		webapi_contracts
+	}
+	handle /webapi/share* {
+		webapi_auth share
+		webapi_share
+	}
+	handle /s/* {
+		webapi_share_viewer
+	}
+`
+
+// response is a reply read whole.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decoding %s: %v", r.body, err)
+	}
+}
+
+func (r response) problem(t *testing.T) problem.Details {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != problem.ContentType {
+		t.Fatalf("Content-Type %q, want %s; body %s", ct, problem.ContentType, r.body)
+	}
+	var p problem.Details
+	r.json(t, &p)
+	if p.Status != r.status || p.Type != "about:blank" || p.Title != http.StatusText(r.status) {
+		t.Fatalf("problem %+v does not match status %d", p, r.status)
+	}
+	return p
+}
+
+// do sends a request; body is JSON-encoded unless it is a string or nil.
+func do(t *testing.T, method, url string, body any, header ...string) response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+// bearer is the header pair for a token.
+func bearer(token string) []string { return []string{"Authorization", "Bearer " + token} }
+
+// createKey makes a key through the admin API and returns it with its token.
+func createKey(t *testing.T, body map[string]any) keystore.Key {
+	t.Helper()
+	r := do(t, http.MethodPost, adminURL+"/webapi/keys", body)
+	if r.status != http.StatusCreated {
+		t.Fatalf("creating key: %d %s", r.status, r.body)
+	}
+	var k keystore.Key
+	r.json(t, &k)
+	if k.Token == "" {
+		t.Fatalf("no token in %s", r.body)
+	}
+	return k
+}
+
+// readLogs returns every log file of the gateway's data directory, once
+// the audit writer has had time to drain.
+func (g *gateway) readLogs(t *testing.T, wantIn string) string {
+	t.Helper()
+	var all string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		all = ""
+		for _, name := range []string{"audit.log", "caddy.log"} {
+			b, _ := os.ReadFile(filepath.Join(g.dir, name))
+			all += string(b)
+		}
+		if wantIn == "" || strings.Contains(all, wantIn) || time.Now().After(deadline) {
+			return all
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// auditEntries returns the audit log's entries.
+func (g *gateway) auditEntries(t *testing.T, wantCount int) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(g.dir, "audit.log"))
+		var out []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if line == "" {
+				continue
+			}
+			var e map[string]any
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("audit line %q: %v", line, err)
+			}
+			out = append(out, e)
+		}
+		if len(out) >= wantCount || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// eventually polls cond until it holds or 5 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,157 @@
+package caddymodule
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+)
+
+// TestMain lets the test binary play a second gateway process that opens
+// a database file another process holds.
+func TestMain(m *testing.M) {
+	if path := os.Getenv("KEYGATE_TEST_OPEN_DB"); path != "" {
+		start := time.Now()
+		_, err := openState(path, filepath.Join(filepath.Dir(path), "master.key"), zap.NewNop())
+		fmt.Printf("elapsed=%s err=%v\n", time.Since(start).Round(time.Millisecond), err)
+		if err != nil {
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestSecondProcessFailsClearly(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "webapi.db")
+	s, err := openState(db, filepath.Join(dir, "master.key"), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destruct()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "KEYGATE_TEST_OPEN_DB="+db)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	elapsed := time.Since(start)
+	if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 3 {
+		t.Fatalf("second process: %v, output %s", err, out)
+	}
+	if !strings.Contains(string(out), "locked by another process") || !strings.Contains(string(out), db) {
+		t.Errorf("unclear message: %s", out)
+	}
+	if elapsed > 10*time.Second {
+		// Not a timing assertion of our code: the lock wait is bounded at
+		// 5 s, this only catches a wait that never ends.
+		t.Errorf("second process took %s", elapsed)
+	}
+}
+
+func TestMasterKeyFileMode(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openState(filepath.Join(dir, "webapi.db"), filepath.Join(dir, "keys", "master.key"), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destruct()
+	fi, err := os.Stat(filepath.Join(dir, "keys", "master.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 || fi.Size() != 32 {
+		t.Errorf("master key file mode %v size %d", fi.Mode().Perm(), fi.Size())
+	}
+}
+
+// runCLI runs `caddy webapi args...` against the test admin endpoint.
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	root := &cobra.Command{Use: "webapi", SilenceUsage: true, SilenceErrors: true}
+	setupWebapiCommand(root)
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(append(args, "--address", "localhost:2999"))
+	err = root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	tester := caddytest.NewTester(t)
+	tester.InitServer(fmt.Sprintf(`{
+	admin localhost:2999
+	http_port 9080
+	https_port 9443
+	webapi {
+		data_dir %s
+	}
+}
+http://localhost:9080 {
+	handle /webapi/contracts* {
+		webapi_auth contracts
+		respond "owner={http.webapi.key.owner}"
+	}
+}`, dir), "caddyfile")
+
+	token, _, err := runCLI(t, "keys", "create", "--service", "contracts", "--name", "ci", "--owner", "alice",
+		"--privileges", "get,search,create", "--allowed-ips", "127.0.0.1,::1", "--description", "from the CLI")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token = strings.TrimSpace(token)
+	if !strings.HasPrefix(token, "kg_") || len(token) != 46 || strings.Contains(token, "\n") {
+		t.Fatalf("create printed %q, want the token alone", token)
+	}
+
+	list, _, err := runCLI(t, "keys", "list", "--service", "contracts")
+	if err != nil || !strings.Contains(list, "ci") || !strings.Contains(list, "alice") || strings.Contains(list, token) {
+		t.Fatalf("list: %v\n%s", err, list)
+	}
+	id := strings.Fields(strings.Split(list, "\n")[1])[0]
+
+	revealed, _, err := runCLI(t, "keys", "reveal", id)
+	if err != nil || strings.TrimSpace(revealed) != token {
+		t.Fatalf("reveal: %v %q", err, revealed)
+	}
+
+	shown, _, err := runCLI(t, "keys", "update", id, "--name", "ci-2", "--privileges", "get", "--json")
+	if err != nil || !strings.Contains(shown, `"name": "ci-2"`) || strings.Contains(shown, token) {
+		t.Fatalf("update: %v %s", err, shown)
+	}
+
+	_, _, err = runCLI(t, "keys", "create", "--service", "contracts", "--name", strings.Repeat("n", 41), "--owner", "bob", "--privileges", "get,fly")
+	if err == nil || !strings.Contains(err.Error(), "name:") || !strings.Contains(err.Error(), "privileges[1]:") {
+		t.Fatalf("bad create: %v", err)
+	}
+
+	body := filepath.Join(dir, "nda.txt")
+	os.WriteFile(body, []byte("Both parties keep it secret."), 0o600)
+	if _, _, err := runCLI(t, "templates", "add", "--id", "PAGE-7", "--collection", "LEGAL", "--title", "NDA", "--body-file", body); err != nil {
+		t.Fatal(err)
+	}
+	tl, _, err := runCLI(t, "templates", "list", "--json")
+	if err != nil || !strings.Contains(tl, "Both parties keep it secret.") {
+		t.Fatalf("templates list: %v %s", err, tl)
+	}
+	if _, _, err := runCLI(t, "templates", "remove", "PAGE-7"); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, _, err := runCLI(t, "keys", "delete", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCLI(t, "keys", "show", id); err == nil || !strings.Contains(err.Error(), "not_found") {
+		t.Fatalf("show deleted key: %v", err)
+	}
+}

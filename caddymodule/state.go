@@ -1,0 +1,146 @@
+package caddymodule
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.etcd.io/bbolt"
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+	"github.com/keygate/keygate/upstreams/share"
+)
+
+// states holds one state per database file, shared by every config that
+// names it, so a reload neither reopens the file (and waits on its lock)
+// nor loses keys and usage counts held in memory.
+var states = caddy.NewUsagePool()
+
+// lockTimeout bounds the wait for another process's lock on the database.
+const lockTimeout = 5 * time.Second
+
+// state is what outlives a config reload.
+type state struct {
+	db            *bbolt.DB
+	masterKeyPath string
+	masterKey     []byte
+	sealer        *keystore.Sealer
+	keys          *keystore.Keys
+	templates     *contracts.Templates
+}
+
+func openState(dbPath, masterKeyPath string, logger *zap.Logger) (*state, error) {
+	if err := os.MkdirAll(filepath.Dir(dbPath), 0o700); err != nil {
+		return nil, fmt.Errorf("creating data directory: %w", err)
+	}
+	masterKey, err := keystore.LoadOrCreateMasterKey(masterKeyPath)
+	if err != nil {
+		return nil, err
+	}
+	sealer, err := keystore.NewSealer(masterKey)
+	if err != nil {
+		return nil, err
+	}
+	db, err := bbolt.Open(dbPath, 0o600, &bbolt.Options{Timeout: lockTimeout})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return nil, fmt.Errorf("database %s is locked by another process (waited %s): stop the other gateway or give this one another data_dir", dbPath, lockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening database %s: %w", dbPath, err)
+	}
+	s := &state{db: db, masterKeyPath: masterKeyPath, masterKey: masterKey, sealer: sealer}
+	if err := s.open(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	logger.Info("database opened", zap.String("path", dbPath), zap.Int("contracts_keys", s.keys.Count(keystore.ServiceContracts)), zap.Int("share_keys", s.keys.Count(keystore.ServiceShare)))
+	return s, nil
+}
+
+func (s *state) open() error {
+	backend, err := keystore.NewBoltBackend(s.db)
+	if err != nil {
+		return err
+	}
+	if s.keys, err = keystore.Open(backend, s.sealer, nil); err != nil {
+		return fmt.Errorf("loading keys: %w", err)
+	}
+	if s.templates, err = contracts.NewTemplates(s.db); err != nil {
+		return err
+	}
+	return nil
+}
+
+// flush writes pending usage counts and refreshes the key gauges.
+func (s *state) flush(logger *zap.Logger) {
+	start := time.Now()
+	if _, err := s.keys.FlushUsage(); err != nil {
+		logger.Error("flushing key usage", zap.Error(err))
+	}
+	metrics.usageFlush.Observe(time.Since(start).Seconds())
+	s.updateKeyGauges()
+}
+
+func (s *state) updateKeyGauges() {
+	for _, svc := range []keystore.Service{keystore.ServiceContracts, keystore.ServiceShare} {
+		metrics.keys.WithLabelValues(string(svc)).Set(float64(s.keys.Count(svc)))
+	}
+}
+
+// Destruct flushes what is pending and closes the database, when the last
+// config using it goes away.
+func (s *state) Destruct() error {
+	if _, err := s.keys.FlushUsage(); err != nil {
+		s.db.Close()
+		return err
+	}
+	return s.db.Close()
+}
+
+// provisionAPIs builds the APIs of one config on the shared database.
+// Their stores hold nothing that must outlive the config but pending share
+// openings, which the app flushes when it stops.
+func (s *state) provisionAPIs(a *App) error {
+	s.updateKeyGauges()
+	cs, err := contracts.NewStore(contracts.Config{
+		DB:               s.db,
+		Templates:        s.templates,
+		Sealer:           s.sealer,
+		PublicBaseURL:    a.PublicBaseURL,
+		ContractValidity: time.Duration(a.ContractValidity),
+		SMSConfigured:    a.SMS != nil,
+		Logger:           a.logger.Named("contracts"),
+	})
+	if err != nil {
+		return err
+	}
+	ss, err := share.NewStore(share.Config{
+		DB:            s.db,
+		PublicBaseURL: a.PublicBaseURL,
+		CookieKey:     s.derivedKey("keygate share unlock cookie v1"),
+		Logger:        a.logger.Named("share"),
+	})
+	if err != nil {
+		return err
+	}
+	a.shares = ss
+	a.contractsAPI = contracts.NewHandler(cs)
+	a.shareAPI = share.NewHandler(ss)
+	a.shareViewer = share.NewViewer(ss)
+	return nil
+}
+
+// derivedKey is a key for one purpose derived from the master key, so
+// that no two uses share a key.
+func (s *state) derivedKey(purpose string) []byte {
+	m := hmac.New(sha256.New, s.masterKey)
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
+}

@@ -1,0 +1,140 @@
+// Command keygate-bench is `make bench`: it starts the real bin/caddy,
+// loads it from this second process on loopback, and prints each figure
+// as a ratio against a baseline measured in the same run (absolute times
+// on a shared 2-core machine are not stable; ratios are).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+var (
+	caddyBin = flag.String("caddy", "./bin/caddy", "the keygate build to measure")
+	runFor   = flag.Duration("duration", 3*time.Second, "length of one throughput run")
+	rounds   = flag.Int("rounds", 3, "interleaved rounds of each throughput comparison")
+	clients  = flag.Int("clients", 32, "concurrent connections of a throughput run")
+	large    = flag.Int("n", 100000, "keys, contracts and shares in the large store")
+	keep     = flag.Bool("keep", false, "keep the data directories")
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("bench: ")
+	tmp, err := os.MkdirTemp("", "keygate-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !*keep {
+		defer os.RemoveAll(tmp)
+	}
+
+	smallDir, largeDir := filepath.Join(tmp, "small"), filepath.Join(tmp, "large")
+	log.Printf("preparing a store with 1 key per service")
+	small, err := prepare(smallDir, 1, 1, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("preparing a store with %d keys, %d contracts and %d shares (takes a while)", *large, *large, *large)
+	big, err := prepare(largeDir, *large, *large, *large)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	fmt.Printf("keygate benchmark: %d clients, %d interleaved rounds of %s, %d in the large store\n\n", *clients, *rounds, *runFor, *large)
+
+	gw, err := startGateway(*caddyBin, smallDir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	authSmall := gw.compare("bare respond (a)", gw.bare(), "webapi_auth contracts + respond (b)", gw.authRespond(small))
+	fmt.Printf("gateway overhead:        b/a = %.3f   (goal >= 0.92)\n", authSmall)
+	getContract := gw.compare("bare respond", gw.bare(), "GET /webapi/contracts/{id}", gw.getContract(small))
+	fmt.Printf("contract get:            ratio = %.3f   (goal >= 0.60)\n", getContract)
+	getShare := gw.compare("bare respond", gw.bare(), "GET /webapi/share/{uuid}", gw.getShare(small))
+	fmt.Printf("share get:               ratio = %.3f   (goal >= 0.60)\n", getShare)
+	creates := gw.creates(small, 64)
+	fmt.Printf("contract creates:        %.0f/s with 64 clients, each reply durable   (goal >= 2000/s)\n\n", creates)
+	gw.stop()
+
+	gw, err = startGateway(*caddyBin, largeDir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	authLarge := gw.compare("bare respond (a)", gw.bare(), fmt.Sprintf("webapi_auth + respond, %d keys (b)", *large), gw.authRespond(big))
+	fmt.Printf("key lookup vs store size: (b/a with %d keys) / (b/a with 1 key) = %.3f   (goal >= 0.97)\n", *large, authLarge/authSmall)
+	p50, p99 := gw.latency(gw.searchByTemplateCreator(big), 2000)
+	fmt.Printf("contract search, template+creator, creation-date-desc: p50 %s  p99 %s   (goal p99 <= 5ms)\n", p50, p99)
+	p50, p99 = gw.latency(gw.searchSubstring(big), 200)
+	fmt.Printf("contract search, substring over all %d:            p50 %s  p99 %s   (goal p99 <= 50ms)\n", *large, p50, p99)
+	p50, p99 = gw.latency(gw.listShares(big), 2000)
+	fmt.Printf("share list, projectId, created_at desc, limit 100:    p50 %s  p99 %s   (goal p99 <= 10ms)\n", p50, p99)
+	gw.stop()
+}
+
+// compare runs base and subject in interleaved rounds and returns the
+// median of the per-round ratios subject/base.
+func (g *gatewayProc) compare(baseName string, base loadSpec, subjName string, subject loadSpec) float64 {
+	var ratios []float64
+	for i := 0; i < *rounds; i++ {
+		a := g.run(base)
+		b := g.run(subject)
+		r := b.rps() / a.rps()
+		ratios = append(ratios, r)
+		fmt.Printf("  round %d: %-34s %8.0f req/s   %-38s %8.0f req/s   ratio %.3f\n", i+1, baseName, a.rps(), subjName, b.rps(), r)
+	}
+	sort.Float64s(ratios)
+	return ratios[len(ratios)/2]
+}
+
+func (g *gatewayProc) latency(spec loadSpec, n int) (p50, p99 time.Duration) {
+	c, err := dial(spec.addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.c.Close()
+	// Warm up caches the way a running gateway has them.
+	for i := 0; i < 50; i++ {
+		c.do(spec.next(0, i))
+	}
+	lat := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		req := spec.next(0, i)
+		t0 := time.Now()
+		status, err := c.do(req)
+		if err != nil || status != req.expect {
+			log.Fatalf("latency run: status %d, %v", status, err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return percentile(lat, 50).Round(10 * time.Microsecond), percentile(lat, 99).Round(10 * time.Microsecond)
+}
+
+func (g *gatewayProc) run(spec loadSpec) result {
+	res, err := load(spec.addr, *clients, *runFor, false, spec.next)
+	if err != nil {
+		log.Fatalf("load on %s: %v", spec.addr, err)
+	}
+	if res.failures > 0 {
+		log.Fatalf("load on %s: %d unexpected statuses", spec.addr, res.failures)
+	}
+	return res
+}
+
+func (g *gatewayProc) creates(d *dataset, n int) float64 {
+	spec := g.createContract(d)
+	res, err := load(spec.addr, n, *runFor, false, spec.next)
+	if err != nil {
+		log.Fatalf("creates: %v", err)
+	}
+	if res.failures > 0 {
+		log.Fatalf("creates: %d unexpected statuses", res.failures)
+	}
+	return res.rps()
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+	"github.com/keygate/keygate/upstreams/share"
+)
+
+// dataset is what a prepared store holds that the load needs.
+type dataset struct {
+	contractsToken, shareToken string
+	contractID, shareUUID      string
+	templates                  []string
+	creators                   []string
+	projects                   []string
+}
+
+// prepare fills dir's database through the same packages the gateway
+// uses, from many goroutines so their writes share commits.
+func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) {
+	masterKey, err := keystore.LoadOrCreateMasterKey(filepath.Join(dir, "master.key"))
+	if err != nil {
+		return nil, err
+	}
+	sealer, err := keystore.NewSealer(masterKey)
+	if err != nil {
+		return nil, err
+	}
+	db, err := bbolt.Open(filepath.Join(dir, "webapi.db"), 0o600, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	backend, err := keystore.NewBoltBackend(db)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := keystore.Open(backend, sealer, nil)
+	if err != nil {
+		return nil, err
+	}
+	d := &dataset{}
+	for i := 0; i < 20; i++ {
+		d.templates = append(d.templates, fmt.Sprintf("PAGE-%d", 1000+i))
+	}
+	for i := 0; i < 50; i++ {
+		d.creators = append(d.creators, fmt.Sprintf("user-%02d", i))
+	}
+	for i := 0; i < 100; i++ {
+		d.projects = append(d.projects, fmt.Sprintf("%d", 10000+i))
+	}
+
+	ck, err := ks.Create(keyInput(keystore.ServiceContracts, d.creators[0], "get", "search", "create", "archive", "delete"))
+	if err != nil {
+		return nil, err
+	}
+	sk, err := ks.Create(keyInput(keystore.ServiceShare, d.creators[0], "get", "list", "create", "delete"))
+	if err != nil {
+		return nil, err
+	}
+	d.contractsToken, d.shareToken = ck.Token, sk.Token
+	if err := parallel(keys-1, func(i int) error {
+		_, err := ks.Create(keyInput(keystore.ServiceContracts, d.creators[i%len(d.creators)], "get"))
+		return err
+	}); err != nil {
+		return nil, err
+	}
+
+	templates, err := contracts.NewTemplates(db)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range d.templates {
+		if _, err := templates.Put(contracts.Template{ID: id, CollectionID: "SPACE", Title: "Agreement " + id, Body: "The parties agree."}); err != nil {
+			return nil, err
+		}
+	}
+	cs, err := contracts.NewStore(contracts.Config{DB: db, Templates: templates, Sealer: sealer, PublicBaseURL: "http://localhost:18083"})
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	if err := parallel(contractCount, func(i int) error {
+		var in contracts.CreateRequest
+		if err := json.Unmarshal(contractBody(d.templates[i%len(d.templates)], i), &in); err != nil {
+			return err
+		}
+		c, err := cs.Create(context.Background(), d.creators[(i/len(d.templates))%len(d.creators)], &in)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		if d.contractID == "" {
+			d.contractID = c.ID
+		}
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+
+	ss, err := share.NewStore(share.Config{DB: db, CookieKey: masterKey, PublicBaseURL: "http://localhost:18083"})
+	if err != nil {
+		return nil, err
+	}
+	owner := &keystore.Identity{Owner: d.creators[0], Service: keystore.ServiceShare, AdminProjects: []string{"*"}}
+	if err := parallel(shareCount, func(i int) error {
+		var in share.CreateRequest
+		body := fmt.Sprintf(`{"type":"JQL","projectId":%q,"jql":"project = P%d"}`, d.projects[i%len(d.projects)], i%len(d.projects))
+		if err := json.Unmarshal([]byte(body), &in); err != nil {
+			return err
+		}
+		s, err := ss.Create(context.Background(), owner, &in)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		if d.shareUUID == "" {
+			d.shareUUID = s.UUID
+		}
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := ss.Flush(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func keyInput(s keystore.Service, owner string, privs ...string) *keystore.KeyInput {
+	in := &keystore.KeyInput{}
+	in.Service = keystore.Some(string(s))
+	in.Name = keystore.Some("bench")
+	in.Owner = keystore.Some(owner)
+	in.Privileges = keystore.Some(privs)
+	if s == keystore.ServiceShare {
+		in.AdminProjects = keystore.Some([]string{"*"})
+	}
+	return in
+}
+
+var signerNames = []string{"Zoë Ångström", "Dmitri Brook", "Ana Lima", "Kenji Sato", "Amara Okafor", "Lars Berg"}
+
+// contractBody is a create request with two signers whose names vary, so
+// substring searches have to look at every contract.
+func contractBody(template string, i int) []byte {
+	a, b := signerNames[i%len(signerNames)], signerNames[(i/len(signerNames))%len(signerNames)]
+	name := fmt.Sprintf("Agreement %d", i)
+	if i%1000 == 0 {
+		name = fmt.Sprintf("ACME supply %d", i)
+	}
+	body, _ := json.Marshal(map[string]any{
+		"templateId": template,
+		"name":       name,
+		"signers": []map[string]any{
+			{"fullName": a, "accessKind": "url", "otpMethod": "none"},
+			{"fullName": b, "accessKind": "email", "email": fmt.Sprintf("signer%d@example.com", i)},
+		},
+	})
+	return body
+}
+
+// parallel runs fn(0..n-1) on 64 goroutines and returns the first error.
+func parallel(n int, fn func(i int) error) error {
+	if n <= 0 {
+		return nil
+	}
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	next := make(chan int)
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}

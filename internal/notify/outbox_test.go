@@ -1,0 +1,122 @@
+package notify
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"go.etcd.io/bbolt"
+)
+
+// TestDropRef removes the pending messages of a deleted contract, with
+// their attachment chunks and index entries, and leaves the others.
+func TestDropRef(t *testing.T) {
+	db, ob := tempDB(t)
+	big := bytes.Repeat([]byte{0x42}, 3*attChunk+17)
+	enqueue(t, db, ob,
+		Message{Channel: Email, To: "a@example.org", Text: "1", Ref: "contract-a", Attachments: []Attachment{{Name: "f.pdf", MediaType: "application/pdf", Data: big}}},
+		Message{Channel: SMS, To: "+15550100123", Text: "2", Ref: "contract-a"},
+		Message{Channel: Email, To: "b@example.org", Text: "3", Ref: "contract-ab"}, // a ref that extends "contract-a"
+		Message{Channel: Email, To: "c@example.org", Text: "4"},
+	)
+	if c := counts(t, db); c["msg"] != 4 || c["att"] != 4 || c["due"] != 4 || c["ref"] != 3 {
+		t.Fatalf("before: %v", c)
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error { return ob.DropRef(tx, "contract-a") }); err != nil {
+		t.Fatal(err)
+	}
+	if c := counts(t, db); c["msg"] != 2 || c["att"] != 0 || c["due"] != 2 || c["ref"] != 1 {
+		t.Fatalf("after: %v", c)
+	}
+
+	// Only the others are delivered.
+	ts := startSMTP(t, smtpSetup{mode: TLSNone})
+	runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: smtpSender(t, ts, TLSNone, "", "")})))
+	waitFor(t, "delivery", func() bool { return pending(t, db) == 0 })
+	var to []string
+	for _, r := range ts.mails() {
+		to = append(to, r.to...)
+	}
+	if strings.Join(to, " ") != "b@example.org c@example.org" {
+		t.Fatalf("delivered to %v", to)
+	}
+}
+
+// TestAttachmentsRoundTrip stores attachments across chunk boundaries and
+// reads them back byte for byte.
+func TestAttachmentsRoundTrip(t *testing.T) {
+	db, ob := tempDB(t)
+	var atts []Attachment
+	for i, size := range []int{0, 1, attChunk - 1, attChunk, attChunk + 1, 2*attChunk + 5} {
+		data := make([]byte, size)
+		for j := range data {
+			data[j] = byte(i*31 + j)
+		}
+		atts = append(atts, Attachment{Name: fmt.Sprintf("f%d.bin", i), MediaType: "application/octet-stream", Data: data})
+	}
+	enqueue(t, db, ob, Message{Channel: Email, To: "a@example.org", Subject: "s", Text: "t", HTML: "<b>t</b>", Ref: "r", Attachments: atts})
+	err := db.View(func(tx *bbolt.Tx) error {
+		m, _, ok, err := load(tx, 1)
+		if err != nil || !ok {
+			t.Fatalf("load: %v %v", ok, err)
+		}
+		if m.ID != 1 || m.Queued.IsZero() || m.Ref != "r" || m.HTML != "<b>t</b>" || len(m.Attachments) != len(atts) {
+			t.Fatalf("loaded %+v", m)
+		}
+		for i := range atts {
+			if m.Attachments[i].Name != atts[i].Name || !bytes.Equal(m.Attachments[i].Data, atts[i].Data) {
+				t.Errorf("attachment %d differs", i)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnqueueValidates(t *testing.T) {
+	tests := []struct {
+		name string
+		msg  Message
+	}{
+		{"unknown channel", Message{Channel: "fax", To: "a@example.org"}},
+		{"email without address", Message{Channel: Email, To: "not an address"}},
+		{"subject with line break", Message{Channel: Email, To: "a@example.org", Subject: "a\r\nBcc: x@example.org"}},
+		{"attachment without name", Message{Channel: Email, To: "a@example.org", Attachments: []Attachment{{MediaType: "application/pdf"}}}},
+		{"attachment with a path", Message{Channel: Email, To: "a@example.org", Attachments: []Attachment{{Name: "../x.pdf", MediaType: "application/pdf"}}}},
+		{"attachment without media type", Message{Channel: Email, To: "a@example.org", Attachments: []Attachment{{Name: "x.pdf"}}}},
+		{"sms to a non E.164 number", Message{Channel: SMS, To: "0555 0100", Text: "x"}},
+		{"sms without text", Message{Channel: SMS, To: "+15550100123"}},
+		{"sms with an attachment", Message{Channel: SMS, To: "+15550100123", Text: "x", Attachments: []Attachment{{Name: "a", MediaType: "text/plain"}}}},
+		{"ref with NUL", Message{Channel: Email, To: "a@example.org", Ref: "a\x00b"}},
+	}
+	db, ob := tempDB(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := db.Update(func(tx *bbolt.Tx) error { return ob.Enqueue(tx, tt.msg) })
+			if err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+	if got := pending(t, db); got != 0 {
+		t.Fatalf("pending = %d", got)
+	}
+}
+
+// TestEnqueueNeedsOutbox: a database never prepared by NewOutbox is an
+// error, not a panic.
+func TestEnqueueNeedsOutbox(t *testing.T) {
+	db, ob := tempDB(t)
+	err := db.Update(func(tx *bbolt.Tx) error {
+		if err := tx.DeleteBucket(bucketRoot); err != nil {
+			return err
+		}
+		return ob.Enqueue(tx, Message{Channel: Email, To: "a@example.org"})
+	})
+	if err != ErrNoOutbox {
+		t.Fatalf("err = %v, want ErrNoOutbox", err)
+	}
+}

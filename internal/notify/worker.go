@@ -1,0 +1,258 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/bbolt"
+	"go.uber.org/zap"
+)
+
+// Sender delivers one message on one channel. An error means the message
+// was not delivered and will be retried.
+type Sender interface {
+	Send(ctx context.Context, m Message) error
+}
+
+// WorkerConfig tunes a Worker. Zero values take the defaults in brackets.
+type WorkerConfig struct {
+	// Email and SMS deliver their channel. A message whose channel has no
+	// sender fails like an undeliverable one: it is retried, so that a
+	// configuration fixed within the retry window still delivers it.
+	Email Sender
+	SMS   Sender
+	// PollInterval is the safety net behind the wake-up on commit [30s].
+	PollInterval time.Duration
+	// BaseDelay and MaxDelay bound the exponential backoff [1s, 1h].
+	BaseDelay time.Duration
+	MaxDelay  time.Duration
+	// MaxAttempts is the number of attempts after which a message is given
+	// up, reported as failed, logged and deleted [24: about half a day of
+	// retries with the default delays].
+	MaxAttempts int
+	// SendTimeout bounds one attempt; Stop waits for the attempt in flight
+	// at most this long [2m].
+	SendTimeout time.Duration
+	// OnOutcome, when set, is called with the channel and OutcomeSent,
+	// OutcomeRetry or OutcomeFailed after each attempt (for the
+	// keygate_notifications_total metric).
+	OnOutcome func(channel, outcome string)
+	// Logger receives retries and failures [no logging].
+	Logger *zap.Logger
+}
+
+// ErrWorkerRunning is returned by Run when a worker already delivers from
+// the same outbox: two workers would send messages twice.
+var ErrWorkerRunning = errors.New("notify: a worker is already running on this outbox")
+
+// batchSize is how many due messages one pass reads before it looks at the
+// schedule again.
+const batchSize = 32
+
+// Worker delivers the messages of an Outbox. Start it once per process with
+// Run and end it with Stop before the database is closed.
+type Worker struct {
+	ob  *Outbox
+	cfg WorkerConfig
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped bool
+}
+
+// NewWorker returns a worker for ob.
+func NewWorker(ob *Outbox, cfg WorkerConfig) *Worker {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 30 * time.Second
+	}
+	if cfg.BaseDelay <= 0 {
+		cfg.BaseDelay = time.Second
+	}
+	if cfg.MaxDelay <= 0 {
+		cfg.MaxDelay = time.Hour
+	}
+	cfg.MaxDelay = max(cfg.MaxDelay, cfg.BaseDelay)
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 24
+	}
+	if cfg.SendTimeout <= 0 {
+		cfg.SendTimeout = 2 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Worker{ob: ob, cfg: cfg}
+}
+
+// Run delivers messages until ctx ends or Stop is called, then returns nil.
+// Messages left pending by an earlier process are delivered first. An
+// attempt in flight when Run is asked to end is completed (within
+// SendTimeout) and recorded, so that a clean stop never causes a second
+// delivery.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return nil
+	}
+	if w.done != nil || !w.ob.running.CompareAndSwap(false, true) {
+		w.mu.Unlock()
+		return ErrWorkerRunning
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	w.cancel, w.done = cancel, done
+	w.mu.Unlock()
+
+	defer func() {
+		cancel()
+		w.ob.running.Store(false)
+		w.mu.Lock()
+		w.cancel, w.done = nil, nil
+		w.mu.Unlock()
+		close(done)
+	}()
+
+	for ctx.Err() == nil {
+		wait, err := w.pass(ctx)
+		if err != nil {
+			w.cfg.Logger.Error("notification outbox", zap.Error(err))
+			wait = w.cfg.PollInterval
+		}
+		if wait == 0 {
+			continue
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-w.ob.wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	return nil
+}
+
+// Stop ends Run and waits for it to return; later calls of Run return at
+// once. Stop may be called more than once and without Run.
+func (w *Worker) Stop() {
+	w.mu.Lock()
+	w.stopped = true
+	cancel, done := w.cancel, w.done
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// pass delivers a batch of due messages and says how long to wait before
+// the next pass: zero when more may be due, else until the next scheduled
+// attempt or the poll interval, whichever comes first.
+func (w *Worker) pass(ctx context.Context) (time.Duration, error) {
+	var ids []uint64
+	var next time.Time
+	err := w.ob.db.View(func(tx *bbolt.Tx) (err error) {
+		ids, next, err = due(tx, time.Now(), batchSize)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		if err := w.deliver(ctx, id); err != nil {
+			return 0, err
+		}
+	}
+	if len(ids) > 0 {
+		return 0, nil
+	}
+	wait := w.cfg.PollInterval
+	if !next.IsZero() {
+		wait = max(min(wait, time.Until(next)), time.Millisecond)
+	}
+	return wait, nil
+}
+
+// deliver makes one attempt at message id and records its result. The
+// returned error is a storage error; delivery errors are recorded.
+func (w *Worker) deliver(ctx context.Context, id uint64) error {
+	var (
+		m   Message
+		rec record
+		ok  bool
+	)
+	loadErr := w.ob.db.View(func(tx *bbolt.Tx) (err error) {
+		m, rec, ok, err = load(tx, id)
+		return err
+	})
+	if !ok {
+		return loadErr // dropped meanwhile, or a storage error
+	}
+	lg := w.cfg.Logger.With(zap.Uint64("message_id", id), zap.String("channel", string(rec.Channel)), zap.String("ref", rec.Ref))
+	if loadErr != nil {
+		lg.Error("notification unreadable, deleted", zap.Error(loadErr))
+		if rec.Channel == Email || rec.Channel == SMS {
+			w.outcome(rec.Channel, OutcomeFailed)
+		}
+		return w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) })
+	}
+
+	sendErr := w.send(ctx, m)
+	if sendErr == nil {
+		w.outcome(m.Channel, OutcomeSent)
+		if err := w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) }); err != nil {
+			return fmt.Errorf("message %d was delivered but stays queued and will be sent again: %w", id, err)
+		}
+		return nil
+	}
+
+	attempts := rec.Attempts + 1
+	if attempts >= w.cfg.MaxAttempts {
+		lg.Error("notification given up", zap.Int("attempts", attempts), zap.Error(sendErr))
+		w.outcome(m.Channel, OutcomeFailed)
+		return w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) })
+	}
+	delay := backoff(w.cfg.BaseDelay, w.cfg.MaxDelay, attempts)
+	lg.Warn("notification not delivered, will retry", zap.Int("attempts", attempts), zap.Duration("retry_in", delay), zap.Error(sendErr))
+	w.outcome(m.Channel, OutcomeRetry)
+	return w.update(func(tx *bbolt.Tx) error {
+		return reschedule(tx, id, time.Now().Add(delay), sendErr.Error())
+	})
+}
+
+// send runs one attempt. Its context outlives a Stop, so that the attempt in
+// flight finishes and its result is recorded instead of the message being
+// sent again later.
+func (w *Worker) send(ctx context.Context, m Message) error {
+	var s Sender
+	switch m.Channel {
+	case Email:
+		s = w.cfg.Email
+	case SMS:
+		s = w.cfg.SMS
+	}
+	if s == nil {
+		return fmt.Errorf("no %s sender is configured", m.Channel)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.SendTimeout)
+	defer cancel()
+	return s.Send(sctx, m)
+}
+
+func (w *Worker) update(fn func(tx *bbolt.Tx) error) error {
+	return w.ob.db.Update(fn)
+}
+
+func (w *Worker) outcome(ch Channel, outcome string) {
+	if w.cfg.OnOutcome != nil {
+		w.cfg.OnOutcome(string(ch), outcome)
+	}
+}

@@ -1,0 +1,136 @@
+package keystore
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// Request is what the key check looks at.
+type Request struct {
+	Service Service
+	// Authorization holds every Authorization header value of the request.
+	Authorization []string
+	// ClientIP is the address Caddy decided on (client_ip).
+	ClientIP     netip.Addr
+	Method, Path string
+	Now          time.Time
+}
+
+// Decision is the outcome of the key check. Reason is empty when the use
+// is authorized; otherwise it is the problem code of the refusal and
+// Status its HTTP status.
+type Decision struct {
+	Status    int
+	Reason    string
+	Entry     *Entry     // the key, once the token is known
+	Operation *Operation // the operation, once the route is known
+	Allow     []string   // for 405
+	// Missing is the privilege the key lacks (for the 403's scope).
+	Missing Privilege
+}
+
+// Authorized reports whether the use is allowed.
+func (d *Decision) Authorized() bool { return d.Reason == "" }
+
+// Key returns the snapshot of the decided key, or nil.
+func (d *Decision) Key() *Key {
+	if d.Entry == nil {
+		return nil
+	}
+	return &d.Entry.snap.Load().key
+}
+
+// Authorize runs steps 1 to 6 of gateway.md in order against table, with
+// lookup finding a key by token hash. It changes nothing: counting the use
+// is the caller's, once it decides to hand the request on.
+func Authorize(req *Request, table *Table, lookup func(TokenHash) *Entry) Decision {
+	// 1. The header.
+	if len(req.Authorization) == 0 {
+		return refuse(http.StatusUnauthorized, problem.CodeMissingKey)
+	}
+	token, ok := bearerToken(req.Authorization)
+	if !ok {
+		return refuse(http.StatusUnauthorized, problem.CodeInvalidKey)
+	}
+	// 2. The key.
+	var e *Entry
+	if wellFormedToken(token) {
+		e = lookup(HashToken(token))
+	}
+	if e == nil {
+		return refuse(http.StatusUnauthorized, problem.CodeInvalidKey)
+	}
+	s := e.snap.Load()
+	if s.key.Service != req.Service {
+		return refuse(http.StatusUnauthorized, problem.CodeInvalidKey)
+	}
+	d := Decision{Entry: e}
+	// 3. The validity window, bounds included.
+	if (s.key.NotValidBefore != nil && req.Now.Before(*s.key.NotValidBefore)) ||
+		(s.key.NotValidAfter != nil && req.Now.After(*s.key.NotValidAfter)) {
+		return d.refuse(http.StatusUnauthorized, problem.CodeKeyNotValid)
+	}
+	// 4. The client address.
+	if !s.allows(req.ClientIP) {
+		return d.refuse(http.StatusForbidden, problem.CodeIPNotAllowed)
+	}
+	// 5. The route.
+	op, allow := table.Match(req.Method, req.Path)
+	if op == nil {
+		if len(allow) == 0 {
+			return d.refuse(http.StatusNotFound, problem.CodeNotFound)
+		}
+		d.Allow = allow
+		return d.refuse(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed)
+	}
+	d.Operation = op
+	// 6. The privilege.
+	if !s.has(op.Privilege) {
+		d.Missing = op.Privilege
+		return d.refuse(http.StatusForbidden, problem.CodeMissingPrivilege)
+	}
+	return d
+}
+
+func refuse(status int, reason string) Decision { return Decision{Status: status, Reason: reason} }
+
+func (d Decision) refuse(status int, reason string) Decision {
+	d.Status, d.Reason = status, reason
+	return d
+}
+
+// bearerToken reads the one "Bearer <token>" header; the scheme is
+// case-insensitive, and more than one header is refused.
+func bearerToken(values []string) (string, bool) {
+	if len(values) != 1 {
+		return "", false
+	}
+	v := values[0]
+	const scheme = "bearer "
+	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
+		return "", false
+	}
+	token := strings.TrimSpace(v[len(scheme):])
+	return token, token != ""
+}
+
+// Identity returns who the authorized use acts for.
+func (d *Decision) Identity() *Identity {
+	s := d.Entry.snap.Load()
+	id := &Identity{
+		KeyID:         s.key.ID,
+		KeyName:       s.key.Name,
+		Owner:         s.key.Owner,
+		Service:       s.key.Service,
+		Privileges:    s.key.Privileges,
+		AdminProjects: s.key.AdminProjects,
+	}
+	if d.Operation != nil {
+		id.Operation = d.Operation.Name
+	}
+	return id
+}

@@ -1,0 +1,259 @@
+package keystore
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// The two operation tables of upstreams/contracts and upstreams/share,
+// mirrored here because keystore cannot import upstreams (import cycle).
+const (
+	testContractsPrefix = "/webapi/contracts"
+	testSharePrefix     = "/webapi/share"
+)
+
+var testContractsTable = Table{
+	Service: ServiceContracts,
+	Prefix:  testContractsPrefix,
+	Operations: []Operation{
+		{Name: "search", Method: http.MethodGet, Pattern: testContractsPrefix, Privilege: PrivSearch},
+		{Name: "create", Method: http.MethodPost, Pattern: testContractsPrefix, Privilege: PrivCreate},
+		{Name: "get", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}", Privilege: PrivGet},
+		{Name: "archive", Method: http.MethodPatch, Pattern: testContractsPrefix + "/{id}", Privilege: PrivArchive},
+		{Name: "delete", Method: http.MethodDelete, Pattern: testContractsPrefix + "/{id}", Privilege: PrivDelete},
+		{Name: "attachment", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}/attachments/{attachmentId}", Privilege: PrivGet},
+	},
+}
+
+var testShareTable = Table{
+	Service: ServiceShare,
+	Prefix:  testSharePrefix,
+	Operations: []Operation{
+		{Name: "list", Method: http.MethodGet, Pattern: testSharePrefix, Privilege: PrivList},
+		{Name: "create", Method: http.MethodPost, Pattern: testSharePrefix, Privilege: PrivCreate},
+		{Name: "get", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}", Privilege: PrivGet},
+		{Name: "update", Method: http.MethodPut, Pattern: testSharePrefix + "/{uuid}", Privilege: PrivCreate},
+		{Name: "delete", Method: http.MethodDelete, Pattern: testSharePrefix + "/{uuid}", Privilege: PrivDelete},
+		{Name: "activity", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}/activity", Privilege: PrivGet},
+	},
+}
+
+// t0 is the fake clock's start.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// fakeClock is a settable clock for Keys.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+// env is a key store on a real bbolt file with everything needed to open
+// it again.
+type env struct {
+	db      *bbolt.DB
+	backend *BoltBackend
+	sealer  *Sealer
+	master  []byte
+	clock   *fakeClock
+	keys    *Keys
+}
+
+func randomKey(t testing.TB) []byte {
+	t.Helper()
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	backend, err := NewBoltBackend(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := randomKey(t)
+	sealer, err := NewSealer(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{db: db, backend: backend, sealer: sealer, master: master, clock: &fakeClock{t: t0}}
+	e.keys = e.reopen(t)
+	return e
+}
+
+// reopen loads the keys of the same backend into a fresh Keys.
+func (e *env) reopen(t testing.TB) *Keys {
+	t.Helper()
+	k, err := Open(e.backend, e.sealer, e.clock.Now)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return k
+}
+
+// input decodes a JSON body into a KeyInput, as the admin API does.
+func input(t testing.TB, body string) *KeyInput {
+	t.Helper()
+	in := new(KeyInput)
+	if err := json.Unmarshal([]byte(body), in); err != nil {
+		t.Fatalf("decoding %s: %v", body, err)
+	}
+	return in
+}
+
+func mustCreate(t testing.TB, k *Keys, body string) Key {
+	t.Helper()
+	key, err := k.Create(input(t, body))
+	if err != nil {
+		t.Fatalf("Create(%s): %v", body, err)
+	}
+	return key
+}
+
+// fieldErrors returns "field:code" for every field error of err, which
+// must be a 400 invalid_request problem.
+func fieldErrors(t testing.TB, err error) []string {
+	t.Helper()
+	var d *problem.Details
+	if !errors.As(err, &d) {
+		t.Fatalf("error %v (%T) is not a problem", err, err)
+	}
+	if d.Status != http.StatusBadRequest || d.Code != problem.CodeInvalidRequest {
+		t.Fatalf("problem %d %s, want 400 invalid_request", d.Status, d.Code)
+	}
+	out := make([]string, len(d.Errors))
+	for i, fe := range d.Errors {
+		if fe.Message == "" {
+			t.Errorf("field error %s has no message", fe.Field)
+		}
+		out[i] = fe.Field + ":" + fe.Code
+	}
+	return out
+}
+
+// memBackend is an in-memory Backend whose operations can be made to fail
+// or to wait, for tests of error paths and lock scope.
+type memBackend struct {
+	mu    sync.Mutex
+	recs  map[string][]byte // JSON, as bbolt keeps them
+	usage map[string]Usage
+	fail  error
+	// putHook, if set, runs at the start of Put, outside mu.
+	putHook func()
+}
+
+func newMemBackend() *memBackend {
+	return &memBackend{recs: map[string][]byte{}, usage: map[string]Usage{}}
+}
+
+func (m *memBackend) Load(fn func(rec *record, u Usage) error) error {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.recs))
+	for id := range m.recs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	recs := make([]*record, 0, len(ids))
+	us := make([]Usage, 0, len(ids))
+	for _, id := range ids {
+		r := new(record)
+		if err := json.Unmarshal(m.recs[id], r); err != nil {
+			m.mu.Unlock()
+			return err
+		}
+		recs = append(recs, r)
+		us = append(us, m.usage[id])
+	}
+	m.mu.Unlock()
+	for i := range recs {
+		if err := fn(recs[i], us[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *memBackend) Put(rec *record) error {
+	if m.putHook != nil {
+		m.putHook()
+	}
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	m.recs[rec.ID] = v
+	return nil
+}
+
+func (m *memBackend) Delete(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	delete(m.recs, id)
+	delete(m.usage, id)
+	return nil
+}
+
+func (m *memBackend) PutUsage(batch []Usage) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	for _, u := range batch {
+		if _, ok := m.recs[u.KeyID]; ok {
+			m.usage[u.KeyID] = u
+		}
+	}
+	return nil
+}
+
+func (m *memBackend) setFail(err error) {
+	m.mu.Lock()
+	m.fail = err
+	m.mu.Unlock()
+}
+
+func (m *memBackend) has(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.recs[id]
+	return ok
+}

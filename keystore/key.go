@@ -1,0 +1,139 @@
+// Package keystore holds API keys: their model and rules, token handling,
+// persistence, the in-memory lookup index with usage counters, and the
+// authorization decision. It knows nothing of Caddy.
+package keystore
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Key is an API key as administrators see it (gateway.md, Keys). The token
+// itself is never part of it, except once in the reply to a create.
+type Key struct {
+	ID                   string      `json:"id"`
+	Service              Service     `json:"service"`
+	Name                 string      `json:"name"`
+	Description          string      `json:"description"`
+	Owner                string      `json:"owner"`
+	Privileges           []Privilege `json:"privileges"`
+	NotValidBefore       *time.Time  `json:"notValidBefore"`
+	NotValidAfter        *time.Time  `json:"notValidAfter"`
+	AllowedIPs           []string    `json:"allowedIps"`
+	AdminProjects        []string    `json:"adminProjects,omitempty"`
+	CreationTime         time.Time   `json:"creationTime"`
+	LastModificationTime time.Time   `json:"lastModificationTime"`
+	LastUsageTime        *time.Time  `json:"lastUsageTime"`
+	UsageCount           uint64      `json:"usageCount"`
+	TokenPrefix          string      `json:"tokenPrefix"`
+	// Token is set only in the reply to a create.
+	Token string `json:"token,omitempty"`
+}
+
+// record is a key as it is persisted: the administrators' view plus the
+// token's lookup hash and its sealed form. Usage lives apart (Usage), since
+// it changes far more often than the key.
+type record struct {
+	Key
+	TokenHash   []byte `json:"tokenHash"`
+	SealedToken []byte `json:"sealedToken"`
+}
+
+// Usage is a key's usage as flushed to storage.
+type Usage struct {
+	KeyID     string
+	Count     uint64
+	LastUsage time.Time // zero: never used
+}
+
+// compiled is an immutable snapshot of a key in the form the key check
+// reads: parsed ranges and a privilege bitmask, so a request allocates
+// nothing to check them.
+type compiled struct {
+	key      Key
+	hash     TokenHash
+	sealed   []byte
+	prefixes []netip.Prefix
+	// restricted is set when the key lists addresses at all: a listed
+	// entry that fails to parse narrows the key, it never opens it to all.
+	restricted bool
+	privs      uint8
+}
+
+func privBit(p Privilege) uint8 {
+	switch p {
+	case PrivGet:
+		return 1 << 0
+	case PrivSearch:
+		return 1 << 1
+	case PrivCreate:
+		return 1 << 2
+	case PrivArchive:
+		return 1 << 3
+	case PrivDelete:
+		return 1 << 4
+	case PrivList:
+		return 1 << 5
+	}
+	return 0
+}
+
+func compile(rec *record) *compiled {
+	c := &compiled{key: rec.Key, sealed: rec.SealedToken}
+	copy(c.hash[:], rec.TokenHash)
+	c.key.Token = ""
+	for _, p := range rec.Privileges {
+		c.privs |= privBit(p)
+	}
+	c.restricted = len(rec.AllowedIPs) > 0
+	for _, s := range rec.AllowedIPs {
+		if p, ok := parseRange(s); ok {
+			c.prefixes = append(c.prefixes, p)
+		}
+	}
+	return c
+}
+
+// parseRange reads an address or CIDR range as a prefix; a plain address
+// is a range of one. IPv4-mapped IPv6 forms are read as the IPv4 they map,
+// since client addresses are compared unmapped.
+func parseRange(s string) (netip.Prefix, bool) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		a, bits := p.Addr(), p.Bits()
+		if a.Is4In6() {
+			// ::ffff:a.b.c.d/n is the IPv4 range a.b.c.d/(n-96); a shorter
+			// prefix reaches beyond the mapped space and is refused.
+			if bits < 96 {
+				return netip.Prefix{}, false
+			}
+			a, bits = a.Unmap(), bits-96
+		}
+		p = netip.PrefixFrom(a, bits).Masked()
+		return p, p.IsValid()
+	}
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), true
+	}
+	return netip.Prefix{}, false
+}
+
+// has reports whether the snapshot holds privilege p.
+func (c *compiled) has(p Privilege) bool { return c.privs&privBit(p) != 0 }
+
+// allows reports whether ip may use the key: any address when the list is
+// empty, else one inside a listed range.
+func (c *compiled) allows(ip netip.Addr) bool {
+	if !c.restricted {
+		return true
+	}
+	// A zone (fe80::1%eth0) names the link, not the host: compare the
+	// address, as netip.Prefix.Contains never matches a zoned one.
+	ip = ip.Unmap().WithZone("")
+	for _, p := range c.prefixes {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}

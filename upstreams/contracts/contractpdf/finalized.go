@@ -1,0 +1,92 @@
+package contractpdf
+
+import (
+	"fmt"
+)
+
+// typedSize is the type size of a rendered (typed) signature, large enough
+// to read as a signature rather than as body text.
+const typedSize = 26.0
+
+// Finalized renders the signed contract: the template title and body, then
+// each signer's signature (image or typed name) with name and date, then,
+// for signers with AppendSignatureMacro, a signature block (name, date,
+// "Signed electronically") at the end. Every signer must have signed.
+func Finalized(in Input) ([]byte, error) {
+	if err := in.checkSigned(); err != nil {
+		return nil, err
+	}
+	images := make([]sigImage, len(in.Signers))
+	for i, s := range in.Signers {
+		if s.Method == MethodRender {
+			continue
+		}
+		img, err := prepareImage(s.Signature)
+		if err != nil {
+			return nil, fmt.Errorf("contractpdf: signer %d (%s): %w", i, s.FullName, err)
+		}
+		images[i] = img
+	}
+
+	d := newDocument(&in, in.TemplateTitle, fmt.Sprintf("%s · %s", in.Name, in.ContractID))
+	d.heading(in.TemplateTitle, 18)
+	d.note(fmt.Sprintf("Contract “%s” · %s · created %s", in.Name, in.ContractID, timestamp(in.Created)))
+	d.f.Ln(4)
+	d.paragraph(in.Body, "", bodySize)
+
+	d.f.Ln(8)
+	d.heading("Signatures", 14)
+	for i, s := range in.Signers {
+		// Name, signature and caption stay together on one page.
+		d.ensureSpace(lineHeight + sigMaxH + 3*lineHeight)
+		d.paragraph(s.FullName, "B", bodySize)
+		d.f.Ln(1)
+		if s.Method == MethodRender {
+			d.paragraph(s.TypedName, "I", typedSize)
+		} else if err := d.place(fmt.Sprintf("signature-%d", i), images[i]); err != nil {
+			return nil, err
+		}
+		d.f.Ln(1)
+		d.rule(sigMaxW)
+		d.f.Ln(1)
+		d.note(fmt.Sprintf("Signed %s · %s", timestamp(s.DecisionTime), methodLabel(s.Method)))
+		d.f.Ln(5)
+	}
+
+	for _, s := range in.Signers {
+		if s.AppendSignatureMacro {
+			d.signatureBlock(s)
+		}
+	}
+	return d.bytes()
+}
+
+// signatureBlock is the signature macro of the host platform as printed:
+// a framed box with the signer's name, the date and "Signed electronically".
+func (d *document) signatureBlock(s Signer) {
+	const w, h = 80.0, 3*lineHeight + 4
+	d.ensureSpace(h + 4)
+	x, y := d.f.GetXY()
+	d.f.SetLineWidth(0.3)
+	d.f.Rect(x, y, w, h, "D")
+	d.f.SetXY(x+3, y+2)
+	d.f.SetFont(family, "B", bodySize)
+	d.f.CellFormat(w-6, lineHeight, d.fit(printable(s.FullName), w-6), "", 2, "L", false, 0, "")
+	d.f.SetFont(family, "", smallSize+1)
+	d.f.CellFormat(w-6, lineHeight, timestamp(s.DecisionTime), "", 2, "L", false, 0, "")
+	d.f.SetFont(family, "I", smallSize+1)
+	d.f.CellFormat(w-6, lineHeight, "Signed electronically", "", 2, "L", false, 0, "")
+	d.f.SetXY(x, y+h+4)
+}
+
+func methodLabel(method string) string {
+	switch method {
+	case MethodUpload:
+		return "uploaded signature image"
+	case MethodDraw:
+		return "signature drawn on the signing page"
+	case MethodRender:
+		return "typed name"
+	}
+	return method
+}

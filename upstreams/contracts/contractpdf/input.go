@@ -1,0 +1,107 @@
+// Package contractpdf renders the two PDFs of a completed contract: the
+// finalized document (the contract text followed by its signatures) and the
+// certificate that records how each signer decided, with the SHA-256 of the
+// finalized document tying the two together.
+//
+// The package takes plain data and knows nothing of storage or HTTP, so
+// that rendering can be tested, and changed, apart from the signing flow.
+// Text is set in the embedded Go fonts, which cover Latin, Greek and
+// Cyrillic, so signers' names print as typed.
+package contractpdf
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Signing methods, as in the API's signerSigningMethods.
+const (
+	MethodUpload = "upload" // an uploaded PNG or JPEG image
+	MethodRender = "render" // a typed name, set in a script-like font
+	MethodDraw   = "draw"   // a PNG drawn on the signing page
+)
+
+// Decisions, as in the API.
+const (
+	DecisionSigned   = "signed"
+	DecisionRejected = "rejected"
+)
+
+// Input is a contract as the PDFs show it.
+type Input struct {
+	ContractID    string
+	Name          string
+	TemplateTitle string
+	// Body is the template body: plain text, paragraphs separated by
+	// newlines.
+	Body    string
+	Created time.Time
+	Signers []Signer
+}
+
+// Signer is one signer and what they did.
+type Signer struct {
+	FullName string
+	Email    string
+	Phone    string
+	// Method is MethodUpload, MethodRender or MethodDraw; empty for a
+	// signer who did not sign.
+	Method string
+	// Signature holds the PNG or JPEG image for MethodUpload and
+	// MethodDraw.
+	Signature []byte
+	// TypedName is the name typed for MethodRender.
+	TypedName            string
+	AppendSignatureMacro bool
+	// Decision is DecisionSigned, DecisionRejected or empty (undecided).
+	Decision     string
+	DecisionTime time.Time
+	DecisionIP   string
+	// Opened is when the signer first opened the signing page; zero if
+	// never.
+	Opened time.Time
+}
+
+// completedAt is the latest decision, the moment the contract was
+// complete; it dates both PDFs, so equal input gives equal metadata.
+func (in *Input) completedAt() time.Time {
+	t := in.Created
+	for _, s := range in.Signers {
+		if s.DecisionTime.After(t) {
+			t = s.DecisionTime
+		}
+	}
+	return t.UTC()
+}
+
+// checkSigned verifies that the contract is complete and that every
+// signature can be drawn.
+func (in *Input) checkSigned() error {
+	if len(in.Signers) == 0 {
+		return errors.New("contractpdf: contract has no signers")
+	}
+	var errs []error
+	for i, s := range in.Signers {
+		if s.Decision != DecisionSigned {
+			errs = append(errs, fmt.Errorf("signer %d (%s) has not signed", i, s.FullName))
+			continue
+		}
+		switch s.Method {
+		case MethodUpload, MethodDraw:
+			if len(s.Signature) == 0 {
+				errs = append(errs, fmt.Errorf("signer %d (%s): %s signature has no image", i, s.FullName, s.Method))
+			}
+		case MethodRender:
+			if s.TypedName == "" {
+				errs = append(errs, fmt.Errorf("signer %d (%s): rendered signature has no typed name", i, s.FullName))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("signer %d (%s): unknown signing method %q", i, s.FullName, s.Method))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("contractpdf: %w", errors.Join(errs...))
+	}
+	return nil
+}

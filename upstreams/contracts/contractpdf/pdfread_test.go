@@ -1,0 +1,103 @@
+package contractpdf
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"unicode/utf16"
+
+	"github.com/ledongthuc/pdf"
+)
+
+// parsed is what the tests read back from a generated PDF.
+type parsed struct {
+	pages int
+	// text holds each shown string on its own line, in content order.
+	text string
+	// images are the image XObjects drawn by the pages (Do operator).
+	images []imageInfo
+}
+
+type imageInfo struct {
+	w, h   int64
+	filter string
+}
+
+// readPDF opens data with github.com/ledongthuc/pdf and extracts the text
+// and the drawn images.
+//
+// The parser's own text extraction maps fpdf's ToUnicode range
+// <0000>-<FFFF> by incrementing only the last byte, which garbles
+// characters above U+00FF (Cyrillic came out as control characters). So
+// the text operators are interpreted here: the fonts are checked to be
+// Identity-H Type0 fonts with that identity ToUnicode map, under which a
+// shown string is UTF-16BE.
+func readPDF(t *testing.T, data []byte) parsed {
+	t.Helper()
+	r, err := pdf.NewReader(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatalf("PDF does not parse: %v", err)
+	}
+	var out parsed
+	out.pages = r.NumPage()
+	var text strings.Builder
+	seenImage := map[string]bool{}
+	for i := 1; i <= out.pages; i++ {
+		p := r.Page(i)
+		for _, name := range p.Fonts() {
+			checkIdentityFont(t, p.Font(name).V)
+		}
+		xobjects := p.Resources().Key("XObject")
+		pdf.Interpret(p.V.Key("Contents"), func(stk *pdf.Stack, op string) {
+			args := make([]pdf.Value, stk.Len())
+			for j := len(args) - 1; j >= 0; j-- {
+				args[j] = stk.Pop()
+			}
+			switch op {
+			case "Tj":
+				text.WriteString(utf16be(args[0].RawString()))
+				text.WriteByte('\n')
+			case "TJ":
+				for j := 0; j < args[0].Len(); j++ {
+					if s := args[0].Index(j); s.Kind() == pdf.String {
+						text.WriteString(utf16be(s.RawString()))
+					}
+				}
+				text.WriteByte('\n')
+			case "Do":
+				name := args[0].Name()
+				x := xobjects.Key(name)
+				if x.Key("Subtype").Name() == "Image" && !seenImage[name] {
+					seenImage[name] = true
+					out.images = append(out.images, imageInfo{w: x.Key("Width").Int64(), h: x.Key("Height").Int64(), filter: x.Key("Filter").Name()})
+				}
+			}
+		})
+	}
+	out.text = text.String()
+	return out
+}
+
+func checkIdentityFont(t *testing.T, font pdf.Value) {
+	t.Helper()
+	if font.Key("Subtype").Name() != "Type0" || font.Key("Encoding").Name() != "Identity-H" {
+		t.Fatalf("font %v is not an Identity-H Type0 font", font)
+	}
+	var cmap bytes.Buffer
+	rd := font.Key("ToUnicode").Reader()
+	defer rd.Close()
+	if _, err := cmap.ReadFrom(rd); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(cmap.String(), "<0000> <FFFF> <0000>") {
+		t.Fatalf("ToUnicode map is not the identity: %s", cmap.String())
+	}
+}
+
+func utf16be(s string) string {
+	u := make([]uint16, 0, len(s)/2)
+	for i := 0; i+1 < len(s); i += 2 {
+		u = append(u, uint16(s[i])<<8|uint16(s[i+1]))
+	}
+	return string(utf16.Decode(u))
+}
