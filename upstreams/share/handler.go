@@ -1,0 +1,265 @@
+package share
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
+)
+
+// api serves the External Share Web API. The gateway has checked the key
+// and put its identity in the request context before a request gets here.
+type api struct{ s *Store }
+
+// NewHandler returns the API under /webapi/share. Its routes are built
+// from the rows of Operations, the table the key check reads, so the two
+// can never disagree on what a path means.
+func NewHandler(s *Store) http.Handler {
+	h := &api{s: s}
+	byName := map[string]http.HandlerFunc{
+		"list":     h.list,
+		"create":   h.create,
+		"get":      h.get,
+		"update":   h.update,
+		"delete":   h.delete,
+		"activity": h.activity,
+	}
+	mux := http.NewServeMux()
+	for _, op := range Operations.Operations {
+		fn, ok := byName[op.Name]
+		if !ok {
+			panic("share: no handler for operation " + op.Name)
+		}
+		mux.Handle(op.Method+" "+op.Pattern, fn)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op, allow := Operations.Match(r.Method, r.URL.Path)
+		if op == nil {
+			if len(allow) > 0 {
+				w.Header().Set("Allow", strings.Join(allow, ", "))
+				problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed,
+					"use "+strings.Join(allow, ", ")+" on this path"))
+				return
+			}
+			problem.Write(w, problem.NotFound("no such path"))
+			return
+		}
+		if keystore.IdentityFrom(r.Context()) == nil {
+			s.log.Error("share: request without key identity; is webapi_auth in front of webapi_share?")
+			problem.Write(w, problem.Internal())
+			return
+		}
+		r = r.WithContext(withClientIP(r.Context(), clientip.From(r)))
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// fail writes err as a problem and logs what a 500 hides.
+func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if _, ok := err.(*problem.Details); !ok {
+		h.s.log.Error("share: request failed", zap.String("method", r.Method),
+			zap.String("path", r.URL.Path), zap.Error(err))
+	}
+	problem.WriteError(w, err)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// queryParams checks that q holds only the names in allowed, each once,
+// and reports every other one.
+func queryParams(q url.Values, f *problem.Fields, allowed ...string) {
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		known := false
+		for _, a := range allowed {
+			known = known || a == name
+		}
+		switch {
+		case !known:
+			f.Add(name, "unknown_parameter", name+" is not a known query parameter")
+		case len(q[name]) > 1:
+			f.Add(name, "invalid", name+" must be given once")
+		}
+	}
+}
+
+// intParam reads an integer query parameter; absent gives def.
+func intParam(q url.Values, name string, def int, f *problem.Fields) int {
+	v, ok := q[name]
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v[0])
+	if err != nil {
+		f.Add(name, "invalid", name+" must be an integer")
+		return def
+	}
+	return n
+}
+
+// filterParam reads an id filter: absent is "", present must be 1-255
+// printable ASCII.
+func filterParam(q url.Values, name string, f *problem.Fields) string {
+	v, ok := q[name]
+	if !ok {
+		return ""
+	}
+	checkID(f, name, v[0])
+	return v[0]
+}
+
+func (h *api) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var f problem.Fields
+	queryParams(q, &f, "sort", "sortOrder", "limit", "offset", "issueId", "userId", "projectId")
+	lq := ListQuery{
+		Limit:     intParam(q, "limit", defaultListLimit, &f),
+		Offset:    intParam(q, "offset", 0, &f),
+		IssueID:   filterParam(q, "issueId", &f),
+		UserID:    filterParam(q, "userId", &f),
+		ProjectID: filterParam(q, "projectId", &f),
+		Sort:      "id",
+	}
+	if v, ok := q["sort"]; ok {
+		lq.Sort = v[0]
+		if !slices.Contains(SortFields, lq.Sort) {
+			f.Add("sort", "invalid", "sort must be one of "+strings.Join(SortFields, ", "))
+		}
+	}
+	if v, ok := q["sortOrder"]; ok {
+		switch strings.ToLower(v[0]) {
+		case "asc":
+		case "desc":
+			lq.Desc = true
+		default:
+			f.Add("sortOrder", "invalid", "sortOrder must be asc or desc")
+		}
+	}
+	if lq.Limit < 1 || lq.Limit > maxListLimit {
+		f.Add("limit", "out_of_range", "limit must be 1 to 1000")
+	}
+	if lq.Offset < 0 {
+		f.Add("offset", "out_of_range", "offset must be 0 or more")
+	}
+	if err := f.Err(); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	shares, total, err := h.s.List(r.Context(), keystore.IdentityFrom(r.Context()), lq)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.Header().Set("X-Total-Count", strconv.Itoa(total))
+	writeJSON(w, http.StatusOK, shares)
+}
+
+// noQuery refuses query parameters on operations that take none.
+func (h *api) noQuery(w http.ResponseWriter, r *http.Request) bool {
+	var f problem.Fields
+	queryParams(r.URL.Query(), &f)
+	if err := f.Err(); err != nil {
+		h.fail(w, r, err)
+		return false
+	}
+	return true
+}
+
+func (h *api) create(w http.ResponseWriter, r *http.Request) {
+	if !h.noQuery(w, r) {
+		return
+	}
+	var in CreateRequest
+	if err := problem.DecodeJSON(w, r, &in); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	sh, err := h.s.Create(r.Context(), keystore.IdentityFrom(r.Context()), &in)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", Prefix+"/"+sh.UUID)
+	writeJSON(w, http.StatusCreated, sh)
+}
+
+func (h *api) get(w http.ResponseWriter, r *http.Request) {
+	if !h.noQuery(w, r) {
+		return
+	}
+	sh, err := h.s.Get(r.Context(), keystore.IdentityFrom(r.Context()), r.PathValue("uuid"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sh)
+}
+
+func (h *api) update(w http.ResponseWriter, r *http.Request) {
+	if !h.noQuery(w, r) {
+		return
+	}
+	var in CreateRequest
+	if err := problem.DecodeJSON(w, r, &in); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	sh, err := h.s.Update(r.Context(), keystore.IdentityFrom(r.Context()), r.PathValue("uuid"), &in)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sh)
+}
+
+func (h *api) delete(w http.ResponseWriter, r *http.Request) {
+	if !h.noQuery(w, r) {
+		return
+	}
+	if err := h.s.Delete(r.Context(), keystore.IdentityFrom(r.Context()), r.PathValue("uuid")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *api) activity(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var f problem.Fields
+	queryParams(q, &f, "limit", "offset")
+	limit := intParam(q, "limit", defaultActivityLimit, &f)
+	offset := intParam(q, "offset", 0, &f)
+	if limit < 1 || limit > maxActivityLimit {
+		f.Add("limit", "out_of_range", "limit must be 1 to 1000")
+	}
+	if offset < 0 {
+		f.Add("offset", "out_of_range", "offset must be 0 or more")
+	}
+	if err := f.Err(); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	list, err := h.s.Activity(r.Context(), keystore.IdentityFrom(r.Context()), r.PathValue("uuid"), limit, offset)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}

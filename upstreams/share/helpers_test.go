@@ -1,0 +1,267 @@
+package share
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
+)
+
+// clock is a settable Config.Now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// Callers of the tests: alice and carol own shares; bob administers P1;
+// root administers everything; dave has no rights at all.
+var (
+	alice = &keystore.Identity{KeyID: "k-alice", Owner: "alice", Service: keystore.ServiceShare}
+	carol = &keystore.Identity{KeyID: "k-carol", Owner: "carol", Service: keystore.ServiceShare}
+	bob   = &keystore.Identity{KeyID: "k-bob", Owner: "bob", Service: keystore.ServiceShare, AdminProjects: []string{"P1"}}
+	root  = &keystore.Identity{KeyID: "k-root", Owner: "root", Service: keystore.ServiceShare, AdminProjects: []string{"*"}}
+	dave  = &keystore.Identity{KeyID: "k-dave", Owner: "dave", Service: keystore.ServiceShare}
+)
+
+var testStart = time.Date(2025, 11, 24, 12, 0, 0, 0, time.UTC)
+
+// cheapArgon keeps the tests fast; TestPasswordHashFormat checks the
+// default parameters.
+var cheapArgon = Argon2Params{Memory: 64, Time: 1, Threads: 1}
+
+type env struct {
+	t      *testing.T
+	db     *bbolt.DB
+	clock  *clock
+	store  *Store
+	api    http.Handler
+	viewer http.Handler
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	c := &clock{t: testStart}
+	s, err := NewStore(Config{DB: db, PublicBaseURL: "http://localhost:8080/", CookieKey: bytes.Repeat([]byte{7}, 32),
+		Now: c.Now, PasswordParams: cheapArgon})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, db: db, clock: c, store: s, api: NewHandler(s), viewer: NewViewer(s)}
+}
+
+func (e *env) nowMs() int64 { return e.clock.Now().UnixMilli() }
+
+// call sends an API request as caller (nil: no identity in context).
+func (e *env) call(caller *keystore.Identity, method, path string, body any) *httptest.ResponseRecorder {
+	e.t.Helper()
+	var rd *bytes.Reader
+	switch b := body.(type) {
+	case nil:
+		rd = bytes.NewReader(nil)
+	case string:
+		rd = bytes.NewReader([]byte(b))
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req := httptest.NewRequest(method, path, rd)
+	req.RemoteAddr = "198.51.100.7:40000"
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if caller != nil {
+		req = req.WithContext(keystore.WithIdentity(req.Context(), caller))
+	}
+	w := httptest.NewRecorder()
+	e.api.ServeHTTP(w, req)
+	return w
+}
+
+// create makes a share through the store and fails the test on error.
+func (e *env) create(caller *keystore.Identity, in *CreateRequest) *Share {
+	e.t.Helper()
+	sh, err := e.store.Create(context.Background(), caller, in)
+	if err != nil {
+		e.t.Fatalf("create: %v", err)
+	}
+	return sh
+}
+
+func (e *env) stored(uuid string) *record {
+	e.t.Helper()
+	var r *record
+	if err := e.db.View(func(tx *bbolt.Tx) error {
+		var err error
+		r, err = loadByUUID(tx, uuid)
+		return err
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func str(s string) *string { return &s }
+func i64(v int64) *int64   { return &v }
+
+func issueShare(issue, project string) *CreateRequest {
+	in := &CreateRequest{Type: TypeIssue, IssueID: str(issue)}
+	if project != "" {
+		in.ProjectID = str(project)
+	}
+	return in
+}
+
+func decode[T any](t *testing.T, w *httptest.ResponseRecorder) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil {
+		t.Fatalf("decoding %q: %v", w.Body.String(), err)
+	}
+	return v
+}
+
+// wantProblem checks a problem reply's status, code and field errors
+// (field:code pairs, in any order).
+func wantProblem(t *testing.T, w *httptest.ResponseRecorder, status int, code string, fields ...string) problem.Details {
+	t.Helper()
+	if w.Code != status {
+		t.Fatalf("status %d, want %d: %s", w.Code, status, w.Body.String())
+	}
+	if ct := w.Header().Get("Content-Type"); ct != problem.ContentType {
+		t.Fatalf("Content-Type %q, want %q", ct, problem.ContentType)
+	}
+	d := decode[problem.Details](t, w)
+	if d.Code != code || d.Status != status || d.Detail == "" {
+		t.Fatalf("problem %+v, want code %s", d, code)
+	}
+	var got []string
+	for _, fe := range d.Errors {
+		got = append(got, fe.Field+":"+fe.Code)
+	}
+	slices.Sort(got)
+	want := slices.Clone(fields)
+	slices.Sort(want)
+	if len(fields) > 0 && !slices.Equal(got, want) {
+		t.Fatalf("field errors %v, want %v", got, want)
+	}
+	return d
+}
+
+// checkIndexes rebuilds every index entry and counter from the stored
+// records and compares them with what the buckets hold.
+func (e *env) checkIndexes() {
+	e.t.Helper()
+	err := e.db.View(func(tx *bbolt.Tx) error {
+		want := map[string]string{}
+		counts := map[string]uint64{}
+		uuids := 0
+		err := tx.Bucket(bucketShares).ForEach(func(k, v []byte) error {
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			for d := range numDims {
+				dv, ok := dimValue(&r, d)
+				if !ok {
+					continue
+				}
+				for o := range numOrders {
+					want[string(indexBuckets[d][o])+"|"+string(indexKey(d, o, dv, &r))] = string(encodeMeta(&r))
+				}
+			}
+			for _, ck := range recordCountKeys(&r) {
+				counts[string(ck)]++
+			}
+			uuids++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		got := map[string]string{}
+		for d := range numDims {
+			for o := range numOrders {
+				name := indexBuckets[d][o]
+				_ = tx.Bucket(name).ForEach(func(k, v []byte) error {
+					got[string(name)+"|"+string(k)] = string(v)
+					return nil
+				})
+			}
+		}
+		if len(got) != len(want) {
+			e.t.Fatalf("index holds %d entries, want %d", len(got), len(want))
+		}
+		for k, v := range want {
+			if got[k] != v {
+				e.t.Fatalf("index entry %q is wrong or missing", k)
+			}
+		}
+		gotCounts := map[string]uint64{}
+		_ = tx.Bucket(bucketShareCounts).ForEach(func(k, v []byte) error {
+			gotCounts[string(k)] = readCount(tx.Bucket(bucketShareCounts), k)
+			return nil
+		})
+		if len(gotCounts) != len(counts) {
+			e.t.Fatalf("counters %v, want %v", gotCounts, counts)
+		}
+		for k, n := range counts {
+			if gotCounts[k] != n {
+				e.t.Fatalf("counter %q = %d, want %d", k, gotCounts[k], n)
+			}
+		}
+		if n := tx.Bucket(bucketShareUUIDs).Stats().KeyN; n != uuids {
+			e.t.Fatalf("uuid index holds %d, want %d", n, uuids)
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// activityEntries counts the stored activity entries of every share.
+func (e *env) activityEntries() int {
+	n := 0
+	_ = e.db.View(func(tx *bbolt.Tx) error {
+		n = tx.Bucket(bucketShareActivity).Stats().KeyN
+		return nil
+	})
+	return n
+}

@@ -1,0 +1,355 @@
+package share
+
+import (
+	"errors"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/bbolt"
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
+)
+
+// The public page's routes, under /s/ and without an API key.
+const (
+	pagePattern   = "/s/{uuid}"
+	unlockPattern = "/s/{uuid}/unlock"
+	maxUnlockBody = 64 << 10
+)
+
+// publicView is what an outside party sees of a share: what is shared,
+// not who shared it nor who else may open it.
+type publicView struct {
+	UUID         string        `json:"uuid"`
+	Type         string        `json:"type"`
+	IssueID      *string       `json:"issueId"`
+	ProjectID    *string       `json:"projectId"`
+	Board        *Board        `json:"board"`
+	JQL          *string       `json:"jql"`
+	Expiration   *int64        `json:"expiration"`
+	FieldsConfig *FieldsConfig `json:"fieldsConfig"`
+}
+
+func newPublicView(r *record) *publicView {
+	v := &publicView{UUID: r.UUID, Type: r.Type, IssueID: nonEmpty(r.IssueID), ProjectID: nonEmpty(r.ProjectID),
+		Board: r.Board, JQL: r.JQL, FieldsConfig: r.FieldsConfig}
+	if r.Expiration != 0 {
+		exp := r.Expiration
+		v.Expiration = &exp
+	}
+	return v
+}
+
+type viewer struct{ s *Store }
+
+// NewViewer returns the public share pages: GET /s/{uuid} (HTML, or JSON
+// with Accept: application/json) and POST /s/{uuid}/unlock.
+func NewViewer(s *Store) http.Handler {
+	v := &viewer{s: s}
+	mux := http.NewServeMux()
+	mux.HandleFunc(http.MethodGet+" "+pagePattern, v.page)
+	mux.HandleFunc(http.MethodPost+" "+unlockPattern, v.unlock)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var allow string
+		switch {
+		case keystore.MatchPattern(pagePattern, r.URL.Path):
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				allow = "GET, HEAD"
+			}
+		case keystore.MatchPattern(unlockPattern, r.URL.Path):
+			if r.Method != http.MethodPost {
+				allow = "POST"
+			}
+		default:
+			v.fail(w, r, problem.NotFound("no such page"))
+			return
+		}
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+			v.fail(w, r, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "use "+allow+" on this path"))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// wantsJSON reports whether the client asked for JSON: an Accept that
+// names a JSON type before any HTML type.
+func wantsJSON(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch {
+		case problem.IsJSON(mt):
+			return true
+		case mt == "text/html" || mt == "application/xhtml+xml":
+			return false
+		}
+	}
+	return false
+}
+
+// fail answers a problem JSON to a JSON client and a page to a person.
+func (v *viewer) fail(w http.ResponseWriter, r *http.Request, err error) {
+	d, ok := err.(*problem.Details)
+	if !ok {
+		v.s.log.Error("share: page request failed", zap.String("path", r.URL.Path), zap.Error(err))
+		d = problem.Internal()
+	}
+	if wantsJSON(r) {
+		problem.Write(w, d)
+		return
+	}
+	writePage(w, &pageData{Status: d.Status, Title: d.Title, Message: pageMessage(d)})
+}
+
+func pageMessage(d *problem.Details) string {
+	switch d.Code {
+	case problem.CodeNotFound:
+		return "This share does not exist, or it was removed."
+	case problem.CodeGone:
+		return "This share has expired."
+	case problem.CodeInternal:
+		return "Something went wrong. Please try again later."
+	}
+	return d.Detail
+}
+
+// open reads the share named in the path for an outside party: unknown
+// is 404, expired 410.
+func (v *viewer) open(r *http.Request, now time.Time) (*record, error) {
+	var rec *record
+	err := v.s.db.View(func(tx *bbolt.Tx) error {
+		var err error
+		rec, err = loadByUUID(tx, r.PathValue("uuid"))
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case rec == nil:
+		return nil, problem.NotFound("no share with this uuid")
+	case rec.expired(now.UnixMilli()):
+		return nil, problem.New(http.StatusGone, problem.CodeGone, "the share has expired")
+	}
+	return rec, nil
+}
+
+// onList reports whether email is on the share's selected users, ignoring
+// case as mail systems do in practice.
+func (r *record) onList(email string) bool {
+	if r.SelectedUsersConfig == nil || email == "" {
+		return false
+	}
+	for _, u := range r.SelectedUsersConfig.List {
+		if strings.EqualFold(u.Email, email) {
+			return true
+		}
+	}
+	return false
+}
+
+// lockedPage is the unlock form, or for JSON a 401 naming what to send.
+func (v *viewer) locked(w http.ResponseWriter, r *http.Request, rec *record, status int, message, email string) {
+	if wantsJSON(r) {
+		d := problem.New(status, problem.CodeForbidden, message)
+		if status == http.StatusUnauthorized && message == lockedMessage {
+			if rec.selectedOnly() {
+				d.Errors = append(d.Errors, problem.FieldError{Field: "email", Code: "required", Message: "email is required to open this share"})
+			}
+			if rec.PasswordHash != "" {
+				d.Errors = append(d.Errors, problem.FieldError{Field: "password", Code: "required", Message: "password is required to open this share"})
+			}
+		}
+		problem.Write(w, d)
+		return
+	}
+	if message == lockedMessage {
+		message = ""
+	}
+	writePage(w, &pageData{Status: status, Title: "Open a share", Message: message, Locked: true,
+		AskPass: rec.PasswordHash != "", AskEmail: rec.selectedOnly(), Email: email,
+		UnlockURL: "/s/" + rec.UUID + "/unlock"})
+}
+
+const lockedMessage = "this share must be unlocked first: POST /s/{uuid}/unlock"
+
+func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
+	now := v.s.now()
+	rec, err := v.open(r, now)
+	if err != nil {
+		v.fail(w, r, err)
+		return
+	}
+	var email string
+	if rec.gated() {
+		e, ok := v.s.unlockedBy(r, rec, now)
+		if !ok || (rec.selectedOnly() && !rec.onList(e)) {
+			status := http.StatusUnauthorized
+			if !wantsJSON(r) {
+				status = http.StatusOK // a person opening a link gets the form, not an error
+			}
+			v.locked(w, r, rec, status, lockedMessage, "")
+			return
+		}
+		email = e
+	}
+	if r.Method == http.MethodGet {
+		v.s.recordPageEvent(rec.ID, Activity{Timestamp: now.UnixMilli(), Source: activitySource,
+			Action: ActionViewed, Email: nonEmpty(email), IP: ipString(r)}, true)
+	}
+	view := newPublicView(rec)
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, view)
+		return
+	}
+	title := "Shared " + strings.ToLower(rec.Type)
+	if rec.IssueID != "" {
+		title += " " + rec.IssueID
+	}
+	writePage(w, &pageData{Status: http.StatusOK, Title: title, View: view,
+		Fields: pageFields(rec.FieldsConfig), Expires: formatMillis(view.Expiration)})
+}
+
+func ipString(r *http.Request) *string {
+	if ip := clientip.From(r); ip.IsValid() {
+		s := ip.String()
+		return &s
+	}
+	return nil
+}
+
+// unlockInput is the unlock form or JSON body.
+type unlockInput struct {
+	Password string `json:"password"`
+	Email    string `json:"email"`
+}
+
+func (v *viewer) readUnlock(w http.ResponseWriter, r *http.Request) (unlockInput, error) {
+	var in unlockInput
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case problem.IsJSON(mt):
+		err := problem.DecodeJSON(w, r, &in)
+		return in, err
+	case mt == "application/x-www-form-urlencoded":
+		r.Body = http.MaxBytesReader(w, r.Body, maxUnlockBody)
+		if err := r.ParseForm(); err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				return in, problem.New(http.StatusRequestEntityTooLarge, problem.CodePayloadTooLarge, "the form is too large")
+			}
+			return in, problem.New(http.StatusBadRequest, problem.CodeInvalidRequest, "the form could not be read")
+		}
+		in.Password = r.PostForm.Get("password")
+		in.Email = strings.TrimSpace(r.PostForm.Get("email"))
+		return in, nil
+	}
+	return in, problem.New(http.StatusUnsupportedMediaType, problem.CodeUnsupportedMedia,
+		"send the unlock as application/x-www-form-urlencoded or application/json")
+}
+
+// unlock checks the password and, for a share limited to selected users,
+// the e-mail. Wrong ones answer 401, write "unlock-failed" and spend one
+// of the client's attempts; right ones set the signed cookie.
+func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
+	now := v.s.now()
+	rec, err := v.open(r, now)
+	if err != nil {
+		v.fail(w, r, err)
+		return
+	}
+	in, err := v.readUnlock(w, r)
+	if err != nil {
+		v.fail(w, r, err)
+		return
+	}
+	asJSON := wantsJSON(r) || problem.IsJSON(r.Header.Get("Content-Type"))
+	if asJSON {
+		r.Header.Set("Accept", "application/json") // answer in kind
+	}
+	if !rec.gated() {
+		v.unlocked(w, r, rec, asJSON)
+		return
+	}
+	var f problem.Fields
+	if rec.selectedOnly() && in.Email == "" {
+		f.Add("email", "required", "email is required to open this share")
+	}
+	if rec.PasswordHash != "" && in.Password == "" {
+		f.Add("password", "required", "password is required to open this share")
+	}
+	if err := f.Err(); err != nil {
+		if asJSON {
+			v.fail(w, r, err)
+			return
+		}
+		v.locked(w, r, rec, http.StatusBadRequest, "Please fill in every field.", in.Email)
+		return
+	}
+	ip := clientip.From(r)
+	res, wait := v.s.unlocks.reserve(rec.ID, ip, now)
+	if res == nil {
+		secs := int((wait + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		msg := "too many wrong attempts; try again in " + strconv.Itoa(secs) + " seconds"
+		if asJSON {
+			v.fail(w, r, problem.New(http.StatusTooManyRequests, problem.CodeRateLimited, msg))
+			return
+		}
+		v.locked(w, r, rec, http.StatusTooManyRequests, "Too many wrong attempts. Try again in "+strconv.Itoa(secs)+" seconds.", in.Email)
+		return
+	}
+	ok := !rec.selectedOnly() || rec.onList(in.Email)
+	if rec.PasswordHash != "" {
+		match, err := v.s.hasher.verify(rec.PasswordHash, in.Password)
+		if err != nil {
+			res.CancelAt(now)
+			v.fail(w, r, err)
+			return
+		}
+		ok = ok && match
+	}
+	email := ""
+	if rec.selectedOnly() {
+		email = in.Email
+	}
+	if !ok {
+		v.s.recordPageEvent(rec.ID, Activity{Timestamp: now.UnixMilli(), Source: activitySource,
+			Action: ActionUnlockFailed, Email: nonEmpty(in.Email), IP: ipString(r)}, false)
+		v.locked(w, r, rec, http.StatusUnauthorized, wrongMessage(rec), in.Email)
+		return
+	}
+	res.CancelAt(now)
+	secure := r.TLS != nil || strings.HasPrefix(v.s.baseURL, "https://")
+	http.SetCookie(w, v.s.unlockCookie(rec, email, now, secure))
+	v.unlocked(w, r, rec, asJSON)
+}
+
+func wrongMessage(rec *record) string {
+	switch {
+	case rec.PasswordHash != "" && rec.selectedOnly():
+		return "The e-mail address or the password is wrong."
+	case rec.PasswordHash != "":
+		return "The password is wrong."
+	}
+	return "This e-mail address may not open the share."
+}
+
+// unlocked sends a person back to the page and tells a JSON client 204.
+func (v *viewer) unlocked(w http.ResponseWriter, r *http.Request, rec *record, asJSON bool) {
+	w.Header().Set("Cache-Control", "no-store")
+	if asJSON {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	http.Redirect(w, r, "/s/"+rec.UUID, http.StatusSeeOther)
+}
