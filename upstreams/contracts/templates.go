@@ -1,6 +1,8 @@
 package contracts
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -22,7 +24,14 @@ type Template struct {
 	Body         string `json:"body"`
 }
 
-var bucketTemplates = []byte("templates")
+// bucketTemplates: template id → JSON Template. bucketTemplateDigests:
+// template id → SHA-256 of its title and body, computed once when the
+// template is stored, so that each contract create can name its copy of the
+// document without hashing a body of up to 1 MiB.
+var (
+	bucketTemplates       = []byte("templates")
+	bucketTemplateDigests = []byte("template_digests")
+)
 
 // maxTemplateBody bounds a template body; admin bodies are capped at 1 MiB
 // by the decoder anyway.
@@ -34,8 +43,12 @@ type Templates struct{ db *bbolt.DB }
 // NewTemplates opens the registry in db, creating its bucket.
 func NewTemplates(db *bbolt.DB) (*Templates, error) {
 	err := db.Update(func(tx *bbolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketTemplates)
-		return err
+		for _, name := range [][]byte{bucketTemplates, bucketTemplateDigests} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -72,7 +85,11 @@ func (s *Templates) Put(t Template) (created bool, err error) {
 	err = s.db.Update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketTemplates)
 		created = b.Get([]byte(t.ID)) == nil
-		return b.Put([]byte(t.ID), val)
+		if err := b.Put([]byte(t.ID), val); err != nil {
+			return err
+		}
+		d := documentDigest(t.Title, t.Body)
+		return tx.Bucket(bucketTemplateDigests).Put([]byte(t.ID), d[:])
 	})
 	return created, err
 }
@@ -96,6 +113,34 @@ func getTemplate(tx *bbolt.Tx, id string, t *Template) error {
 		return errNoTemplate
 	}
 	return json.Unmarshal(v, t)
+}
+
+// templateDocument reads template id inside tx with the digest of its title
+// and body, computing the digest if the template predates digests.
+func templateDocument(tx *bbolt.Tx, id string, t *Template) (digest [sha256.Size]byte, err error) {
+	if err := getTemplate(tx, id, t); err != nil {
+		return digest, err
+	}
+	if d := tx.Bucket(bucketTemplateDigests).Get([]byte(id)); len(d) == sha256.Size {
+		copy(digest[:], d)
+		return digest, nil
+	}
+	return documentDigest(t.Title, t.Body), nil
+}
+
+// documentDigest names a document by its content: the same title and body
+// give the same digest, so contracts made from an unchanged template share
+// one stored copy, and an edited template gives a new one.
+func documentDigest(title, body string) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(title)))
+	h.Write(n[:])
+	h.Write([]byte(title))
+	h.Write([]byte(body))
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
 }
 
 // List returns every template ordered by id.
@@ -122,6 +167,9 @@ func (s *Templates) Delete(id string) error {
 		b := tx.Bucket(bucketTemplates)
 		if b.Get([]byte(id)) == nil {
 			return errNoTemplate
+		}
+		if err := tx.Bucket(bucketTemplateDigests).Delete([]byte(id)); err != nil {
+			return err
 		}
 		return b.Delete([]byte(id))
 	})

@@ -1,0 +1,180 @@
+package contracts
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
+)
+
+// handler serves the operation table. The gateway has checked the key and
+// put its identity in the request context before any of these run.
+type handler struct {
+	store *Store
+	mux   *http.ServeMux
+}
+
+// NewHandler serves every row of Operations, routed by the same method and
+// pattern the key check matched, so the two cannot disagree.
+func NewHandler(s *Store) http.Handler {
+	h := &handler{store: s, mux: http.NewServeMux()}
+	ops := map[string]http.HandlerFunc{
+		"search":     h.search,
+		"create":     h.create,
+		"get":        h.get,
+		"archive":    h.archive,
+		"delete":     h.delete,
+		"attachment": h.attachment,
+	}
+	for _, op := range Operations.Operations {
+		fn, ok := ops[op.Name]
+		if !ok {
+			panic("contracts: no handler for operation " + op.Name)
+		}
+		h.mux.HandleFunc(op.Method+" "+op.Pattern, fn)
+	}
+	// Whatever no row matches: 405 if the path is ours under another
+	// method, else 404, in the problem body.
+	h.mux.HandleFunc("/", h.unmatched)
+	return h
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if keystore.IdentityFrom(r.Context()) == nil {
+		h.store.log.Error("contracts: request reached the API without an identity",
+			zap.String("method", r.Method), zap.String("path", r.URL.Path))
+		problem.Write(w, problem.Internal())
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *handler) unmatched(w http.ResponseWriter, r *http.Request) {
+	if _, allow := Operations.Match(r.Method, r.URL.Path); len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed,
+			"this path does not answer "+r.Method))
+		return
+	}
+	problem.Write(w, problem.NotFound("no such resource"))
+}
+
+func (h *handler) create(w http.ResponseWriter, r *http.Request) {
+	var in CreateRequest
+	if err := problem.DecodeJSON(w, r, &in); err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	owner := keystore.IdentityFrom(r.Context()).Owner
+	c, err := h.store.Create(r.Context(), owner, &in)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	v, err := h.store.view(c, true, owner)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", Prefix+"/"+c.ID)
+	writeJSON(w, http.StatusCreated, v)
+}
+
+func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+	c, err := h.store.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	v, err := h.store.view(c, true, keystore.IdentityFrom(r.Context()).Owner)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (h *handler) search(w http.ResponseWriter, r *http.Request) {
+	q, err := ParseQuery(r.URL.Query())
+	if err != nil {
+		problem.WriteError(w, err)
+		return
+	}
+	res, err := h.store.Search(r.Context(), q)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	page := searchPage{TotalCount: res.TotalCount}
+	if len(res.Contracts) > 0 {
+		page.Contracts = make([]contractView, len(res.Contracts))
+		for i, c := range res.Contracts {
+			page.Contracts[i], _ = h.store.view(c, false, "")
+		}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// archive takes no body: the seed says none is sent, so one that is sent
+// is a mistake worth telling about.
+func (h *handler) archive(w http.ResponseWriter, r *http.Request) {
+	var one [1]byte
+	if n, _ := io.ReadFull(r.Body, one[:]); n > 0 {
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeInvalidRequest, "archive takes no request body"))
+		return
+	}
+	if err := h.store.Archive(r.Context(), r.PathValue("id")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
+	if err := h.store.Delete(r.Context(), r.PathValue("id")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// attachment answers 404 for every attachment: attachments are made when a
+// contract is completed, which the signing flow does not do yet, so none
+// exists.
+func (h *handler) attachment(w http.ResponseWriter, r *http.Request) {
+	problem.Write(w, problem.NotFound("no such attachment"))
+}
+
+// fail writes a client error as its problem and anything else as a 500
+// that says nothing of the inside, logging the cause.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if d, ok := err.(*problem.Details); ok {
+		problem.Write(w, d)
+		return
+	}
+	if r.Context().Err() == nil {
+		h.store.log.Error("contracts: request failed",
+			zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
+	}
+	problem.Write(w, problem.Internal())
+}
+
+// writeJSON sends v. Replies carry signers' personal data, so no cache
+// may keep them.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		problem.Write(w, problem.Internal())
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

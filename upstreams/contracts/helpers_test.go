@@ -1,0 +1,182 @@
+package contracts
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
+)
+
+const (
+	baseURL = "http://localhost:8080"
+	alice   = "alice"
+	bob     = "bob"
+)
+
+// t0 is the fake clock's start: 2026-11-22T10:15:00Z.
+var t0 = time.Date(2026, 11, 22, 10, 15, 0, 0, time.UTC)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+func (c *fakeClock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+type fixture struct {
+	t         *testing.T
+	db        *bbolt.DB
+	templates *Templates
+	store     *Store
+	h         http.Handler
+	clock     *fakeClock
+}
+
+// newFixture opens a fresh database with two templates registered, SMS
+// configured and the clock at t0. mod may change the config.
+func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
+	t.Helper()
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	tpl, err := NewTemplates(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []Template{
+		{ID: "PAGE-1", CollectionID: "SPACE-A", Title: "Lease", Body: "The tenant shall pay."},
+		{ID: "PAGE-2", CollectionID: "SPACE-B", Title: "NDA", Body: "Keep it secret."},
+	} {
+		if _, err := tpl.Put(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sealer, err := keystore.NewSealer([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{t: t0}
+	cfg := Config{DB: db, Templates: tpl, Sealer: sealer, PublicBaseURL: baseURL, SMSConfigured: true, Now: clock.Now}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	s, err := NewStore(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, db: db, templates: tpl, store: s, h: NewHandler(s), clock: clock}
+}
+
+// do sends a request as a key of owner; owner "" sends none.
+func (f *fixture) do(owner, method, target, body string, header ...string) *httptest.ResponseRecorder {
+	f.t.Helper()
+	var r *http.Request
+	if body == "" {
+		r = httptest.NewRequest(method, target, nil)
+	} else {
+		r = httptest.NewRequest(method, target, strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	if owner != "" {
+		r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "key-" + owner, Owner: owner, Service: keystore.ServiceContracts}))
+	}
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, r)
+	return w
+}
+
+// create posts body as owner and returns the 201 reply's object.
+func (f *fixture) create(owner, body string) map[string]any {
+	f.t.Helper()
+	w := f.do(owner, http.MethodPost, Prefix, body)
+	if w.Code != http.StatusCreated {
+		f.t.Fatalf("create: status %d, body %s", w.Code, w.Body)
+	}
+	return decodeObject(f.t, w)
+}
+
+// createNamed makes a one-signer contract from template as owner.
+func (f *fixture) createNamed(owner, template, name string) string {
+	f.t.Helper()
+	return f.create(owner, fmt.Sprintf(`{"templateId":%q,"name":%q,"signers":[{"fullName":"Sam Signer","accessKind":"url"}]}`, template, name))["id"].(string)
+}
+
+func decodeObject(t *testing.T, w *httptest.ResponseRecorder) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil {
+		t.Fatalf("body %q: %v", w.Body, err)
+	}
+	return m
+}
+
+// decodeProblem checks a problem reply's status, media type and code.
+func decodeProblem(t *testing.T, w *httptest.ResponseRecorder, status int, code string) problem.Details {
+	t.Helper()
+	if w.Code != status {
+		t.Fatalf("status %d, want %d; body %s", w.Code, status, w.Body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != problem.ContentType {
+		t.Fatalf("Content-Type %q, want %q", ct, problem.ContentType)
+	}
+	var d problem.Details
+	if err := json.Unmarshal(w.Body.Bytes(), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Code != code || d.Status != status {
+		t.Fatalf("problem %+v, want code %s", d, code)
+	}
+	return d
+}
+
+// fieldCodes renders a problem's field errors as "field=code" lines.
+func fieldCodes(d problem.Details) []string {
+	var out []string
+	for _, e := range d.Errors {
+		out = append(out, e.Field+"="+e.Code)
+	}
+	return out
+}
+
+// bucketLen counts the keys of a bucket.
+func (f *fixture) bucketLen(name []byte) int {
+	f.t.Helper()
+	n := 0
+	if err := f.db.View(func(tx *bbolt.Tx) error {
+		n = tx.Bucket(name).Stats().KeyN
+		return nil
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+func ctx() context.Context { return context.Background() }

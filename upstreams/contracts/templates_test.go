@@ -1,0 +1,152 @@
+package contracts
+
+import (
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/keygate/keygate/internal/problem"
+)
+
+func TestTemplateValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		tpl  Template
+		want []string
+	}{
+		{"valid", Template{ID: "P-1", CollectionID: "S", Title: "Lease", Body: ""}, nil},
+		{"empty", Template{}, []string{"id=required", "collectionId=required", "title=required"}},
+		{"non-ASCII ids", Template{ID: "Pä", CollectionID: "S\t", Title: "T"}, []string{"id=invalid", "collectionId=invalid"}},
+		{"id 256 long", Template{ID: strings.Repeat("p", 256), CollectionID: "S", Title: "T"}, []string{"id=invalid"}},
+		{"title only spaces", Template{ID: "P", CollectionID: "S", Title: "  "}, []string{"title=invalid"}},
+		{"body too big", Template{ID: "P", CollectionID: "S", Title: "T", Body: strings.Repeat("b", maxTemplateBody+1)}, []string{"body=invalid"}},
+		{"body not UTF-8", Template{ID: "P", CollectionID: "S", Title: "T", Body: "\xff"}, []string{"body=invalid"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.tpl.Validate()
+			if tc.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			d, ok := err.(*problem.Details)
+			if !ok || d.Status != http.StatusBadRequest {
+				t.Fatalf("error %v", err)
+			}
+			if got := fieldCodes(*d); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("errors %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTemplateRegistry(t *testing.T) {
+	f := newFixture(t)
+	r := f.templates
+	created, err := r.Put(Template{ID: "PAGE-0", CollectionID: "SPACE-Z", Title: "First", Body: "b"})
+	if err != nil || !created {
+		t.Fatalf("put: %v %v", created, err)
+	}
+	created, err = r.Put(Template{ID: "PAGE-0", CollectionID: "SPACE-Z", Title: "Second", Body: "b"})
+	if err != nil || created {
+		t.Fatalf("replace: %v %v", created, err)
+	}
+	if _, err := r.Put(Template{ID: "bad id\n"}); err == nil {
+		t.Error("invalid template stored")
+	}
+	got, err := r.Get("PAGE-0")
+	if err != nil || got.Title != "Second" {
+		t.Errorf("get: %+v %v", got, err)
+	}
+	if _, err := r.Get("PAGE-9"); !IsNotFound(err) {
+		t.Errorf("get unknown: %v", err)
+	}
+	list, err := r.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, x := range list {
+		ids = append(ids, x.ID)
+	}
+	if !reflect.DeepEqual(ids, []string{"PAGE-0", "PAGE-1", "PAGE-2"}) {
+		t.Errorf("list %v", ids)
+	}
+	if err := r.Delete("PAGE-0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete("PAGE-0"); !IsNotFound(err) {
+		t.Errorf("second delete: %v", err)
+	}
+	if n := f.bucketLen(bucketTemplateDigests); n != 2 {
+		t.Errorf("%d digests for 2 templates", n)
+	}
+}
+
+// TestTemplateCopiedAtCreation: a contract keeps the text of its template
+// as it was, whatever happens to the template later.
+func TestTemplateCopiedAtCreation(t *testing.T) {
+	f := newFixture(t)
+	before := f.createNamed(alice, "PAGE-1", "Before")
+	if _, err := f.templates.Put(Template{ID: "PAGE-1", CollectionID: "SPACE-C", Title: "Lease v2", Body: "Pay twice."}); err != nil {
+		t.Fatal(err)
+	}
+	after := f.createNamed(alice, "PAGE-1", "After")
+	for _, tc := range []struct{ id, title, body, collection string }{
+		{before, "Lease", "The tenant shall pay.", "SPACE-A"},
+		{after, "Lease v2", "Pay twice.", "SPACE-C"},
+	} {
+		c := mustGet(t, f, tc.id)
+		title, body, err := f.store.Document(ctx(), c)
+		if err != nil || title != tc.title || body != tc.body || c.CollectionID != tc.collection {
+			t.Errorf("%s: %q %q %q %v", c.Name, title, body, c.CollectionID, err)
+		}
+	}
+	if err := f.templates.Delete("PAGE-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.store.Document(ctx(), mustGet(t, f, before)); err != nil {
+		t.Errorf("document gone with its template: %v", err)
+	}
+	if n := f.bucketLen(bucketDocuments); n != 2 {
+		t.Errorf("%d documents for two template versions", n)
+	}
+}
+
+func TestDocumentDigestSeparatesTitleAndBody(t *testing.T) {
+	if documentDigest("ab", "c") == documentDigest("a", "bc") {
+		t.Error("title/body boundary not part of the digest")
+	}
+}
+
+func TestTextRules(t *testing.T) {
+	for _, tc := range []struct {
+		s           string
+		ascii, text bool
+	}{
+		{"abc", true, true},
+		{"", false, false},
+		{"   ", true, false},
+		{"Zürich", false, true},
+		{"a\tb", false, false},
+		{"a\x7fb", false, false},
+		{"\xff", false, false},
+		{strings.Repeat("é", 255), false, true},
+		{strings.Repeat("é", 256), false, false},
+	} {
+		if got := printableASCII(tc.s, 255); got != tc.ascii {
+			t.Errorf("printableASCII(%q) = %v", tc.s, got)
+		}
+		if got := printableText(tc.s, 255); got != tc.text {
+			t.Errorf("printableText(%q) = %v", tc.s, got)
+		}
+	}
+	for in, want := range map[string]string{"STRASSE": "strasse", "Straße": "strasse", "ΣΊΣΥΦΟΣ": "σίσυφοσ", "ς": "σ", "\u212a": "k"} {
+		if got := fold(in); got != want {
+			t.Errorf("fold(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package contracts
+
+import (
+	"net/mail"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nyaruka/phonenumbers"
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// CreateRequest is the Create Contract request body (seed) plus the
+// watchers and expirationTimestamp that the spec adds. Pointers tell an
+// absent optional field from one given as its zero value.
+type CreateRequest struct {
+	TemplateID          string          `json:"templateId"`
+	Name                string          `json:"name"`
+	SequentialSigning   *bool           `json:"sequentialSigning"`
+	Signers             []SignerRequest `json:"signers"`
+	Watchers            []Watcher       `json:"watchers"`
+	ExpirationTimestamp *string         `json:"expirationTimestamp"`
+}
+
+// SignerRequest is the seed's Signer Creation Object.
+type SignerRequest struct {
+	FullName                  string   `json:"fullName"`
+	AccessKind                string   `json:"accessKind"`
+	Email                     string   `json:"email"`
+	OTPMethod                 string   `json:"otpMethod"`
+	SigningMethods            []string `json:"signerSigningMethods"`
+	Phone                     string   `json:"phone"`
+	AppendSignatureMacro      *bool    `json:"appendSignatureMacro"`
+	ReceivesCompletedContract *bool    `json:"receivesCompletedContract"`
+}
+
+// Limits of the seed and the spec.
+const (
+	MinSigners     = 1
+	MaxSigners     = 26
+	MaxWatchers    = 50
+	maxTextLen     = 255
+	maxEmailLen    = 254
+	maxExpiryAhead = 365 * 24 * time.Hour
+)
+
+// Field error codes beyond "required" and "invalid".
+const (
+	codeRequired          = "required"
+	codeInvalid           = "invalid"
+	codeUnknownTemplate   = "unknown_template"
+	codeSMSNotConfigured  = "sms_not_configured"
+	codeTooMany           = "too_many"
+	codeUnknownParameter  = "unknown_parameter"
+	codeRepeatedParameter = "repeated"
+)
+
+// draft is what a valid create request gives: the template copied and
+// the signers, watchers and expiration with their defaults.
+type draft struct {
+	template Template
+	digest   [32]byte
+	// storedDocument: a copy of the template's text with this digest was
+	// already stored when the template was read.
+	storedDocument bool
+	signers        []Signer
+	watchers       []Watcher
+	expires        time.Time
+}
+
+// validateCreate checks every rule of the spec's Create table, recording
+// each violation in f, and returns the draft of the contract.
+func (s *Store) validateCreate(f *problem.Fields, in *CreateRequest, now time.Time) (*draft, error) {
+	d := &draft{}
+	checkASCIIID(f, "templateId", in.TemplateID)
+	if printableASCII(in.TemplateID, maxTextLen) {
+		err := s.db.View(func(tx *bbolt.Tx) error {
+			var err error
+			d.digest, err = templateDocument(tx, in.TemplateID, &d.template)
+			d.storedDocument = err == nil && tx.Bucket(bucketDocuments).Get(d.digest[:]) != nil
+			return err
+		})
+		switch {
+		case IsNotFound(err):
+			f.Add("templateId", codeUnknownTemplate, "templateId names no registered template")
+		case err != nil:
+			return nil, err
+		}
+	}
+	checkText(f, "name", in.Name)
+
+	switch n := len(in.Signers); {
+	case n < MinSigners:
+		f.Add("signers", codeRequired, "signers must hold at least 1 signer")
+	case n > MaxSigners:
+		f.Add("signers", codeTooMany, "signers must hold at most "+strconv.Itoa(MaxSigners)+" signers")
+	}
+	signers := make([]Signer, len(in.Signers))
+	for i := range in.Signers {
+		s.validateSigner(f, "signers["+strconv.Itoa(i)+"]", &in.Signers[i], &signers[i])
+	}
+
+	if len(in.Watchers) > MaxWatchers {
+		f.Add("watchers", codeTooMany, "watchers must hold at most "+strconv.Itoa(MaxWatchers)+" watchers")
+	}
+	watchers := make([]Watcher, len(in.Watchers))
+	for i := range in.Watchers {
+		validateWatcher(f, "watchers["+strconv.Itoa(i)+"]", &in.Watchers[i])
+		watchers[i] = in.Watchers[i]
+	}
+
+	expires := now.Add(s.cfg.ContractValidity)
+	if in.ExpirationTimestamp != nil {
+		t, err := time.Parse(time.RFC3339Nano, *in.ExpirationTimestamp)
+		switch {
+		case err != nil:
+			f.Add("expirationTimestamp", codeInvalid, "expirationTimestamp must be an RFC 3339 timestamp")
+		case !t.After(now):
+			f.Add("expirationTimestamp", codeInvalid, "expirationTimestamp must be in the future")
+		case t.Sub(now) > maxExpiryAhead:
+			f.Add("expirationTimestamp", codeInvalid, "expirationTimestamp must be at most 365 days ahead")
+		default:
+			expires = t.UTC().Truncate(time.Millisecond)
+		}
+	}
+	d.signers, d.watchers, d.expires = signers, watchers, expires
+	return d, nil
+}
+
+// validateSigner checks one Signer Creation Object and fills out with its
+// effective values (defaults applied).
+func (s *Store) validateSigner(f *problem.Fields, path string, in *SignerRequest, out *Signer) {
+	checkText(f, path+".fullName", in.FullName)
+
+	switch in.AccessKind {
+	case AccessEmail, AccessURL:
+	case "":
+		f.Add(path+".accessKind", codeRequired, path+".accessKind is required")
+	default:
+		f.Add(path+".accessKind", codeInvalid, path+`.accessKind must be "email" or "url"`)
+	}
+
+	if in.Email == "" {
+		if in.AccessKind == AccessEmail {
+			f.Add(path+".email", codeRequired, path+".email is required when accessKind is email")
+		}
+	} else if !validEmail(in.Email) {
+		f.Add(path+".email", codeInvalid, path+".email must be an e-mail address without a display name")
+	}
+
+	if in.Phone != "" {
+		switch {
+		case !validPhone(in.Phone):
+			f.Add(path+".phone", codeInvalid, path+".phone must be a valid E.164 number such as +41446681800")
+		case !s.cfg.SMSConfigured:
+			f.Add(path+".phone", codeSMSNotConfigured, path+".phone needs the sms shipper, which is not configured")
+		}
+	}
+
+	otp := in.OTPMethod
+	switch otp {
+	case "":
+		// The seed's default rule: SMS if a phone, else e-mail if an
+		// address, else none.
+		switch {
+		case in.Phone != "":
+			otp = OTPSMS
+		case in.Email != "":
+			otp = OTPEmail
+		default:
+			otp = OTPNone
+		}
+	case OTPEmail:
+		if in.Email == "" {
+			f.Add(path+".otpMethod", codeInvalid, path+".otpMethod email needs an email")
+		}
+	case OTPSMS:
+		if in.Phone == "" {
+			f.Add(path+".otpMethod", codeInvalid, path+".otpMethod sms needs a phone")
+		}
+	case OTPNone:
+	default:
+		f.Add(path+".otpMethod", codeInvalid, path+`.otpMethod must be "email", "sms" or "none"`)
+	}
+
+	methods := signingMethods
+	if in.SigningMethods != nil {
+		methods = in.SigningMethods
+		if !validSubset(in.SigningMethods, signingMethods) {
+			f.Add(path+".signerSigningMethods", codeInvalid,
+				path+".signerSigningMethods must be a non-empty list of upload, render and draw without repeats")
+		}
+	}
+
+	*out = Signer{
+		FullName:                  in.FullName,
+		AccessKind:                in.AccessKind,
+		Email:                     in.Email,
+		Phone:                     in.Phone,
+		OTPMethod:                 otp,
+		SigningMethods:            methods,
+		AppendSignatureMacro:      in.AppendSignatureMacro != nil && *in.AppendSignatureMacro,
+		ReceivesCompletedContract: in.ReceivesCompletedContract == nil || *in.ReceivesCompletedContract,
+	}
+}
+
+func validateWatcher(f *problem.Fields, path string, w *Watcher) {
+	checkText(f, path+".name", w.Name)
+	switch {
+	case w.Email == "":
+		f.Add(path+".email", codeRequired, path+".email is required")
+	case !validEmail(w.Email):
+		f.Add(path+".email", codeInvalid, path+".email must be an e-mail address without a display name")
+	}
+	switch {
+	case w.NotificationKinds == "":
+		f.Add(path+".notificationKinds", codeRequired, path+".notificationKinds is required")
+	case !validSubset(strings.Split(w.NotificationKinds, "|"), notificationKinds):
+		f.Add(path+".notificationKinds", codeInvalid,
+			path+".notificationKinds must join kinds of created, opened, signed, rejected, completed and completed-contract with | without repeats")
+	}
+}
+
+// checkText applies the rule for names: printable Unicode, 1 to 255
+// characters, not only spaces.
+func checkText(f *problem.Fields, field, v string) {
+	switch {
+	case v == "":
+		f.Add(field, codeRequired, field+" is required")
+	case !printableText(v, maxTextLen):
+		f.Add(field, codeInvalid, field+" must be 1 to 255 printable characters, not only spaces")
+	}
+}
+
+// validEmail accepts a bare address that net/mail parses, refusing display
+// names, angle brackets and comments: the stored value is what is mailed to.
+func validEmail(s string) bool {
+	if len(s) > maxEmailLen {
+		return false
+	}
+	a, err := mail.ParseAddress(s)
+	return err == nil && a.Name == "" && a.Address == s
+}
+
+// validPhone requires E.164 (+, then 8 to 15 digits, no leading zero) and a
+// number that libphonenumber deems valid for its country.
+func validPhone(s string) bool {
+	if len(s) < 9 || len(s) > 16 || s[0] != '+' || s[1] == '0' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	n, err := phonenumbers.Parse(s, "")
+	return err == nil && phonenumbers.IsValidNumber(n)
+}
+
+// validSubset reports whether list is non-empty, repeats nothing and holds
+// only members of allowed.
+func validSubset(list, allowed []string) bool {
+	if len(list) == 0 {
+		return false
+	}
+	for i, v := range list {
+		known := false
+		for _, a := range allowed {
+			if v == a {
+				known = true
+				break
+			}
+		}
+		if !known {
+			return false
+		}
+		for _, w := range list[:i] {
+			if v == w {
+				return false
+			}
+		}
+	}
+	return true
+}
