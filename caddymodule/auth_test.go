@@ -39,7 +39,7 @@ func TestKeyCheck(t *testing.T) {
 	shareKey := createKey(t, map[string]any{"service": "share", "name": "share", "owner": "frank",
 		"privileges": []string{"get", "create"}})
 
-	const contract = siteURL + "/webapi/contracts/0b8f6d6e-2a5e-4d38-9a7e-1c2b3d4e5f60"
+	contract := siteURL + "/webapi/contracts/0b8f6d6e-2a5e-4d38-9a7e-1c2b3d4e5f60"
 	tests := []struct {
 		name      string
 		method    string

@@ -14,14 +14,14 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddytest"
 
-	_ "github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/caddymodule"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 )
 
-const (
-	adminURL = "http://localhost:2999"
-	siteURL  = "http://localhost:9080"
+var (
+	adminURL = fmt.Sprintf("http://localhost:%d", caddymodule.TestAdminPort)
+	siteURL  = fmt.Sprintf("http://localhost:%d", caddymodule.TestSitePort)
 )
 
 // gateway is one loaded test config with its data directory.
@@ -32,17 +32,17 @@ type gateway struct {
 }
 
 // globalOptions are every test config's global block; %[1]s is the data
-// directory.
+// directory, %[2]d the admin port, %[3]d the site port.
 const globalOptions = `{
-	admin localhost:2999
-	http_port 9080
-	https_port 9443
+	admin localhost:%[2]d
+	http_port %[3]d
+	https_port %[4]d
 	grace_period 1s
 	skip_install_trust
 	webapi {
 		data_dir %[1]s
 		usage_flush_interval 50ms
-		public_base_url http://localhost:9080
+		public_base_url http://localhost:%[3]d
 	}
 	log webapi_audit {
 		output file %[1]s/audit.log
@@ -59,16 +59,21 @@ const globalOptions = `{
 `
 
 // startGateway loads a config made of the test global options and site, a
-// Caddyfile site block body served on localhost:9080.
+// Caddyfile site block body served on the test site port.
 func startGateway(t *testing.T, site string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, tester: caddytest.NewTester(t), dir: t.TempDir()}
+	g := &gateway{t: t, tester: newTester(t), dir: t.TempDir()}
 	g.load(site)
 	return g
 }
 
 func (g *gateway) config(site string) string {
-	return fmt.Sprintf(globalOptions, g.dir) + "\nhttp://localhost:9080 {\n" + site + "\n}\n"
+	p := caddymodule.TestSitePort
+	return fmt.Sprintf(globalOptions, g.dir, caddymodule.TestAdminPort, p, p+363) + fmt.Sprintf("\nhttp://localhost:%d {\n", p) + site + "\n}\n"
+}
+
+func newTester(t *testing.T) *caddytest.Tester {
+	return caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: caddymodule.TestAdminPort})
 }
 
 // load (re)loads the config with site on this gateway's data directory.

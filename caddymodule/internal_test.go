@@ -81,28 +81,28 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
-	root.SetArgs(append(args, "--address", "localhost:2999"))
+	root.SetArgs(append(args, "--address", fmt.Sprintf("localhost:%d", TestAdminPort)))
 	err = root.Execute()
 	return out.String(), errOut.String(), err
 }
 
 func TestCommandLine(t *testing.T) {
 	dir := t.TempDir()
-	tester := caddytest.NewTester(t)
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: TestAdminPort})
 	tester.InitServer(fmt.Sprintf(`{
-	admin localhost:2999
-	http_port 9080
-	https_port 9443
+	admin localhost:%[2]d
+	http_port %[3]d
+	https_port %[4]d
 	webapi {
-		data_dir %s
+		data_dir %[1]s
 	}
 }
-http://localhost:9080 {
+http://localhost:%[3]d {
 	handle /webapi/contracts* {
 		webapi_auth contracts
 		respond "owner={http.webapi.key.owner}"
 	}
-}`, dir), "caddyfile")
+}`, dir, TestAdminPort, TestSitePort, TestSitePort+363), "caddyfile")
 
 	token, _, err := runCLI(t, "keys", "create", "--service", "contracts", "--name", "ci", "--owner", "alice",
 		"--privileges", "get,search,create", "--allowed-ips", "127.0.0.1,::1", "--description", "from the CLI")
