@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/clientip"
@@ -32,10 +33,44 @@ type Auth struct {
 	// Service is the API the keys must belong to: contracts or share.
 	Service string `json:"service,omitempty"`
 
-	table  *keystore.Table
-	keys   *keystore.Keys
-	audit  *zap.Logger
-	logger *zap.Logger
+	table   *keystore.Table
+	keys    *keystore.Keys
+	audit   *zap.Logger
+	logger  *zap.Logger
+	metrics map[string]*opMetrics // by operation name, "none" for unrouted
+}
+
+// opMetrics are one operation's series, looked up once at provision so
+// a request does not hash label values.
+type opMetrics struct {
+	duration prometheus.Observer
+	requests map[int]prometheus.Counter // by status; others looked up
+	service  string
+	name     string
+}
+
+// commonStatuses are the statuses whose counters are made in advance.
+var commonStatuses = []int{200, 201, 204, 400, 401, 403, 404, 405, 409, 410, 413, 415, 429, 500, 502, 503}
+
+func newOpMetrics(service, op string) *opMetrics {
+	m := &opMetrics{
+		duration: metrics.duration.WithLabelValues(service, op),
+		requests: make(map[int]prometheus.Counter, len(commonStatuses)),
+		service:  service,
+		name:     op,
+	}
+	for _, code := range commonStatuses {
+		m.requests[code] = metrics.requests.WithLabelValues(service, op, strconv.Itoa(code))
+	}
+	return m
+}
+
+func (m *opMetrics) count(status int) {
+	if c, ok := m.requests[status]; ok {
+		c.Inc()
+		return
+	}
+	metrics.requests.WithLabelValues(m.service, m.name, strconv.Itoa(status)).Inc()
 }
 
 // CaddyModule returns the Caddy module information.
@@ -63,6 +98,12 @@ func (h *Auth) Provision(ctx caddy.Context) error {
 	}
 	h.keys = app.state.keys
 	h.audit = app.audit
+	if h.table != nil {
+		h.metrics = map[string]*opMetrics{"none": newOpMetrics(h.Service, "none")}
+		for _, op := range h.table.Operations {
+			h.metrics[op.Name] = newOpMetrics(h.Service, op.Name)
+		}
+	}
 	return nil
 }
 
@@ -103,19 +144,16 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		return nil
 	}
 	h.keys.Use(d.Entry, start)
-	id := d.Identity()
+	id := identity{d.Identity()}
 
-	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if repl != nil {
-		repl.Set("http.webapi.key.id", id.KeyID)
-		repl.Set("http.webapi.key.owner", id.Owner)
-		repl.Set("http.webapi.operation", id.Operation)
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Map(id.placeholder)
 	}
 	r.Header.Del("Authorization")
 	r.Header[headerKeyID] = []string{id.KeyID}
 	r.Header[headerKeyOwner] = []string{id.Owner}
 	r.Header[headerOperation] = []string{id.Operation}
-	r = r.WithContext(clientip.With(keystore.WithIdentity(r.Context(), id), ip))
+	r = r.WithContext(clientip.With(keystore.WithIdentity(r.Context(), id.Identity), ip))
 
 	sw := &statusWriter{ResponseWriter: w}
 	err := next.ServeHTTP(sw, r)
@@ -129,8 +167,9 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		status = http.StatusOK
 	}
 	elapsed := time.Since(start)
-	metrics.requests.WithLabelValues(h.Service, id.Operation, strconv.Itoa(status)).Inc()
-	metrics.duration.WithLabelValues(h.Service, id.Operation).Observe(elapsed.Seconds())
+	m := h.metrics[id.Operation]
+	m.count(status)
+	m.duration.Observe(elapsed.Seconds())
 	h.audit.Info("key used",
 		zap.String("key_id", id.KeyID),
 		zap.String("key_name", id.KeyName),
@@ -144,6 +183,23 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		zap.Duration("duration", elapsed),
 	)
 	return err
+}
+
+// identity adds the placeholders to the key's identity.
+type identity struct{ *keystore.Identity }
+
+// placeholder provides {http.webapi.key.id}, {http.webapi.key.owner} and
+// {http.webapi.operation} without a replacer map write per request.
+func (id identity) placeholder(key string) (any, bool) {
+	switch key {
+	case "http.webapi.key.id":
+		return id.KeyID, true
+	case "http.webapi.key.owner":
+		return id.Owner, true
+	case "http.webapi.operation":
+		return id.Operation, true
+	}
+	return nil, false
 }
 
 // refusals holds the detail of each refusal, for people reading the body.
@@ -180,7 +236,7 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 		operation = d.Operation.Name
 	}
 	metrics.refusals.WithLabelValues(h.Service, d.Reason).Inc()
-	metrics.requests.WithLabelValues(h.Service, operation, strconv.Itoa(d.Status)).Inc()
+	h.metrics[operation].count(d.Status)
 	fields := []zap.Field{
 		zap.String("service", h.Service),
 		zap.String("operation", operation),

@@ -45,7 +45,7 @@ const globalOptions = `{
 		public_base_url http://localhost:%[3]d
 	}
 	log webapi_audit {
-		output file %[1]s/audit.log
+		output buffered_file %[1]s/audit.log
 		format json
 		include webapi.audit
 	}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"log"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -26,7 +28,7 @@ const (
 		public_base_url http://localhost:18083
 	}
 	log webapi_audit {
-		output file %[1]s/audit.log
+		output buffered_file %[1]s/audit.log
 		format json
 		include webapi.audit
 	}
@@ -61,8 +63,9 @@ http://:18083 {
 
 // gatewayProc is a running bin/caddy.
 type gatewayProc struct {
-	cmd *exec.Cmd
-	dir string
+	cmd    *exec.Cmd
+	dir    string
+	exited <-chan struct{}
 }
 
 // loadSpec is where to send what.
@@ -71,7 +74,25 @@ type loadSpec struct {
 	next func(client, n int) request
 }
 
+// running is the gateway to stop before the bench exits on an error, so
+// no stale process keeps the ports for the next run.
+var running *gatewayProc
+
+// fatalf stops the running gateway and exits.
+func fatalf(format string, args ...any) {
+	if running != nil {
+		running.stop()
+	}
+	log.Fatalf(format, args...)
+}
+
 func startGateway(bin, dir string) (*gatewayProc, error) {
+	for _, addr := range []string{adminAddr, bareAddr, authAddr, apiAddr} {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s is already in use: stop the process holding it", addr)
+		}
+	}
 	cfg := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(benchConfig, dir)), 0o600); err != nil {
 		return nil, err
@@ -86,12 +107,22 @@ func startGateway(bin, dir string) (*gatewayProc, error) {
 		return nil, err
 	}
 	g := &gatewayProc{cmd: cmd, dir: dir}
+	running = g
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	g.exited = exited
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		c, err := net.Dial("tcp", apiAddr)
 		if err == nil {
 			c.Close()
 			return g, nil
+		}
+		select {
+		case <-exited:
+			running = nil
+			return nil, fmt.Errorf("gateway exited at start; see %s", logFile.Name())
+		default:
 		}
 		if time.Now().After(deadline) {
 			g.stop()
@@ -102,14 +133,13 @@ func startGateway(bin, dir string) (*gatewayProc, error) {
 }
 
 func (g *gatewayProc) stop() {
+	running = nil
 	_ = g.cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan struct{})
-	go func() { g.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-g.exited:
 	case <-time.After(30 * time.Second):
 		_ = g.cmd.Process.Kill()
-		<-done
+		<-g.exited
 	}
 }
 
@@ -168,4 +198,29 @@ func (g *gatewayProc) listShares(d *dataset) loadSpec {
 		reqs = append(reqs, newRequest("GET", apiAddr, "/webapi/share?"+q.Encode(), auth(d.shareToken), nil, 200))
 	}
 	return loadSpec{addr: apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
+}
+
+// captureProfile fetches a CPU profile from the admin endpoint while a run
+// goes on; the returned channel closes when the file is written.
+func (g *gatewayProc) captureProfile(file string, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		secs := int(d.Seconds())
+		if secs < 1 {
+			secs = 1
+		}
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", adminAddr, secs))
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(file)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		io.Copy(f, resp.Body)
+	}()
+	return done
 }

@@ -69,7 +69,7 @@ func (c *conn) do(req request) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	length := -1
+	length, chunked := -1, false
 	for {
 		line, err = c.br.ReadSlice('\n')
 		if err != nil {
@@ -81,14 +81,38 @@ func (c *conn) do(req request) (int, error) {
 		if len(line) > 16 && bytes.EqualFold(line[:15], []byte("Content-Length:")) {
 			length, _ = strconv.Atoi(string(bytes.TrimSpace(line[15:])))
 		}
+		if bytes.HasPrefix(line, []byte("Transfer-Encoding: chunked")) {
+			chunked = true
+		}
 	}
-	if length < 0 {
+	switch {
+	case chunked:
+		return status, c.skipChunks()
+	case length < 0:
 		return 0, errors.New("response without Content-Length")
 	}
-	if _, err := c.br.Discard(length); err != nil {
-		return 0, err
+	_, err = c.br.Discard(length)
+	return status, err
+}
+
+// skipChunks reads a chunked body to its end.
+func (c *conn) skipChunks() error {
+	for {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		size, err := strconv.ParseInt(string(bytes.TrimSpace(bytes.SplitN(line, []byte(";"), 2)[0])), 16, 64)
+		if err != nil {
+			return err
+		}
+		if _, err := c.br.Discard(int(size) + 2); err != nil { // data and CRLF
+			return err
+		}
+		if size == 0 {
+			return nil
+		}
 	}
-	return status, nil
 }
 
 // result is what a load run measured.
@@ -138,8 +162,10 @@ func load(addr string, clients int, d time.Duration, keepLatency bool, next func
 				}
 				if status == req.expect {
 					ok.Add(1)
-				} else {
-					failed.Add(1)
+				} else if failed.Add(1) == 1 {
+					mu.Lock()
+					firstErr = fmt.Errorf("status %d, want %d", status, req.expect)
+					mu.Unlock()
 				}
 			}
 			mu.Lock()

@@ -21,6 +21,7 @@ var (
 	clients  = flag.Int("clients", 32, "concurrent connections of a throughput run")
 	large    = flag.Int("n", 100000, "keys, contracts and shares in the large store")
 	keep     = flag.Bool("keep", false, "keep the data directories")
+	profile  = flag.String("profile", "", "write a CPU profile of the gateway during the first webapi_auth run to this file")
 )
 
 func main() {
@@ -96,7 +97,7 @@ func (g *gatewayProc) compare(baseName string, base loadSpec, subjName string, s
 func (g *gatewayProc) latency(spec loadSpec, n int) (p50, p99 time.Duration) {
 	c, err := dial(spec.addr)
 	if err != nil {
-		log.Fatal(err)
+		fatalf("%v", err)
 	}
 	defer c.c.Close()
 	// Warm up caches the way a running gateway has them.
@@ -109,7 +110,7 @@ func (g *gatewayProc) latency(spec loadSpec, n int) (p50, p99 time.Duration) {
 		t0 := time.Now()
 		status, err := c.do(req)
 		if err != nil || status != req.expect {
-			log.Fatalf("latency run: status %d, %v", status, err)
+			fatalf("latency run: status %d, %v", status, err)
 		}
 		lat = append(lat, time.Since(t0))
 	}
@@ -117,12 +118,16 @@ func (g *gatewayProc) latency(spec loadSpec, n int) (p50, p99 time.Duration) {
 }
 
 func (g *gatewayProc) run(spec loadSpec) result {
+	if *profile != "" && spec.addr == authAddr {
+		done := g.captureProfile(*profile, *runFor)
+		defer func() { <-done; *profile = "" }()
+	}
 	res, err := load(spec.addr, *clients, *runFor, false, spec.next)
 	if err != nil {
-		log.Fatalf("load on %s: %v", spec.addr, err)
+		fatalf("load on %s: %v", spec.addr, err)
 	}
 	if res.failures > 0 {
-		log.Fatalf("load on %s: %d unexpected statuses", spec.addr, res.failures)
+		fatalf("load on %s: %d unexpected statuses", spec.addr, res.failures)
 	}
 	return res
 }
@@ -131,10 +136,10 @@ func (g *gatewayProc) creates(d *dataset, n int) float64 {
 	spec := g.createContract(d)
 	res, err := load(spec.addr, n, *runFor, false, spec.next)
 	if err != nil {
-		log.Fatalf("creates: %v", err)
+		fatalf("creates: %v", err)
 	}
 	if res.failures > 0 {
-		log.Fatalf("creates: %d unexpected statuses", res.failures)
+		fatalf("creates: %d unexpected statuses", res.failures)
 	}
 	return res.rps()
 }
