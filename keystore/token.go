@@ -131,3 +131,22 @@ func LoadOrCreateMasterKey(path string) ([]byte, error) {
 	}
 	return key, f.Close()
 }
+
+// MarshalText writes the hash as base64, so records that store it (signer
+// links) hold a short string rather than a JSON array of 32 numbers.
+func (h TokenHash) MarshalText() ([]byte, error) {
+	out := make([]byte, base64.RawStdEncoding.EncodedLen(len(h)))
+	base64.RawStdEncoding.Encode(out, h[:])
+	return out, nil
+}
+
+// UnmarshalText reads what MarshalText wrote.
+func (h *TokenHash) UnmarshalText(b []byte) error {
+	var buf [sha256.Size + 3]byte
+	n, err := base64.RawStdEncoding.Decode(buf[:], b)
+	if err != nil || n != sha256.Size {
+		return errors.New("token hash: not 32 bytes of base64")
+	}
+	copy(h[:], buf[:n])
+	return nil
+}

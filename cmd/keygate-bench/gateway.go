@@ -1,9 +1,9 @@
 package main
 
 import (
-	"log"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -28,7 +28,9 @@ const (
 		public_base_url http://localhost:18083
 	}
 	log webapi_audit {
-		output buffered_file %[1]s/audit.log
+		output buffered_file %[1]s/audit.log {
+			roll_disabled
+		}
 		format json
 		include webapi.audit
 	}
@@ -70,6 +72,7 @@ type gatewayProc struct {
 
 // loadSpec is where to send what.
 type loadSpec struct {
+	name string // for -profile-of
 	addr string
 	next func(client, n int) request
 }
@@ -147,29 +150,29 @@ func auth(token string) http.Header { return http.Header{"Authorization": {"Bear
 
 func (g *gatewayProc) bare() loadSpec {
 	req := newRequest("GET", bareAddr, "/webapi/contracts/00000000-0000-4000-8000-000000000000", nil, nil, 200)
-	return loadSpec{addr: bareAddr, next: func(int, int) request { return req }}
+	return loadSpec{name: "bare", addr: bareAddr, next: func(int, int) request { return req }}
 }
 
 func (g *gatewayProc) authRespond(d *dataset) loadSpec {
 	req := newRequest("GET", authAddr, "/webapi/contracts/00000000-0000-4000-8000-000000000000", auth(d.contractsToken), nil, 200)
-	return loadSpec{addr: authAddr, next: func(int, int) request { return req }}
+	return loadSpec{name: "auth", addr: authAddr, next: func(int, int) request { return req }}
 }
 
 func (g *gatewayProc) getContract(d *dataset) loadSpec {
 	req := newRequest("GET", apiAddr, "/webapi/contracts/"+d.contractID, auth(d.contractsToken), nil, 200)
-	return loadSpec{addr: apiAddr, next: func(int, int) request { return req }}
+	return loadSpec{name: "contract-get", addr: apiAddr, next: func(int, int) request { return req }}
 }
 
 func (g *gatewayProc) getShare(d *dataset) loadSpec {
 	req := newRequest("GET", apiAddr, "/webapi/share/"+d.shareUUID, auth(d.shareToken), nil, 200)
-	return loadSpec{addr: apiAddr, next: func(int, int) request { return req }}
+	return loadSpec{name: "share-get", addr: apiAddr, next: func(int, int) request { return req }}
 }
 
 func (g *gatewayProc) createContract(d *dataset) loadSpec {
 	h := auth(d.contractsToken)
 	h.Set("Content-Type", "application/json")
 	req := newRequest("POST", apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 201)
-	return loadSpec{addr: apiAddr, next: func(int, int) request { return req }}
+	return loadSpec{name: "contract-create", addr: apiAddr, next: func(int, int) request { return req }}
 }
 
 func (g *gatewayProc) searchByTemplateCreator(d *dataset) loadSpec {
@@ -179,7 +182,7 @@ func (g *gatewayProc) searchByTemplateCreator(d *dataset) loadSpec {
 			"order": {"creation-date-desc"}, "page-size": {"100"}}
 		reqs = append(reqs, newRequest("GET", apiAddr, "/webapi/contracts?"+q.Encode(), auth(d.contractsToken), nil, 200))
 	}
-	return loadSpec{addr: apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
+	return loadSpec{name: "contract-search", addr: apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
 }
 
 func (g *gatewayProc) searchSubstring(d *dataset) loadSpec {
@@ -188,7 +191,7 @@ func (g *gatewayProc) searchSubstring(d *dataset) loadSpec {
 		q := url.Values{"substring": {s}, "order": {"creation-date-desc"}}
 		reqs = append(reqs, newRequest("GET", apiAddr, "/webapi/contracts?"+q.Encode(), auth(d.contractsToken), nil, 200))
 	}
-	return loadSpec{addr: apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
+	return loadSpec{name: "contract-substring", addr: apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
 }
 
 func (g *gatewayProc) listShares(d *dataset) loadSpec {
@@ -197,7 +200,7 @@ func (g *gatewayProc) listShares(d *dataset) loadSpec {
 		q := url.Values{"projectId": {d.projects[(i*13)%len(d.projects)]}, "sort": {"created_at"}, "sortOrder": {"desc"}, "limit": {"100"}}
 		reqs = append(reqs, newRequest("GET", apiAddr, "/webapi/share?"+q.Encode(), auth(d.shareToken), nil, 200))
 	}
-	return loadSpec{addr: apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
+	return loadSpec{name: "share-list", addr: apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
 }
 
 // captureProfile fetches a CPU profile from the admin endpoint while a run

@@ -15,13 +15,14 @@ import (
 )
 
 var (
-	caddyBin = flag.String("caddy", "./bin/caddy", "the keygate build to measure")
-	runFor   = flag.Duration("duration", 3*time.Second, "length of one throughput run")
-	rounds   = flag.Int("rounds", 3, "interleaved rounds of each throughput comparison")
-	clients  = flag.Int("clients", 32, "concurrent connections of a throughput run")
-	large    = flag.Int("n", 100000, "keys, contracts and shares in the large store")
-	keep     = flag.Bool("keep", false, "keep the data directories")
-	profile  = flag.String("profile", "", "write a CPU profile of the gateway during the first webapi_auth run to this file")
+	caddyBin  = flag.String("caddy", "./bin/caddy", "the keygate build to measure")
+	runFor    = flag.Duration("duration", 3*time.Second, "length of one throughput run")
+	rounds    = flag.Int("rounds", 3, "interleaved rounds of each throughput comparison")
+	clients   = flag.Int("clients", 32, "concurrent connections of a throughput run")
+	large     = flag.Int("n", 100000, "keys, contracts and shares in the large store")
+	keep      = flag.Bool("keep", false, "keep the data directories")
+	profile   = flag.String("profile", "", "write a CPU profile of the gateway during the first run named by -profile-of to this file")
+	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, contract-get, share-get, contract-create")
 )
 
 func main() {
@@ -118,7 +119,7 @@ func (g *gatewayProc) latency(spec loadSpec, n int) (p50, p99 time.Duration) {
 }
 
 func (g *gatewayProc) run(spec loadSpec) result {
-	if *profile != "" && spec.addr == authAddr {
+	if *profile != "" && spec.name == *profileOf {
 		done := g.captureProfile(*profile, *runFor)
 		defer func() { <-done; *profile = "" }()
 	}
