@@ -1,14 +1,22 @@
-// Package text holds the character rules the seeds state for identifiers
-// and names ("printable US-ASCII", "printable Unicode"), shared by every API.
+// Package text holds the character rules the seeds state for identifiers,
+// names and addresses ("printable US-ASCII", "printable Unicode", e-mail
+// addresses), shared by every API so that they agree.
 package text
 
 import (
+	"net/mail"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/keygate/keygate/internal/problem"
 )
 
+// MaxEmailLen is the longest address SMTP carries (RFC 5321 path limit).
+const MaxEmailLen = 254
+
 // PrintableASCII reports whether s is 1 to max printable US-ASCII bytes.
+// Index keys rely on it: such a value never holds a \x00 separator.
 func PrintableASCII(s string, max int) bool {
 	if len(s) == 0 || len(s) > max {
 		return false
@@ -21,10 +29,10 @@ func PrintableASCII(s string, max int) bool {
 	return true
 }
 
-// Printable reports whether s is 1 to max printable Unicode characters
-// (letters, marks, numbers, punctuation, symbols and the ASCII space) and
-// not only spaces.
-func Printable(s string, max int) bool {
+// PrintableRunes reports whether s is 1 to max printable Unicode
+// characters (letters, marks, numbers, punctuation, symbols and the ASCII
+// space).
+func PrintableRunes(s string, max int) bool {
 	if s == "" || !utf8.ValidString(s) || utf8.RuneCountInString(s) > max {
 		return false
 	}
@@ -33,5 +41,32 @@ func Printable(s string, max int) bool {
 			return false
 		}
 	}
-	return strings.TrimSpace(s) != ""
+	return true
+}
+
+// Printable is PrintableRunes and not only spaces: the rule for names.
+func Printable(s string, max int) bool {
+	return PrintableRunes(s, max) && strings.TrimSpace(s) != ""
+}
+
+// Email accepts a bare address that net/mail parses back to itself,
+// refusing display names, angle brackets and comments: the stored value
+// is what is mailed to.
+func Email(s string) bool {
+	if len(s) > MaxEmailLen {
+		return false
+	}
+	a, err := mail.ParseAddress(s)
+	return err == nil && a.Name == "" && a.Address == s
+}
+
+// CheckID records in f that field v breaks the identifier rule of both
+// seeds: required, 1 to 255 printable US-ASCII characters.
+func CheckID(f *problem.Fields, field, v string) {
+	switch {
+	case v == "":
+		f.Add(field, "required", field+" is required")
+	case !PrintableASCII(v, 255):
+		f.Add(field, "invalid", field+" must be 1 to 255 printable US-ASCII characters")
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/text"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -121,7 +122,7 @@ func filterParam(q url.Values, name string, f *problem.Fields) string {
 	if !ok {
 		return ""
 	}
-	checkID(f, name, v[0])
+	text.CheckID(f, name, v[0])
 	return v[0]
 }
 

@@ -1,13 +1,13 @@
 package share
 
 import (
-	"net/mail"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/text"
 )
 
 // Limits of share.md, and the ones it leaves open (README).
@@ -17,7 +17,6 @@ const (
 	maxJQLChars       = 10000
 	maxSelectedUsers  = 1000
 	maxFieldConfigs   = 1000
-	maxEmailLength    = 254
 	minExpressionDays = 1
 	maxExpressionDays = 3650
 	dayMillis         = 24 * 60 * 60 * 1000
@@ -62,7 +61,7 @@ func validate(in *CreateRequest, nowMs int64, f *problem.Fields) content {
 	case in.IssueID != nil && typeKnown && in.Type != TypeIssue:
 		f.Add("issueId", "not_allowed", "issueId is only allowed for type ISSUE")
 	case in.IssueID != nil:
-		checkID(f, "issueId", *in.IssueID)
+		text.CheckID(f, "issueId", *in.IssueID)
 		c.IssueID = *in.IssueID
 	case in.Type == TypeIssue:
 		f.Add("issueId", "required", "issueId is required when type is ISSUE")
@@ -70,7 +69,7 @@ func validate(in *CreateRequest, nowMs int64, f *problem.Fields) content {
 
 	switch {
 	case in.ProjectID != nil:
-		checkID(f, "projectId", *in.ProjectID)
+		text.CheckID(f, "projectId", *in.ProjectID)
 		c.ProjectID = *in.ProjectID
 	case typeKnown && in.Type != TypeIssue:
 		f.Add("projectId", "required", "projectId is required when type is "+in.Type)
@@ -80,7 +79,7 @@ func validate(in *CreateRequest, nowMs int64, f *problem.Fields) content {
 		if typeKnown && in.Type != TypeBoard && in.Type != TypeTimeline {
 			f.Add("board", "not_allowed", "board is only allowed for types BOARD and TIMELINE")
 		}
-		checkID(f, "board.id", in.Board.ID)
+		text.CheckID(f, "board.id", in.Board.ID)
 	}
 
 	if in.Password.Set && in.Password.Value != nil {
@@ -139,7 +138,7 @@ func validateFields(fc *FieldsConfig, custom []CustomField, f *problem.Fields) *
 		slices.Sort(ids) // report violations in a stable order
 		for _, id := range ids {
 			path := "fieldsConfig.fieldConfigs." + id
-			if !printableASCII(id, maxIDLength) {
+			if !text.PrintableASCII(id, maxIDLength) {
 				f.Add(path, "invalid", "field identifiers must be 1 to 255 printable US-ASCII characters")
 				continue
 			}
@@ -168,7 +167,7 @@ func validateFields(fc *FieldsConfig, custom []CustomField, f *problem.Fields) *
 			f.Add(path, "required", path+" is required")
 			continue
 		}
-		if !printableASCII(cf.ID, maxIDLength) {
+		if !text.PrintableASCII(cf.ID, maxIDLength) {
 			f.Add(path, "invalid", "field identifiers must be 1 to 255 printable US-ASCII characters")
 			continue
 		}
@@ -203,7 +202,7 @@ func validateSelectedUsers(su *SelectedUsersConfig, f *problem.Fields) *Selected
 		switch {
 		case u.Email == "":
 			f.Add(path, "required", path+" is required")
-		case !validEmail(u.Email):
+		case !text.Email(u.Email):
 			f.Add(path, "invalid", path+" must be a valid e-mail address")
 		case seen[strings.ToLower(u.Email)]:
 			f.Add(path, "duplicate", path+" is already on the list")
@@ -213,38 +212,4 @@ func validateSelectedUsers(su *SelectedUsersConfig, f *problem.Fields) *Selected
 		out.List = append(out.List, SelectedUser{Email: u.Email})
 	}
 	return out
-}
-
-// validEmail accepts a bare address (no display name, no angle brackets)
-// that net/mail parses back to itself.
-func validEmail(s string) bool {
-	if len(s) > maxEmailLength {
-		return false
-	}
-	a, err := mail.ParseAddress(s)
-	return err == nil && a.Name == "" && a.Address == s
-}
-
-// checkID enforces share.md's identifier rule: 1-255 printable ASCII.
-func checkID(f *problem.Fields, field, v string) {
-	switch {
-	case v == "":
-		f.Add(field, "required", field+" is required")
-	case !printableASCII(v, maxIDLength):
-		f.Add(field, "invalid", field+" must be 1 to 255 printable US-ASCII characters")
-	}
-}
-
-// printableASCII reports whether s is 1 to max printable US-ASCII bytes.
-// Index keys rely on it: such a value never holds the \x00 separator.
-func printableASCII(s string, max int) bool {
-	if len(s) == 0 || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
