@@ -261,6 +261,11 @@ func (v *viewer) readUnlock(w http.ResponseWriter, r *http.Request) (unlockInput
 // the e-mail. Wrong ones answer 401, write "unlock-failed" and spend one
 // of the client's attempts; right ones set the signed cookie.
 func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
+	// Answer a JSON body in kind, errors of open and readUnlock included.
+	asJSON := wantsJSON(r) || problem.IsJSON(r.Header.Get("Content-Type"))
+	if asJSON {
+		r.Header.Set("Accept", "application/json")
+	}
 	now := v.s.now()
 	rec, err := v.open(r, now)
 	if err != nil {
@@ -271,10 +276,6 @@ func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		v.fail(w, r, err)
 		return
-	}
-	asJSON := wantsJSON(r) || problem.IsJSON(r.Header.Get("Content-Type"))
-	if asJSON {
-		r.Header.Set("Accept", "application/json") // answer in kind
 	}
 	if !rec.gated() {
 		v.unlocked(w, r, rec, asJSON)
