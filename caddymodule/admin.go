@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -21,7 +22,7 @@ func init() {
 // Admin serves key and template administration on Caddy's admin endpoint
 // (gateway.md, Administration). It is always on with the webapi app.
 type Admin struct {
-	app *App
+	ctx caddy.Context
 	mux *http.ServeMux
 }
 
@@ -33,13 +34,12 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision joins the webapi app of the config being loaded.
+// Provision keeps the config being loaded. The admin endpoint is set up
+// before the config's apps, and a config may have no webapi app at all, so
+// the app is looked up per request: routes answer 404 while there is none,
+// and a plain Caddy config run by this build opens no database.
 func (a *Admin) Provision(ctx caddy.Context) error {
-	app, err := webapiApp(ctx)
-	if err != nil {
-		return err
-	}
-	a.app = app
+	a.ctx = ctx
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webapi/keys", a.createKey)
 	mux.HandleFunc("GET /webapi/keys", a.listKeys)
@@ -61,7 +61,18 @@ func (a *Admin) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{Pattern: "/webapi/", Handler: caddy.AdminHandlerFunc(a.serve)}}
 }
 
+type adminAppKey struct{}
+
+// appOf returns the webapi app serve found for r.
+func appOf(r *http.Request) *App { return r.Context().Value(adminAppKey{}).(*App) }
+
 func (a *Admin) serve(w http.ResponseWriter, r *http.Request) error {
+	v, err := a.ctx.AppIfConfigured("webapi")
+	if err != nil {
+		problem.Write(w, problem.NotFound("the running config has no webapi app"))
+		return nil
+	}
+	r = r.WithContext(context.WithValue(r.Context(), adminAppKey{}, v.(*App)))
 	if _, pattern := a.mux.Handler(r); pattern == "" {
 		// The mux's own 404 and 405 are plain text; answer problems.
 		if allow := allowedAdminMethods(a.mux, r); allow != "" {
@@ -103,7 +114,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // auditAdmin records an administration action like a key use.
 func (a *Admin) auditAdmin(r *http.Request, msg string, k keystore.Key, status int) {
-	a.app.audit.Info(msg,
+	appOf(r).audit.Info(msg,
 		zap.String("key_id", k.ID),
 		zap.String("key_name", k.Name),
 		zap.String("owner", k.Owner),
@@ -122,12 +133,12 @@ func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {
 		problem.WriteError(w, err)
 		return
 	}
-	k, err := a.app.state.keys.Create(&in)
+	k, err := appOf(r).state.keys.Create(&in)
 	if err != nil {
 		problem.WriteError(w, err)
 		return
 	}
-	a.app.state.updateKeyGauges()
+	appOf(r).state.updateKeyGauges()
 	a.auditAdmin(r, "key created", k, http.StatusCreated)
 	w.Header().Set("Location", "/webapi/keys/"+k.ID)
 	writeJSON(w, http.StatusCreated, k)
@@ -148,11 +159,11 @@ func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
 		problem.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.app.state.keys.List(svc))
+	writeJSON(w, http.StatusOK, appOf(r).state.keys.List(svc))
 }
 
 func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
-	k, err := a.app.state.keys.Get(r.PathValue("id"))
+	k, err := appOf(r).state.keys.Get(r.PathValue("id"))
 	if err != nil {
 		problem.WriteError(w, err)
 		return
@@ -162,7 +173,7 @@ func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
 
 func (a *Admin) updateKey(w http.ResponseWriter, r *http.Request) {
 	var in keystore.KeyInput
-	if _, err := a.app.state.keys.Get(r.PathValue("id")); err != nil {
+	if _, err := appOf(r).state.keys.Get(r.PathValue("id")); err != nil {
 		problem.WriteError(w, err)
 		return
 	}
@@ -170,7 +181,7 @@ func (a *Admin) updateKey(w http.ResponseWriter, r *http.Request) {
 		problem.WriteError(w, err)
 		return
 	}
-	k, err := a.app.state.keys.Update(r.PathValue("id"), &in)
+	k, err := appOf(r).state.keys.Update(r.PathValue("id"), &in)
 	if err != nil {
 		problem.WriteError(w, err)
 		return
@@ -181,14 +192,14 @@ func (a *Admin) updateKey(w http.ResponseWriter, r *http.Request) {
 
 func (a *Admin) revealKey(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	k, err := a.app.state.keys.Get(id)
+	k, err := appOf(r).state.keys.Get(id)
 	if err != nil {
 		problem.WriteError(w, err)
 		return
 	}
-	token, err := a.app.state.keys.Reveal(id)
+	token, err := appOf(r).state.keys.Reveal(id)
 	if err != nil {
-		a.app.logger.Error("revealing key", zap.String("key_id", id), zap.Error(err))
+		appOf(r).logger.Error("revealing key", zap.String("key_id", id), zap.Error(err))
 		problem.Write(w, problem.Internal())
 		return
 	}
@@ -198,15 +209,15 @@ func (a *Admin) revealKey(w http.ResponseWriter, r *http.Request) {
 
 func (a *Admin) deleteKey(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	k, err := a.app.state.keys.Get(id)
+	k, err := appOf(r).state.keys.Get(id)
 	if err == nil {
-		err = a.app.state.keys.Delete(id)
+		err = appOf(r).state.keys.Delete(id)
 	}
 	if err != nil {
 		problem.WriteError(w, err)
 		return
 	}
-	a.app.state.updateKeyGauges()
+	appOf(r).state.updateKeyGauges()
 	a.auditAdmin(r, "key deleted", k, http.StatusNoContent)
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -217,11 +228,11 @@ func (a *Admin) addTemplate(w http.ResponseWriter, r *http.Request) {
 		problem.WriteError(w, err)
 		return
 	}
-	if _, err := a.app.state.templates.Get(t.ID); err == nil {
+	if _, err := appOf(r).state.templates.Get(t.ID); err == nil {
 		problem.Write(w, problem.New(http.StatusConflict, problem.CodeConflict, fmt.Sprintf("template %q exists: replace it with PUT /webapi/templates/{id}", t.ID)))
 		return
 	}
-	if _, err := a.app.state.templates.Put(t); err != nil {
+	if _, err := appOf(r).state.templates.Put(t); err != nil {
 		problem.WriteError(w, err)
 		return
 	}
@@ -230,7 +241,7 @@ func (a *Admin) addTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) listTemplates(w http.ResponseWriter, r *http.Request) {
-	list, err := a.app.state.templates.List()
+	list, err := appOf(r).state.templates.List()
 	if err != nil {
 		problem.WriteError(w, err)
 		return
@@ -239,7 +250,7 @@ func (a *Admin) listTemplates(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) getTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := a.app.state.templates.Get(r.PathValue("id"))
+	t, err := appOf(r).state.templates.Get(r.PathValue("id"))
 	if err != nil {
 		problem.WriteError(w, err)
 		return
@@ -260,7 +271,7 @@ func (a *Admin) putTemplate(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Invalid([]problem.FieldError{{Field: "id", Code: "mismatch", Message: "id must match the id in the path"}}))
 		return
 	}
-	created, err := a.app.state.templates.Put(t)
+	created, err := appOf(r).state.templates.Put(t)
 	if err != nil {
 		problem.WriteError(w, err)
 		return
@@ -273,7 +284,7 @@ func (a *Admin) putTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if err := a.app.state.templates.Delete(r.PathValue("id")); err != nil {
+	if err := appOf(r).state.templates.Delete(r.PathValue("id")); err != nil {
 		problem.WriteError(w, err)
 		return
 	}

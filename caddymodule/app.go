@@ -5,6 +5,7 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
 )
 
@@ -22,8 +24,9 @@ func init() {
 }
 
 // App is the `webapi` app: it owns the bbolt database, the key store and
-// the background work (usage flush). The database and key store outlive
-// config reloads: they sit in a usage pool keyed by the database's path.
+// the background work (usage flush, expiry sweep, notification delivery).
+// The database, key store and delivery worker outlive config reloads: they
+// sit in a usage pool keyed by the database's path.
 type App struct {
 	// DataDir holds webapi.db, master.key and mail/. Default ./data.
 	DataDir string `json:"data_dir,omitempty"`
@@ -47,9 +50,12 @@ type App struct {
 
 	state        *state
 	contractsAPI http.Handler
+	signingPages http.Handler
 	shareAPI     http.Handler
 	shareViewer  http.Handler
+	contracts    *contracts.Store
 	shares       *share.Store
+	senders      *senders
 	poolKey      string
 	logger       *zap.Logger
 	audit        *zap.Logger
@@ -137,6 +143,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.state.masterKeyPath != keyPath {
 		return fmt.Errorf("master_key_file changed from %s to %s: the database stays open across reloads, so restart to change it", a.state.masterKeyPath, keyPath)
 	}
+	if a.senders, err = a.buildSenders(); err != nil {
+		return err
+	}
 	return a.state.provisionAPIs(a)
 }
 
@@ -158,8 +167,10 @@ func (a *App) Validate() error {
 	return nil
 }
 
-// Start runs the background flush.
+// Start makes this config's senders the ones notifications go out by and
+// runs the background work: usage flush and expiry sweep.
 func (a *App) Start() error {
+	a.state.useSenders(a.senders)
 	a.stop, a.stopped = make(chan struct{}), make(chan struct{})
 	go a.background(a.stop, a.stopped)
 	return nil
@@ -206,7 +217,21 @@ func (a *App) background(stop <-chan struct{}, stopped chan<- struct{}) {
 			return
 		case <-t.C:
 			a.flush()
+			a.sweep()
 		}
+	}
+}
+
+// sweepBatch bounds the contracts one sweep writes down, so a backlog
+// becomes several short write transactions, one per tick.
+const sweepBatch = 1000
+
+// sweep writes down the expiry of contracts whose time has come. Reads
+// already show them expired; with nothing due it costs one read
+// transaction.
+func (a *App) sweep() {
+	if _, err := a.contracts.SweepExpired(context.Background(), sweepBatch); err != nil {
+		a.logger.Error("sweeping expired contracts", zap.Error(err))
 	}
 }
 

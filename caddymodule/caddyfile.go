@@ -28,6 +28,7 @@ var terminalDirectives = []struct {
 	parse httpcaddyfile.UnmarshalHandlerFunc
 }{
 	{"webapi_contracts", noArgs(func() caddyhttp.MiddlewareHandler { return new(Contracts) })},
+	{"webapi_signing", noArgs(func() caddyhttp.MiddlewareHandler { return new(Signing) })},
 	{"webapi_share", noArgs(func() caddyhttp.MiddlewareHandler { return new(Share) })},
 	{"webapi_share_viewer", noArgs(func() caddyhttp.MiddlewareHandler { return new(ShareViewer) })},
 }

@@ -63,6 +63,12 @@ const globalOptions = `{
 func startGateway(t *testing.T, site string) *gateway {
 	t.Helper()
 	g := &gateway{t: t, tester: newTester(t), dir: t.TempDir()}
+	// Cleanups run last-in first-out: this one, before the data directory
+	// is removed, loads a config without the webapi app, so the database
+	// closes and the notification worker stops writing into the directory.
+	t.Cleanup(func() {
+		g.tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", caddymodule.TestAdminPort), "caddyfile")
+	})
 	g.load(site)
 	return g
 }

@@ -7,15 +7,19 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
+	"github.com/keygate/keygate/upstreams/signing"
 )
 
 // states holds one state per database file, shared by every config that
@@ -34,6 +38,16 @@ type state struct {
 	sealer        *keystore.Sealer
 	keys          *keystore.Keys
 	templates     *contracts.Templates
+	logger        *zap.Logger
+
+	// outbox holds the notifications not yet delivered; worker, the one
+	// deliverer of this process, sends them through the senders of the
+	// config started last (notifications.go).
+	outbox      *notify.Outbox
+	worker      *notify.Worker
+	senders     atomic.Pointer[senders]
+	startWorker sync.Once
+	workerDone  chan struct{}
 }
 
 func openState(dbPath, masterKeyPath string, logger *zap.Logger) (*state, error) {
@@ -55,11 +69,12 @@ func openState(dbPath, masterKeyPath string, logger *zap.Logger) (*state, error)
 	if err != nil {
 		return nil, fmt.Errorf("opening database %s: %w", dbPath, err)
 	}
-	s := &state{db: db, masterKeyPath: masterKeyPath, masterKey: masterKey, sealer: sealer}
+	s := &state{db: db, masterKeyPath: masterKeyPath, masterKey: masterKey, sealer: sealer, logger: logger}
 	if err := s.open(); err != nil {
 		db.Close()
 		return nil, err
 	}
+	s.newWorker(logger)
 	logger.Info("database opened", zap.String("path", dbPath), zap.Int("contracts_keys", s.keys.Count(keystore.ServiceContracts)), zap.Int("share_keys", s.keys.Count(keystore.ServiceShare)))
 	return s, nil
 }
@@ -73,6 +88,9 @@ func (s *state) open() error {
 		return fmt.Errorf("loading keys: %w", err)
 	}
 	if s.templates, err = contracts.NewTemplates(s.db); err != nil {
+		return err
+	}
+	if s.outbox, err = notify.NewOutbox(s.db); err != nil {
 		return err
 	}
 	return nil
@@ -94,9 +112,10 @@ func (s *state) updateKeyGauges() {
 	}
 }
 
-// Destruct flushes what is pending and closes the database, when the last
-// config using it goes away.
+// Destruct stops delivery, flushes what is pending and closes the
+// database, when the last config using it goes away.
 func (s *state) Destruct() error {
+	s.stopWorker()
 	if _, err := s.keys.FlushUsage(); err != nil {
 		s.db.Close()
 		return err
@@ -109,7 +128,7 @@ func (s *state) Destruct() error {
 // openings, which the app flushes when it stops.
 func (s *state) provisionAPIs(a *App) error {
 	s.updateKeyGauges()
-	cs, err := contracts.NewStore(contracts.Config{
+	lifecycle, err := signing.New(contracts.Config{
 		DB:               s.db,
 		Templates:        s.templates,
 		Sealer:           s.sealer,
@@ -117,10 +136,14 @@ func (s *state) provisionAPIs(a *App) error {
 		ContractValidity: time.Duration(a.ContractValidity),
 		SMSConfigured:    a.SMS != nil,
 		Logger:           a.logger.Named("contracts"),
+	}, signing.Config{
+		Outbox: s.outbox,
+		OTPKey: s.derivedKey("keygate signing one-time password v1"),
 	})
 	if err != nil {
 		return err
 	}
+	cs := lifecycle.Contracts()
 	ss, err := share.NewStore(share.Config{
 		DB:            s.db,
 		PublicBaseURL: a.PublicBaseURL,
@@ -131,7 +154,9 @@ func (s *state) provisionAPIs(a *App) error {
 		return err
 	}
 	a.shares = ss
+	a.contracts = cs
 	a.contractsAPI = contracts.NewHandler(cs)
+	a.signingPages = lifecycle.Handler()
 	a.shareAPI = share.NewHandler(ss)
 	a.shareViewer = share.NewViewer(ss)
 	return nil

@@ -1,10 +1,13 @@
 package contracts
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -143,11 +146,21 @@ func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// attachment answers 404 for every attachment: attachments are made when a
-// contract is completed, which the signing flow does not do yet, so none
-// exists.
+// attachment sends a PDF of a completed contract as a download. Its
+// ETag is the file's SHA-256, which the Contract Object also shows.
 func (h *handler) attachment(w http.ResponseWriter, r *http.Request) {
-	problem.Write(w, problem.NotFound("no such attachment"))
+	a, data, err := h.store.Attachment(r.Context(), r.PathValue("id"), r.PathValue("attachmentId"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", a.MediaType)
+	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": a.FileName}))
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("ETag", `"`+a.SHA256+`"`)
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
 }
 
 // fail writes a client error as its problem and anything else as a 500

@@ -117,6 +117,9 @@ type Signer struct {
 	Decision          string    `json:"decision,omitempty"`
 	DecisionTimestamp time.Time `json:"decisionTimestamp,omitzero"`
 	DecisionIP        string    `json:"decisionIp,omitempty"`
+	// DecisionReason is the reason a signer gave for rejecting, told to
+	// the watchers; the Contract Object does not show it.
+	DecisionReason string `json:"decisionReason,omitempty"`
 
 	// TokenHash is the SHA-256 of the signing-link token, the only form
 	// the signing page looks a signer up by.

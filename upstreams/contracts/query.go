@@ -9,6 +9,7 @@ import (
 	_ "time/tzdata" // IANA zone names work on hosts without a zoneinfo database.
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/text"
 )
 
 // Order is a search order of the seed.
@@ -89,13 +90,13 @@ func ParseQuery(values url.Values) (Query, error) {
 	}
 
 	if v, ok := get("template-id"); ok {
-		if !printableASCII(v, maxTextLen) {
+		if !text.PrintableASCII(v, maxTextLen) {
 			f.Add("template-id", codeInvalid, "template-id must be 1 to 255 printable US-ASCII characters")
 		}
 		q.TemplateID = v
 	}
 	if v, ok := get("creator-id"); ok {
-		if !printableASCII(v, maxTextLen) {
+		if !text.PrintableASCII(v, maxTextLen) {
 			f.Add("creator-id", codeInvalid, "creator-id must be 1 to 255 printable US-ASCII characters")
 		}
 		q.CreatorID = v
@@ -114,7 +115,7 @@ func ParseQuery(values url.Values) (Query, error) {
 		}
 	}
 	if v, ok := get("substring"); ok {
-		if !printableRunes(v, maxTextLen) {
+		if !text.PrintableRunes(v, maxTextLen) {
 			f.Add("substring", codeInvalid, "substring must be 1 to 255 printable characters")
 		}
 		q.Substring = fold(v)

@@ -3,7 +3,9 @@ package contracts
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/text"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -80,7 +83,7 @@ func NewStore(cfg Config) (*Store, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	err := cfg.DB.Update(func(tx *bbolt.Tx) error {
-		for _, name := range storeBuckets {
+		for _, name := range append(storeBuckets, bucketAttachments) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -122,7 +125,7 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !printableASCII(owner, maxOwnerLen) {
+	if !text.PrintableASCII(owner, maxOwnerLen) {
 		// Owners come from the key store, not the request: a bad one is
 		// the server's fault.
 		return nil, errors.New("contracts: creator id must be printable US-ASCII")
@@ -269,11 +272,7 @@ func load(tx *bbolt.Tx, id uuid.UUID) (*Contract, error) {
 	if v == nil {
 		return nil, errNotFound
 	}
-	c := new(Contract)
-	if err := json.Unmarshal(v, c); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return decoded.decode(id, v)
 }
 
 // Get returns contract id with its effective status, or a 404 problem.
@@ -415,6 +414,9 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		if err := releaseDocument(tx, c.DocumentDigest); err != nil {
 			return err
 		}
+		if err := deleteAttachments(tx, u); err != nil {
+			return err
+		}
 		if s.cfg.OnDelete != nil {
 			if err := s.cfg.OnDelete(tx, c); err != nil {
 				return err
@@ -502,6 +504,16 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (int, error) {
 	}
 	now := s.now()
 	end := millisKey(now)
+	// Most sweeps find nothing due; a read transaction tells so without
+	// the disk sync of a write.
+	due := false
+	if err := s.db.View(func(tx *bbolt.Tx) error {
+		k, _ := tx.Bucket(bucketByExpiry).Cursor().First()
+		due = k != nil && bytes.Compare(k[:8], end[:]) <= 0
+		return nil
+	}); err != nil || !due {
+		return 0, err
+	}
 	n := 0
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		var due []uuid.UUID
@@ -525,4 +537,98 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// bucketAttachments: contract id (16 bytes) and attachment id (16 bytes) →
+// the attachment's bytes: the PDFs made when a contract is completed.
+var bucketAttachments = []byte("contract_attachments")
+
+// PDFMediaType is the media type of every attachment.
+const PDFMediaType = "application/pdf"
+
+var errNoAttachment = problem.NotFound("no such attachment")
+
+// PutAttachment stores data as a PDF attachment of c in tx, the write
+// transaction of an Update (whose fn then sets c.FinalizedPDF or
+// c.CertificatePDF to the result), so that the file and the contract that
+// lists it commit together. Delete removes it with the contract.
+func (s *Store) PutAttachment(tx *bbolt.Tx, c *Contract, fileName string, data []byte) (*Attachment, error) {
+	cid, ok := parseID(c.ID)
+	if !ok {
+		return nil, errors.New("contracts: attachment for a contract without a valid id")
+	}
+	aid := uuid.New()
+	if err := tx.Bucket(bucketAttachments).Put(attachmentKey(cid, aid), data); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	return &Attachment{
+		ID:        aid.String(),
+		FileName:  fileName,
+		MediaType: PDFMediaType,
+		Size:      int64(len(data)),
+		SHA256:    hex.EncodeToString(sum[:]),
+	}, nil
+}
+
+// Attachment returns attachment attachmentID of contract id and its bytes,
+// or a 404 problem when either is unknown.
+func (s *Store) Attachment(ctx context.Context, id, attachmentID string) (*Attachment, []byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	cid, ok := parseID(id)
+	if !ok {
+		return nil, nil, errNotFound
+	}
+	aid, ok := parseID(attachmentID)
+	if !ok {
+		return nil, nil, errNoAttachment
+	}
+	var a *Attachment
+	var data []byte
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		c, err := load(tx, cid)
+		if err != nil {
+			return err
+		}
+		for _, x := range []*Attachment{c.FinalizedPDF, c.CertificatePDF} {
+			if x != nil && x.ID == aid.String() {
+				a = x
+			}
+		}
+		if a == nil {
+			return errNoAttachment
+		}
+		v := tx.Bucket(bucketAttachments).Get(attachmentKey(cid, aid))
+		if v == nil {
+			return errors.New("contracts: attachment " + a.ID + " of " + c.ID + " is missing")
+		}
+		data = bytes.Clone(v)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, data, nil
+}
+
+func attachmentKey(contract, attachment uuid.UUID) []byte {
+	return append(bytes.Clone(contract[:]), attachment[:]...)
+}
+
+// deleteAttachments removes every attachment of contract id.
+func deleteAttachments(tx *bbolt.Tx, id uuid.UUID) error {
+	b := tx.Bucket(bucketAttachments)
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := c.Seek(id[:]); k != nil && bytes.HasPrefix(k, id[:]); k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/text"
 )
 
 // Template is a page or issue of the host platform that contracts are made
@@ -59,12 +60,12 @@ func NewTemplates(db *bbolt.DB) (*Templates, error) {
 // Validate lists every rule t breaks.
 func (t *Template) Validate() error {
 	var f problem.Fields
-	checkASCIIID(&f, "id", t.ID)
-	checkASCIIID(&f, "collectionId", t.CollectionID)
+	text.CheckID(&f, "id", t.ID)
+	text.CheckID(&f, "collectionId", t.CollectionID)
 	switch {
 	case t.Title == "":
 		f.Add("title", "required", "title is required")
-	case !printableText(t.Title, 255):
+	case !text.Printable(t.Title, 255):
 		f.Add("title", "invalid", "title must be 1 to 255 printable characters")
 	}
 	if len(t.Body) > maxTemplateBody || !utf8.ValidString(t.Body) {

@@ -1,7 +1,6 @@
 package contracts
 
 import (
-	"net/mail"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/text"
 )
 
 // CreateRequest is the Create Contract request body (seed) plus the
@@ -42,7 +42,6 @@ const (
 	MaxSigners     = 26
 	MaxWatchers    = 50
 	maxTextLen     = 255
-	maxEmailLen    = 254
 	maxExpiryAhead = 365 * 24 * time.Hour
 )
 
@@ -74,8 +73,8 @@ type draft struct {
 // each violation in f, and returns the draft of the contract.
 func (s *Store) validateCreate(f *problem.Fields, in *CreateRequest, now time.Time) (*draft, error) {
 	d := &draft{}
-	checkASCIIID(f, "templateId", in.TemplateID)
-	if printableASCII(in.TemplateID, maxTextLen) {
+	text.CheckID(f, "templateId", in.TemplateID)
+	if text.PrintableASCII(in.TemplateID, maxTextLen) {
 		err := s.db.View(func(tx *bbolt.Tx) error {
 			var err error
 			d.digest, err = templateDocument(tx, in.TemplateID, &d.template)
@@ -146,7 +145,7 @@ func (s *Store) validateSigner(f *problem.Fields, path string, in *SignerRequest
 		if in.AccessKind == AccessEmail {
 			f.Add(path+".email", codeRequired, path+".email is required when accessKind is email")
 		}
-	} else if !validEmail(in.Email) {
+	} else if !text.Email(in.Email) {
 		f.Add(path+".email", codeInvalid, path+".email must be an e-mail address without a display name")
 	}
 
@@ -211,7 +210,7 @@ func validateWatcher(f *problem.Fields, path string, w *Watcher) {
 	switch {
 	case w.Email == "":
 		f.Add(path+".email", codeRequired, path+".email is required")
-	case !validEmail(w.Email):
+	case !text.Email(w.Email):
 		f.Add(path+".email", codeInvalid, path+".email must be an e-mail address without a display name")
 	}
 	switch {
@@ -229,19 +228,9 @@ func checkText(f *problem.Fields, field, v string) {
 	switch {
 	case v == "":
 		f.Add(field, codeRequired, field+" is required")
-	case !printableText(v, maxTextLen):
+	case !text.Printable(v, maxTextLen):
 		f.Add(field, codeInvalid, field+" must be 1 to 255 printable characters, not only spaces")
 	}
-}
-
-// validEmail accepts a bare address that net/mail parses, refusing display
-// names, angle brackets and comments: the stored value is what is mailed to.
-func validEmail(s string) bool {
-	if len(s) > maxEmailLen {
-		return false
-	}
-	a, err := mail.ParseAddress(s)
-	return err == nil && a.Name == "" && a.Address == s
 }
 
 // validPhone requires E.164 (+, then 8 to 15 digits, no leading zero) and a

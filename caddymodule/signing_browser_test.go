@@ -1,0 +1,217 @@
+package caddymodule_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/chromedp"
+
+	"github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/internal/mailtest"
+)
+
+// signingConfig is a gateway with the contracts API and the signing
+// pages on data directory dir. With smtpAddr it mails through that SMTP
+// server, else it writes .eml files to dir/mail.
+func signingConfig(dir, smtpAddr string) string {
+	smtp := ""
+	if smtpAddr != "" {
+		smtp = fmt.Sprintf("smtp %s {\n\t\t\tfrom \"Contracts <contracts@example.com>\"\n\t\t\ttls none\n\t\t}", smtpAddr)
+	}
+	p := caddymodule.TestSitePort
+	return fmt.Sprintf(`{
+	admin localhost:%[2]d
+	http_port %[3]d
+	https_port %[4]d
+	grace_period 1s
+	skip_install_trust
+	webapi {
+		data_dir %[1]s
+		usage_flush_interval 50ms
+		public_base_url http://localhost:%[3]d
+		%[5]s
+	}
+	log default {
+		output file %[1]s/caddy.log
+		format json
+	}
+}
+http://localhost:%[3]d {
+	handle /webapi/contracts* {
+		webapi_auth contracts
+		webapi_contracts
+	}
+	handle /sign/* {
+		webapi_signing
+	}
+}
+`, dir, caddymodule.TestAdminPort, p, p+363, smtp)
+}
+
+// chromium finds Debian's chromium; without it the test fails, since the
+// signing page must be proven in a real browser.
+func chromium(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is not installed: the signing-page browser test needs Debian's chromium package; run `make test-deps` (scripts/test-deps.sh) as root")
+	}
+	return path
+}
+
+var passwordLine = regexp.MustCompile(`(?m)^\s+(\d{6})\s*$`)
+
+// TestSigningInBrowser signs a contract the way a signer does: headless
+// Chromium opens the signing link from the invitation, asks for a
+// password, which the test reads from its SMTP server, draws a signature
+// on the canvas with the mouse and signs. The contract is then signed,
+// with its PDFs downloadable through the API.
+func TestSigningInBrowser(t *testing.T) {
+	browser := chromium(t)
+	mails := mailtest.Start(t)
+	newTester(t).InitServer(signingConfig(t.TempDir(), mails.Addr), "caddyfile")
+
+	if r := do(t, http.MethodPost, adminURL+"/webapi/templates", map[string]any{"id": "PAGE-7", "collectionId": "SPACE-7",
+		"title": "Service agreement", "body": "The provider shall provide the service.\nThe client shall pay for it."}); r.status != http.StatusCreated {
+		t.Fatalf("template: %d %s", r.status, r.body)
+	}
+	key := createKey(t, map[string]any{"service": "contracts", "name": "browser", "owner": "alice", "privileges": []string{"get", "create"}})
+	r := do(t, http.MethodPost, siteURL+"/webapi/contracts", map[string]any{
+		"templateId": "PAGE-7", "name": "Browser deal",
+		"signers": []map[string]any{{"fullName": "Bea Browser", "accessKind": "email", "email": "bea@example.com", "signerSigningMethods": []string{"draw", "render"}}},
+	}, bearer(key.Token)...)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var created struct {
+		ID      string
+		Signers []struct{ AccessURL string }
+	}
+	r.json(t, &created)
+	link := created.Signers[0].AccessURL
+	eventually(t, "the invitation", func() bool { return len(mails.To("bea@example.com", "Please sign")) == 1 })
+	if inv := mails.To("bea@example.com", "Please sign")[0]; !strings.Contains(inv.Text, link) {
+		t.Fatalf("the invitation does not carry the link %s:\n%s", link, inv.Text)
+	}
+
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 1000),
+	)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	must("open the link and ask for a password", chromedp.Do(ctx,
+		chromedp.Navigate(link),
+		chromedp.WaitVisible(chromedp.ID("otp-request")),
+		chromedp.Click(chromedp.ID("otp-request")),
+		chromedp.WaitVisible(chromedp.ID("notice")),
+	))
+	notice, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("notice")))
+	must("read the notice", err)
+	if !strings.Contains(notice, "b•••@example.com") {
+		t.Errorf("notice %q", notice)
+	}
+
+	var code string
+	eventually(t, "the password e-mail", func() bool {
+		ms := mails.To("bea@example.com", "Your one-time password")
+		if len(ms) == 0 {
+			return false
+		}
+		if m := passwordLine.FindStringSubmatch(ms[0].Text); m != nil {
+			code = m[1]
+		}
+		return true
+	})
+	if code == "" {
+		t.Fatal("no password in the e-mail")
+	}
+
+	must("choose drawing", chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("tab-draw")),
+		chromedp.WaitVisible(chromedp.ID("pad")),
+		chromedp.ScrollIntoView(chromedp.ID("pad")),
+	))
+	box, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => { const r = document.getElementById("pad").getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()`))
+	must("locate the canvas", err)
+	left, top, width, height := box[0], box[1], box[2], box[3]
+	pressed := func(p *input.DispatchMouseEventParams) {
+		p.Button = input.MouseButtonLeft
+		p.Buttons = 1
+		p.ClickCount = 1
+	}
+	stroke := []chromedp.Action[chromedp.Void]{chromedp.MouseEvent(chromedp.MousePressed, left+0.1*width, top+0.6*height, pressed)}
+	for i := 1; i <= 24; i++ {
+		x := left + (0.1+0.8*float64(i)/24)*width
+		y := top + (0.6-0.3*float64(i%4)/3)*height
+		stroke = append(stroke, chromedp.MouseEvent(chromedp.MouseMoved, x, y, pressed))
+	}
+	stroke = append(stroke, chromedp.MouseEvent(chromedp.MouseReleased, left+0.9*width, top+0.5*height, pressed))
+	must("draw", chromedp.Do(ctx, stroke...))
+
+	must("sign", chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.CSS("#form-draw input.otp"), code),
+		chromedp.Click(chromedp.ID("sign-draw")),
+		chromedp.WaitVisible(chromedp.ID("state")),
+	))
+	state, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("state")))
+	must("read the state", err)
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("status")))
+	must("read the status", err)
+	if !strings.Contains(state, "You signed this contract") || strings.ToLower(status) != "signed" {
+		t.Fatalf("after signing the page shows %q, status %q", state, status)
+	}
+
+	r = do(t, http.MethodGet, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...)
+	var got struct {
+		Status  string
+		Signers []struct {
+			Decision, DecisionIP, OpenedTimestamp string
+		}
+		FinalizedPdf, CertificatePdf *struct{ URL, SHA256 string }
+	}
+	r.json(t, &got)
+	if got.Status != "signed" || got.Signers[0].Decision != "signed" || got.Signers[0].DecisionIP == "" || got.Signers[0].OpenedTimestamp == "" {
+		t.Fatalf("contract after signing: %s", r.body)
+	}
+	if got.FinalizedPdf == nil || got.CertificatePdf == nil {
+		t.Fatalf("no PDFs listed: %s", r.body)
+	}
+	for _, a := range []string{got.FinalizedPdf.URL, got.CertificatePdf.URL} {
+		pdf := do(t, http.MethodGet, siteURL+a, nil, bearer(key.Token)...)
+		if pdf.status != http.StatusOK || pdf.header.Get("Content-Type") != "application/pdf" || !bytes.HasPrefix(pdf.body, []byte("%PDF-")) {
+			t.Errorf("GET %s: %d %s", a, pdf.status, pdf.header)
+		}
+	}
+	eventually(t, "the signed contract e-mail", func() bool {
+		ms := mails.To("bea@example.com", "Your signed contract")
+		return len(ms) == 1 && len(ms[0].Attachments) == 1
+	})
+}

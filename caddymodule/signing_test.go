@@ -1,0 +1,143 @@
+package caddymodule_test
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/keygate/keygate/internal/mailtest"
+)
+
+// emlMails reads the .eml files of dir/mail.
+func emlMails(t *testing.T, dir string) []mailtest.Mail {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "mail", "*.eml"))
+	var out []mailtest.Mail
+	for _, name := range files {
+		raw, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mailtest.Parse(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func withSubject(ms []mailtest.Mail, to, prefix string) []mailtest.Mail {
+	var out []mailtest.Mail
+	for _, m := range ms {
+		if m.To == to && strings.HasPrefix(m.Subject, prefix) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+var sentMetric = regexp.MustCompile(`(?m)^keygate_notifications_total\{channel="email",outcome="sent"\} (\d+)`)
+
+func emailsSent(t *testing.T) int {
+	t.Helper()
+	r := do(t, http.MethodGet, adminURL+"/metrics", nil)
+	m := sentMetric.FindSubmatch(r.body)
+	if m == nil {
+		t.Fatalf("no keygate_notifications_total in the metrics")
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+// TestSigningThroughCaddy runs the lifecycle behind Caddy: without smtp
+// the mail goes to .eml files in <data_dir>/mail, deliveries are counted
+// in keygate_notifications_total, a reload that configures smtp moves
+// delivery to the SMTP server without a second worker, decisions record
+// Caddy's client address, and delete takes the signing links.
+func TestSigningThroughCaddy(t *testing.T) {
+	dir := t.TempDir()
+	mails := mailtest.Start(t)
+	tester := newTester(t)
+	tester.InitServer(signingConfig(dir, ""), "caddyfile")
+	sentBefore := emailsSent(t)
+
+	if r := do(t, http.MethodPost, adminURL+"/webapi/templates", map[string]any{"id": "PAGE-8", "collectionId": "SPACE-8",
+		"title": "Loan", "body": "Ten coins, returned in a year."}); r.status != http.StatusCreated {
+		t.Fatalf("template: %d %s", r.status, r.body)
+	}
+	key := createKey(t, map[string]any{"service": "contracts", "name": "lifecycle", "owner": "alice", "privileges": []string{"get", "create", "delete"}})
+	r := do(t, http.MethodPost, siteURL+"/webapi/contracts", map[string]any{
+		"templateId": "PAGE-8", "name": "Coins",
+		"signers":  []map[string]any{{"fullName": "Eli", "accessKind": "email", "email": "eli@example.com", "signerSigningMethods": []string{"render"}}},
+		"watchers": []map[string]any{{"name": "Wendy", "email": "wendy@example.com", "notificationKinds": "created|completed"}},
+	}, bearer(key.Token)...)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var created struct {
+		ID      string
+		Signers []struct{ AccessURL string }
+	}
+	r.json(t, &created)
+	link := created.Signers[0].AccessURL
+
+	eventually(t, "the invitation and the created notice as .eml files", func() bool { return len(emlMails(t, dir)) == 2 })
+	if inv := withSubject(emlMails(t, dir), "eli@example.com", "Please sign"); len(inv) != 1 || !strings.Contains(inv[0].Text, link) {
+		t.Fatalf("invitation files: %+v", inv)
+	}
+	if len(withSubject(emlMails(t, dir), "wendy@example.com", "Contract created")) != 1 {
+		t.Fatal("no created notice")
+	}
+	eventually(t, "the sent counter", func() bool { return emailsSent(t) >= sentBefore+2 })
+
+	if r := do(t, http.MethodGet, link, nil, "Accept", "application/json"); r.status != http.StatusOK || !strings.Contains(string(r.body), `"canDecide":true`) {
+		t.Fatalf("page: %d %s", r.status, r.body)
+	}
+	if r := do(t, http.MethodPost, link+"/otp", nil); r.status != http.StatusAccepted {
+		t.Fatalf("otp: %d %s", r.status, r.body)
+	}
+	var code string
+	eventually(t, "the password file", func() bool {
+		ms := withSubject(emlMails(t, dir), "eli@example.com", "Your one-time password")
+		if len(ms) == 1 {
+			code = passwordLine.FindStringSubmatch(ms[0].Text)[1]
+		}
+		return code != ""
+	})
+
+	// A reload that configures smtp: the same database, the same worker,
+	// now delivering through the SMTP server.
+	tester.InitServer(signingConfig(dir, mails.Addr), "caddyfile")
+	r = do(t, http.MethodPost, link+"/decision", map[string]string{"decision": "signed", "method": "render", "signature": "Eli", "otp": code})
+	if r.status != http.StatusOK {
+		t.Fatalf("decision: %d %s", r.status, r.body)
+	}
+	eventually(t, "the signed contract by SMTP", func() bool {
+		return len(mails.To("eli@example.com", "Your signed contract")) == 1 && len(mails.To("wendy@example.com", "Completed")) == 1
+	})
+	if n := len(emlMails(t, dir)); n != 3 {
+		t.Errorf("%d .eml files, want the 3 written before smtp was configured", n)
+	}
+
+	r = do(t, http.MethodGet, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...)
+	var got struct {
+		Status  string
+		Signers []struct{ DecisionIP string }
+	}
+	r.json(t, &got)
+	if ip := got.Signers[0].DecisionIP; got.Status != "signed" || (ip != "127.0.0.1" && ip != "::1") {
+		t.Fatalf("contract: %s", r.body)
+	}
+
+	if r := do(t, http.MethodDelete, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...); r.status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	if r := do(t, http.MethodGet, link, nil, "Accept", "application/json"); r.status != http.StatusNotFound {
+		t.Fatalf("link after delete: %d %s", r.status, r.body)
+	}
+}

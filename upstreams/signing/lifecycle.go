@@ -1,0 +1,249 @@
+package signing
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/upstreams/contracts"
+)
+
+// decision is what a signer submits (spec, Signing).
+type decision struct {
+	Decision string
+	OTP      string
+	Method   string
+	// Signature is the image bytes for upload and draw.
+	Signature []byte
+	// TypedName is the signature for render.
+	TypedName string
+	Reason    string
+}
+
+// session is a signer's view of their contract at one moment.
+type session struct {
+	c     *contracts.Contract
+	i     int
+	title string
+	body  string
+}
+
+func (ss *session) signer() *contracts.Signer { return &ss.c.Signers[ss.i] }
+
+// conflict is the 409 of a signer who may not act now.
+func conflict(detail string) error {
+	return problem.New(http.StatusConflict, problem.CodeConflict, detail)
+}
+
+// mayAct says why signer i of c cannot decide at now, or nil: a final
+// contract, a signer who decided, or, in sequential signing, an earlier
+// signer who has not decided yet.
+func mayAct(c *contracts.Contract, i int, now time.Time) error {
+	if st := c.EffectiveStatus(now); st.Final() {
+		return conflict("the contract is " + string(st) + " and takes no more decisions")
+	}
+	if d := c.Signers[i].Decision; d != "" {
+		return conflict("you have already " + d + " this contract")
+	}
+	if w := waitingFor(c, i); w >= 0 {
+		return conflict("it is not your turn yet: " + c.Signers[w].FullName + " decides first")
+	}
+	return nil
+}
+
+// waitingFor is, in sequential signing, the first undecided signer before
+// signer i, or -1 if it is i's turn (or signing is not sequential).
+func waitingFor(c *contracts.Contract, i int) int {
+	if !c.SequentialSigning {
+		return -1
+	}
+	for j := 0; j < i; j++ {
+		if c.Signers[j].Decision == "" {
+			return j
+		}
+	}
+	return -1
+}
+
+// open finds the signer of token and records their first opening of the
+// page (with the watchers' "opened") while the contract is still open. A
+// reopening costs no write.
+func (s *Service) open(ctx context.Context, token string, record bool) (*session, error) {
+	c, i, err := s.store.BySigningToken(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	if record && c.Signers[i].OpenedTimestamp.IsZero() && !c.Status.Final() {
+		signerID := c.Signers[i].ID
+		now := s.now()
+		c, err = s.store.Update(ctx, c.ID, func(tx *bbolt.Tx, c *contracts.Contract) error {
+			j := c.SignerByID(signerID)
+			if j < 0 {
+				return problem.NotFound("no signing link with this token")
+			}
+			sg := &c.Signers[j]
+			if !sg.OpenedTimestamp.IsZero() || c.EffectiveStatus(now).Final() {
+				return nil
+			}
+			sg.OpenedTimestamp = now
+			return s.notifyWatchers(tx, c, KindOpened, sg, nil)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if i = c.SignerByID(signerID); i < 0 {
+			return nil, problem.NotFound("no signing link with this token")
+		}
+	}
+	return s.withDocument(ctx, c, i)
+}
+
+func (s *Service) withDocument(ctx context.Context, c *contracts.Contract, i int) (*session, error) {
+	title, body, err := s.store.Document(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return &session{c: c, i: i, title: title, body: body}, nil
+}
+
+// requestOTP sends signer of token a new one-time password by their
+// otpMethod: 409 for none or when they cannot decide now, 429 within a
+// minute of the last one.
+func (s *Service) requestOTP(ctx context.Context, token string) (*session, *otpRecord, error) {
+	c, i, err := s.store.BySigningToken(ctx, token)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.Signers[i].OTPMethod == contracts.OTPNone {
+		return nil, nil, conflict("this signer needs no one-time password")
+	}
+	now := s.now()
+	if err := mayAct(c, i, now); err != nil {
+		return nil, nil, err
+	}
+	var rec *otpRecord
+	err = s.db.Update(func(tx *bbolt.Tx) (err error) {
+		rec, err = s.issueOTP(tx, c, i, now)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &session{c: c, i: i}, rec, nil
+}
+
+// decide records signer of token's decision with everything it causes,
+// in one transaction: the status move, the watchers' notifications, the
+// next signer's invitation in sequential signing and, when the last signer
+// signs, the PDFs and their delivery.
+func (s *Service) decide(ctx context.Context, token string, req *decisionInput, ip string) (*session, error) {
+	c, i, err := s.store.BySigningToken(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	if err := mayAct(c, i, now); err != nil {
+		return nil, err
+	}
+	in, err := validateDecision(req, &c.Signers[i])
+	if err != nil {
+		return nil, err
+	}
+	// The document is fixed at creation; it is read before the write
+	// transaction, which then only renders the PDFs if it completes.
+	ss, err := s.withDocument(ctx, c, i)
+	if err != nil {
+		return nil, err
+	}
+	signerID := c.Signers[i].ID
+	c, err = s.store.Update(ctx, c.ID, func(tx *bbolt.Tx, c *contracts.Contract) error {
+		j := c.SignerByID(signerID)
+		if j < 0 {
+			return problem.NotFound("no signing link with this token")
+		}
+		if err := mayAct(c, j, now); err != nil {
+			return err
+		}
+		sg := &c.Signers[j]
+		if sg.OTPMethod != contracts.OTPNone {
+			if err := s.checkOTP(tx, sg.ID, in.OTP, now); err != nil {
+				return err
+			}
+		}
+		sg.Decision = in.Decision
+		sg.DecisionTimestamp = now
+		sg.DecisionIP = ip
+		if in.Decision == contracts.DecisionRejected {
+			sg.DecisionReason = in.Reason
+			if err := s.notifyWatchers(tx, c, KindRejected, sg, nil); err != nil {
+				return err
+			}
+			return s.forgetSigners(tx, c)
+		}
+		if err := putSignature(tx, sg.ID, in); err != nil {
+			return err
+		}
+		if err := s.notifyWatchers(tx, c, KindSigned, sg, nil); err != nil {
+			return err
+		}
+		if c.DecidedStatus() == contracts.StatusSigned {
+			return s.complete(tx, c, ss.title, ss.body)
+		}
+		if c.SequentialSigning && j+1 < len(c.Signers) {
+			return s.invite(tx, c, j+1)
+		}
+		return nil
+	})
+	if errors.Is(err, errWrongOTP) {
+		err = s.countOTPFailure(signerID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ss.i = c.SignerByID(signerID); ss.i < 0 {
+		return nil, problem.NotFound("no signing link with this token")
+	}
+	ss.c = c
+	return ss, nil
+}
+
+// Signature records: one method byte, then the image or the typed name.
+var methodBytes = map[string]byte{contracts.MethodUpload: 'u', contracts.MethodRender: 'r', contracts.MethodDraw: 'd'}
+
+func putSignature(tx *bbolt.Tx, signerID string, in *decision) error {
+	key, err := signerKey(signerID)
+	if err != nil {
+		return err
+	}
+	v := []byte{methodBytes[in.Method]}
+	if in.Method == contracts.MethodRender {
+		v = append(v, in.TypedName...)
+	} else {
+		v = append(v, in.Signature...)
+	}
+	return tx.Bucket(bucketSignatures).Put(key, v)
+}
+
+// getSignature returns the method and signature of signer id, copied out
+// of tx.
+func getSignature(tx *bbolt.Tx, signerID string) (method string, data []byte, err error) {
+	key, err := signerKey(signerID)
+	if err != nil {
+		return "", nil, err
+	}
+	v := tx.Bucket(bucketSignatures).Get(key)
+	if len(v) == 0 {
+		return "", nil, errors.New("signing: the signature of signer " + signerID + " is missing")
+	}
+	for m, b := range methodBytes {
+		if b == v[0] {
+			return m, bytes.Clone(v[1:]), nil
+		}
+	}
+	return "", nil, errors.New("signing: the signature of signer " + signerID + " is corrupt")
+}

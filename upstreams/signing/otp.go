@@ -1,0 +1,204 @@
+package signing
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/upstreams/contracts"
+)
+
+// One-time password rules (spec, Signing).
+const (
+	otpDigits      = 6
+	otpValidity    = 10 * time.Minute
+	otpResendAfter = 60 * time.Second
+	otpMaxFailures = 5
+)
+
+// otpRecord is a signer's current one-time password. The code itself is
+// never stored: Hash is HMAC-SHA256 under the OTP key of the signer id,
+// a random salt and the code.
+type otpRecord struct {
+	Hash     []byte    `json:"hash"`
+	Salt     []byte    `json:"salt"`
+	Sent     time.Time `json:"sent"`
+	Expires  time.Time `json:"expires"`
+	Failures int       `json:"failures"`
+}
+
+func signerKey(id string) ([]byte, error) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return nil, fmt.Errorf("signing: signer id %q: %w", id, err)
+	}
+	return u[:], nil
+}
+
+func (s *Service) otpHash(signerID string, salt []byte, code string) []byte {
+	m := hmac.New(sha256.New, s.otpKey)
+	m.Write([]byte(signerID))
+	m.Write([]byte{0})
+	m.Write(salt)
+	m.Write([]byte(code))
+	return m.Sum(nil)
+}
+
+// newCode draws a uniformly random code of otpDigits digits.
+func newCode() string {
+	n, err := rand.Int(rand.Reader, big.NewInt(1_000_000))
+	if err != nil {
+		panic("signing: crypto/rand failed: " + err.Error())
+	}
+	return fmt.Sprintf("%0*d", otpDigits, n.Int64())
+}
+
+func loadOTP(tx *bbolt.Tx, key []byte) (*otpRecord, error) {
+	v := tx.Bucket(bucketOTPs).Get(key)
+	if v == nil {
+		return nil, nil
+	}
+	rec := new(otpRecord)
+	if err := json.Unmarshal(v, rec); err != nil {
+		return nil, fmt.Errorf("signing: one-time password record: %w", err)
+	}
+	return rec, nil
+}
+
+func putOTP(tx *bbolt.Tx, key []byte, rec *otpRecord) error {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketOTPs).Put(key, v)
+}
+
+// issueOTP stores a new password for signer i of c and queues its
+// delivery, in one transaction. A password sent less than a minute ago
+// refuses a new one (429).
+func (s *Service) issueOTP(tx *bbolt.Tx, c *contracts.Contract, i int, now time.Time) (*otpRecord, error) {
+	sg := &c.Signers[i]
+	key, err := signerKey(sg.ID)
+	if err != nil {
+		return nil, err
+	}
+	old, err := loadOTP(tx, key)
+	if err != nil {
+		return nil, err
+	}
+	if old != nil {
+		if wait := old.Sent.Add(otpResendAfter).Sub(now); wait > 0 {
+			return nil, tooSoon(wait)
+		}
+	}
+	var salt [16]byte
+	if _, err := rand.Read(salt[:]); err != nil {
+		return nil, err
+	}
+	code := newCode()
+	rec := &otpRecord{Hash: s.otpHash(sg.ID, salt[:], code), Salt: salt[:], Sent: now, Expires: now.Add(otpValidity)}
+	if err := putOTP(tx, key, rec); err != nil {
+		return nil, err
+	}
+	if err := s.outbox.Enqueue(tx, otpMessage(c, sg, code)); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// tooSoon is the 429 for a password asked again within a minute. The
+// wait travels in the problem's detail; the handler sets Retry-After.
+func tooSoon(wait time.Duration) *rateLimited {
+	secs := int((wait + time.Second - 1) / time.Second)
+	return &rateLimited{
+		Details:    problem.New(http.StatusTooManyRequests, problem.CodeRateLimited, "a password was sent less than a minute ago; ask again in "+strconv.Itoa(secs)+" s"),
+		retryAfter: secs,
+	}
+}
+
+// rateLimited is a 429 with the seconds to wait, if known.
+type rateLimited struct {
+	*problem.Details
+	retryAfter int
+}
+
+var errOTPVoid = &rateLimited{Details: problem.New(http.StatusTooManyRequests, problem.CodeRateLimited,
+	"the one-time password is void after 5 wrong tries; ask for a new one")}
+
+// errWrongOTP is returned from inside a decision transaction, which then
+// rolls back; the failure is counted in a transaction of its own.
+var errWrongOTP = problem.Invalid([]problem.FieldError{{Field: "otp", Code: "wrong_otp", Message: "the one-time password is wrong"}})
+
+// checkOTP verifies code for signer id in the decision's transaction and
+// consumes the password when it matches.
+func (s *Service) checkOTP(tx *bbolt.Tx, signerID, code string, now time.Time) error {
+	if code == "" {
+		return problem.Invalid([]problem.FieldError{{Field: "otp", Code: "required", Message: "otp is required: ask for a one-time password first"}})
+	}
+	key, err := signerKey(signerID)
+	if err != nil {
+		return err
+	}
+	rec, err := loadOTP(tx, key)
+	if err != nil {
+		return err
+	}
+	switch {
+	case rec == nil || rec.Hash == nil || !now.Before(rec.Expires):
+		return problem.Invalid([]problem.FieldError{{Field: "otp", Code: "otp_expired", Message: "no valid one-time password: ask for a new one"}})
+	case rec.Failures >= otpMaxFailures:
+		return errOTPVoid
+	}
+	if !hmac.Equal(s.otpHash(signerID, rec.Salt, code), rec.Hash) {
+		return errWrongOTP
+	}
+	return tx.Bucket(bucketOTPs).Delete(key)
+}
+
+// countOTPFailure records a wrong password of signer id. The fifth makes
+// the password void (429); before that each is a 400 that says how many
+// tries are left.
+func (s *Service) countOTPFailure(signerID string) error {
+	key, err := signerKey(signerID)
+	if err != nil {
+		return err
+	}
+	var out error
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		rec, err := loadOTP(tx, key)
+		if err != nil || rec == nil {
+			out = errWrongOTP
+			return err
+		}
+		rec.Failures++
+		if rec.Failures >= otpMaxFailures {
+			out = errOTPVoid
+		} else {
+			left := otpMaxFailures - rec.Failures
+			out = problem.Invalid([]problem.FieldError{{Field: "otp", Code: "wrong_otp",
+				Message: fmt.Sprintf("the one-time password is wrong; %d %s left", left, plural(left, "try", "tries"))}})
+		}
+		return putOTP(tx, key, rec)
+	})
+	if err != nil {
+		return err
+	}
+	return out
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,158 @@
+// Package signing is the contract signing lifecycle (spec contracts.md,
+// sections Status, Signing and Notifications): the public signing pages
+// under /sign/, one-time passwords, signer decisions and the status moves
+// they cause, the notifications each change sends through the durable
+// outbox, and the signed PDFs made when the last signer signs.
+//
+// Every change and the notifications it causes are written in one bbolt
+// transaction: decisions through contracts.Store.Update, invitations and
+// the watchers' "created" through contracts.Config.OnCreate, one-time
+// passwords in this package's own bucket. The package knows nothing of
+// Caddy; caddymodule serves Handler as webapi_signing.
+package signing
+
+import (
+	"errors"
+	"time"
+
+	"go.etcd.io/bbolt"
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/upstreams/contracts"
+)
+
+// Prefix is the path the signing pages own: {public_base_url}/sign/{token}.
+const Prefix = "/sign"
+
+// Watcher notification kinds (seed, Events; spec, Notifications).
+const (
+	KindCreated           = "created"
+	KindOpened            = "opened"
+	KindSigned            = "signed"
+	KindRejected          = "rejected"
+	KindCompleted         = "completed"
+	KindCompletedContract = "completed-contract"
+)
+
+// The buckets of this package. Both are keyed by the 16 bytes of a signer
+// id, which is unique across contracts.
+var (
+	// bucketOTPs: signer id → JSON otpRecord, the signer's current
+	// one-time password, hashed.
+	bucketOTPs = []byte("signing_otps")
+	// bucketSignatures: signer id → method byte and the signature (image
+	// bytes or typed name), kept from the signer's decision until the
+	// contract is final and its PDFs hold them.
+	bucketSignatures = []byte("signing_signatures")
+)
+
+// Config is what the lifecycle needs besides the contract store's config.
+type Config struct {
+	// Outbox receives every e-mail and text message, in the transaction of
+	// the change that causes it.
+	Outbox *notify.Outbox
+	// OTPKey keys the HMAC under which one-time passwords are stored, so a
+	// copy of the database alone does not let anyone test the million
+	// possible codes. At least 32 bytes; derive it from the master key.
+	OTPKey []byte
+}
+
+// Service runs the signing lifecycle over a contract store.
+type Service struct {
+	store  *contracts.Store
+	db     *bbolt.DB
+	outbox *notify.Outbox
+	otpKey []byte
+	clock  func() time.Time
+	log    *zap.Logger
+}
+
+// New makes the contract store of cc with the lifecycle hooked into it:
+// it sets cc.OnCreate (invitations, watchers' "created") and cc.OnDelete
+// (one-time passwords, stored signatures and pending notifications go with
+// the contract). The store and the service share cc's clock and logger.
+func New(cc contracts.Config, cfg Config) (*Service, error) {
+	switch {
+	case cc.DB == nil:
+		return nil, errors.New("signing: contracts.Config.DB is required")
+	case cfg.Outbox == nil:
+		return nil, errors.New("signing: Config.Outbox is required")
+	case len(cfg.OTPKey) < 32:
+		return nil, errors.New("signing: Config.OTPKey must be at least 32 bytes")
+	case cc.OnCreate != nil || cc.OnDelete != nil:
+		return nil, errors.New("signing: contracts.Config hooks are set by signing.New")
+	}
+	if cc.Now == nil {
+		cc.Now = time.Now
+	}
+	if cc.Logger == nil {
+		cc.Logger = zap.NewNop()
+	}
+	s := &Service{db: cc.DB, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger}
+	cc.OnCreate = s.onCreate
+	cc.OnDelete = s.onDelete
+	err := cc.DB.Update(func(tx *bbolt.Tx) error {
+		for _, name := range [][]byte{bucketOTPs, bucketSignatures} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.store, err = contracts.NewStore(cc); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Contracts is the contract store the lifecycle is hooked into, for the
+// Contract Signing API.
+func (s *Service) Contracts() *contracts.Store { return s.store }
+
+// now is the clock at the millisecond precision of every timestamp shown.
+func (s *Service) now() time.Time {
+	return s.clock().UTC().Truncate(time.Millisecond)
+}
+
+// onCreate runs in the transaction that stores c: the invitations of the
+// signers whose turn has begun and the watchers' "created".
+func (s *Service) onCreate(tx *bbolt.Tx, c *contracts.Contract) error {
+	for i := range c.Signers {
+		if c.SequentialSigning && i > 0 {
+			break
+		}
+		if err := s.invite(tx, c, i); err != nil {
+			return err
+		}
+	}
+	return s.notifyWatchers(tx, c, KindCreated, nil, nil)
+}
+
+// onDelete runs in the transaction that deletes c.
+func (s *Service) onDelete(tx *bbolt.Tx, c *contracts.Contract) error {
+	if err := s.forgetSigners(tx, c); err != nil {
+		return err
+	}
+	return s.outbox.DropRef(tx, c.ID)
+}
+
+// forgetSigners deletes the one-time passwords and stored signatures of
+// c's signers: once c is final or gone, nobody needs them.
+func (s *Service) forgetSigners(tx *bbolt.Tx, c *contracts.Contract) error {
+	for i := range c.Signers {
+		k, err := signerKey(c.Signers[i].ID)
+		if err != nil {
+			return err
+		}
+		for _, b := range [][]byte{bucketOTPs, bucketSignatures} {
+			if err := tx.Bucket(b).Delete(k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package signing
+
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/upstreams/contracts"
+)
+
+// pageView is what the signing page shows, and its JSON form: the
+// document, the signer, everyone's progress (names and decisions, no
+// contact data) and whether the signer may decide now.
+type pageView struct {
+	Contract  contractInfo `json:"contract"`
+	Signer    signerInfo   `json:"signer"`
+	Signers   []peerInfo   `json:"signers"`
+	CanDecide bool         `json:"canDecide"`
+	// Blocked says why the signer cannot decide, when they cannot.
+	Blocked string `json:"blockedReason,omitempty"`
+}
+
+type contractInfo struct {
+	ID                  string       `json:"id"`
+	Name                string       `json:"name"`
+	Status              string       `json:"status"`
+	CreationTimestamp   string       `json:"creationTimestamp"`
+	ExpirationTimestamp string       `json:"expirationTimestamp"`
+	SequentialSigning   bool         `json:"sequentialSigning"`
+	Document            documentInfo `json:"document"`
+}
+
+type documentInfo struct {
+	Title string `json:"title"`
+	Body  string `json:"body"`
+}
+
+type signerInfo struct {
+	ID                string   `json:"id"`
+	FullName          string   `json:"fullName"`
+	OTPMethod         string   `json:"otpMethod"`
+	OTPDestination    string   `json:"otpDestination,omitempty"`
+	SigningMethods    []string `json:"signerSigningMethods"`
+	OpenedTimestamp   string   `json:"openedTimestamp,omitempty"`
+	Decision          string   `json:"decision,omitempty"`
+	DecisionTimestamp string   `json:"decisionTimestamp,omitempty"`
+}
+
+type peerInfo struct {
+	FullName string `json:"fullName"`
+	Decision string `json:"decision,omitempty"`
+	You      bool   `json:"you,omitempty"`
+}
+
+// timestampLayout is the API's: RFC 3339 in UTC with milliseconds.
+const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(timestampLayout)
+}
+
+func newPageView(ss *session, now time.Time) *pageView {
+	c, sg := ss.c, ss.signer()
+	v := &pageView{
+		Contract: contractInfo{
+			ID: c.ID, Name: c.Name, Status: string(c.EffectiveStatus(now)),
+			CreationTimestamp:   formatTime(c.CreationTimestamp),
+			ExpirationTimestamp: formatTime(c.ExpirationTimestamp),
+			SequentialSigning:   c.SequentialSigning,
+			Document:            documentInfo{Title: ss.title, Body: ss.body},
+		},
+		Signer: signerInfo{
+			ID: sg.ID, FullName: sg.FullName, OTPMethod: sg.OTPMethod, OTPDestination: otpDestination(sg),
+			SigningMethods: sg.SigningMethods, OpenedTimestamp: formatTime(sg.OpenedTimestamp),
+			Decision: sg.Decision, DecisionTimestamp: formatTime(sg.DecisionTimestamp),
+		},
+	}
+	for i := range c.Signers {
+		v.Signers = append(v.Signers, peerInfo{FullName: c.Signers[i].FullName, Decision: c.Signers[i].Decision, You: i == ss.i})
+	}
+	if err := mayAct(c, ss.i, now); err != nil {
+		v.Blocked = err.(*problem.Details).Detail
+	} else {
+		v.CanDecide = true
+	}
+	return v
+}
+
+// otpDestination shows where the password goes, masked: the first letter
+// and the domain of an e-mail address, the last three digits of a phone.
+func otpDestination(sg *contracts.Signer) string {
+	switch sg.OTPMethod {
+	case contracts.OTPEmail:
+		at := strings.LastIndexByte(sg.Email, '@')
+		if at < 1 {
+			return ""
+		}
+		first, _ := utf8.DecodeRuneInString(sg.Email)
+		return string(first) + "•••" + sg.Email[at:]
+	case contracts.OTPSMS:
+		if len(sg.Phone) < 4 {
+			return ""
+		}
+		return "•••" + sg.Phone[len(sg.Phone)-3:]
+	}
+	return ""
+}
+
+// otpReply is the JSON answer to a password request.
+type otpReply struct {
+	OTPMethod           string `json:"otpMethod"`
+	SentTo              string `json:"sentTo"`
+	ExpirationTimestamp string `json:"expirationTimestamp"`
+	ResendTimestamp     string `json:"resendTimestamp"`
+}
