@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -114,17 +115,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // auditAdmin records an administration action like a key use.
 func (a *Admin) auditAdmin(r *http.Request, msg string, k keystore.Key, status int) {
-	appOf(r).audit.Info(msg,
-		zap.String("key_id", k.ID),
-		zap.String("key_name", k.Name),
-		zap.String("owner", k.Owner),
-		zap.String("service", string(k.Service)),
-		zap.String("operation", "admin"),
-		zap.String("method", r.Method),
-		zap.String("path", r.URL.Path),
-		zap.String("client_ip", clientip.Parse(r.RemoteAddr).String()),
-		zap.Int("status", status),
-	)
+	appOf(r).audit.record(auditRecord{
+		at:        time.Now(),
+		msg:       msg,
+		keyID:     k.ID,
+		keyName:   k.Name,
+		owner:     k.Owner,
+		service:   string(k.Service),
+		operation: "admin",
+		method:    r.Method,
+		path:      r.URL.Path,
+		clientIP:  clientip.Parse(r.RemoteAddr),
+		status:    status,
+		duration:  -1,
+	})
 }
 
 func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {

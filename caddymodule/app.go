@@ -58,7 +58,7 @@ type App struct {
 	senders      *senders
 	poolKey      string
 	logger       *zap.Logger
-	audit        *zap.Logger
+	audit        *auditLog
 	stop         chan struct{}
 	stopped      chan struct{}
 }
@@ -105,7 +105,7 @@ const (
 // Provision opens (or joins) the shared database and key store.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
-	a.audit = newAuditLogger(a.logger.Named("audit"))
+	a.audit = newAuditLog(a.logger.Named("audit"))
 	if a.DataDir == "" {
 		a.DataDir = defaultDataDir
 	}
@@ -171,6 +171,7 @@ func (a *App) Validate() error {
 // runs the background work: usage flush and expiry sweep.
 func (a *App) Start() error {
 	a.state.useSenders(a.senders)
+	a.audit.start()
 	a.stop, a.stopped = make(chan struct{}), make(chan struct{})
 	go a.background(a.stop, a.stopped)
 	return nil
@@ -185,6 +186,7 @@ func (a *App) Stop() error {
 		a.stop = nil
 	}
 	a.flush()
+	a.audit.close()
 	return nil
 }
 

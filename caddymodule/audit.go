@@ -1,82 +1,165 @@
 package caddymodule
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
 
-// auditQueueSize bounds the entries waiting for the writer. At the rates
-// this gateway serves, the queue is far from full unless the log's disk
-// stalls; then entries are dropped and counted rather than stalling
-// requests on disk.
-const auditQueueSize = 1 << 16
-
-// newAuditLogger returns the `webapi.audit` logger: entries are handed to
-// a background writer, so writing one never blocks a request on disk.
-func newAuditLogger(base *zap.Logger) *zap.Logger {
-	return base.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
-		return auditWriter.wrap(c)
-	}))
+// auditRecord is one audit entry as a request leaves it: plain values,
+// no encoding and no allocation of its own. The writer turns it into a
+// zap entry of the `webapi.audit` logger with the request's own time.
+type auditRecord struct {
+	at        time.Time
+	msg       string
+	keyID     string
+	keyName   string
+	owner     string
+	service   string
+	operation string
+	method    string
+	path      string
+	reason    string // refusals only
+	clientIP  netip.Addr
+	status    int
+	duration  time.Duration // negative: not a request (administration)
 }
 
-type auditEntry struct {
-	core   zapcore.Core
-	entry  zapcore.Entry
-	fields []zapcore.Field
-}
+const (
+	// auditFlushInterval bounds how long an entry waits to be written.
+	auditFlushInterval = 20 * time.Millisecond
+	// auditMaxPending bounds the entries waiting. Only a log whose disk
+	// stalls for seconds fills it; then entries are dropped (and counted
+	// in the logs) rather than requests stalled on the disk.
+	auditMaxPending = 1 << 17
+)
 
-// asyncWriter is one process-wide queue and goroutine that write audit
-// entries to whatever core each entry's logger had.
-type asyncWriter struct {
-	once    sync.Once
-	queue   chan auditEntry
+// auditLog hands audit entries from requests to one writer goroutine in
+// batches: a request appends a record under a mutex and goes on; the
+// writer wakes every auditFlushInterval, swaps the batch out and writes
+// it. Writing an entry therefore never blocks a request on disk, and a
+// busy gateway costs no goroutine wake-up per entry.
+type auditLog struct {
+	logger *zap.Logger
+
+	mu      sync.Mutex
+	pending []auditRecord
+	spare   []auditRecord
+	stopped bool
+
 	dropped atomic.Uint64
+	stop    chan struct{}
+	done    chan struct{}
 }
 
-var auditWriter = &asyncWriter{}
-
-func (w *asyncWriter) wrap(c zapcore.Core) zapcore.Core {
-	w.once.Do(func() {
-		w.queue = make(chan auditEntry, auditQueueSize)
-		go w.run()
-	})
-	return &asyncCore{Core: c, w: w}
+func newAuditLog(logger *zap.Logger) *auditLog {
+	return &auditLog{logger: logger}
 }
 
-func (w *asyncWriter) run() {
-	for e := range w.queue {
-		_ = e.core.Write(e.entry, e.fields)
+// record queues rec. After stop (a request still finishing while its
+// config goes away) it writes rec at once.
+func (a *auditLog) record(rec auditRecord) {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		a.write([]auditRecord{rec})
+		return
+	}
+	if len(a.pending) >= auditMaxPending {
+		a.mu.Unlock()
+		a.dropped.Add(1)
+		return
+	}
+	a.pending = append(a.pending, rec)
+	a.mu.Unlock()
+}
+
+// start runs the writer until stop.
+func (a *auditLog) start() {
+	a.stop, a.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(a.done)
+		t := time.NewTicker(auditFlushInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-a.stop:
+				return
+			case <-t.C:
+				a.flush()
+			}
+		}
+	}()
+}
+
+// close stops the writer and writes what is pending.
+func (a *auditLog) close() {
+	if a.stop != nil {
+		close(a.stop)
+		<-a.done
+		a.stop = nil
+	}
+	a.mu.Lock()
+	a.stopped = true
+	a.mu.Unlock()
+	a.flush()
+}
+
+// flush writes the pending batch.
+func (a *auditLog) flush() {
+	a.mu.Lock()
+	batch := a.pending
+	a.pending, a.spare = a.spare[:0], nil
+	a.mu.Unlock()
+	if n := a.dropped.Swap(0); n > 0 {
+		a.logger.Warn("audit entries dropped: the audit log could not keep up", zap.Uint64("dropped", n))
+	}
+	a.write(batch)
+	clear(batch) // let go of the strings the records hold
+	a.mu.Lock()
+	if a.spare == nil {
+		a.spare = batch[:0]
+	}
+	a.mu.Unlock()
+}
+
+func (a *auditLog) write(batch []auditRecord) {
+	fields := make([]zap.Field, 0, 12)
+	for i := range batch {
+		rec := &batch[i]
+		ce := a.logger.Check(zapcore.InfoLevel, rec.msg)
+		if ce == nil {
+			continue
+		}
+		ce.Time = rec.at
+		fields = append(fields[:0],
+			zap.String("key_id", rec.keyID),
+			zap.String("key_name", rec.keyName),
+			zap.String("owner", rec.owner),
+			zap.String("service", rec.service),
+			zap.String("operation", rec.operation),
+			zap.String("method", rec.method),
+			zap.String("path", rec.path),
+			zap.String("client_ip", clientIPString(rec.clientIP)),
+			zap.Int("status", rec.status),
+		)
+		if rec.reason != "" {
+			fields = append(fields, zap.String("reason", rec.reason))
+		}
+		if rec.duration >= 0 {
+			fields = append(fields, zap.Duration("duration", rec.duration))
+		}
+		ce.Write(fields...)
 	}
 }
 
-// asyncCore defers Write to the writer goroutine.
-type asyncCore struct {
-	zapcore.Core
-	w *asyncWriter
-}
-
-func (c *asyncCore) With(fields []zapcore.Field) zapcore.Core {
-	return &asyncCore{Core: c.Core.With(fields), w: c.w}
-}
-
-func (c *asyncCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if c.Enabled(e.Level) {
-		return ce.AddCore(e, c)
+func clientIPString(ip netip.Addr) string {
+	if !ip.IsValid() {
+		return ""
 	}
-	return ce
+	return ip.String()
 }
-
-func (c *asyncCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
-	select {
-	case c.w.queue <- auditEntry{core: c.Core, entry: e, fields: fields}:
-	default:
-		c.w.dropped.Add(1)
-	}
-	return nil
-}
-
-// Sync waits for nothing: the writer drains on its own.
-func (c *asyncCore) Sync() error { return nil }

@@ -35,7 +35,7 @@ type Auth struct {
 
 	table   *keystore.Table
 	keys    *keystore.Keys
-	audit   *zap.Logger
+	audit   *auditLog
 	logger  *zap.Logger
 	metrics map[string]*opMetrics // by operation name, "none" for unrouted
 }
@@ -170,18 +170,20 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	m := h.metrics[id.Operation]
 	m.count(status)
 	m.duration.Observe(elapsed.Seconds())
-	h.audit.Info("key used",
-		zap.String("key_id", id.KeyID),
-		zap.String("key_name", id.KeyName),
-		zap.String("owner", id.Owner),
-		zap.String("service", h.Service),
-		zap.String("operation", id.Operation),
-		zap.String("method", r.Method),
-		zap.String("path", r.URL.Path),
-		zap.String("client_ip", ip.String()),
-		zap.Int("status", status),
-		zap.Duration("duration", elapsed),
-	)
+	h.audit.record(auditRecord{
+		at:        start,
+		msg:       "key used",
+		keyID:     id.KeyID,
+		keyName:   id.KeyName,
+		owner:     id.Owner,
+		service:   h.Service,
+		operation: id.Operation,
+		method:    r.Method,
+		path:      r.URL.Path,
+		clientIP:  ip,
+		status:    status,
+		duration:  elapsed,
+	})
 	return err
 }
 
@@ -237,20 +239,22 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 	}
 	metrics.refusals.WithLabelValues(h.Service, d.Reason).Inc()
 	h.metrics[operation].count(d.Status)
-	fields := []zap.Field{
-		zap.String("service", h.Service),
-		zap.String("operation", operation),
-		zap.String("method", r.Method),
-		zap.String("path", r.URL.Path),
-		zap.String("client_ip", ip.String()),
-		zap.Int("status", d.Status),
-		zap.String("reason", d.Reason),
-		zap.Duration("duration", time.Since(start)),
+	rec := auditRecord{
+		at:        start,
+		msg:       "key refused",
+		service:   h.Service,
+		operation: operation,
+		method:    r.Method,
+		path:      r.URL.Path,
+		clientIP:  ip,
+		status:    d.Status,
+		reason:    d.Reason,
+		duration:  time.Since(start),
 	}
 	if k := d.Key(); k != nil {
-		fields = append(fields, zap.String("key_id", k.ID), zap.String("key_name", k.Name), zap.String("owner", k.Owner))
+		rec.keyID, rec.keyName, rec.owner = k.ID, k.Name, k.Owner
 	}
-	h.audit.Info("key refused", fields...)
+	h.audit.record(rec)
 }
 
 // requestClientIP is Caddy's client_ip, which honours trusted_proxies.

@@ -121,16 +121,21 @@ func bearerToken(values []string) (string, bool) {
 // Identity returns who the authorized use acts for.
 func (d *Decision) Identity() *Identity {
 	s := d.Entry.snap.Load()
-	id := &Identity{
+	op := ""
+	if d.Operation != nil {
+		op = d.Operation.Name
+	}
+	if id, ok := s.identities.Load(op); ok {
+		return id.(*Identity)
+	}
+	id, _ := s.identities.LoadOrStore(op, &Identity{
 		KeyID:         s.key.ID,
 		KeyName:       s.key.Name,
 		Owner:         s.key.Owner,
 		Service:       s.key.Service,
 		Privileges:    s.key.Privileges,
 		AdminProjects: s.key.AdminProjects,
-	}
-	if d.Operation != nil {
-		id.Operation = d.Operation.Name
-	}
-	return id
+		Operation:     op,
+	})
+	return id.(*Identity)
 }

@@ -3,7 +3,8 @@ package keystore
 import "context"
 
 // Identity is what an API handler learns of the key that authorized a
-// request: every authorized use is an action of Owner.
+// request: every authorized use is an action of Owner. It is shared by
+// every request of the same key and operation: read it, never change it.
 type Identity struct {
 	KeyID         string
 	KeyName       string

@@ -5,6 +5,7 @@ package keystore
 
 import (
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -58,6 +59,9 @@ type compiled struct {
 	// entry that fails to parse narrows the key, it never opens it to all.
 	restricted bool
 	privs      uint8
+	// identities holds one Identity per operation name, made on first use,
+	// so an authorized request allocates none.
+	identities sync.Map
 }
 
 func privBit(p Privilege) uint8 {

@@ -29,12 +29,15 @@ func From(r *http.Request) netip.Addr {
 // Parse reads "ip", "ip:port" or "[ip]:port", unmapping IPv4-in-IPv6.
 // It returns the zero Addr when s holds no address.
 func Parse(s string) netip.Addr {
-	if host, _, err := net.SplitHostPort(s); err == nil {
-		s = host
-	}
-	addr, err := netip.ParseAddr(s)
+	addr, err := netip.ParseAddr(s) // Caddy's client_ip: no port, no allocation
 	if err != nil {
-		return netip.Addr{}
+		host, _, serr := net.SplitHostPort(s)
+		if serr != nil {
+			return netip.Addr{}
+		}
+		if addr, err = netip.ParseAddr(host); err != nil {
+			return netip.Addr{}
+		}
 	}
 	return addr.Unmap().WithZone("")
 }
