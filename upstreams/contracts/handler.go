@@ -2,7 +2,6 @@ package contracts
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"mime"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/reply"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -85,7 +85,7 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", Prefix+"/"+c.ID)
-	writeJSON(w, http.StatusCreated, v)
+	reply.JSON(w, http.StatusCreated, v)
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {
@@ -99,7 +99,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	reply.JSON(w, http.StatusOK, v)
 }
 
 func (h *handler) search(w http.ResponseWriter, r *http.Request) {
@@ -120,7 +120,7 @@ func (h *handler) search(w http.ResponseWriter, r *http.Request) {
 			page.Contracts[i], _ = h.store.view(c, false, "")
 		}
 	}
-	writeJSON(w, http.StatusOK, page)
+	reply.JSON(w, http.StatusOK, page)
 }
 
 // archive takes no body: the seed says none is sent, so one that is sent
@@ -175,19 +175,4 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 			zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
 	}
 	problem.Write(w, problem.Internal())
-}
-
-// writeJSON sends v. Replies carry signers' personal data, so no cache
-// may keep them.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		problem.Write(w, problem.Internal())
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
 }

@@ -1,7 +1,6 @@
 package share
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/reply"
 	"github.com/keygate/keygate/internal/text"
 	"github.com/keygate/keygate/keystore"
 )
@@ -70,13 +70,6 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 			zap.String("path", r.URL.Path), zap.Error(err))
 	}
 	problem.WriteError(w, err)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 // queryParams checks that q holds only the names in allowed, each once,
@@ -169,7 +162,7 @@ func (h *api) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Total-Count", strconv.Itoa(total))
-	writeJSON(w, http.StatusOK, shares)
+	reply.JSON(w, http.StatusOK, shares)
 }
 
 // noQuery refuses query parameters on operations that take none.
@@ -198,7 +191,7 @@ func (h *api) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", Prefix+"/"+sh.UUID)
-	writeJSON(w, http.StatusCreated, sh)
+	reply.JSON(w, http.StatusCreated, sh)
 }
 
 func (h *api) get(w http.ResponseWriter, r *http.Request) {
@@ -210,7 +203,7 @@ func (h *api) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sh)
+	reply.JSON(w, http.StatusOK, sh)
 }
 
 func (h *api) update(w http.ResponseWriter, r *http.Request) {
@@ -227,7 +220,7 @@ func (h *api) update(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sh)
+	reply.JSON(w, http.StatusOK, sh)
 }
 
 func (h *api) delete(w http.ResponseWriter, r *http.Request) {
@@ -262,5 +255,5 @@ func (h *api) activity(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	reply.JSON(w, http.StatusOK, list)
 }

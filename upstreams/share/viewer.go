@@ -13,6 +13,7 @@ import (
 
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/reply"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -79,24 +80,6 @@ func NewViewer(s *Store) http.Handler {
 	})
 }
 
-// wantsJSON reports whether the client asked for JSON: an Accept that
-// names a JSON type before any HTML type.
-func wantsJSON(r *http.Request) bool {
-	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
-		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err != nil {
-			continue
-		}
-		switch {
-		case problem.IsJSON(mt):
-			return true
-		case mt == "text/html" || mt == "application/xhtml+xml":
-			return false
-		}
-	}
-	return false
-}
-
 // fail answers a problem JSON to a JSON client and a page to a person.
 func (v *viewer) fail(w http.ResponseWriter, r *http.Request, err error) {
 	d, ok := err.(*problem.Details)
@@ -104,7 +87,7 @@ func (v *viewer) fail(w http.ResponseWriter, r *http.Request, err error) {
 		v.s.log.Error("share: page request failed", zap.String("path", r.URL.Path), zap.Error(err))
 		d = problem.Internal()
 	}
-	if wantsJSON(r) {
+	if reply.WantsJSON(r) {
 		problem.Write(w, d)
 		return
 	}
@@ -159,7 +142,7 @@ func (r *record) onList(email string) bool {
 
 // lockedPage is the unlock form, or for JSON a 401 naming what to send.
 func (v *viewer) locked(w http.ResponseWriter, r *http.Request, rec *record, status int, message, email string) {
-	if wantsJSON(r) {
+	if reply.WantsJSON(r) {
 		d := problem.New(status, problem.CodeForbidden, message)
 		if status == http.StatusUnauthorized && message == lockedMessage {
 			if rec.selectedOnly() {
@@ -194,7 +177,7 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 		e, ok := v.s.unlockedBy(r, rec, now)
 		if !ok || (rec.selectedOnly() && !rec.onList(e)) {
 			status := http.StatusUnauthorized
-			if !wantsJSON(r) {
+			if !reply.WantsJSON(r) {
 				status = http.StatusOK // a person opening a link gets the form, not an error
 			}
 			v.locked(w, r, rec, status, lockedMessage, "")
@@ -207,8 +190,8 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 			Action: ActionViewed, Email: nonEmpty(email), IP: ipString(r)}, true)
 	}
 	view := newPublicView(rec)
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, view)
+	if reply.WantsJSON(r) {
+		reply.JSON(w, http.StatusOK, view)
 		return
 	}
 	title := "Shared " + strings.ToLower(rec.Type)
@@ -262,7 +245,7 @@ func (v *viewer) readUnlock(w http.ResponseWriter, r *http.Request) (unlockInput
 // of the client's attempts; right ones set the signed cookie.
 func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
 	// Answer a JSON body in kind, errors of open and readUnlock included.
-	asJSON := wantsJSON(r) || problem.IsJSON(r.Header.Get("Content-Type"))
+	asJSON := reply.WantsJSON(r) || problem.IsJSON(r.Header.Get("Content-Type"))
 	if asJSON {
 		r.Header.Set("Accept", "application/json")
 	}

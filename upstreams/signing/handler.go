@@ -15,6 +15,7 @@ import (
 
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/reply"
 )
 
 // maxDecisionBody bounds a decision request: a 1 MiB signature image
@@ -92,8 +93,8 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request, token string) {
 		return
 	}
 	v := newPageView(ss, h.s.now())
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, v)
+	if reply.WantsJSON(r) {
+		reply.JSON(w, http.StatusOK, v)
 		return
 	}
 	writePage(w, &pageData{Status: http.StatusOK, Token: token, View: v, Notice: noticeText(r.URL.Query().Get("notice"), v)})
@@ -110,7 +111,7 @@ func (h *handler) otp(w http.ResponseWriter, r *http.Request, token string) {
 		return
 	}
 	sg := ss.signer()
-	writeJSON(w, http.StatusAccepted, otpReply{
+	reply.JSON(w, http.StatusAccepted, otpReply{
 		OTPMethod: sg.OTPMethod, SentTo: otpDestination(sg),
 		ExpirationTimestamp: formatTime(rec.Expires),
 		ResendTimestamp:     formatTime(rec.Sent.Add(otpResendAfter)),
@@ -136,7 +137,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request, token string)
 		seeOther(w, token, ss.signer().Decision)
 		return
 	}
-	writeJSON(w, http.StatusOK, newPageView(ss, h.s.now()))
+	reply.JSON(w, http.StatusOK, newPageView(ss, h.s.now()))
 }
 
 // seeOther sends a form's poster back to the page, relative to the
@@ -213,7 +214,7 @@ func bodyProblem(err error) error {
 // jsonMode tells whether to answer JSON: when the client asks for it, or
 // posts anything but an HTML form.
 func jsonMode(r *http.Request) bool {
-	if wantsJSON(r) {
+	if reply.WantsJSON(r) {
 		return true
 	}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -221,23 +222,6 @@ func jsonMode(r *http.Request) bool {
 	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	return mt != "application/x-www-form-urlencoded" && mt != "multipart/form-data"
-}
-
-// wantsJSON reports whether Accept names a JSON type before any HTML type.
-func wantsJSON(r *http.Request) bool {
-	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
-		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err != nil {
-			continue
-		}
-		switch {
-		case problem.IsJSON(mt):
-			return true
-		case mt == "text/html" || mt == "application/xhtml+xml":
-			return false
-		}
-	}
-	return false
 }
 
 // fail answers err: a problem to a JSON client; to a person, the signer's
@@ -318,18 +302,4 @@ func noticeText(notice string, v *pageView) string {
 		}
 	}
 	return ""
-}
-
-// writeJSON sends v; it holds personal data, so no cache may keep it.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		problem.Write(w, problem.Internal())
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
 }

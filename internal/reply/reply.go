@@ -1,0 +1,47 @@
+// Package reply writes the successful replies of the APIs and pages, the
+// counterpart of package problem for errors.
+package reply
+
+import (
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// JSON sends v as the body. Replies carry personal data (signers,
+// share recipients), so no cache may keep them. v is encoded before the
+// status is sent, so a value that cannot be encoded becomes a 500.
+func JSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		problem.Write(w, problem.Internal())
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// WantsJSON reports whether the client asked for JSON: an Accept that
+// names a JSON type before any HTML type. Pages for people answer HTML
+// otherwise.
+func WantsJSON(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch {
+		case problem.IsJSON(mt):
+			return true
+		case mt == "text/html" || mt == "application/xhtml+xml":
+			return false
+		}
+	}
+	return false
+}
