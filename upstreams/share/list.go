@@ -277,36 +277,47 @@ func (s *Store) walkOrdered(ctx context.Context, tx *bbolt.Tx, p *listPlan, q *L
 	d, value := p.driving(counts)
 	ic := newIndexCursor(tx, d, o, value, q.Desc)
 	var ids []uint64
-	matched, walked := 0, 0
-	for k, v := ic.first(); k != nil; k, v = ic.next() {
-		if walked++; walked%walkCheckEvery == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, 0, err
-			}
-		}
-		m := metaView(v)
-		if !m.valid() {
-			return nil, 0, errBadMeta
-		}
-		ok, err := p.match(m, d)
-		if err != nil {
-			return nil, 0, err
-		}
-		if !ok {
-			continue
-		}
+	matched := 0
+	err := eachMatch(ctx, ic, p, d, func(m metaView) bool {
 		if matched >= q.Offset && len(ids) < q.Limit {
 			ids = append(ids, m.id())
 		}
 		matched++
-		if known && len(ids) == q.Limit {
-			break
-		}
+		return !known || len(ids) < q.Limit
+	})
+	if err != nil {
+		return nil, 0, err
 	}
 	if !known {
 		total = matched
 	}
 	return ids, total, nil
+}
+
+// eachMatch walks ic and calls fn with every entry p matches, until fn
+// returns false. It gives up when ctx ends, checking every walkCheckEvery
+// entries.
+func eachMatch(ctx context.Context, ic *indexCursor, p *listPlan, d dim, fn func(m metaView) bool) error {
+	walked := 0
+	for k, v := ic.first(); k != nil; k, v = ic.next() {
+		if walked++; walked%walkCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		m := metaView(v)
+		if !m.valid() {
+			return errBadMeta
+		}
+		ok, err := p.match(m, d)
+		if err != nil {
+			return err
+		}
+		if ok && !fn(m) {
+			return nil
+		}
+	}
+	return nil
 }
 
 // sortItem is what an in-memory sort keeps of a match: its id and its
@@ -328,24 +339,7 @@ func (s *Store) sortInMemory(ctx context.Context, tx *bbolt.Tx, p *listPlan, q *
 	}
 	ic := newIndexCursor(tx, d, orderID, value, false)
 	var items []sortItem
-	walked := 0
-	for k, v := ic.first(); k != nil; k, v = ic.next() {
-		if walked++; walked%walkCheckEvery == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, 0, err
-			}
-		}
-		m := metaView(v)
-		if !m.valid() {
-			return nil, 0, errBadMeta
-		}
-		ok, err := p.match(m, d)
-		if err != nil {
-			return nil, 0, err
-		}
-		if !ok {
-			continue
-		}
+	err := eachMatch(ctx, ic, p, d, func(m metaView) bool {
 		it := sortItem{id: m.id()}
 		issue, project, creator, _ := m.strings()
 		switch q.Sort {
@@ -365,6 +359,10 @@ func (s *Store) sortInMemory(ctx context.Context, tx *bbolt.Tx, p *listPlan, q *
 			it.num = m.openedCount() + pending[it.id]
 		}
 		items = append(items, it)
+		return true
+	})
+	if err != nil {
+		return nil, 0, err
 	}
 	slices.SortFunc(items, func(a, b sortItem) int {
 		c := cmp.Compare(a.str, b.str)
