@@ -5,6 +5,7 @@
 GO      ?= go
 BIN     := bin/caddy
 CADDY_VERSION := $(shell sed -n 's/.*"caddy_version": *"\([^"]*\)".*/\1/p' xcaddy.json)
+PLUGINS := $(shell sed -n 's/.*"module_path": *"\([^"]*\)".*/\1/p' xcaddy.json)
 
 .PHONY: all build run test bench xcaddy clean test-deps
 
@@ -30,10 +31,11 @@ bench: build
 	$(GO) run ./cmd/keygate-bench --caddy ./$(BIN)
 
 # xcaddy is not on the Go module proxy; when it is installed, this builds
-# the same binary from xcaddy.json's manifest.
+# the same binary from xcaddy.json's manifest. The plugins are packages of
+# this module, so the module itself is replaced by this checkout.
 xcaddy:
 	@command -v xcaddy >/dev/null || { echo "xcaddy is not installed; use 'make build'"; exit 1; }
-	xcaddy build $(CADDY_VERSION) --output $(BIN) --with github.com/keygate/keygate=.
+	xcaddy build $(CADDY_VERSION) --output $(BIN) $(addprefix --with ,$(PLUGINS)) --replace github.com/keygate/keygate=$(CURDIR)
 
 clean:
 	rm -rf bin
