@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -232,11 +231,7 @@ func (a *Admin) addTemplate(w http.ResponseWriter, r *http.Request) {
 		problem.WriteError(w, err)
 		return
 	}
-	if _, err := appOf(r).state.templates.Get(t.ID); err == nil {
-		problem.Write(w, problem.New(http.StatusConflict, problem.CodeConflict, fmt.Sprintf("template %q exists: replace it with PUT /webapi/templates/{id}", t.ID)))
-		return
-	}
-	if _, err := appOf(r).state.templates.Put(t); err != nil {
+	if err := appOf(r).state.templates.Add(t); err != nil {
 		problem.WriteError(w, err)
 		return
 	}

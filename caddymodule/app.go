@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -115,6 +116,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.PublicBaseURL == "" {
 		a.PublicBaseURL = defaultPublicBaseURL
 	}
+	a.PublicBaseURL = strings.TrimRight(a.PublicBaseURL, "/")
 	if a.UsageFlushInterval <= 0 {
 		a.UsageFlushInterval = caddy.Duration(defaultUsageFlushInterval)
 	}
@@ -204,6 +206,13 @@ func (a *App) flush() {
 func (a *App) Cleanup() error {
 	if a.poolKey == "" {
 		return nil
+	}
+	// Apps stop in no set order, so requests may still have counted share
+	// openings after Stop; every app has stopped by now.
+	if a.shares != nil {
+		if err := a.shares.Flush(); err != nil {
+			a.logger.Error("flushing share openings", zap.Error(err))
+		}
 	}
 	_, err := states.Delete(a.poolKey)
 	return err

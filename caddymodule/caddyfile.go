@@ -1,8 +1,6 @@
 package caddymodule
 
 import (
-	"strings"
-
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -80,7 +78,6 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &a.PublicBaseURL); err != nil {
 				return err
 			}
-			a.PublicBaseURL = strings.TrimRight(a.PublicBaseURL, "/")
 		case "usage_flush_interval", "contract_validity":
 			name := d.Val()
 			var s string

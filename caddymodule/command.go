@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -139,7 +140,7 @@ func keysCommand() *cobra.Command {
 			svc, _ := c.Flags().GetString("service")
 			uri := "/webapi/keys"
 			if svc != "" {
-				uri += "?service=" + svc
+				uri += "?" + url.Values{"service": {svc}}.Encode()
 			}
 			var ks []keystore.Key
 			if err := adminCall(c, http.MethodGet, uri, nil, &ks); err != nil {

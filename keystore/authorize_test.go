@@ -346,26 +346,6 @@ func TestAuthorizeSeesChanges(t *testing.T) {
 	}
 }
 
-func TestTableOwns(t *testing.T) {
-	tests := []struct {
-		path string
-		want bool
-	}{
-		{"/webapi/contracts", true},
-		{"/webapi/contracts/", true},
-		{"/webapi/contracts/x/y", true},
-		{"/webapi/contractsx", false},
-		{"/webapi/share", false},
-		{"/webapi", false},
-		{"/", false},
-	}
-	for _, tt := range tests {
-		if got := testContractsTable.Owns(tt.path); got != tt.want {
-			t.Errorf("Owns(%q) = %v, want %v", tt.path, got, tt.want)
-		}
-	}
-}
-
 func TestMatchPattern(t *testing.T) {
 	tests := []struct {
 		pattern, path string

@@ -237,7 +237,7 @@ func TestUpdate(t *testing.T) {
 			switch {
 			case tt.status == http.StatusNotFound:
 				var d *problem.Details
-				if !IsNotFound(err) || !errors.As(err, &d) || d.Code != problem.CodeNotFound {
+				if !problem.IsNotFound(err) || !errors.As(err, &d) || d.Code != problem.CodeNotFound {
 					t.Fatalf("Update of unknown id: %v", err)
 				}
 				return
@@ -350,7 +350,7 @@ func TestTokens(t *testing.T) {
 	if got, err := k2.Reveal(keys[0].ID); err == nil || got != "" || strings.Contains(err.Error(), keys[0].Token) {
 		t.Errorf("Reveal under another master key = %q, %v", got, err)
 	}
-	if _, err := e.keys.Reveal("00000000-0000-4000-8000-000000000000"); !IsNotFound(err) {
+	if _, err := e.keys.Reveal("00000000-0000-4000-8000-000000000000"); !problem.IsNotFound(err) {
 		t.Errorf("Reveal of unknown id: %v", err)
 	}
 }
@@ -369,16 +369,16 @@ func TestDelete(t *testing.T) {
 	if e.keys.Lookup(HashToken(gone.Token)) != nil {
 		t.Error("Lookup still finds a deleted key")
 	}
-	if _, err := e.keys.Get(gone.ID); !IsNotFound(err) {
+	if _, err := e.keys.Get(gone.ID); !problem.IsNotFound(err) {
 		t.Errorf("Get of deleted key: %v", err)
 	}
-	if err := e.keys.Delete(gone.ID); !IsNotFound(err) {
+	if err := e.keys.Delete(gone.ID); !problem.IsNotFound(err) {
 		t.Errorf("second Delete: %v", err)
 	}
-	if _, err := e.keys.Update(gone.ID, input(t, `{"name":"x"}`)); !IsNotFound(err) {
+	if _, err := e.keys.Update(gone.ID, input(t, `{"name":"x"}`)); !problem.IsNotFound(err) {
 		t.Errorf("Update of deleted key: %v", err)
 	}
-	if _, err := e.keys.Reveal(gone.ID); !IsNotFound(err) {
+	if _, err := e.keys.Reveal(gone.ID); !problem.IsNotFound(err) {
 		t.Errorf("Reveal of deleted key: %v", err)
 	}
 	if n := e.keys.Count(ServiceShare); n != 1 {
@@ -389,7 +389,7 @@ func TestDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	re := e.reopen(t)
-	if _, err := re.Get(gone.ID); !IsNotFound(err) {
+	if _, err := re.Get(gone.ID); !problem.IsNotFound(err) {
 		t.Errorf("deleted key back after reopen: %v", err)
 	}
 	if re.Lookup(HashToken(gone.Token)) != nil {

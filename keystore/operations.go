@@ -28,14 +28,6 @@ type Table struct {
 	Operations []Operation
 }
 
-// Owns reports whether path is the prefix or below it.
-func (t *Table) Owns(path string) bool {
-	if !strings.HasPrefix(path, t.Prefix) {
-		return false
-	}
-	return len(path) == len(t.Prefix) || path[len(t.Prefix)] == '/'
-}
-
 // Match finds the operation for method and path. When the path matches
 // some rows but none for method, op is nil and allow lists the methods that
 // would match (for 405); when no row matches the path, both are empty (404).

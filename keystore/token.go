@@ -121,15 +121,19 @@ func LoadOrCreateMasterKey(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating master key: %w", err)
 	}
-	if _, err := f.Write(key); err != nil {
-		f.Close()
-		return nil, err
+	_, err = f.Write(key)
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return nil, err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return key, f.Close()
+	if err != nil {
+		// A short file would stop every later start; leave none.
+		os.Remove(path)
+		return nil, fmt.Errorf("writing master key: %w", err)
+	}
+	return key, nil
 }
 
 // MarshalText writes the hash as base64, so records that store it (signer

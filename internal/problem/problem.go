@@ -5,6 +5,7 @@ package problem
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 )
@@ -108,9 +109,6 @@ func (f *Fields) Add(field, code, message string) {
 	f.list = append(f.list, FieldError{Field: field, Code: code, Message: message})
 }
 
-// Empty reports whether no field error was recorded.
-func (f *Fields) Empty() bool { return len(f.list) == 0 }
-
 // List returns the recorded errors.
 func (f *Fields) List() []FieldError { return f.list }
 
@@ -120,4 +118,10 @@ func (f *Fields) Err() error {
 		return nil
 	}
 	return Invalid(f.list)
+}
+
+// IsNotFound reports whether err is a 404 problem.
+func IsNotFound(err error) bool {
+	var d *Details
+	return errors.As(err, &d) && d.Status == http.StatusNotFound
 }

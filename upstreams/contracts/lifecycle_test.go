@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/problem"
 	"go.etcd.io/bbolt"
 )
 
@@ -179,7 +180,7 @@ func TestDelete(t *testing.T) {
 	}
 	decodeProblem(t, f.do(alice, http.MethodGet, Prefix+"/"+id, ""), http.StatusNotFound, "not_found")
 	for _, tok := range tokens {
-		if _, _, err := f.store.BySigningToken(ctx(), tok); !IsNotFound(err) {
+		if _, _, err := f.store.BySigningToken(ctx(), tok); !problem.IsNotFound(err) {
 			t.Errorf("signing link still answers: %v", err)
 		}
 	}
@@ -298,7 +299,7 @@ func TestUpdateSettlesStatusAndIndexes(t *testing.T) {
 	if n := searchCount(t, f, "statuses=sent|ongoing"); n != 0 {
 		t.Errorf("%d still live", n)
 	}
-	if _, err := f.store.Update(ctx(), "nope", nil); !IsNotFound(err) {
+	if _, err := f.store.Update(ctx(), "nope", nil); !problem.IsNotFound(err) {
 		t.Errorf("update of unknown id: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -107,7 +108,7 @@ func TestCreateRefusesBadOwner(t *testing.T) {
 
 func TestSigningTokenLookup(t *testing.T) {
 	f := newFixture(t)
-	if _, _, err := f.store.BySigningToken(ctx(), keystore.RandomString()); !IsNotFound(err) {
+	if _, _, err := f.store.BySigningToken(ctx(), keystore.RandomString()); !problem.IsNotFound(err) {
 		t.Errorf("unknown token: %v", err)
 	}
 	c, err := f.store.Create(ctx(), alice, &CreateRequest{TemplateID: "PAGE-1", Name: "N",

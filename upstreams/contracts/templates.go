@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"sort"
 	"unicode/utf8"
@@ -76,6 +75,17 @@ func (t *Template) Validate() error {
 
 // Put stores t, replacing a template of the same id; created tells which.
 func (s *Templates) Put(t Template) (created bool, err error) {
+	return s.put(t, true)
+}
+
+// Add stores t as a new template; an existing id is a 409 problem,
+// decided in the same transaction as the write.
+func (s *Templates) Add(t Template) error {
+	_, err := s.put(t, false)
+	return err
+}
+
+func (s *Templates) put(t Template, replace bool) (created bool, err error) {
 	if err := t.Validate(); err != nil {
 		return false, err
 	}
@@ -86,6 +96,9 @@ func (s *Templates) Put(t Template) (created bool, err error) {
 	err = s.db.Update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketTemplates)
 		created = b.Get([]byte(t.ID)) == nil
+		if !created && !replace {
+			return problem.New(http.StatusConflict, problem.CodeConflict, "a template with this id exists: replace it with PUT")
+		}
 		if err := b.Put([]byte(t.ID), val); err != nil {
 			return err
 		}
@@ -174,10 +187,4 @@ func (s *Templates) Delete(id string) error {
 		}
 		return b.Delete([]byte(id))
 	})
-}
-
-// IsNotFound reports whether err is the registry's 404.
-func IsNotFound(err error) bool {
-	var d *problem.Details
-	return errors.As(err, &d) && d.Status == http.StatusNotFound
 }

@@ -61,7 +61,7 @@ func TestTemplateRegistry(t *testing.T) {
 	if err != nil || got.Title != "Second" {
 		t.Errorf("get: %+v %v", got, err)
 	}
-	if _, err := r.Get("PAGE-9"); !IsNotFound(err) {
+	if _, err := r.Get("PAGE-9"); !problem.IsNotFound(err) {
 		t.Errorf("get unknown: %v", err)
 	}
 	list, err := r.List()
@@ -78,7 +78,7 @@ func TestTemplateRegistry(t *testing.T) {
 	if err := r.Delete("PAGE-0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Delete("PAGE-0"); !IsNotFound(err) {
+	if err := r.Delete("PAGE-0"); !problem.IsNotFound(err) {
 		t.Errorf("second delete: %v", err)
 	}
 	if n := f.bucketLen(bucketTemplateDigests); n != 2 {

@@ -82,7 +82,7 @@ func (s *Store) validateCreate(f *problem.Fields, in *CreateRequest, now time.Ti
 			return err
 		})
 		switch {
-		case IsNotFound(err):
+		case problem.IsNotFound(err):
 			f.Add("templateId", codeUnknownTemplate, "templateId names no registered template")
 		case err != nil:
 			return nil, err
@@ -96,16 +96,18 @@ func (s *Store) validateCreate(f *problem.Fields, in *CreateRequest, now time.Ti
 	case n > MaxSigners:
 		f.Add("signers", codeTooMany, "signers must hold at most "+strconv.Itoa(MaxSigners)+" signers")
 	}
-	signers := make([]Signer, len(in.Signers))
-	for i := range in.Signers {
+	// Past the limit the request is refused anyway; checking every entry of
+	// a 1 MiB body would only cost CPU and bloat the error list.
+	signers := make([]Signer, min(len(in.Signers), MaxSigners))
+	for i := range signers {
 		s.validateSigner(f, "signers["+strconv.Itoa(i)+"]", &in.Signers[i], &signers[i])
 	}
 
 	if len(in.Watchers) > MaxWatchers {
 		f.Add("watchers", codeTooMany, "watchers must hold at most "+strconv.Itoa(MaxWatchers)+" watchers")
 	}
-	watchers := make([]Watcher, len(in.Watchers))
-	for i := range in.Watchers {
+	watchers := make([]Watcher, min(len(in.Watchers), MaxWatchers))
+	for i := range watchers {
 		validateWatcher(f, "watchers["+strconv.Itoa(i)+"]", &in.Watchers[i])
 		watchers[i] = in.Watchers[i]
 	}

@@ -73,12 +73,9 @@ func (s *Store) Activity(ctx context.Context, caller *keystore.Identity, uuidStr
 	}
 	var out []Activity
 	err := s.db.View(func(tx *bbolt.Tx) error {
-		r, err := loadByUUID(tx, uuidStr)
+		r, err := loadVisible(tx, caller, uuidStr)
 		if err != nil {
 			return err
-		}
-		if r == nil || !visible(caller, r.CreatedBy, r.ProjectID) {
-			return notFound()
 		}
 		pending := s.views.pendingActivity(tx.ID(), r.ID) // newest first
 		want := offset + limit

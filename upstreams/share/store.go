@@ -137,6 +137,19 @@ func canonicalUUID(s string) ([]byte, bool) {
 	return u[:], true
 }
 
+// loadVisible reads the share named uuidStr that caller may see, or
+// answers the 404 a share the caller cannot see gets, as if absent.
+func loadVisible(tx *bbolt.Tx, caller *keystore.Identity, uuidStr string) (*record, error) {
+	r, err := loadByUUID(tx, uuidStr)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil || !visible(caller, r.CreatedBy, r.ProjectID) {
+		return nil, notFound()
+	}
+	return r, nil
+}
+
 // loadByUUID reads the share named uuidStr in tx; nil when absent.
 func loadByUUID(tx *bbolt.Tx, uuidStr string) (*record, error) {
 	key, ok := canonicalUUID(uuidStr)
@@ -272,12 +285,9 @@ func (s *Store) Get(ctx context.Context, caller *keystore.Identity, uuidStr stri
 	}
 	var out *Share
 	err := s.db.View(func(tx *bbolt.Tx) error {
-		r, err := loadByUUID(tx, uuidStr)
+		r, err := loadVisible(tx, caller, uuidStr)
 		if err != nil {
 			return err
-		}
-		if r == nil || !visible(caller, r.CreatedBy, r.ProjectID) {
-			return notFound()
 		}
 		out = r.toShare(s.baseURL, s.nowMs(), s.views.pendingCount(tx.ID(), r.ID))
 		return nil
