@@ -48,7 +48,9 @@ func (s *EMLSender) Send(ctx context.Context, m Message) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(s.dir, ".tmp-*.eml")
+	// No .eml suffix until the rename: whatever picks up *.eml never sees
+	// a half-written message.
+	tmp, err := os.CreateTemp(s.dir, ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("eml: %w", err)
 	}
