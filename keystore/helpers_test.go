@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testclock"
 )
 
 // The two operation tables of upstreams/contracts and upstreams/share,
@@ -52,24 +53,6 @@ var testShareTable = Table{
 // t0 is the fake clock's start.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// fakeClock is a settable clock for Keys.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
 // env is a key store on a real bbolt file with everything needed to open
 // it again.
 type env struct {
@@ -77,7 +60,7 @@ type env struct {
 	backend *BoltBackend
 	sealer  *Sealer
 	master  []byte
-	clock   *fakeClock
+	clock   *testclock.Clock
 	keys    *Keys
 }
 
@@ -106,7 +89,7 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{db: db, backend: backend, sealer: sealer, master: master, clock: &fakeClock{t: t0}}
+	e := &env{db: db, backend: backend, sealer: sealer, master: master, clock: testclock.New(t0)}
 	e.keys = e.reopen(t)
 	return e
 }

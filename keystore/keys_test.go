@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testclock"
 )
 
 func ptime(s string) *time.Time {
@@ -414,7 +415,7 @@ func TestDelete(t *testing.T) {
 func TestBackendFailure(t *testing.T) {
 	mb := newMemBackend()
 	sealer, _ := NewSealer(randomKey(t))
-	ks, err := Open(mb, sealer, (&fakeClock{t: t0}).Now)
+	ks, err := Open(mb, sealer, (testclock.New(t0)).Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +463,7 @@ func TestBackendFailure(t *testing.T) {
 func TestUpdateDoesNotBlockLookup(t *testing.T) {
 	mb := newMemBackend()
 	sealer, _ := NewSealer(randomKey(t))
-	ks, err := Open(mb, sealer, (&fakeClock{t: t0}).Now)
+	ks, err := Open(mb, sealer, (testclock.New(t0)).Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +492,7 @@ func TestUpdateDoesNotBlockLookup(t *testing.T) {
 func TestUpdateDeleteRace(t *testing.T) {
 	mb := newMemBackend()
 	sealer, _ := NewSealer(randomKey(t))
-	ks, err := Open(mb, sealer, (&fakeClock{t: t0}).Now)
+	ks, err := Open(mb, sealer, (testclock.New(t0)).Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -633,7 +634,7 @@ func TestOpenBadRecord(t *testing.T) {
 func TestStoredBadRangeFailsClosed(t *testing.T) {
 	mb := newMemBackend()
 	sealer, _ := NewSealer(randomKey(t))
-	ks, err := Open(mb, sealer, (&fakeClock{t: t0}).Now)
+	ks, err := Open(mb, sealer, (testclock.New(t0)).Now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,13 +8,13 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -27,32 +27,13 @@ const (
 // t0 is the fake clock's start: 2026-11-22T10:15:00Z.
 var t0 = time.Date(2026, 11, 22, 10, 15, 0, 0, time.UTC)
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-func (c *fakeClock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
-
 type fixture struct {
 	t         *testing.T
 	db        *bbolt.DB
 	templates *Templates
 	store     *Store
 	h         http.Handler
-	clock     *fakeClock
+	clock     *testclock.Clock
 }
 
 // newFixture opens a fresh database with two templates registered, SMS
@@ -80,7 +61,7 @@ func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &fakeClock{t: t0}
+	clock := testclock.New(t0)
 	cfg := Config{DB: db, Templates: tpl, Sealer: sealer, PublicBaseURL: baseURL, SMSConfigured: true, Now: clock.Now}
 	for _, m := range mod {
 		m(&cfg)

@@ -199,11 +199,11 @@ func TestExpirationExpressionAndStatus(t *testing.T) {
 	if want := e.nowMs() + 30*dayMillis; sh.Expiration == nil || *sh.Expiration != want || sh.ExpirationExpression.Days != 30 {
 		t.Fatalf("expiration %v, want %d", sh.Expiration, want)
 	}
-	e.clock.Add(30*24*time.Hour - time.Millisecond)
+	e.clock.Advance(30*24*time.Hour - time.Millisecond)
 	if got := decode[Share](t, e.call(alice, "GET", "/webapi/share/"+sh.UUID, nil)); got.Status != StatusActive {
 		t.Fatalf("status %s a millisecond before expiry", got.Status)
 	}
-	e.clock.Add(time.Millisecond)
+	e.clock.Advance(time.Millisecond)
 	if got := decode[Share](t, e.call(alice, "GET", "/webapi/share/"+sh.UUID, nil)); got.Status != StatusExpired {
 		t.Fatalf("status %s at expiry", got.Status)
 	}
@@ -330,7 +330,7 @@ func TestUpdateReplacesAndRefusesImmutable(t *testing.T) {
 	sh := e.create(alice, in)
 	path := "/webapi/share/" + sh.UUID
 
-	e.clock.Add(time.Minute)
+	e.clock.Advance(time.Minute)
 	w := e.call(bob, "PUT", path, `{"type":"BOARD","projectId":"P1","expirationExpression":{"days":2}}`)
 	if w.Code != 200 {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
@@ -404,7 +404,7 @@ func TestActivityPaging(t *testing.T) {
 	sh := e.create(alice, issueShare("I1", "P1"))
 	path := "/webapi/share/" + sh.UUID
 	for i := range 4 {
-		e.clock.Add(time.Second)
+		e.clock.Advance(time.Second)
 		w := e.call(alice, "PUT", path, fmt.Sprintf(`{"type":"ISSUE","issueId":"I1","projectId":"P1","jql":null,"expirationExpression":{"days":%d}}`, i+1))
 		if w.Code != 200 {
 			t.Fatal(w.Body)

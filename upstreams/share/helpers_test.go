@@ -8,33 +8,15 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
 )
-
-// clock is a settable Config.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // Callers of the tests: alice and carol own shares; bob administers P1;
 // root administers everything; dave has no rights at all.
@@ -55,7 +37,7 @@ var cheapArgon = Argon2Params{Memory: 64, Time: 1, Threads: 1}
 type env struct {
 	t      *testing.T
 	db     *bbolt.DB
-	clock  *clock
+	clock  *testclock.Clock
 	store  *Store
 	api    http.Handler
 	viewer http.Handler
@@ -68,7 +50,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	c := &clock{t: testStart}
+	c := testclock.New(testStart)
 	s, err := NewStore(Config{DB: db, PublicBaseURL: "http://localhost:8080/", CookieKey: bytes.Repeat([]byte{7}, 32),
 		Now: c.Now, PasswordParams: cheapArgon})
 	if err != nil {

@@ -24,7 +24,7 @@ func seedShares(e *env, n int) []*Share {
 	var out []*Share
 	for i := range n {
 		if i%3 == 0 {
-			e.clock.Add(time.Second) // groups of three share a createdAt
+			e.clock.Advance(time.Second) // groups of three share a createdAt
 		}
 		caller := creators[i%len(creators)]
 		project := projects[(i/2)%len(projects)]
@@ -47,7 +47,7 @@ func seedShares(e *env, n int) []*Share {
 	}
 	// Updates move updatedAt away from createdAt order.
 	for i := 0; i < n; i += 4 {
-		e.clock.Add(time.Second)
+		e.clock.Advance(time.Second)
 		r := e.stored(out[n-1-i].UUID)
 		in := &CreateRequest{Type: r.Type, IssueID: nonEmpty(r.IssueID), ProjectID: nonEmpty(r.ProjectID)}
 		if _, err := e.store.Update(context.Background(), root, r.UUID, in); err != nil {

@@ -124,7 +124,7 @@ func TestViewerMissingAndExpired(t *testing.T) {
 	e := newEnv(t)
 	sh := e.create(alice, &CreateRequest{Type: TypeIssue, IssueID: str("1"), Expiration: i64(e.nowMs() + 1000)})
 	gone := "/s/" + sh.UUID
-	e.clock.Add(time.Second)
+	e.clock.Advance(time.Second)
 	tests := []struct {
 		name, method, path, accept string
 		status                     int
@@ -222,11 +222,11 @@ func TestViewerPasswordUnlock(t *testing.T) {
 			t.Fatalf("%s cookie: %d", name, w.Code)
 		}
 	}
-	e.clock.Add(12*time.Hour - time.Second)
+	e.clock.Advance(12*time.Hour - time.Second)
 	if w := e.page("GET", path, jsonAccept, "", "", ip, c); w.Code != 200 {
 		t.Fatalf("cookie before 12 h: %d", w.Code)
 	}
-	e.clock.Add(time.Second)
+	e.clock.Advance(time.Second)
 	if w := e.page("GET", path, jsonAccept, "", "", ip, c); w.Code != 401 {
 		t.Fatalf("cookie after 12 h: %d", w.Code)
 	}
@@ -327,7 +327,7 @@ func TestViewerRateLimit(t *testing.T) {
 	if w := try("wrong", "203.0.113.8"); w.Code != 401 {
 		t.Fatalf("another client is limited too: %d", w.Code)
 	}
-	e.clock.Add(unlockEvery)
+	e.clock.Advance(unlockEvery)
 	if w := try("right", "203.0.113.7"); w.Code != 204 {
 		t.Fatalf("after waiting: %d", w.Code)
 	}

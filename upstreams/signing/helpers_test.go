@@ -26,29 +26,13 @@ import (
 	"github.com/keygate/keygate/internal/mailtest"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
 // t0 is the fake clock's start.
 var t0 = time.Date(2026, 11, 22, 10, 15, 0, 0, time.UTC)
-
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // fixture is a database with the lifecycle, the contracts API and the
 // signing pages, a real SMTP server and SMS endpoint, and a delivery
@@ -60,7 +44,7 @@ type fixture struct {
 	svc    *Service
 	api    http.Handler
 	pages  http.Handler
-	clock  *fakeClock
+	clock  *testclock.Clock
 	outbox *notify.Outbox
 	worker *notify.Worker
 	smtp   *mailtest.Server
@@ -73,7 +57,7 @@ const testOTPKey = "0123456789abcdef0123456789abcdef"
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dbPath: filepath.Join(t.TempDir(), "webapi.db"), clock: &fakeClock{t: t0}}
+	f := &fixture{t: t, dbPath: filepath.Join(t.TempDir(), "webapi.db"), clock: testclock.New(t0)}
 	f.smtp = mailtest.Start(t)
 	f.sms = startSMS(t)
 	var err error
