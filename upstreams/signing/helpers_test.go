@@ -18,13 +18,12 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf16"
 
-	"github.com/ledongthuc/pdf"
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/mailtest"
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/pdftest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
@@ -371,47 +370,8 @@ func (ts *testSMS) to(phone string) []smsMsg {
 	return out
 }
 
-// pdfText extracts the text of a PDF made by contractpdf with
-// github.com/ledongthuc/pdf. Its fonts are Identity-H with an identity
-// ToUnicode map, so each shown string is UTF-16BE (see contractpdf's
-// tests for why the parser's own extraction is not used).
-func pdfText(t *testing.T, data []byte) string {
-	t.Helper()
-	r, err := pdf.NewReader(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		t.Fatalf("PDF does not parse: %v", err)
-	}
-	var text strings.Builder
-	for i := 1; i <= r.NumPage(); i++ {
-		pdf.Interpret(r.Page(i).V.Key("Contents"), func(stk *pdf.Stack, op string) {
-			args := make([]pdf.Value, stk.Len())
-			for j := len(args) - 1; j >= 0; j-- {
-				args[j] = stk.Pop()
-			}
-			switch op {
-			case "Tj":
-				text.WriteString(utf16be(args[0].RawString()))
-				text.WriteByte('\n')
-			case "TJ":
-				for j := 0; j < args[0].Len(); j++ {
-					if s := args[0].Index(j); s.Kind() == pdf.String {
-						text.WriteString(utf16be(s.RawString()))
-					}
-				}
-				text.WriteByte('\n')
-			}
-		})
-	}
-	return text.String()
-}
-
-func utf16be(s string) string {
-	u := make([]uint16, 0, len(s)/2)
-	for i := 0; i+1 < len(s); i += 2 {
-		u = append(u, uint16(s[i])<<8|uint16(s[i+1]))
-	}
-	return string(utf16.Decode(u))
-}
+// pdfText is the text of a PDF made by contractpdf.
+func pdfText(t *testing.T, data []byte) string { return pdftest.Read(t, data).Text }
 
 // countBy counts mails by recipient and subject.
 func countBy(ms []mailtest.Mail) map[string]int {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/pdftest"
 )
 
 func TestCertificate(t *testing.T) {
@@ -28,7 +30,7 @@ func TestCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := readPDF(t, out)
+	doc := pdftest.Read(t, out)
 	for _, want := range []string{
 		"Certificate of completion",
 		"NDA Zoë 2026", "7c0e2f4a-1b2c-4d5e-8f90-a1b2c3d4e5f6", "Mutual Non-Disclosure Agreement",
@@ -47,12 +49,12 @@ func TestCertificate(t *testing.T) {
 		// Signer 5: undecided, never opened.
 		"Full name\nNever Opened\nE-mail\n—\nPhone\n+15550100123\nSigning method\n—\nDecision\n—\nDecision time\n—\nDecision IP\n—\nOpened\n—",
 	} {
-		if !strings.Contains(doc.text, want) {
+		if !strings.Contains(doc.Text, want) {
 			t.Errorf("certificate lacks %q", want)
 		}
 	}
-	if len(doc.images) != 0 {
-		t.Errorf("certificate embeds %d images", len(doc.images))
+	if len(doc.Images) != 0 {
+		t.Errorf("certificate embeds %d images", len(doc.Images))
 	}
 }
 

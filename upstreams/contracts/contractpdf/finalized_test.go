@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/pdftest"
 )
 
 // drawnSignature is a PNG like the signing page's canvas produces: a
@@ -94,9 +96,9 @@ func TestFinalized(t *testing.T) {
 	if !bytes.HasPrefix(out, []byte("%PDF-")) {
 		t.Fatalf("not a PDF: %q", out[:16])
 	}
-	doc := readPDF(t, out)
-	if doc.pages < 2 {
-		t.Errorf("pages = %d; the body should wrap onto a second page", doc.pages)
+	doc := pdftest.Read(t, out)
+	if doc.Pages < 2 {
+		t.Errorf("pages = %d; the body should wrap onto a second page", doc.Pages)
 	}
 	for _, want := range []string{
 		"Mutual Non-Disclosure Agreement",
@@ -107,32 +109,32 @@ func TestFinalized(t *testing.T) {
 		"Signed 2026-11-21T14:03:07.250Z · signature drawn on the signing page",
 		"Signed 2026-11-22T10:15:00.000Z · typed name",
 		"Signed 2026-11-22T18:45:30.125Z · uploaded signature image",
-		fmt.Sprintf("page 1/%d", doc.pages),
+		fmt.Sprintf("page 1/%d", doc.Pages),
 	} {
-		if !strings.Contains(doc.text, want) {
+		if !strings.Contains(doc.Text, want) {
 			t.Errorf("text lacks %q", want)
 		}
 	}
 	// The signature blocks follow the signatures, one per signer with the
 	// macro, in signer order.
-	blocks := strings.Count(doc.text, "Signed electronically")
+	blocks := strings.Count(doc.Text, "Signed electronically")
 	if blocks != 2 {
 		t.Errorf("%d signature blocks, want 2", blocks)
 	}
-	sigs := strings.Index(doc.text, "Signatures")
-	first := strings.Index(doc.text, "Signed electronically")
-	if sigs < 0 || first < sigs || !strings.Contains(doc.text[sigs:], "Zoë Ångström\n2026-11-21T14:03:07.250Z\nSigned electronically\nДмитрий Иванов\n2026-11-22T10:15:00.000Z\nSigned electronically") {
-		t.Errorf("signature blocks are not at the end in signer order:\n%s", doc.text[max(0, sigs):])
+	sigs := strings.Index(doc.Text, "Signatures")
+	first := strings.Index(doc.Text, "Signed electronically")
+	if sigs < 0 || first < sigs || !strings.Contains(doc.Text[sigs:], "Zoë Ångström\n2026-11-21T14:03:07.250Z\nSigned electronically\nДмитрий Иванов\n2026-11-22T10:15:00.000Z\nSigned electronically") {
+		t.Errorf("signature blocks are not at the end in signer order:\n%s", doc.Text[max(0, sigs):])
 	}
 
 	// Drawn and uploaded signatures are embedded as images of their own size.
-	if len(doc.images) != 2 {
-		t.Fatalf("images = %+v, want the drawn PNG and the uploaded JPEG", doc.images)
+	if len(doc.Images) != 2 {
+		t.Fatalf("images = %+v, want the drawn PNG and the uploaded JPEG", doc.Images)
 	}
-	if im := doc.images[0]; im.w != 400 || im.h != 120 || im.filter != "FlateDecode" {
+	if im := doc.Images[0]; im.W != 400 || im.H != 120 || im.Filter != "FlateDecode" {
 		t.Errorf("drawn signature embedded as %+v", im)
 	}
-	if im := doc.images[1]; im.w != 200 || im.h != 80 || im.filter != "DCTDecode" {
+	if im := doc.Images[1]; im.W != 200 || im.H != 80 || im.Filter != "DCTDecode" {
 		t.Errorf("uploaded signature embedded as %+v", im)
 	}
 
@@ -190,8 +192,8 @@ func TestSignatureImageFormats(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if doc := readPDF(t, out); len(doc.images) != 1 {
-				t.Fatalf("images = %+v", doc.images)
+			if doc := pdftest.Read(t, out); len(doc.Images) != 1 {
+				t.Fatalf("images = %+v", doc.Images)
 			}
 		})
 	}
@@ -260,11 +262,11 @@ func TestSignatureBlockLongName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := readPDF(t, out)
-	if !strings.Contains(doc.text, "…\n2026-11-22T10:15:00.000Z\nSigned electronically") {
-		t.Errorf("long name not shortened in the signature block:\n%s", doc.text)
+	doc := pdftest.Read(t, out)
+	if !strings.Contains(doc.Text, "…\n2026-11-22T10:15:00.000Z\nSigned electronically") {
+		t.Errorf("long name not shortened in the signature block:\n%s", doc.Text)
 	}
-	if !strings.Contains(strings.ReplaceAll(doc.text, "\n", " "), long) {
+	if !strings.Contains(strings.ReplaceAll(doc.Text, "\n", " "), long) {
 		t.Error("full name missing above the signature")
 	}
 }

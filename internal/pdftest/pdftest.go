@@ -1,4 +1,6 @@
-package contractpdf
+// Package pdftest reads back, for tests, the PDFs that contractpdf
+// makes: their pages, text and drawn images.
+package pdftest
 
 import (
 	"bytes"
@@ -9,21 +11,22 @@ import (
 	"github.com/ledongthuc/pdf"
 )
 
-// parsed is what the tests read back from a generated PDF.
-type parsed struct {
-	pages int
-	// text holds each shown string on its own line, in content order.
-	text string
-	// images are the image XObjects drawn by the pages (Do operator).
-	images []imageInfo
+// Parsed is what a test reads back from a PDF made by contractpdf.
+type Parsed struct {
+	Pages int
+	// Text holds each shown string on its own line, in content order.
+	Text string
+	// Images are the image XObjects drawn by the pages (Do operator).
+	Images []Image
 }
 
-type imageInfo struct {
-	w, h   int64
-	filter string
+// Image is one drawn image: its size in pixels and its stream filter.
+type Image struct {
+	W, H   int64
+	Filter string
 }
 
-// readPDF opens data with github.com/ledongthuc/pdf and extracts the text
+// Read opens data with github.com/ledongthuc/pdf and extracts the text
 // and the drawn images.
 //
 // The parser's own text extraction maps fpdf's ToUnicode range
@@ -32,17 +35,17 @@ type imageInfo struct {
 // the text operators are interpreted here: the fonts are checked to be
 // Identity-H Type0 fonts with that identity ToUnicode map, under which a
 // shown string is UTF-16BE.
-func readPDF(t *testing.T, data []byte) parsed {
+func Read(t testing.TB, data []byte) Parsed {
 	t.Helper()
 	r, err := pdf.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		t.Fatalf("PDF does not parse: %v", err)
 	}
-	var out parsed
-	out.pages = r.NumPage()
+	var out Parsed
+	out.Pages = r.NumPage()
 	var text strings.Builder
 	seenImage := map[string]bool{}
-	for i := 1; i <= out.pages; i++ {
+	for i := 1; i <= out.Pages; i++ {
 		p := r.Page(i)
 		for _, name := range p.Fonts() {
 			checkIdentityFont(t, p.Font(name).V)
@@ -69,16 +72,16 @@ func readPDF(t *testing.T, data []byte) parsed {
 				x := xobjects.Key(name)
 				if x.Key("Subtype").Name() == "Image" && !seenImage[name] {
 					seenImage[name] = true
-					out.images = append(out.images, imageInfo{w: x.Key("Width").Int64(), h: x.Key("Height").Int64(), filter: x.Key("Filter").Name()})
+					out.Images = append(out.Images, Image{W: x.Key("Width").Int64(), H: x.Key("Height").Int64(), Filter: x.Key("Filter").Name()})
 				}
 			}
 		})
 	}
-	out.text = text.String()
+	out.Text = text.String()
 	return out
 }
 
-func checkIdentityFont(t *testing.T, font pdf.Value) {
+func checkIdentityFont(t testing.TB, font pdf.Value) {
 	t.Helper()
 	if font.Key("Subtype").Name() != "Type0" || font.Key("Encoding").Name() != "Identity-H" {
 		t.Fatalf("font %v is not an Identity-H Type0 font", font)
