@@ -7,16 +7,16 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/keystore"
 )
 
 // apiHandler is what the four API modules share: a net/http handler of an
 // upstreams package, built by the webapi app, served as a terminal Caddy
-// handler.
+// handler. It hands the upstream package, which knows nothing of Caddy,
+// the client address Caddy decided on and the identity webapi_auth found
+// (none on the public pages), as request context values.
 type apiHandler struct {
 	handler http.Handler
-	// public pages get no identity from webapi_auth, so they take the
-	// client address from Caddy's client_ip here.
-	public bool
 }
 
 func (h *apiHandler) provision(ctx caddy.Context, pick func(*App) http.Handler) error {
@@ -29,9 +29,10 @@ func (h *apiHandler) provision(ctx caddy.Context, pick func(*App) http.Handler) 
 }
 
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	if h.public {
-		r = r.WithContext(clientip.With(r.Context(), requestClientIP(r)))
+	ctx := clientip.With(r.Context(), requestClientIP(r))
+	if id, ok := caddyhttp.GetVar(ctx, identityVar).(*keystore.Identity); ok {
+		ctx = keystore.WithIdentity(ctx, id)
 	}
-	h.handler.ServeHTTP(w, r)
+	h.handler.ServeHTTP(w, r.WithContext(ctx))
 	return nil
 }

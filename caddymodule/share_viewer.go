@@ -25,7 +25,6 @@ func (ShareViewer) CaddyModule() caddy.ModuleInfo {
 
 // Provision takes the pages from the webapi app.
 func (h *ShareViewer) Provision(ctx caddy.Context) error {
-	h.public = true
 	return h.provision(ctx, func(a *App) http.Handler { return a.shareViewer })
 }
 

@@ -26,7 +26,6 @@ func (Signing) CaddyModule() caddy.ModuleInfo {
 
 // Provision takes the pages from the webapi app.
 func (h *Signing) Provision(ctx caddy.Context) error {
-	h.public = true
 	return h.provision(ctx, func(a *App) http.Handler { return a.signingPages })
 }
 
