@@ -136,10 +136,14 @@ func (a *auditLog) write(batch []auditRecord) {
 			continue
 		}
 		ce.Time = rec.at
-		fields = append(fields[:0],
-			zap.String("key_id", rec.keyID),
-			zap.String("key_name", rec.keyName),
-			zap.String("owner", rec.owner),
+		fields = fields[:0]
+		if rec.keyID != "" { // a refusal before the key is known has none
+			fields = append(fields,
+				zap.String("key_id", rec.keyID),
+				zap.String("key_name", rec.keyName),
+				zap.String("owner", rec.owner))
+		}
+		fields = append(fields,
 			zap.String("service", rec.service),
 			zap.String("operation", rec.operation),
 			zap.String("method", rec.method),
