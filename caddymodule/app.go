@@ -57,6 +57,7 @@ type App struct {
 	contracts    *contracts.Store
 	shares       *share.Store
 	senders      *senders
+	replaced     *senders // the senders installed before ours
 	poolKey      string
 	logger       *zap.Logger
 	audit        *auditLog
@@ -172,7 +173,7 @@ func (a *App) Validate() error {
 // Start makes this config's senders the ones notifications go out by and
 // runs the background work: usage flush and expiry sweep.
 func (a *App) Start() error {
-	a.state.useSenders(a.senders)
+	a.replaced = a.state.useSenders(a.senders)
 	a.audit.start()
 	a.stop, a.stopped = make(chan struct{}), make(chan struct{})
 	go a.background(a.stop, a.stopped)
@@ -189,6 +190,7 @@ func (a *App) Stop() error {
 	}
 	a.flush()
 	a.audit.close()
+	a.state.dropSenders(a.senders, a.replaced)
 	return nil
 }
 

@@ -155,3 +155,29 @@ http://localhost:%[3]d {
 		t.Fatalf("show deleted key: %v", err)
 	}
 }
+
+// TestSendersAcrossReloads: a config that stops while its senders are
+// installed (a reload that failed after it started) puts back the senders
+// of the config still running; a config replaced normally changes nothing.
+func TestSendersAcrossReloads(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openState(filepath.Join(dir, "webapi.db"), filepath.Join(dir, "master.key"), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destruct()
+	a, b, c := &senders{}, &senders{}, &senders{}
+
+	prevA := s.useSenders(a) // first config
+	prevB := s.useSenders(b) // reload: b starts, then a stops
+	s.dropSenders(a, prevA)
+	if s.senders.Load() != b {
+		t.Fatal("stopping the replaced config took its successor's senders away")
+	}
+	prevC := s.useSenders(c) // a reload that fails after c started
+	s.dropSenders(c, prevC)
+	if s.senders.Load() != b {
+		t.Fatal("a failed reload left its senders installed")
+	}
+	_ = prevB
+}

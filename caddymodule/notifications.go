@@ -65,11 +65,12 @@ func (s *state) newWorker(logger *zap.Logger) {
 	})
 }
 
-// useSenders installs a config's senders and, the first time, starts the
+// useSenders installs a config's senders, returning the ones it replaced,
+// and, the first time, starts the
 // worker, so that messages left by an earlier process are first tried
 // with a sender in place rather than failing for want of one.
-func (s *state) useSenders(snd *senders) {
-	s.senders.Store(snd)
+func (s *state) useSenders(snd *senders) (previous *senders) {
+	previous = s.senders.Swap(snd)
 	s.startWorker.Do(func() {
 		s.workerDone = make(chan struct{})
 		go func() {
@@ -79,6 +80,7 @@ func (s *state) useSenders(snd *senders) {
 			}
 		}()
 	})
+	return previous
 }
 
 // stopWorker ends delivery before the database closes; an attempt in
@@ -152,4 +154,13 @@ func emlFrom(publicBaseURL string) string {
 		}
 	}
 	return "Contracts <keygate@localhost>"
+}
+
+// dropSenders undoes useSenders when the config that installed snd stops
+// while its senders are still the installed ones: a reload that failed
+// after this config started leaves the running config's senders in place.
+func (s *state) dropSenders(snd, previous *senders) {
+	if previous != nil {
+		s.senders.CompareAndSwap(snd, previous)
+	}
 }
