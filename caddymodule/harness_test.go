@@ -32,7 +32,8 @@ type gateway struct {
 }
 
 // globalOptions are every test config's global block; %[1]s is the data
-// directory, %[2]d the admin port, %[3]d the site port.
+// directory, %[2]d the admin port, %[3]d the site port, %[5]s more lines
+// of the webapi block.
 const globalOptions = `{
 	admin localhost:%[2]d
 	http_port %[3]d
@@ -43,6 +44,7 @@ const globalOptions = `{
 		data_dir %[1]s
 		usage_flush_interval 50ms
 		public_base_url http://localhost:%[3]d
+		%[5]s
 	}
 	log webapi_audit {
 		output buffered_file %[1]s/audit.log
@@ -73,9 +75,15 @@ func startGateway(t *testing.T, site string) *gateway {
 	return g
 }
 
-func (g *gateway) config(site string) string {
+func (g *gateway) config(site string) string { return testConfig(g.dir, "", site) }
+
+// testConfig is a test Caddyfile: the global options on data directory
+// dir with webapiExtra added to the webapi block, and site served on the
+// test site port.
+func testConfig(dir, webapiExtra, site string) string {
 	p := caddymodule.TestSitePort
-	return fmt.Sprintf(globalOptions, g.dir, caddymodule.TestAdminPort, p, p+363) + fmt.Sprintf("\nhttp://localhost:%d {\n", p) + site + "\n}\n"
+	return fmt.Sprintf(globalOptions, dir, caddymodule.TestAdminPort, p, p+363, webapiExtra) +
+		fmt.Sprintf("\nhttp://localhost:%d {\n", p) + site + "\n}\n"
 }
 
 func newTester(t *testing.T) *caddytest.Tester {

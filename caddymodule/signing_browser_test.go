@@ -14,7 +14,6 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
-	"github.com/keygate/keygate/caddymodule"
 	"github.com/keygate/keygate/internal/mailtest"
 )
 
@@ -26,34 +25,14 @@ func signingConfig(dir, smtpAddr string) string {
 	if smtpAddr != "" {
 		smtp = fmt.Sprintf("smtp %s {\n\t\t\tfrom \"Contracts <contracts@example.com>\"\n\t\t\ttls none\n\t\t}", smtpAddr)
 	}
-	p := caddymodule.TestSitePort
-	return fmt.Sprintf(`{
-	admin localhost:%[2]d
-	http_port %[3]d
-	https_port %[4]d
-	grace_period 1s
-	skip_install_trust
-	webapi {
-		data_dir %[1]s
-		usage_flush_interval 50ms
-		public_base_url http://localhost:%[3]d
-		%[5]s
-	}
-	log default {
-		output file %[1]s/caddy.log
-		format json
-	}
-}
-http://localhost:%[3]d {
+	return testConfig(dir, smtp, `
 	handle /webapi/contracts* {
 		webapi_auth contracts
 		webapi_contracts
 	}
 	handle /sign/* {
 		webapi_signing
-	}
-}
-`, dir, caddymodule.TestAdminPort, p, p+363, smtp)
+	}`)
 }
 
 // chromium finds Debian's chromium; without it the test fails, since the
