@@ -8,6 +8,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/keygate/keygate/keystore"
 )
 
 // auditRecord is one audit entry as a request leaves it: plain values,
@@ -147,7 +149,7 @@ func (a *auditLog) write(batch []auditRecord) {
 			zap.String("service", rec.service),
 			zap.String("operation", rec.operation),
 			zap.String("method", rec.method),
-			zap.String("path", rec.path),
+			zap.String("path", keystore.RedactTokens(rec.path)), // a token pasted into a path stays out of the log
 			zap.String("client_ip", clientIPString(rec.clientIP)),
 			zap.Int("status", rec.status),
 		)

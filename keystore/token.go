@@ -1,8 +1,6 @@
 package keystore
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -10,6 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/keygate/keygate/internal/seal"
 )
 
 // TokenPrefix starts every API key token, so secret scanners and people
@@ -49,49 +50,51 @@ func HashToken(token string) TokenHash {
 	return sha256.Sum256([]byte(token))
 }
 
+// RedactTokens replaces every token-like run in s (TokenPrefix and at
+// least 8 base64url characters) with TokenPrefix + "[redacted]", for logs
+// of what a client sent: a client that puts its token into a URL path must
+// not find it in the audit log. s without TokenPrefix is returned as is.
+func RedactTokens(s string) string {
+	i := strings.Index(s, TokenPrefix)
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i >= 0 {
+		start := i + len(TokenPrefix)
+		end := start
+		for end < len(s) && isBase64URL(s[end]) {
+			end++
+		}
+		if end-start >= 8 {
+			b.WriteString(s[:start])
+			b.WriteString("[redacted]")
+		} else {
+			b.WriteString(s[:end])
+		}
+		s = s[end:]
+		i = strings.Index(s, TokenPrefix)
+	}
+	b.WriteString(s)
+	return b.String()
+}
+
+func isBase64URL(c byte) bool {
+	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+}
+
 // wellFormedToken rejects tokens that cannot be ours before hashing them.
 func wellFormedToken(token string) bool {
 	return len(token) == tokenLen && token[:len(TokenPrefix)] == TokenPrefix
 }
 
-// Sealer encrypts secrets that an administrator or creator may need to see
-// again (API tokens, signing links) with AES-256-GCM under the master key.
-// The associated data binds a sealed value to the record that holds it.
-type Sealer struct{ aead cipher.AEAD }
+// Sealer seals secrets that an administrator or creator may need to see
+// again (API tokens, signing links) under the master key. It is
+// internal/seal's, shared with the notification outbox.
+type Sealer = seal.Sealer
 
 // NewSealer makes a Sealer from a 32-byte master key.
-func NewSealer(masterKey []byte) (*Sealer, error) {
-	if len(masterKey) != 32 {
-		return nil, errors.New("master key must be 32 bytes")
-	}
-	block, err := aes.NewCipher(masterKey)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	return &Sealer{aead: aead}, nil
-}
-
-// Seal returns nonce||ciphertext of plaintext bound to aad.
-func (s *Sealer) Seal(plaintext, aad []byte) []byte {
-	nonce := make([]byte, s.aead.NonceSize(), s.aead.NonceSize()+len(plaintext)+s.aead.Overhead())
-	if _, err := rand.Read(nonce); err != nil {
-		panic("keystore: crypto/rand failed: " + err.Error())
-	}
-	return s.aead.Seal(nonce, nonce, plaintext, aad)
-}
-
-// Open reverses Seal; it fails if sealed was made under another key or aad.
-func (s *Sealer) Open(sealed, aad []byte) ([]byte, error) {
-	n := s.aead.NonceSize()
-	if len(sealed) < n {
-		return nil, errors.New("sealed value too short")
-	}
-	return s.aead.Open(nil, sealed[:n], sealed[n:], aad)
-}
+func NewSealer(masterKey []byte) (*Sealer, error) { return seal.New(masterKey) }
 
 // LoadOrCreateMasterKey reads the 32-byte master key at path, creating it
 // with mode 0600 (and its directory with 0700) on first start.

@@ -7,7 +7,9 @@
 // transaction (Outbox.Enqueue); the outbox wakes its worker when that
 // transaction commits. The worker sends due messages one by one, deletes a
 // message only after its sender reported success, and reschedules a failed
-// one with exponential backoff and jitter until it gives up.
+// one with exponential backoff and jitter until it gives up. While queued,
+// a message's subject, bodies and attachments are sealed under the master
+// key: they carry one-time passwords and signing links.
 //
 // Delivery is exactly once as long as the process does not die between a
 // successful send and the deletion that follows it; a crash in that window

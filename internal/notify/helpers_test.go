@@ -10,7 +10,19 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/seal"
 )
+
+// testSealer stands for the master key; one for every database of the
+// tests, so a reopened database opens what it sealed before.
+var testSealer = func() *seal.Sealer {
+	s, err := seal.New([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
 
 // openDB opens (or reopens) the bbolt file at path and prepares the outbox.
 func openDB(t *testing.T, path string) (*bbolt.DB, *Outbox) {
@@ -19,7 +31,7 @@ func openDB(t *testing.T, path string) (*bbolt.DB, *Outbox) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob, err := NewOutbox(db)
+	ob, err := NewOutbox(db, testSealer)
 	if err != nil {
 		db.Close()
 		t.Fatal(err)

@@ -10,19 +10,29 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/seal"
 )
 
 // Bucket layout. Everything lives under one top-level bucket so that the
 // outbox never collides with the buckets of other packages:
 //
 //	notify_outbox/
-//	  msg/  id                      -> JSON record (envelope, body, attachment names and sizes, attempts)
-//	  att/  id | index(2) | chunk(4) -> raw attachment bytes, at most attChunk per value
+//	  msg/  id                      -> JSON record (envelope, sealed body, attachment names and sizes, attempts)
+//	  att/  id | index(2) | chunk(4) -> attachment bytes, at most attChunk per value before sealing
 //	  due/  nextAttempt(8) | id     -> empty; the worker's schedule, earliest first
 //	  ref/  ref | 0x00 | id         -> empty; finds the messages of a ref for DropRef
 //
 // id is the msg bucket's sequence as 8 big-endian bytes, so keys sort in
 // enqueue order; nextAttempt is Unix nanoseconds, big-endian.
+//
+// Bodies carry one-time passwords and signing links, and attachments carry
+// signed contracts, so both are sealed under the master key (AES-256-GCM)
+// and opened only by the worker on their way out: a copy of the database
+// file alone reveals neither. The body is bound to its id and each chunk to
+// its key, so nothing sealed can be moved to another message. Records
+// written before sealing (no "sealed" field) hold them in clear and are
+// delivered as they are.
 var (
 	bucketRoot = []byte("notify_outbox")
 	bucketMsg  = []byte("msg")
@@ -43,7 +53,8 @@ var ErrNoOutbox = errors.New("notify: outbox buckets missing (NewOutbox not call
 // Outbox is the durable queue of notifications in a bbolt database. It is
 // safe for concurrent use.
 type Outbox struct {
-	db *bbolt.DB
+	db     *bbolt.DB
+	sealer *seal.Sealer
 	// wake is signalled after a transaction that enqueued commits.
 	wake chan struct{}
 	// running is held by the one Worker that may deliver from this outbox,
@@ -53,8 +64,12 @@ type Outbox struct {
 
 // record is a message as stored.
 type record struct {
-	Channel     Channel   `json:"channel"`
-	To          string    `json:"to"`
+	Channel Channel `json:"channel"`
+	To      string  `json:"to"`
+	// Sealed is the sealed JSON of the body (Subject, Text, HTML); when it
+	// is set, the attachment chunks are sealed too. Records from before
+	// sealing have it empty and the body in the clear fields below.
+	Sealed      []byte    `json:"sealed,omitempty"`
 	Subject     string    `json:"subject,omitempty"`
 	Text        string    `json:"text,omitempty"`
 	HTML        string    `json:"html,omitempty"`
@@ -68,14 +83,32 @@ type record struct {
 	LastError string `json:"lastError,omitempty"`
 }
 
+// body is the sealed part of a record.
+type body struct {
+	Subject string `json:"subject,omitempty"`
+	Text    string `json:"text,omitempty"`
+	HTML    string `json:"html,omitempty"`
+}
+
 type attMeta struct {
 	Name      string `json:"name"`
 	MediaType string `json:"mediaType"`
-	Size      int    `json:"size"`
+	// Size is the attachment's size before sealing.
+	Size int `json:"size"`
 }
 
-// NewOutbox creates the outbox buckets in db if needed.
-func NewOutbox(db *bbolt.DB) (*Outbox, error) {
+// errUnsealable is a message whose sealed parts do not open: the master key
+// is not the one it was sealed with. The worker retries it like a failed
+// send, so that a restart with the right key within the retry window still
+// delivers it.
+var errUnsealable = errors.New("sealed message does not open with this master key")
+
+// NewOutbox creates the outbox buckets in db if needed. sealer (of the
+// master key) seals what is queued.
+func NewOutbox(db *bbolt.DB, sealer *seal.Sealer) (*Outbox, error) {
+	if sealer == nil {
+		return nil, errors.New("notify: NewOutbox needs a sealer")
+	}
 	err := db.Update(func(tx *bbolt.Tx) error {
 		root, err := tx.CreateBucketIfNotExists(bucketRoot)
 		if err != nil {
@@ -91,7 +124,7 @@ func NewOutbox(db *bbolt.DB) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("notify: create outbox buckets: %w", err)
 	}
-	return &Outbox{db: db, wake: make(chan struct{}, 1)}, nil
+	return &Outbox{db: db, sealer: sealer, wake: make(chan struct{}, 1)}, nil
 }
 
 // buckets are the outbox's sub-buckets within one transaction.
@@ -126,16 +159,21 @@ func (o *Outbox) Enqueue(tx *bbolt.Tx, m Message) error {
 	if err != nil {
 		return fmt.Errorf("notify: enqueue: %w", err)
 	}
+	plain, err := json.Marshal(body{Subject: m.Subject, Text: m.Text, HTML: m.HTML})
+	if err != nil {
+		return fmt.Errorf("notify: encode message: %w", err)
+	}
 	now := time.Now().UTC()
 	rec := record{
-		Channel: m.Channel, To: m.To, Subject: m.Subject, Text: m.Text, HTML: m.HTML,
+		Channel: m.Channel, To: m.To, Sealed: o.sealer.Seal(plain, sealAAD(idKey(id))),
 		Ref: m.Ref, Queued: now, Next: now.UnixNano(),
 	}
 	for i, a := range m.Attachments {
 		rec.Attachments = append(rec.Attachments, attMeta{Name: a.Name, MediaType: a.MediaType, Size: len(a.Data)})
 		for c, off := 0, 0; off < len(a.Data); c, off = c+1, off+attChunk {
 			end := min(off+attChunk, len(a.Data))
-			if err := b.att.Put(attKey(id, i, c), a.Data[off:end]); err != nil {
+			k := attKey(id, i, c)
+			if err := b.att.Put(k, o.sealer.Seal(a.Data[off:end], sealAAD(k))); err != nil {
 				return fmt.Errorf("notify: enqueue attachment: %w", err)
 			}
 		}
@@ -211,9 +249,10 @@ func due(tx *bbolt.Tx, now time.Time, limit int) (ids []uint64, next time.Time, 
 	return ids, time.Time{}, nil
 }
 
-// load reads message id with its attachments, copied out of the
-// transaction. ok is false when the message no longer exists.
-func load(tx *bbolt.Tx, id uint64) (m Message, rec record, ok bool, err error) {
+// load reads message id with its attachments, opened and copied out of the
+// transaction. ok is false when the message no longer exists; err wraps
+// errUnsealable when its sealed parts do not open.
+func (o *Outbox) load(tx *bbolt.Tx, id uint64) (m Message, rec record, ok bool, err error) {
 	b, err := open(tx)
 	if err != nil {
 		return m, rec, false, err
@@ -229,12 +268,32 @@ func load(tx *bbolt.Tx, id uint64) (m Message, rec record, ok bool, err error) {
 		Channel: rec.Channel, To: rec.To, Subject: rec.Subject, Text: rec.Text, HTML: rec.HTML,
 		Ref: rec.Ref, ID: id, Queued: rec.Queued,
 	}
+	sealed := rec.Sealed != nil
+	if sealed {
+		plain, err := o.sealer.Open(rec.Sealed, sealAAD(idKey(id)))
+		if err != nil {
+			return m, rec, true, fmt.Errorf("notify: message %d: %w", id, errUnsealable)
+		}
+		var bd body
+		if err := json.Unmarshal(plain, &bd); err != nil {
+			return m, rec, true, fmt.Errorf("notify: message %d is corrupt: %w", id, err)
+		}
+		m.Subject, m.Text, m.HTML = bd.Subject, bd.Text, bd.HTML
+	}
 	for i, a := range rec.Attachments {
 		data := make([]byte, 0, a.Size)
 		prefix := attKey(id, i, 0)[:10]
 		c := b.att.Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			data = append(data, v...)
+			if !sealed {
+				data = append(data, v...)
+				continue
+			}
+			chunk, err := o.sealer.Open(v, sealAAD(k))
+			if err != nil {
+				return m, rec, true, fmt.Errorf("notify: message %d: attachment %d: %w", id, i, errUnsealable)
+			}
+			data = append(data, chunk...)
 		}
 		if len(data) != a.Size {
 			return m, rec, true, fmt.Errorf("notify: message %d: attachment %d has %d of %d bytes", id, i, len(data), a.Size)
@@ -356,6 +415,12 @@ func putRecord(b buckets, id uint64, rec *record) error {
 		return fmt.Errorf("notify: store message: %w", err)
 	}
 	return nil
+}
+
+// sealAAD binds a sealed value to its key in the outbox; the prefix keeps it
+// apart from the other values sealed under the master key (tokens, links).
+func sealAAD(key []byte) []byte {
+	return append([]byte("notify_outbox\x00"), key...)
 }
 
 func idKey(id uint64) []byte {

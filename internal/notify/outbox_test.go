@@ -57,7 +57,7 @@ func TestAttachmentsRoundTrip(t *testing.T) {
 	}
 	enqueue(t, db, ob, Message{Channel: Email, To: "a@example.org", Subject: "s", Text: "t", HTML: "<b>t</b>", Ref: "r", Attachments: atts})
 	err := db.View(func(tx *bbolt.Tx) error {
-		m, _, ok, err := load(tx, 1)
+		m, _, ok, err := ob.load(tx, 1)
 		if err != nil || !ok {
 			t.Fatalf("load: %v %v", ok, err)
 		}

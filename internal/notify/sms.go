@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -71,7 +72,25 @@ func (s *SMSSender) Send(ctx context.Context, m Message) error {
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("sms: shipper answered %s: %q", resp.Status, bytes.TrimSpace(snippet))
+		return fmt.Errorf("sms: shipper answered %s: %q", resp.Status, redactEcho(bytes.TrimSpace(snippet), m.Text))
 	}
 	return nil
+}
+
+// redactEcho removes from a shipper's answer every word of the message
+// that may be a secret (a run of letters, digits, '-' and '_' of 4 or more
+// that holds a digit: a one-time password, a link's token), so that an
+// answer echoing the message carries none of it into the log and the
+// outbox. Words are matched whatever escaping the answer uses, since no
+// JSON or URL escaping touches those characters.
+func redactEcho(answer []byte, text string) []byte {
+	words := strings.FieldsFunc(text, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_')
+	})
+	for _, w := range words {
+		if len(w) >= 4 && strings.ContainsAny(w, "0123456789") {
+			answer = bytes.ReplaceAll(answer, []byte(w), []byte("[redacted]"))
+		}
+	}
+	return answer
 }

@@ -2,8 +2,11 @@ package notify
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -111,6 +114,26 @@ func TestSMSWrongTokenFails(t *testing.T) {
 	}
 	if shipper.badAuth != 1 {
 		t.Fatalf("badAuth = %d", shipper.badAuth)
+	}
+}
+
+// TestSMSRefusalEchoingTheText: a shipper that echoes the message in its
+// refusal (JSON-escaped, as validation errors often do) gets its status and
+// reason into the error, never the password.
+func TestSMSRefusalEchoingTheText(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":"sender not registered","request":%q}`, body)
+	}))
+	defer srv.Close()
+	sender, err := NewSMSSender(SMSConfig{URL: srv.URL, Token: "sms-token", From: "keygate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sender.Send(t.Context(), Message{Channel: SMS, To: "+15550100123", Text: "493817 is your password to sign “NDA 2”."})
+	if err == nil || strings.Contains(err.Error(), "493817") || !strings.Contains(err.Error(), "sender not registered") {
+		t.Fatalf("Send = %v; want the reason without the password", err)
 	}
 }
 

@@ -190,14 +190,14 @@ func (w *Worker) deliver(ctx context.Context, id uint64) error {
 		ok  bool
 	)
 	loadErr := w.ob.db.View(func(tx *bbolt.Tx) (err error) {
-		m, rec, ok, err = load(tx, id)
+		m, rec, ok, err = w.ob.load(tx, id)
 		return err
 	})
 	if !ok {
 		return loadErr // dropped meanwhile, or a storage error
 	}
 	lg := w.cfg.Logger.With(zap.Uint64("message_id", id), zap.String("channel", string(rec.Channel)), zap.String("ref", rec.Ref))
-	if loadErr != nil {
+	if loadErr != nil && !errors.Is(loadErr, errUnsealable) {
 		lg.Error("notification unreadable, deleted", zap.Error(loadErr))
 		if rec.Channel == Email || rec.Channel == SMS {
 			w.outcome(rec.Channel, OutcomeFailed)
@@ -205,7 +205,11 @@ func (w *Worker) deliver(ctx context.Context, id uint64) error {
 		return w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) })
 	}
 
-	sendErr := w.send(ctx, m)
+	// A message sealed under another master key fails like a send.
+	sendErr := loadErr
+	if sendErr == nil {
+		sendErr = w.send(ctx, m)
+	}
 	if sendErr == nil {
 		w.outcome(m.Channel, OutcomeSent)
 		if err := w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) }); err != nil {
