@@ -104,8 +104,8 @@ func allowedAdminMethods(mux *http.ServeMux, r *http.Request) string {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	problem.SecureHeaders(w.Header()) // keys and tokens
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

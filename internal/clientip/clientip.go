@@ -12,9 +12,11 @@ import (
 
 type ctxKey struct{}
 
-// With returns a context that carries addr as the client address.
+// With returns a context that carries addr as the client address,
+// unmapped and without zone as Parse returns it: per-client limits must
+// not see ::ffff:192.0.2.1 and 192.0.2.1 as two clients.
 func With(ctx context.Context, addr netip.Addr) context.Context {
-	return context.WithValue(ctx, ctxKey{}, addr)
+	return context.WithValue(ctx, ctxKey{}, addr.Unmap().WithZone(""))
 }
 
 // From returns the client address of r: the one set by With, else the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/mail"
+	"path"
 	"strings"
 
 	gomail "github.com/wneessen/go-mail"
@@ -33,9 +34,31 @@ func compose(from string, m Message) (*gomail.Msg, error) {
 		msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
 	}
 	for _, a := range m.Attachments {
-		msg.AttachReadSeeker(a.Name, bytes.NewReader(a.Data), gomail.WithFileContentType(gomail.ContentType(a.MediaType)))
+		msg.AttachReadSeeker(mailFileName(a.Name), bytes.NewReader(a.Data), gomail.WithFileContentType(gomail.ContentType(a.MediaType)))
 	}
 	return msg, nil
+}
+
+// maxMailFileName bounds an attachment's name in runes. go-mail writes
+// the RFC 2047 encoded name on one header line, twice (Content-Type and
+// Content-Disposition); at up to 12 characters a rune (four bytes, each
+// "=XX"), 48 runes keep that line well under RFC 5322's 998, which a
+// contract name of 255 non-Latin characters would otherwise exceed, and
+// the mail would be refused.
+const maxMailFileName = 48
+
+// mailFileName shortens name to maxMailFileName runes, keeping its
+// extension and marking the cut.
+func mailFileName(name string) string {
+	r := []rune(name)
+	if len(r) <= maxMailFileName {
+		return name
+	}
+	ext := []rune(path.Ext(name))
+	if len(ext) > 8 {
+		ext = nil
+	}
+	return string(r[:maxMailFileName-1-len(ext)]) + "…" + string(ext)
 }
 
 // domainOf is the domain of the sender address, the usual right-hand side

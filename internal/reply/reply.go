@@ -21,8 +21,8 @@ func JSON(w http.ResponseWriter, status int, v any) {
 		return
 	}
 	h := w.Header()
+	problem.SecureHeaders(h)
 	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }

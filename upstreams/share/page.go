@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/keygate/keygate/internal/problem"
 )
 
 // pageData is what the public page template shows.
@@ -126,10 +128,9 @@ button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;
 // nothing is cached.
 func writePage(w http.ResponseWriter, d *pageData) {
 	h := w.Header()
+	problem.SecureHeaders(h)
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
 	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.WriteHeader(d.Status)
 	_ = pageTemplate.Execute(w, d)

@@ -330,7 +330,7 @@ func wrongMessage(rec *record) string {
 
 // unlocked sends a person back to the page and tells a JSON client 204.
 func (v *viewer) unlocked(w http.ResponseWriter, r *http.Request, rec *record, asJSON bool) {
-	w.Header().Set("Cache-Control", "no-store")
+	problem.SecureHeaders(w.Header()) // may carry the unlock cookie
 	if asJSON {
 		w.WriteHeader(http.StatusNoContent)
 		return

@@ -2,7 +2,6 @@ package signing
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"io"
 	"mime"
@@ -144,8 +143,8 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request, token string)
 // posted path (/sign/{token}/otp → /sign/{token}), so the pages work
 // under any prefix a proxy puts before them.
 func seeOther(w http.ResponseWriter, token, notice string) {
+	problem.SecureHeaders(w.Header())
 	w.Header().Set("Location", "../"+token+"?notice="+notice)
-	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusSeeOther)
 }
 
@@ -158,12 +157,10 @@ func readDecision(w http.ResponseWriter, r *http.Request) (*decisionInput, error
 	var err error
 	switch {
 	case problem.IsJSON(mt):
-		dec := json.NewDecoder(r.Body)
-		dec.DisallowUnknownFields()
-		if err = dec.Decode(in); err == nil {
-			if dec.Decode(&struct{}{}) != io.EOF {
-				return nil, problem.New(http.StatusBadRequest, problem.CodeInvalidRequest, "the request body holds more than one JSON value")
-			}
+		// The shared decoder's rules (UTF-8, depth, repeated keys), with
+		// this body's larger limit.
+		if err := problem.DecodeJSONBody(w, r, in, maxDecisionBody); err != nil {
+			return nil, err
 		}
 	case mt == "application/x-www-form-urlencoded":
 		err = r.ParseForm()
@@ -196,17 +193,11 @@ func readDecision(w http.ResponseWriter, r *http.Request) (*decisionInput, error
 
 func bodyProblem(err error) error {
 	var tooBig *http.MaxBytesError
-	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &tooBig):
 		return problem.New(http.StatusRequestEntityTooLarge, problem.CodePayloadTooLarge, "the request body is larger than 2 MiB")
 	case errors.Is(err, io.EOF):
 		return problem.New(http.StatusBadRequest, problem.CodeInvalidRequest, "the request body is empty")
-	case errors.As(err, &typ):
-		return problem.Invalid([]problem.FieldError{{Field: typ.Field, Code: "invalid_type", Message: typ.Field + " must be a string"}})
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return problem.Invalid([]problem.FieldError{{Field: name, Code: "unknown_field", Message: name + " is not a known field"}})
 	}
 	return problem.New(http.StatusBadRequest, problem.CodeInvalidRequest, "the request body could not be read")
 }

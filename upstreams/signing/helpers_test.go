@@ -92,7 +92,7 @@ func (f *fixture) open() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.outbox, err = notify.NewOutbox(db); err != nil {
+	if f.outbox, err = notify.NewOutbox(db, sealer); err != nil {
 		t.Fatal(err)
 	}
 	f.svc, err = New(contracts.Config{DB: db, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/keygate/keygate/internal/problem"
 )
 
 // pageData is what the page template shows. View is nil on a page that
@@ -45,13 +47,15 @@ func writePage(w http.ResponseWriter, d *pageData) {
 	if _, err := rand.Read(nonce[:]); err != nil {
 		panic("signing: crypto/rand failed: " + err.Error())
 	}
-	d.Nonce = base64.StdEncoding.EncodeToString(nonce[:])
+	// base64url, which CSP allows: no "+" for html/template to turn
+	// into an entity in the attribute.
+	d.Nonce = base64.RawURLEncoding.EncodeToString(nonce[:])
 	if d.Title == "" && d.View != nil {
 		d.Title = d.View.Contract.Name
 	}
 	h := w.Header()
+	problem.SecureHeaders(h)
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+d.Nonce+"'; style-src 'unsafe-inline'; img-src data: blob:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.WriteHeader(d.Status)
 	_ = pageTemplate.Execute(w, d)
