@@ -74,6 +74,16 @@ func openState(dbPath, masterKeyPath string, logger *zap.Logger) (*state, error)
 		db.Close()
 		return nil, err
 	}
+	// A process killed while writing an .eml file left it under its
+	// temporary name; its message is still queued and will be written
+	// again. The lock is ours and the worker has not started, so nothing
+	// writes there now.
+	mailDir := filepath.Join(filepath.Dir(dbPath), "mail")
+	if n, err := notify.RemoveEMLLeftovers(mailDir); err != nil {
+		logger.Warn("removing temporary mail files", zap.Error(err))
+	} else if n > 0 {
+		logger.Info("removed temporary mail files left by a crash", zap.String("dir", mailDir), zap.Int("files", n))
+	}
 	s.newWorker(logger)
 	logger.Info("database opened", zap.String("path", dbPath), zap.Int("contracts_keys", s.keys.Count(keystore.ServiceContracts)), zap.Int("share_keys", s.keys.Count(keystore.ServiceShare)))
 	return s, nil
@@ -90,7 +100,7 @@ func (s *state) open() error {
 	if s.templates, err = contracts.NewTemplates(s.db); err != nil {
 		return err
 	}
-	if s.outbox, err = notify.NewOutbox(s.db); err != nil {
+	if s.outbox, err = notify.NewOutbox(s.db, s.sealer); err != nil {
 		return err
 	}
 	return nil

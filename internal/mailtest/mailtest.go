@@ -45,6 +45,7 @@ type Server struct {
 	received []Mail
 	failNext int
 	attempts int
+	delay    time.Duration
 }
 
 // Start runs a server until the test ends.
@@ -73,6 +74,17 @@ func (s *Server) FailNext(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failNext = n
+}
+
+// SetDelay makes the server wait d after it has read each message before
+// it answers (and keeps it), as a slow server does, so that a test can
+// catch a delivery in flight. A client that goes away meanwhile does not
+// stop the message from being kept: the server accepted it, the client
+// never heard. Zero, the default, answers at once.
+func (s *Server) SetDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delay = d
 }
 
 // Attempts is the number of messages offered so far, refused or not.
@@ -118,8 +130,12 @@ func (s *session) Data(r io.Reader) error {
 		return err
 	}
 	s.srv.mu.Lock()
-	defer s.srv.mu.Unlock()
 	s.srv.attempts++
+	delay := s.srv.delay
+	s.srv.mu.Unlock()
+	time.Sleep(delay)
+	s.srv.mu.Lock()
+	defer s.srv.mu.Unlock()
 	if s.srv.failNext > 0 {
 		s.srv.failNext--
 		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 0, 0}, Message: "try again later"}

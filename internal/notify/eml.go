@@ -13,6 +13,11 @@ import (
 // deployments without SMTP (development, or a separate process that picks
 // the files up). Each file is written to a temporary name and renamed, so a
 // reader never sees half a message.
+//
+// A file is the mail as its recipient gets it, so it holds what the spec
+// sends only to them (signing links, one-time passwords, signed
+// contracts) in clear, unlike the outbox, which keeps bodies sealed until
+// delivery: the directory is a mailbox and is as private as one.
 type EMLSender struct {
 	dir  string
 	from string
@@ -50,7 +55,7 @@ func (s *EMLSender) Send(ctx context.Context, m Message) error {
 	}
 	// No .eml suffix until the rename: whatever picks up *.eml never sees
 	// a half-written message.
-	tmp, err := os.CreateTemp(s.dir, ".tmp-*")
+	tmp, err := os.CreateTemp(s.dir, emlTempPattern)
 	if err != nil {
 		return fmt.Errorf("eml: %w", err)
 	}
@@ -70,6 +75,30 @@ func (s *EMLSender) Send(ctx context.Context, m Message) error {
 		return fmt.Errorf("eml: %w", err)
 	}
 	return syncDir(s.dir)
+}
+
+// emlTempPattern names a message being written, before its rename.
+const emlTempPattern = ".tmp-*"
+
+// RemoveEMLLeftovers deletes from dir the files that a process killed
+// while writing a message left under their temporary name, and says how
+// many it removed. Such a message was never delivered: it is still in the
+// outbox and will be written again, so the file is only a stale copy of
+// its contents in clear. Call it only while nothing writes to dir (before
+// the worker starts, under the database lock). A missing dir is no error.
+func RemoveEMLLeftovers(dir string) (int, error) {
+	files, err := filepath.Glob(filepath.Join(dir, emlTempPattern))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			return n, fmt.Errorf("eml: %w", err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // syncDir makes a rename durable.
