@@ -1,0 +1,178 @@
+package contracts
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/keystore"
+)
+
+// fuzzStore is newFixture for a fuzz function: one database for every
+// input (opening one per input would make fuzzing crawl), NoSync since a
+// crash of the test loses nothing worth keeping.
+func fuzzStore(tb testing.TB) (*Store, http.Handler) {
+	tb.Helper()
+	db, err := bbolt.Open(filepath.Join(tb.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second, NoSync: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	tpl, err := NewTemplates(db)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, x := range []Template{
+		{ID: "PAGE-1", CollectionID: "SPACE-A", Title: "Lease", Body: "The tenant shall pay."},
+		{ID: "PAGE-2", CollectionID: "SPACE-B", Title: "NDA", Body: "Keep it secret."},
+	} {
+		if _, err := tpl.Put(x); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	sealer, err := keystore.NewSealer([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := NewStore(Config{DB: db, Templates: tpl, Sealer: sealer, PublicBaseURL: baseURL,
+		SMSConfigured: true, Now: testclock.New(t0).Now})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s, NewHandler(s)
+}
+
+// fuzzServe sends a request as alice's key.
+func fuzzServe(h http.Handler, method, target, contentType string, body []byte) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, "/", bytes.NewReader(body))
+	r.Method, r.RequestURI = method, target
+	r.URL.Path, r.URL.RawQuery, _ = strings.Cut(target, "?")
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "key-alice", Owner: alice, Service: keystore.ServiceContracts}))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// checkProblem fails unless w is a 4xx problem body with its code set.
+func checkProblem(t *testing.T, w *httptest.ResponseRecorder) problem.Details {
+	t.Helper()
+	if w.Code < 400 || w.Code > 499 {
+		t.Fatalf("status %d, want 4xx; body %s", w.Code, w.Body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != problem.ContentType {
+		t.Fatalf("status %d with Content-Type %q", w.Code, ct)
+	}
+	var d problem.Details
+	if err := json.Unmarshal(w.Body.Bytes(), &d); err != nil || d.Code == "" || d.Status != w.Code {
+		t.Fatalf("problem body %s: %v", w.Body, err)
+	}
+	return d
+}
+
+// contractCount counts every contract, stacked or archived, of any status.
+func contractCount(t *testing.T, s *Store) int {
+	t.Helper()
+	res, err := s.Search(ctx(), Query{Order: OrderCreationDateAsc, Page: 1, PageSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.TotalCount
+}
+
+// FuzzCreate posts arbitrary bodies to the create handler. Property: no
+// panic; a 201 whose contract reads back by its id, or a 4xx problem body
+// with nothing stored. The seed corpus in testdata/fuzz/FuzzCreate holds
+// the valid body and each invalid-field case.
+func FuzzCreate(f *testing.F) {
+	s, h := fuzzStore(f)
+	f.Add("application/json", []byte(fullBody))
+	f.Add("application/json", []byte(`{"templateId":"PAGE-1","name":"x","signers":[{"fullName":"A","accessKind":"url"}]}`))
+	f.Add("text/plain", []byte(`{}`))
+	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		n := contractCount(t, s)
+		w := fuzzServe(h, http.MethodPost, Prefix, contentType, body)
+		if w.Code == http.StatusCreated {
+			var v struct{ ID string }
+			if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil || v.ID == "" {
+				t.Fatalf("201 body %s: %v", w.Body, err)
+			}
+			if w.Header().Get("Location") != Prefix+"/"+v.ID {
+				t.Fatalf("Location %q for %s", w.Header().Get("Location"), v.ID)
+			}
+			if g := fuzzServe(h, http.MethodGet, Prefix+"/"+v.ID, "", nil); g.Code != http.StatusOK {
+				t.Fatalf("the created contract reads back as %d %s", g.Code, g.Body)
+			}
+			if got := contractCount(t, s); got != n+1 {
+				t.Fatalf("one create, %d contracts, then %d", n, got)
+			}
+			// Keep the database small so the fuzzer stays fast.
+			if d := fuzzServe(h, http.MethodDelete, Prefix+"/"+v.ID, "", nil); d.Code != http.StatusNoContent {
+				t.Fatalf("delete: %d %s", d.Code, d.Body)
+			}
+			return
+		}
+		checkProblem(t, w)
+		if got := contractCount(t, s); got != n {
+			t.Fatalf("a %d stored a contract: %d, then %d", w.Code, n, got)
+		}
+	})
+}
+
+// FuzzSearch sends arbitrary query strings to the search handler over a
+// few stored contracts. Property: no panic; a 200 page no larger than
+// page-size whose total is at least its length, or a 4xx problem body.
+func FuzzSearch(f *testing.F) {
+	s, h := fuzzStore(f)
+	for _, b := range []string{
+		`{"templateId":"PAGE-1","name":"Zoë lease","signers":[{"fullName":"A","accessKind":"url"}]}`,
+		`{"templateId":"PAGE-2","name":"nda","signers":[{"fullName":"B","accessKind":"url"}]}`,
+		`{"templateId":"PAGE-1","name":"ÅNGSTRÖM","signers":[{"fullName":"C","accessKind":"url"}]}`,
+	} {
+		if w := fuzzServe(h, http.MethodPost, Prefix, "application/json", []byte(b)); w.Code != http.StatusCreated {
+			f.Fatalf("create: %d %s", w.Code, w.Body)
+		}
+	}
+	if err := s.Archive(ctx(), firstID(f, s)); err != nil {
+		f.Fatal(err)
+	}
+	f.Add("order=name-asc&page-size=100")
+	f.Add("time-zone=UTC%2B14:00&date-range=2026-11-22")
+	f.Add("date-range=2026-11-23~2026-11-22")
+	f.Fuzz(func(t *testing.T, query string) {
+		w := fuzzServe(h, http.MethodGet, Prefix+"?"+query, "", nil)
+		if w.Code != http.StatusOK {
+			checkProblem(t, w)
+			return
+		}
+		var page struct {
+			TotalCount int               `json:"totalCount"`
+			Contracts  []json.RawMessage `json:"contracts"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil {
+			t.Fatalf("200 body %s: %v", w.Body, err)
+		}
+		if len(page.Contracts) > page.TotalCount || len(page.Contracts) > MaxPageSize || page.TotalCount > 3 {
+			t.Fatalf("%d contracts of total %d", len(page.Contracts), page.TotalCount)
+		}
+	})
+}
+
+func firstID(tb testing.TB, s *Store) string {
+	res, err := s.Search(ctx(), Query{Order: OrderCreationDateAsc, Page: 1, PageSize: 1})
+	if err != nil || len(res.Contracts) == 0 {
+		tb.Fatalf("search: %v", err)
+	}
+	return res.Contracts[0].ID
+}

@@ -1,0 +1,290 @@
+package share
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/keystore"
+)
+
+// fuzzEnv is newEnv for a fuzz function: one database for every input,
+// opened once, since f.Fuzz's body must be fast.
+func fuzzEnv(tb testing.TB) *env {
+	tb.Helper()
+	db, err := bbolt.Open(filepath.Join(tb.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second, NoSync: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	c := testclock.New(testStart)
+	s, err := NewStore(Config{DB: db, PublicBaseURL: "http://localhost:8080/", CookieKey: bytes.Repeat([]byte{7}, 32),
+		Now: c.Now, PasswordParams: cheapArgon})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &env{db: db, clock: c, store: s, api: NewHandler(s), viewer: NewViewer(s)}
+}
+
+// fuzzRequest builds a request without httptest.NewRequest's panics on
+// a target that is not a URL: path and raw query are set as given.
+func fuzzRequest(method, path, rawQuery, contentType string, body []byte, caller *keystore.Identity) *http.Request {
+	r := httptest.NewRequest(method, "/", bytes.NewReader(body))
+	r.URL.Path, r.URL.RawQuery = path, rawQuery
+	r.RequestURI = path
+	r.RemoteAddr = "198.51.100.7:40000"
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	if caller != nil {
+		r = r.WithContext(keystore.WithIdentity(r.Context(), caller))
+	}
+	return r
+}
+
+// digest hashes every bucket's keys and values: equal digests before and
+// after a request mean it stored nothing.
+func digest(tb testing.TB, db *bbolt.DB) [32]byte {
+	h := sha256.New()
+	var walk func(b *bbolt.Bucket)
+	walk = func(b *bbolt.Bucket) {
+		_ = b.ForEach(func(k, v []byte) error {
+			binary.Write(h, binary.BigEndian, uint32(len(k)))
+			h.Write(k)
+			if v == nil {
+				h.Write([]byte{1})
+				walk(b.Bucket(k))
+				return nil
+			}
+			binary.Write(h, binary.BigEndian, uint32(len(v)))
+			h.Write(v)
+			return nil
+		})
+	}
+	if err := db.View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
+			h.Write(name)
+			walk(b)
+			return nil
+		})
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// wantFuzzProblem fails unless w is a 4xx problem body with its code set.
+func wantFuzzProblem(t *testing.T, w *httptest.ResponseRecorder) problem.Details {
+	t.Helper()
+	if w.Code < 400 || w.Code > 499 {
+		t.Fatalf("status %d, want 4xx; body %s", w.Code, w.Body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != problem.ContentType {
+		t.Fatalf("status %d with Content-Type %q", w.Code, ct)
+	}
+	var d problem.Details
+	if err := json.Unmarshal(w.Body.Bytes(), &d); err != nil || d.Code == "" || d.Status != w.Code {
+		t.Fatalf("problem body %s: %v", w.Body, err)
+	}
+	return d
+}
+
+// readBack checks that a 200 or 201 share reply names a share that reads
+// back as the same record.
+func readBack(t *testing.T, e *env, w *httptest.ResponseRecorder, caller *keystore.Identity) *Share {
+	t.Helper()
+	var sh Share
+	if err := json.Unmarshal(w.Body.Bytes(), &sh); err != nil || sh.UUID == "" {
+		t.Fatalf("share body %s: %v", w.Body, err)
+	}
+	g := serve(e.api, fuzzRequest(http.MethodGet, Prefix+"/"+sh.UUID, "", "", nil, caller))
+	if g.Code != http.StatusOK {
+		t.Fatalf("the share reads back as %d %s", g.Code, g.Body)
+	}
+	var again Share
+	if err := json.Unmarshal(g.Body.Bytes(), &again); err != nil || again.UUID != sh.UUID || again.Type != sh.Type {
+		t.Fatalf("read back %s after %s: %v", g.Body, w.Body, err)
+	}
+	return &sh
+}
+
+// FuzzCreate posts arbitrary bodies as a key that administers P1.
+// Property: no panic; a 201 whose share reads back, or a 4xx problem
+// body with the database unchanged.
+func FuzzCreate(f *testing.F) {
+	e := fuzzEnv(f)
+	f.Add("application/json", []byte(`{"type":"ISSUE","issueId":"10001","projectId":"P1","password":"s3cret","expirationExpression":{"days":30}}`))
+	f.Add("application/json", []byte(`{"type":"JQL","projectId":"P1","jql":"project = P1"}`))
+	f.Add("text/plain", []byte(`{"type":"ISSUE","issueId":"1"}`))
+	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		before := digest(t, e.db)
+		w := serve(e.api, fuzzRequest(http.MethodPost, Prefix, "", contentType, body, bob))
+		if w.Code == http.StatusCreated {
+			sh := readBack(t, e, w, bob)
+			// Keep the database small so the fuzzer stays fast.
+			if d := serve(e.api, fuzzRequest(http.MethodDelete, Prefix+"/"+sh.UUID, "", "", nil, bob)); d.Code != http.StatusNoContent {
+				t.Fatalf("delete: %d %s", d.Code, d.Body)
+			}
+			return
+		}
+		wantFuzzProblem(t, w)
+		if digest(t, e.db) != before {
+			t.Fatalf("a %d changed the database", w.Code)
+		}
+	})
+}
+
+// FuzzUpdate puts arbitrary bodies over one share of alice. Property: no
+// panic; a 200 whose share reads back, or a 4xx problem body with the
+// database unchanged.
+func FuzzUpdate(f *testing.F) {
+	e := fuzzEnv(f)
+	sh, err := e.store.Create(context.Background(), alice, &CreateRequest{Type: TypeJQL, ProjectID: str("P1"), JQL: str("project = P1")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("application/json", []byte(`{"type":"JQL","projectId":"P1","jql":"project = P1 ORDER BY key","password":"pw"}`))
+	f.Add("application/json", []byte(`{"type":"ISSUE","issueId":"1","projectId":"P1"}`))
+	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		before := digest(t, e.db)
+		w := serve(e.api, fuzzRequest(http.MethodPut, Prefix+"/"+sh.UUID, "", contentType, body, alice))
+		if w.Code == http.StatusOK {
+			readBack(t, e, w, alice)
+			return
+		}
+		wantFuzzProblem(t, w)
+		if digest(t, e.db) != before {
+			t.Fatalf("a %d changed the database", w.Code)
+		}
+	})
+}
+
+// FuzzList sends arbitrary query strings to the list over a few shares.
+// Property: no panic; a 200 array no longer than the limit with an
+// X-Total-Count at least its length, or a 4xx problem body.
+func FuzzList(f *testing.F) {
+	e := fuzzEnv(f)
+	for _, in := range []*CreateRequest{issueShare("10001", "P1"), issueShare("10002", "P2"),
+		{Type: TypeJQL, ProjectID: str("P1"), JQL: str("x")}} {
+		if _, err := e.store.Create(context.Background(), root, in); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Add("projectId=P1&sort=created_at&sortOrder=desc&limit=1000")
+	f.Add("limit=1001&offset=-1")
+	f.Fuzz(func(t *testing.T, query string) {
+		for _, caller := range []*keystore.Identity{root, bob} {
+			w := serve(e.api, fuzzRequest(http.MethodGet, Prefix, query, "", nil, caller))
+			if w.Code != http.StatusOK {
+				wantFuzzProblem(t, w)
+				return
+			}
+			var list []json.RawMessage
+			if err := json.Unmarshal(w.Body.Bytes(), &list); err != nil {
+				t.Fatalf("200 body %s: %v", w.Body, err)
+			}
+			var total int
+			if _, err := fmt.Sscan(w.Header().Get("X-Total-Count"), &total); err != nil || total < len(list) || total > 3 {
+				t.Fatalf("X-Total-Count %q for %d shares", w.Header().Get("X-Total-Count"), len(list))
+			}
+		}
+	})
+}
+
+// FuzzUnlock posts arbitrary unlock forms and JSON bodies to the public
+// page of a share with a password and a list of e-mails. Property: no
+// panic; 204 (JSON) or 303 (form) only for the right password and a listed
+// e-mail; a refusal is a 4xx, a problem body when JSON was sent or asked
+// for, and only a wrong password or e-mail (401) stores anything, its
+// unlock-failed activity entry.
+func FuzzUnlock(f *testing.F) {
+	e := fuzzEnv(f)
+	sh, err := e.store.Create(context.Background(), alice, &CreateRequest{Type: TypeIssue, IssueID: str("10001"), ProjectID: str("P1"),
+		Password:            OptionalString{Set: true, Value: str("s3cret")},
+		SelectedUsersConfig: &SelectedUsersConfig{Allowed: true, List: []SelectedUser{{Email: "Ann@Example.com"}}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("application/x-www-form-urlencoded", false, []byte("password=s3cret&email=ann%40example.com"))
+	f.Add("application/json", false, []byte(`{"password":"s3cret","email":"ann@example.com"}`))
+	f.Add("application/x-www-form-urlencoded", true, []byte("password=wrong&email=ann%40example.com"))
+	var n uint32
+	f.Fuzz(func(t *testing.T, contentType string, acceptJSON bool, body []byte) {
+		// Each input comes from its own address, so the per-client limit
+		// of wrong tries does not turn every later input into a 429.
+		n++
+		ip := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
+		r := fuzzRequest(http.MethodPost, "/s/"+sh.UUID+"/unlock", "", contentType, body, nil)
+		r.RemoteAddr = ip.String() + ":40000"
+		if acceptJSON {
+			r.Header.Set("Accept", "application/json")
+		}
+		// Page events wait in memory until a flush; flushing around the
+		// request makes what it stored visible.
+		flush(t, e)
+		before := digest(t, e.db)
+		activity := e.activityEntries()
+		w := serve(e.viewer, r)
+		flush(t, e)
+		switch {
+		case w.Code == http.StatusNoContent || w.Code == http.StatusSeeOther:
+			in := unlockFields(contentType, body)
+			if in.Password != "s3cret" || !strings.EqualFold(strings.TrimSpace(in.Email), "ann@example.com") {
+				t.Fatalf("%d for %q", w.Code, body)
+			}
+			return
+		case w.Code == http.StatusUnauthorized:
+			if got := e.activityEntries(); got != activity+1 {
+				t.Fatalf("401 wrote %d activity entries", got-activity)
+			}
+		case w.Code < 400 || w.Code > 499:
+			t.Fatalf("status %d; body %s", w.Code, w.Body)
+		default:
+			if digest(t, e.db) != before {
+				t.Fatalf("a %d changed the database", w.Code)
+			}
+		}
+		if acceptJSON || problem.IsJSON(r.Header.Get("Content-Type")) {
+			wantFuzzProblem(t, w)
+		} else if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+			t.Fatalf("%d page with Content-Type %q", w.Code, ct)
+		}
+	})
+}
+
+func flush(t *testing.T, e *env) {
+	t.Helper()
+	if err := e.store.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unlockFields reads an unlock body as the viewer should have.
+func unlockFields(contentType string, body []byte) unlockInput {
+	var in unlockInput
+	if problem.IsJSON(contentType) {
+		_ = json.Unmarshal(body, &in)
+		return in
+	}
+	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	r.Header.Set("Content-Type", contentType)
+	_ = r.ParseForm()
+	in.Password, in.Email = r.PostForm.Get("password"), r.PostForm.Get("email")
+	return in
+}

@@ -1,0 +1,285 @@
+package signing
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"hash/crc32"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+)
+
+// fuzzFixture is a database with the lifecycle and the signing pages but
+// no delivery worker: queued notifications stay in the outbox, where the
+// fuzz functions count them. One per fuzz function, since f.Fuzz's body
+// must be fast.
+type fuzzFixture struct {
+	db    *bbolt.DB
+	svc   *Service
+	api   http.Handler
+	pages http.Handler
+	// token is the signing token of the first signer of the contract the
+	// inputs go to; a decision that succeeds moves it to a new contract.
+	token, id string
+}
+
+func newFuzzFixture(tb testing.TB) *fuzzFixture {
+	tb.Helper()
+	db, err := bbolt.Open(filepath.Join(tb.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second, NoSync: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	tpl, err := contracts.NewTemplates(db)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := tpl.Put(contracts.Template{ID: "PAGE-1", CollectionID: "SPACE-A", Title: "Lease", Body: "The tenant shall pay."}); err != nil {
+		tb.Fatal(err)
+	}
+	sealer, err := keystore.NewSealer([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	outbox, err := notify.NewOutbox(db, sealer)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	svc, err := New(contracts.Config{DB: db, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
+		SMSConfigured: true, Now: testclock.New(t0).Now}, Config{Outbox: outbox, OTPKey: []byte(testOTPKey)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := &fuzzFixture{db: db, svc: svc, api: contracts.NewHandler(svc.Contracts()), pages: svc.Handler()}
+	f.next(tb)
+	return f
+}
+
+// next creates the contract the following inputs decide on: two signers
+// in turn, so that the first one's signature completes nothing (no PDF
+// is rendered), a signer without a one-time password, so that a valid
+// body is a decision, and a watcher, so that a decision queues mail.
+func (f *fuzzFixture) next(tb testing.TB) {
+	tb.Helper()
+	r := httptest.NewRequest(http.MethodPost, contracts.Prefix, strings.NewReader(`{"templateId":"PAGE-1","name":"Fuzz",
+		"sequentialSigning":true,
+		"signers":[{"fullName":"Sam Signer","accessKind":"url"},{"fullName":"Kim","accessKind":"url"}],
+		"watchers":[{"name":"Desk","email":"desk@example.com","notificationKinds":"signed|rejected"}]}`))
+	r.Header.Set("Content-Type", "application/json")
+	r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "key-alice", Owner: "alice", Service: keystore.ServiceContracts}))
+	w := httptest.NewRecorder()
+	f.api.ServeHTTP(w, r)
+	var c created
+	if w.Code != http.StatusCreated || json.Unmarshal(w.Body.Bytes(), &c) != nil {
+		tb.Fatalf("create: %d %s", w.Code, w.Body)
+	}
+	f.token, f.id = c.token(0), c.ID
+}
+
+// decide posts body to the decision of the current contract's first
+// signer and checks the property: a success records the decision (and
+// the fixture moves on to a new contract); anything else is a 4xx, a
+// problem body for JSON clients, with the database unchanged.
+func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acceptJSON bool) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, "/sign/"+f.token+"/decision", bytes.NewReader(body))
+	r.RemoteAddr = "192.0.2.7:40000"
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	if acceptJSON {
+		r.Header.Set("Accept", "application/json")
+	}
+	before := dbDigest(t, f.db)
+	w := httptest.NewRecorder()
+	f.pages.ServeHTTP(w, r)
+	if w.Code == http.StatusOK || w.Code == http.StatusSeeOther {
+		c, err := f.svc.Contracts().Get(t.Context(), f.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := c.Signers[0].Decision; d != contracts.DecisionSigned && d != contracts.DecisionRejected {
+			t.Fatalf("%d, but the decision stored is %q", w.Code, d)
+		}
+		if dbDigest(t, f.db) == before {
+			t.Fatalf("%d, but nothing was stored", w.Code)
+		}
+		f.next(t)
+		return w
+	}
+	if w.Code < 400 || w.Code > 499 {
+		t.Fatalf("status %d; body %s", w.Code, w.Body)
+	}
+	if dbDigest(t, f.db) != before {
+		t.Fatalf("a %d changed the database; body %s", w.Code, w.Body)
+	}
+	if jsonMode(r) {
+		var d problem.Details
+		if ct := w.Header().Get("Content-Type"); ct != problem.ContentType {
+			t.Fatalf("%d with Content-Type %q", w.Code, ct)
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &d); err != nil || d.Code == "" || d.Status != w.Code {
+			t.Fatalf("problem body %s: %v", w.Body, err)
+		}
+	} else if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+		t.Fatalf("%d page with Content-Type %q", w.Code, ct)
+	}
+	return w
+}
+
+// dbDigest hashes every bucket's keys and values: equal digests before
+// and after a request mean it stored nothing (the outbox included).
+func dbDigest(tb testing.TB, db *bbolt.DB) [32]byte {
+	h := sha256.New()
+	var walk func(b *bbolt.Bucket)
+	walk = func(b *bbolt.Bucket) {
+		_ = b.ForEach(func(k, v []byte) error {
+			binary.Write(h, binary.BigEndian, uint32(len(k)))
+			h.Write(k)
+			if v == nil {
+				h.Write([]byte{1})
+				walk(b.Bucket(k))
+				return nil
+			}
+			binary.Write(h, binary.BigEndian, uint32(len(v)))
+			h.Write(v)
+			return nil
+		})
+	}
+	if err := db.View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
+			h.Write(name)
+			walk(b)
+			return nil
+		})
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// FuzzDecision posts arbitrary decision bodies under arbitrary media
+// types (JSON, urlencoded and multipart forms among the seeds).
+func FuzzDecision(f *testing.F) {
+	fx := newFuzzFixture(f)
+	f.Add("application/json", []byte(`{"decision":"signed","method":"render","signature":"Sam Signer"}`), true)
+	f.Add("application/json", []byte(`{"decision":"rejected","reason":"no"}`), false)
+	f.Add("application/x-www-form-urlencoded", []byte("decision=signed&method=render&signature=Sam"), false)
+	mt, body := multipartBody(map[string]string{"decision": "signed", "method": "upload"}, sigPNG(f, true))
+	f.Add(mt, body, false)
+	f.Fuzz(func(t *testing.T, contentType string, body []byte, acceptJSON bool) {
+		fx.decide(t, contentType, body, acceptJSON)
+	})
+}
+
+// FuzzSignatureImage wraps arbitrary image bytes in a decision: as
+// base64 in JSON (upload), as a data: URL in a form (draw) or as a
+// multipart file part (upload). Only a PNG or JPEG of at most 4096×4096
+// that decodes (and, drawn, is not blank) may be recorded.
+func FuzzSignatureImage(f *testing.F) {
+	fx := newFuzzFixture(f)
+	for _, img := range [][]byte{sigPNG(f, true), sigPNG(f, false), sigJPEG(f), pngBomb(f, 60000, 60000), []byte("GIF89a")} {
+		for mode := range uint8(3) {
+			f.Add(mode, img)
+		}
+	}
+	f.Fuzz(func(t *testing.T, mode uint8, img []byte) {
+		var ct string
+		var body []byte
+		switch mode % 3 {
+		case 0:
+			ct = "application/json"
+			body, _ = json.Marshal(map[string]string{"decision": "signed", "method": "upload",
+				"signature": base64.StdEncoding.EncodeToString(img)})
+		case 1:
+			ct = "application/x-www-form-urlencoded"
+			body = []byte("decision=signed&method=draw&signature=" + strings.NewReplacer("+", "%2B", "/", "%2F", "=", "%3D").
+				Replace("data:image/png;base64,"+base64.StdEncoding.EncodeToString(img)))
+		default:
+			ct, body = multipartBody(map[string]string{"decision": "signed", "method": "upload"}, img)
+		}
+		w := fx.decide(t, ct, body, true)
+		if w.Code == http.StatusOK {
+			cfg, format, err := image.DecodeConfig(bytes.NewReader(img))
+			if err != nil || (format != "png" && format != "jpeg") || cfg.Width*cfg.Height > 4096*4096 {
+				t.Fatalf("recorded a signature that is not a PNG or JPEG within 4096×4096: %v %s %v", err, format, cfg)
+			}
+		}
+	})
+}
+
+// multipartBody is a multipart form with fields and, if file is not nil,
+// a signature file part.
+func multipartBody(fields map[string]string, file []byte) (string, []byte) {
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	for k, v := range fields {
+		mw.WriteField(k, v)
+	}
+	if file != nil {
+		fw, _ := mw.CreateFormFile("signature", "sig.png")
+		fw.Write(file)
+	}
+	mw.Close()
+	return mw.FormDataContentType(), b.Bytes()
+}
+
+// sigPNG is a small PNG with a stroke, or a blank one.
+func sigPNG(tb testing.TB, stroke bool) []byte {
+	img := image.NewNRGBA(image.Rect(0, 0, 60, 20))
+	if stroke {
+		for x := 5; x < 55; x++ {
+			img.Set(x, 10, color.NRGBA{10, 20, 80, 255})
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		tb.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func sigJPEG(tb testing.TB) []byte {
+	img := image.NewGray(image.Rect(0, 0, 40, 16))
+	for i := range img.Pix {
+		img.Pix[i] = byte(i * 7)
+	}
+	var b bytes.Buffer
+	if err := jpeg.Encode(&b, img, nil); err != nil {
+		tb.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// pngBomb is a small PNG whose header claims w×h pixels: the decoder
+// would allocate the canvas before finding the data short.
+func pngBomb(tb testing.TB, w, h uint32) []byte {
+	b := sigPNG(tb, true)
+	// The IHDR chunk's width and height follow the 8-byte signature and
+	// the chunk's length and type; its CRC must be recomputed.
+	binary.BigEndian.PutUint32(b[16:], w)
+	binary.BigEndian.PutUint32(b[20:], h)
+	binary.BigEndian.PutUint32(b[29:], crc32.ChecksumIEEE(b[12:29]))
+	return b
+}
