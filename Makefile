@@ -7,7 +7,7 @@ BIN     := bin/caddy
 CADDY_VERSION := $(shell sed -n 's/.*"caddy_version": *"\([^"]*\)".*/\1/p' xcaddy.json)
 PLUGINS := $(shell sed -n 's/.*"module_path": *"\([^"]*\)".*/\1/p' xcaddy.json)
 
-.PHONY: all build run test bench xcaddy clean test-deps
+.PHONY: all build run test bench soak fuzz xcaddy clean test-deps
 
 all: build
 
@@ -29,6 +29,28 @@ test-deps:
 
 bench: build
 	$(GO) run ./cmd/keygate-bench --caddy ./$(BIN)
+
+# A mixed load for SOAK_DURATION while the gateway's RSS, goroutines and
+# open files are sampled; fails on any 5xx or a leak (not part of `make test`).
+SOAK_DURATION ?= 10m
+soak: build
+	$(GO) run ./cmd/keygate-bench --caddy ./$(BIN) -soak $(SOAK_DURATION)
+
+# Each fuzz target for FUZZTIME, one after the other (`make test` runs
+# their checked-in seed corpora). A failing input is written under the
+# package's testdata/fuzz/ and stops the run.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	keystore:FuzzAuthorize keystore:FuzzAllowedIPs \
+	upstreams/contracts:FuzzCreate upstreams/contracts:FuzzSearch \
+	upstreams/share:FuzzCreate upstreams/share:FuzzUpdate upstreams/share:FuzzList upstreams/share:FuzzUnlock \
+	upstreams/signing:FuzzDecision upstreams/signing:FuzzSignatureImage
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$fn ./$$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+	done
 
 # xcaddy is not on the Go module proxy; when it is installed, this builds
 # the same binary from xcaddy.json's manifest. The plugins are packages of

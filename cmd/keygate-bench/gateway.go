@@ -4,53 +4,20 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
+	"strings"
 	"time"
+
+	"github.com/keygate/keygate/internal/gatewayproc"
 )
 
-// The bench gateway's addresses: a bare respond site, webapi_auth in front
-// of the same respond, and the APIs as the default Caddyfile serves them.
-const (
-	adminAddr   = "localhost:12019"
-	bareAddr    = "127.0.0.1:18081"
-	authAddr    = "127.0.0.1:18082"
-	apiAddr     = "127.0.0.1:18083"
-	benchConfig = `{
-	admin localhost:12019
-	webapi {
-		data_dir %[1]s
-		public_base_url http://localhost:18083
-	}
-	log webapi_audit {
-		output buffered_file %[1]s/audit.log {
-			roll_disabled
-		}
-		format json
-		include webapi.audit
-	}
-	log default {
-		output file %[1]s/caddy.log
-		level WARN
-		exclude webapi.audit
-	}
-}
-
-http://:18081 {
-	respond "ok" 200
-}
-
-http://:18082 {
-	webapi_auth contracts
-	respond "ok" 200
-}
-
-http://:18083 {
+// benchSite is the API site of the bench gateway: the two APIs as the
+// default Caddyfile serves them, without the public pages. The gateway
+// also serves a bare respond site and webapi_auth in front of the same
+// respond, each on a port of its own.
+const benchSite = `
 	handle /webapi/contracts* {
 		webapi_auth contracts
 		webapi_contracts
@@ -59,15 +26,18 @@ http://:18083 {
 		webapi_auth share
 		webapi_share
 	}
-}
 `
-)
 
-// gatewayProc is a running bin/caddy.
+var benchExtraSites = []string{
+	"\trespond \"ok\" 200",
+	"\twebapi_auth contracts\n\trespond \"ok\" 200",
+}
+
+// gatewayProc is a running bin/caddy (internal/gatewayproc) and the
+// host:port of each of its sites.
 type gatewayProc struct {
-	cmd    *exec.Cmd
-	dir    string
-	exited <-chan struct{}
+	*gatewayproc.Gateway
+	bareAddr, authAddr, apiAddr, adminAddr string
 }
 
 // loadSpec is where to send what.
@@ -78,7 +48,7 @@ type loadSpec struct {
 }
 
 // running is the gateway to stop before the bench exits on an error, so
-// no stale process keeps the ports for the next run.
+// no stale process outlives it.
 var running *gatewayProc
 
 // fatalf stops the running gateway and exits.
@@ -89,90 +59,57 @@ func fatalf(format string, args ...any) {
 	log.Fatalf(format, args...)
 }
 
+// startGateway runs bin on dir's store with the bench's sites, the audit
+// log through buffered_file as in the default Caddyfile, and the default
+// log at WARN.
 func startGateway(bin, dir string) (*gatewayProc, error) {
-	for _, addr := range []string{adminAddr, bareAddr, authAddr, apiAddr} {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("%s is already in use: stop the process holding it", addr)
-		}
-	}
-	cfg := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(benchConfig, dir)), 0o600); err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "run", "--config", cfg, "--adapter", "caddyfile")
-	logFile, err := os.Create(filepath.Join(dir, "stderr.log"))
+	g, err := gatewayproc.Start(gatewayproc.Options{
+		Bin: bin, Dir: dir, Site: benchSite, ExtraSites: benchExtraSites,
+		AuditOutput: "buffered_file", LogLevel: "WARN",
+	})
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	g := &gatewayProc{cmd: cmd, dir: dir}
-	running = g
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	g.exited = exited
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		c, err := net.Dial("tcp", apiAddr)
-		if err == nil {
-			c.Close()
-			return g, nil
-		}
-		select {
-		case <-exited:
-			running = nil
-			return nil, fmt.Errorf("gateway exited at start; see %s", logFile.Name())
-		default:
-		}
-		if time.Now().After(deadline) {
-			g.stop()
-			return nil, fmt.Errorf("gateway did not start; see %s", logFile.Name())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	hostPort := func(base string) string { return strings.TrimPrefix(base, "http://") }
+	running = &gatewayProc{Gateway: g, apiAddr: hostPort(g.Site), adminAddr: hostPort(g.Admin),
+		bareAddr: hostPort(g.Extra[0]), authAddr: hostPort(g.Extra[1])}
+	return running, nil
 }
 
 func (g *gatewayProc) stop() {
 	running = nil
-	_ = g.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-g.exited:
-	case <-time.After(30 * time.Second):
-		_ = g.cmd.Process.Kill()
-		<-g.exited
+	if err := g.Stop(); err != nil {
+		log.Print(err)
 	}
 }
 
 func auth(token string) http.Header { return http.Header{"Authorization": {"Bearer " + token}} }
 
 func (g *gatewayProc) bare() loadSpec {
-	req := newRequest("GET", bareAddr, "/webapi/contracts/00000000-0000-4000-8000-000000000000", nil, nil, 200)
-	return loadSpec{name: "bare", addr: bareAddr, next: func(int, int) request { return req }}
+	req := newRequest("GET", g.bareAddr, "/webapi/contracts/00000000-0000-4000-8000-000000000000", nil, nil, 200)
+	return loadSpec{name: "bare", addr: g.bareAddr, next: func(int, int) request { return req }}
 }
 
 func (g *gatewayProc) authRespond(d *dataset) loadSpec {
-	req := newRequest("GET", authAddr, "/webapi/contracts/00000000-0000-4000-8000-000000000000", auth(d.contractsToken), nil, 200)
-	return loadSpec{name: "auth", addr: authAddr, next: func(int, int) request { return req }}
+	req := newRequest("GET", g.authAddr, "/webapi/contracts/00000000-0000-4000-8000-000000000000", auth(d.contractsToken), nil, 200)
+	return loadSpec{name: "auth", addr: g.authAddr, next: func(int, int) request { return req }}
 }
 
 func (g *gatewayProc) getContract(d *dataset) loadSpec {
-	req := newRequest("GET", apiAddr, "/webapi/contracts/"+d.contractID, auth(d.contractsToken), nil, 200)
-	return loadSpec{name: "contract-get", addr: apiAddr, next: func(int, int) request { return req }}
+	req := newRequest("GET", g.apiAddr, "/webapi/contracts/"+d.contractID, auth(d.contractsToken), nil, 200)
+	return loadSpec{name: "contract-get", addr: g.apiAddr, next: func(int, int) request { return req }}
 }
 
 func (g *gatewayProc) getShare(d *dataset) loadSpec {
-	req := newRequest("GET", apiAddr, "/webapi/share/"+d.shareUUID, auth(d.shareToken), nil, 200)
-	return loadSpec{name: "share-get", addr: apiAddr, next: func(int, int) request { return req }}
+	req := newRequest("GET", g.apiAddr, "/webapi/share/"+d.shareUUID, auth(d.shareToken), nil, 200)
+	return loadSpec{name: "share-get", addr: g.apiAddr, next: func(int, int) request { return req }}
 }
 
 func (g *gatewayProc) createContract(d *dataset) loadSpec {
 	h := auth(d.contractsToken)
 	h.Set("Content-Type", "application/json")
-	req := newRequest("POST", apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 201)
-	return loadSpec{name: "contract-create", addr: apiAddr, next: func(int, int) request { return req }}
+	req := newRequest("POST", g.apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 201)
+	return loadSpec{name: "contract-create", addr: g.apiAddr, next: func(int, int) request { return req }}
 }
 
 func (g *gatewayProc) searchByTemplateCreator(d *dataset) loadSpec {
@@ -180,27 +117,27 @@ func (g *gatewayProc) searchByTemplateCreator(d *dataset) loadSpec {
 	for i := 0; i < 64; i++ {
 		q := url.Values{"template-id": {d.templates[i%len(d.templates)]}, "creator-id": {d.creators[(i*7)%len(d.creators)]},
 			"order": {"creation-date-desc"}, "page-size": {"100"}}
-		reqs = append(reqs, newRequest("GET", apiAddr, "/webapi/contracts?"+q.Encode(), auth(d.contractsToken), nil, 200))
+		reqs = append(reqs, newRequest("GET", g.apiAddr, "/webapi/contracts?"+q.Encode(), auth(d.contractsToken), nil, 200))
 	}
-	return loadSpec{name: "contract-search", addr: apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
+	return loadSpec{name: "contract-search", addr: g.apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
 }
 
 func (g *gatewayProc) searchSubstring(d *dataset) loadSpec {
 	var reqs []request
 	for _, s := range []string{"Zoë", "ngström", "brook", "ACME"} {
 		q := url.Values{"substring": {s}, "order": {"creation-date-desc"}}
-		reqs = append(reqs, newRequest("GET", apiAddr, "/webapi/contracts?"+q.Encode(), auth(d.contractsToken), nil, 200))
+		reqs = append(reqs, newRequest("GET", g.apiAddr, "/webapi/contracts?"+q.Encode(), auth(d.contractsToken), nil, 200))
 	}
-	return loadSpec{name: "contract-substring", addr: apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
+	return loadSpec{name: "contract-substring", addr: g.apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
 }
 
 func (g *gatewayProc) listShares(d *dataset) loadSpec {
 	var reqs []request
 	for i := 0; i < 64; i++ {
 		q := url.Values{"projectId": {d.projects[(i*13)%len(d.projects)]}, "sort": {"created_at"}, "sortOrder": {"desc"}, "limit": {"100"}}
-		reqs = append(reqs, newRequest("GET", apiAddr, "/webapi/share?"+q.Encode(), auth(d.shareToken), nil, 200))
+		reqs = append(reqs, newRequest("GET", g.apiAddr, "/webapi/share?"+q.Encode(), auth(d.shareToken), nil, 200))
 	}
-	return loadSpec{name: "share-list", addr: apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
+	return loadSpec{name: "share-list", addr: g.apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
 }
 
 // captureProfile fetches a CPU profile from the admin endpoint while a run
@@ -213,7 +150,7 @@ func (g *gatewayProc) captureProfile(file string, d time.Duration) <-chan struct
 		if secs < 1 {
 			secs = 1
 		}
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", adminAddr, secs))
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", g.adminAddr, secs))
 		if err != nil {
 			return
 		}

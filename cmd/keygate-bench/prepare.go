@@ -14,6 +14,10 @@ import (
 	"github.com/keygate/keygate/upstreams/share"
 )
 
+// preparedBaseURL is the public base URL of the stores while they are
+// filled; links are made when read, so the gateway's own is what clients see.
+const preparedBaseURL = "http://127.0.0.1"
+
 // dataset is what a prepared store holds that the load needs.
 type dataset struct {
 	contractsToken, shareToken string
@@ -83,7 +87,7 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 			return nil, err
 		}
 	}
-	cs, err := contracts.NewStore(contracts.Config{DB: db, Templates: templates, Sealer: sealer, PublicBaseURL: "http://localhost:18083"})
+	cs, err := contracts.NewStore(contracts.Config{DB: db, Templates: templates, Sealer: sealer, PublicBaseURL: preparedBaseURL})
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +111,7 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 		return nil, err
 	}
 
-	ss, err := share.NewStore(share.Config{DB: db, CookieKey: masterKey, PublicBaseURL: "http://localhost:18083"})
+	ss, err := share.NewStore(share.Config{DB: db, CookieKey: masterKey, PublicBaseURL: preparedBaseURL})
 	if err != nil {
 		return nil, err
 	}

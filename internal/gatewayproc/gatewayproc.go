@@ -70,7 +70,13 @@ const DefaultSite = `
 		webapi_signing
 	}
 	handle {
-		header Content-Type application/problem+json
+		header {
+			Content-Type application/problem+json
+			X-Content-Type-Options nosniff
+			X-Frame-Options DENY
+			Content-Security-Policy "default-src 'none'; frame-ancestors 'none'"
+			Cache-Control no-store
+		}
 		respond ` + "`" + `{"type":"about:blank","title":"Not Found","status":404,"code":"not_found","detail":"no such resource"}` + "`" + ` 404
 	}
 `
@@ -94,6 +100,15 @@ type Options struct {
 	FlushInterval time.Duration
 	// Env is added to the process's environment.
 	Env []string
+	// ExtraSites are the bodies of more site blocks, each served on a free
+	// loopback port of its own (Gateway.Extra, in this order), as the
+	// bench's bare respond site is.
+	ExtraSites []string
+	// AuditOutput is the audit log's writer: "file" when empty, or
+	// "buffered_file" as the default Caddyfile has it.
+	AuditOutput string
+	// LogLevel is the default log's level; INFO when empty.
+	LogLevel string
 }
 
 // Gateway is one running (or stopped) keygate process.
@@ -105,6 +120,8 @@ type Gateway struct {
 	Config string
 	// Output is the path of the file that receives its stdout and stderr.
 	Output string
+	// Extra are the base URLs of Options.ExtraSites, in their order.
+	Extra []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -122,8 +139,24 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Caddyfile is the config the gateway runs with these ports.
-func (o Options) Caddyfile(adminPort, sitePort int) string {
+// freePorts returns n distinct free loopback ports: it holds each
+// listener until all are chosen, so none is handed out twice.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Caddyfile is the config the gateway runs with these ports; extraPorts
+// are those of ExtraSites, one each.
+func (o Options) Caddyfile(adminPort, sitePort int, extraPorts ...int) string {
 	site := o.Site
 	if site == "" {
 		site = DefaultSite
@@ -131,6 +164,20 @@ func (o Options) Caddyfile(adminPort, sitePort int) string {
 	flush := o.FlushInterval
 	if flush == 0 {
 		flush = time.Second
+	}
+	audit := o.AuditOutput
+	if audit == "" {
+		audit = "file"
+	}
+	level := o.LogLevel
+	if level == "" {
+		level = "INFO"
+	}
+	var extra strings.Builder
+	for i, body := range o.ExtraSites {
+		if i < len(extraPorts) {
+			fmt.Fprintf(&extra, "\nhttp://127.0.0.1:%d {\n%s\n}\n", extraPorts[i], body)
+		}
 	}
 	return fmt.Sprintf(`{
 	admin 127.0.0.1:%[2]d
@@ -143,7 +190,7 @@ func (o Options) Caddyfile(adminPort, sitePort int) string {
 		%[5]s
 	}
 	log webapi_audit {
-		output file %[1]s/audit.log {
+		output %[8]s %[1]s/audit.log {
 			roll_disabled
 		}
 		format json
@@ -154,7 +201,7 @@ func (o Options) Caddyfile(adminPort, sitePort int) string {
 			roll_disabled
 		}
 		format json
-		level INFO
+		level %[9]s
 		exclude webapi.audit
 	}
 }
@@ -162,7 +209,7 @@ func (o Options) Caddyfile(adminPort, sitePort int) string {
 http://127.0.0.1:%[3]d {
 %[6]s
 }
-`, o.Dir, adminPort, sitePort, flush, o.WebAPI, site, o.Global)
+%[10]s`, o.Dir, adminPort, sitePort, flush, o.WebAPI, site, o.Global, audit, level, extra.String())
 }
 
 // Start writes the Caddyfile, starts the process and waits until both its
@@ -171,14 +218,11 @@ func Start(o Options) (*Gateway, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	adminPort, err := FreePort()
+	ports, err := freePorts(2 + len(o.ExtraSites))
 	if err != nil {
 		return nil, err
 	}
-	sitePort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
+	adminPort, sitePort, extraPorts := ports[0], ports[1], ports[2:]
 	g := &Gateway{
 		opts:   o,
 		Admin:  "http://127.0.0.1:" + strconv.Itoa(adminPort),
@@ -186,7 +230,10 @@ func Start(o Options) (*Gateway, error) {
 		Config: filepath.Join(o.Dir, "Caddyfile"),
 		Output: filepath.Join(o.Dir, "stderr.log"),
 	}
-	if err := os.WriteFile(g.Config, []byte(o.Caddyfile(adminPort, sitePort)), 0o600); err != nil {
+	for _, p := range extraPorts {
+		g.Extra = append(g.Extra, "http://127.0.0.1:"+strconv.Itoa(p))
+	}
+	if err := os.WriteFile(g.Config, []byte(o.Caddyfile(adminPort, sitePort, extraPorts...)), 0o600); err != nil {
 		return nil, err
 	}
 	return g, g.Restart()
