@@ -1,15 +1,39 @@
 #!/usr/bin/env bash
-# Installs what the tests need beyond Go: Debian's chromium for the
-# signing-page browser test. Idempotent and quiet when all is there.
+# Installs what the tests need beyond Go, from Debian packages: chromium for
+# the signing-page browser test, and PostgreSQL's server binaries for the
+# tests of the PostgreSQL backend (each test binary starts its own
+# throwaway server from them, see internal/pgtest). Idempotent and quiet
+# when all is there. With KEYGATE_TEST_POSTGRES set (a DSN, or "off"), no
+# PostgreSQL is installed.
 set -euo pipefail
-if command -v chromium >/dev/null 2>&1; then
+
+need=()
+if ! command -v chromium >/dev/null 2>&1; then
+	need+=(chromium fonts-dejavu-core)
+fi
+have_postgres() {
+	command -v postgres >/dev/null 2>&1 && command -v initdb >/dev/null 2>&1 && return 0
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1
+}
+if [ -z "${KEYGATE_TEST_POSTGRES:-}" ] && ! have_postgres; then
+	need+=(postgresql)
+fi
+if [ ${#need[@]} -eq 0 ]; then
 	exit 0
 fi
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-	echo "test-deps: chromium is missing and cannot be installed here (needs root and apt-get)" >&2
+	echo "test-deps: missing ${need[*]} and cannot install here (needs root and apt-get)" >&2
 	exit 1
 fi
-echo "test-deps: installing chromium (Debian package)" >&2
+echo "test-deps: installing ${need[*]} (Debian packages)" >&2
 export DEBIAN_FRONTEND=noninteractive
+# The tests start their own servers: Debian's default cluster, which the
+# package would create and start on port 5432, is not wanted.
+mkdir -p /etc/postgresql-common
+if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+	echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
+fi
 apt-get update -qq >/dev/null
-apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+apt-get install -y -qq --no-install-recommends \
+	-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+	"${need[@]}" >/dev/null

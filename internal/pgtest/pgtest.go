@@ -1,0 +1,341 @@
+// Package pgtest gives tests (and the bench) a PostgreSQL of their own: a
+// throwaway server started from the system's binaries on a free loopback
+// port, in a temporary directory, stopped and removed again; or, when
+// KEYGATE_TEST_POSTGRES holds a DSN, that server. Each test gets a fresh
+// schema in it, dropped when the test ends, so tests never see each
+// other's rows and nothing depends on a server left running.
+//
+// The binaries are Debian's (scripts/test-deps.sh installs the
+// `postgresql` package when missing): PATH first, then the newest
+// /usr/lib/postgresql/*/bin. PostgreSQL refuses to run as root, so as root
+// the server runs as the `postgres` user.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvDSN names the variable that points the tests at an existing server
+// instead of a throwaway one. "off" skips the PostgreSQL tests.
+const EnvDSN = "KEYGATE_TEST_POSTGRES"
+
+// Options shape a throwaway server.
+type Options struct {
+	// Durable keeps fsync and synchronous_commit on, as a production
+	// server has them (the bench). Tests run without: a crash of the test
+	// machine loses nothing a test needs.
+	Durable bool
+	// MaxConnections is the server's max_connections; 200 if 0.
+	MaxConnections int
+}
+
+// Server is one PostgreSQL that tests connect to.
+type Server struct {
+	// DSN reaches its `postgres` database as a superuser.
+	DSN string
+
+	dir  string    // temporary directory of a throwaway server
+	cmd  *exec.Cmd // its postmaster; nil for an external server
+	done chan struct{}
+}
+
+// Start starts a throwaway server. Stop it when done.
+func Start(o Options) (*Server, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "keygate-pg-")
+	if err != nil {
+		return nil, err
+	}
+	cred, err := serverCredential()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
+		"--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = 200
+	}
+	// A port chosen free may be taken before the postmaster binds it:
+	// try a few.
+	var lastErr error
+	for range 5 {
+		s, err := launch(bin, dir, cred, o)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func launch(bin, dir string, cred *syscall.Credential, o Options) (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	durable := "off"
+	if o.Durable {
+		durable = "on"
+	}
+	logPath := filepath.Join(dir, "postgres.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	if cred != nil {
+		_ = os.Chown(logPath, int(cred.Uid), int(cred.Gid))
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"),
+		"-p", strconv.Itoa(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "max_connections="+strconv.Itoa(o.MaxConnections),
+		"-c", "fsync="+durable,
+		"-c", "synchronous_commit="+durable,
+		"-c", "full_page_writes="+durable,
+		"-c", "shared_buffers=128MB",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The postmaster goes when the test process does, however it ends,
+	// so that no server outlives its tests.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		DSN:  fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
+		dir:  dir,
+		cmd:  cmd,
+		done: make(chan struct{}),
+	}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	if err := s.waitReady(30 * time.Second); err != nil {
+		s.kill()
+		log, _ := os.ReadFile(logPath)
+		return nil, fmt.Errorf("pgtest: postgres did not start: %v\n%s", err, tail(log, 2000))
+	}
+	return s, nil
+}
+
+func (s *Server) waitReady(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		select {
+		case <-s.done:
+			return errors.New("the postmaster exited")
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		conn, err := pgx.Connect(ctx, s.DSN)
+		if err == nil {
+			err = conn.Ping(ctx)
+			conn.Close(ctx)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *Server) kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGQUIT)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.done
+	}
+}
+
+// Stop shuts a throwaway server down (fast shutdown: its data is thrown
+// away anyway) and removes its directory. An external server is left
+// alone.
+func (s *Server) Stop() error {
+	if s == nil || s.cmd == nil {
+		return nil
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.kill()
+	}
+	return os.RemoveAll(s.dir)
+}
+
+// Schema creates an empty schema for tb and drops it, with everything in
+// it, when tb ends. It returns the schema's name.
+func (s *Server) Schema(tb testing.TB) string {
+	tb.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "kg_test_" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Exec(ctx, "DROP SCHEMA "+name+" CASCADE"); err != nil {
+			tb.Errorf("pgtest: dropping schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// Exec runs statements on a connection of its own.
+func (s *Server) Exec(ctx context.Context, sql string) error {
+	conn, err := pgx.Connect(ctx, s.DSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+var shared struct {
+	once sync.Once
+	srv  *Server
+	err  error
+	skip bool
+}
+
+// Shared is the test binary's server: KEYGATE_TEST_POSTGRES's, or a
+// throwaway one started on first use and stopped by Main. With
+// KEYGATE_TEST_POSTGRES=off the test is skipped.
+func Shared(tb testing.TB) *Server {
+	tb.Helper()
+	shared.once.Do(func() {
+		switch env := os.Getenv(EnvDSN); env {
+		case "off":
+			shared.skip = true
+		case "":
+			shared.srv, shared.err = Start(Options{})
+		default:
+			shared.srv = &Server{DSN: env}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := shared.srv.Exec(ctx, "SELECT 1"); err != nil {
+				shared.err = fmt.Errorf("pgtest: %s: %w", EnvDSN, err)
+			}
+		}
+	})
+	if shared.skip {
+		tb.Skipf("%s=off: PostgreSQL tests skipped", EnvDSN)
+	}
+	if shared.err != nil {
+		tb.Fatalf("%v", shared.err)
+	}
+	return shared.srv
+}
+
+// Main runs a package's tests and then stops the shared server, if one
+// was started: call it from TestMain as os.Exit(pgtest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	if shared.srv != nil {
+		if err := shared.srv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest:", err)
+		}
+	}
+	return code
+}
+
+// binDir finds the directory of initdb and postgres.
+func binDir() (string, error) {
+	if p, err := exec.LookPath("postgres"); err == nil {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(p), "initdb")); err == nil {
+			return filepath.Dir(p), nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "postgres")); err == nil {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("pgtest: no PostgreSQL server binaries (initdb, postgres) on PATH or in /usr/lib/postgresql/*/bin: run scripts/test-deps.sh, or set %s to a DSN (or to off)", EnvDSN)
+}
+
+func version(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+// serverCredential is whom the server runs as: nil (this process's user)
+// unless that is root, which PostgreSQL refuses; then `postgres`.
+func serverCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: running as root needs a `postgres` user to run the server as: %w", err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}

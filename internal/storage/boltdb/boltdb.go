@@ -1,0 +1,68 @@
+// Package boltdb is the bbolt backend of package storage: one file, one
+// process, the embedded default.
+package boltdb
+
+import (
+	"context"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/storage"
+)
+
+// Name is the backend's name, as Tx.Backend and DB.Backend give it.
+const Name = "bolt"
+
+// DB runs storage transactions on a bbolt database.
+type DB struct {
+	// Bolt is the database. Stores of this backend use it directly for
+	// work that is theirs alone (creating buckets at open).
+	Bolt *bbolt.DB
+}
+
+// New wraps an open bbolt database. Closing the DB closes it.
+func New(db *bbolt.DB) *DB { return &DB{Bolt: db} }
+
+// tx is a bbolt transaction as a storage.Tx.
+type tx struct{ *bbolt.Tx }
+
+func (tx) Backend() string { return Name }
+
+// Of unwraps a Tx that a DB of this package handed out. Any other Tx is a
+// programming error (stores of two backends mixed) and panics.
+func Of(t storage.Tx) *bbolt.Tx {
+	return t.(tx).Tx
+}
+
+// Backend implements storage.DB.
+func (d *DB) Backend() string { return Name }
+
+// View implements storage.DB.
+func (d *DB) View(ctx context.Context, fn func(storage.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return d.Bolt.View(func(t *bbolt.Tx) error { return fn(tx{t}) })
+}
+
+// Update implements storage.DB.
+func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return d.Bolt.Update(func(t *bbolt.Tx) error { return fn(tx{t}) })
+}
+
+// Batch implements storage.DB with bbolt's group commit: concurrent calls
+// share a transaction, and a call whose fn fails is retried alone.
+func (d *DB) Batch(ctx context.Context, fn func(storage.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return d.Bolt.Batch(func(t *bbolt.Tx) error { return fn(tx{t}) })
+}
+
+// Close implements storage.DB.
+func (d *DB) Close() error { return d.Bolt.Close() }
+
+var _ storage.DB = (*DB)(nil)

@@ -1,0 +1,369 @@
+// Package pgdb is the PostgreSQL backend of package storage
+// (spec storage.md): a pgx pool whose connections see one schema, the
+// schema's versioned migrations applied at open under an advisory lock,
+// and the master key's check value.
+package pgdb
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/keygate/keygate/internal/storage"
+)
+
+// Name is the backend's name, as Tx.Backend and DB.Backend give it.
+const Name = "postgres"
+
+// DefaultSchema holds keygate's tables unless Config.Schema says otherwise.
+const DefaultSchema = "keygate"
+
+// DefaultTimeout bounds a transaction of a request: a database that does
+// not answer makes a 503 within it instead of a hanging request.
+const DefaultTimeout = 5 * time.Second
+
+// Config says which database to use and how.
+type Config struct {
+	// DSN is a libpq URL or key/value string. It never appears in a log or
+	// an error.
+	DSN string
+	// Schema holds every table; DefaultSchema if empty. Created if missing.
+	Schema string
+	// MaxConns bounds the pool; 20 if 0.
+	MaxConns int32
+	// Timeout bounds each transaction; DefaultTimeout if 0, none if < 0
+	// (the migrate command's long copies).
+	Timeout time.Duration
+}
+
+// DB is a PostgreSQL database as a storage.DB.
+type DB struct {
+	// Pool is the connection pool; each connection's search_path is the
+	// schema. Stores of this backend use it for work outside a transaction
+	// (LISTEN, COPY).
+	Pool    *pgxpool.Pool
+	schema  string
+	timeout time.Duration
+	secret  string // the DSN's password, cut from any error
+}
+
+var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Open connects, creates the schema if needed and applies the migrations
+// it lacks. Several instances opening at once apply each migration once.
+func Open(ctx context.Context, cfg Config) (*DB, error) {
+	if cfg.Schema == "" {
+		cfg.Schema = DefaultSchema
+	}
+	if !identifier.MatchString(cfg.Schema) {
+		return nil, fmt.Errorf("postgres storage: schema %q must be a lower-case identifier", cfg.Schema)
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 20
+	}
+	if cfg.MaxConns < 2 {
+		return nil, errors.New("postgres storage: max_conns must be at least 2")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, errors.New("postgres storage: the dsn does not parse as a libpq URL or key/value string")
+	}
+	d := &DB{schema: cfg.Schema, timeout: cfg.Timeout, secret: pc.ConnConfig.Password}
+	pc.MaxConns = cfg.MaxConns
+	pc.ConnConfig.ConnectTimeout = DefaultTimeout
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	pc.ConnConfig.RuntimeParams["application_name"] = "keygate"
+	pc.ConnConfig.RuntimeParams["timezone"] = "UTC"
+
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// Schema, pg_trgm and migrations on a connection of their own, under
+	// a session advisory lock: instances starting at once wait for the
+	// first, then find nothing left to do.
+	conn, err := pgx.ConnectConfig(ctx, pc.ConnConfig)
+	if err != nil {
+		return nil, d.wrap("connecting", err)
+	}
+	path, err := d.prepare(ctx, conn)
+	conn.Close(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	pc.ConnConfig.RuntimeParams["search_path"] = path
+	if d.Pool, err = pgxpool.NewWithConfig(context.Background(), pc); err != nil {
+		return nil, d.wrap("connecting", err)
+	}
+	return d, nil
+}
+
+// prepare creates the schema and the pg_trgm extension when missing,
+// applies the migrations the schema lacks and returns the search_path
+// that puts both first.
+func (d *DB) prepare(ctx context.Context, conn *pgx.Conn) (string, error) {
+	lock := "SELECT pg_advisory_lock(hashtext('keygate migrate ' || $1))"
+	if _, err := conn.Exec(ctx, lock, d.schema); err != nil {
+		return "", d.wrap("locking for migrations", err)
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock(hashtext('keygate migrate ' || $1))", d.schema)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{d.schema}.Sanitize()); err != nil {
+		return "", d.wrap("creating schema "+d.schema, err)
+	}
+	var trgm string
+	err := conn.QueryRow(ctx, "SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_trgm'").Scan(&trgm)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_trgm WITH SCHEMA "+pgx.Identifier{d.schema}.Sanitize()); err != nil {
+			return "", d.wrap("creating extension pg_trgm (needs a superuser, or PostgreSQL 13+ where it is trusted, with CREATE on the database)", err)
+		}
+		trgm = d.schema
+	} else if err != nil {
+		return "", d.wrap("looking up pg_trgm", err)
+	}
+	path := pgx.Identifier{d.schema}.Sanitize()
+	if trgm = strings.Trim(trgm, `"`); trgm != d.schema {
+		path += ", " + pgx.Identifier{trgm}.Sanitize()
+	}
+	if _, err := conn.Exec(ctx, "SET search_path = "+path); err != nil {
+		return "", d.wrap("setting search_path", err)
+	}
+	return path, d.migrate(ctx, conn)
+}
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migration is one file of migrations/, NNNN_name.sql, applied once.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("postgres storage: migration file %s: name must be NNNN_name.sql", e.Name())
+		}
+		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i := range out {
+		if out[i].version != i+1 {
+			return nil, fmt.Errorf("postgres storage: migrations must be numbered 1, 2, ... without gaps; found %s", out[i].name)
+		}
+	}
+	return out, nil
+}
+
+// migrate applies the migrations the schema lacks, each in a
+// transaction of its own, on conn, which holds the migration lock.
+func (d *DB) migrate(ctx context.Context, conn *pgx.Conn) error {
+	all, err := migrations()
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version integer PRIMARY KEY,
+		name text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return d.wrap("creating schema_migrations", err)
+	}
+	for _, m := range all {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var done bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)", m.version).Scan(&done); err != nil {
+				return err
+			}
+			if done {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return d.wrap("applying migration "+m.name, err)
+		}
+	}
+	return nil
+}
+
+// Version is the newest migration applied.
+func (d *DB) Version(ctx context.Context) (int, error) {
+	var v int
+	err := d.Pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&v)
+	return v, d.wrap("reading schema_migrations", err)
+}
+
+// CheckMasterKey records a check value of the master key on the first
+// start and, on every later one, refuses a key whose check value differs:
+// instances of one deployment must share their master key.
+func (d *DB) CheckMasterKey(ctx context.Context, masterKey []byte) error {
+	mac := hmac.New(sha256.New, masterKey)
+	mac.Write([]byte("keygate master key check v1"))
+	check := mac.Sum(nil)
+	if _, err := d.Pool.Exec(ctx, "INSERT INTO meta (name, value) VALUES ('master_key_check', $1) ON CONFLICT (name) DO NOTHING", check); err != nil {
+		return d.wrap("recording the master key check", err)
+	}
+	var stored []byte
+	if err := d.Pool.QueryRow(ctx, "SELECT value FROM meta WHERE name = 'master_key_check'").Scan(&stored); err != nil {
+		return d.wrap("reading the master key check", err)
+	}
+	if subtle.ConstantTimeCompare(stored, check) != 1 {
+		return fmt.Errorf("postgres storage: the master key does not match the one schema %s was first started with: every instance must use the same master_key_file", d.schema)
+	}
+	return nil
+}
+
+// Schema is the schema holding the tables.
+func (d *DB) Schema() string { return d.schema }
+
+// tx is a pgx transaction as a storage.Tx.
+type tx struct{ pgx.Tx }
+
+func (tx) Backend() string { return Name }
+
+// Of unwraps a Tx that a DB of this package handed out. Any other Tx is a
+// programming error (stores of two backends mixed) and panics.
+func Of(t storage.Tx) pgx.Tx { return t.(tx).Tx }
+
+// Backend implements storage.DB.
+func (d *DB) Backend() string { return Name }
+
+// View implements storage.DB: a read-only, repeatable-read transaction,
+// so that a page and its total count come from one snapshot.
+func (d *DB) View(ctx context.Context, fn func(storage.Tx) error) error {
+	return d.run(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+// Update implements storage.DB: a read-committed transaction. Stores lock
+// what they read to change (SELECT ... FOR UPDATE) or change it in one
+// statement. A serialization failure or deadlock runs fn again.
+func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
+	return d.run(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+}
+
+// Batch implements storage.DB. PostgreSQL shares the commits of
+// concurrent transactions itself (group commit of the WAL flush), so each
+// call is a transaction of its own.
+func (d *DB) Batch(ctx context.Context, fn func(storage.Tx) error) error {
+	return d.Update(ctx, fn)
+}
+
+func (d *DB) run(ctx context.Context, opts pgx.TxOptions, fn func(storage.Tx) error) error {
+	if d.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+	}
+	for attempt := 0; ; attempt++ {
+		err := pgx.BeginTxFunc(ctx, d.Pool, opts, func(t pgx.Tx) error { return fn(tx{t}) })
+		switch {
+		case err == nil:
+			return nil
+		case retryable(err) && attempt < 10:
+			continue
+		case isDBError(err):
+			return d.wrap("transaction", err)
+		default:
+			return err // the store's own answer (a 404, a conflict), or the caller's context
+		}
+	}
+}
+
+func isDBError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) || (!errors.Is(err, context.Canceled) && unreachable(err))
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// Close implements storage.DB.
+func (d *DB) Close() error {
+	d.Pool.Close()
+	return nil
+}
+
+// wrap names what failed, marks an unreachable database as
+// storage.ErrUnavailable and cuts the DSN's password from the message.
+func (d *DB) wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if unreachable(err) {
+		return &dbError{what: what, err: err, secret: d.secret, unavailable: true}
+	}
+	return &dbError{what: what, err: err, secret: d.secret}
+}
+
+// unreachable tells an error of a database that is down, restarting,
+// out of connections or not answering from one of a request's own.
+func unreachable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P") || pe.Code == "53300"
+	}
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || errors.As(err, &ce) ||
+		pgconn.SafeToRetry(err) || errors.Is(err, pgx.ErrTxClosed)
+}
+
+type dbError struct {
+	what        string
+	err         error
+	secret      string
+	unavailable bool
+}
+
+func (e *dbError) Error() string {
+	msg := "postgres storage: " + e.what + ": " + e.err.Error()
+	if e.secret != "" {
+		msg = strings.ReplaceAll(msg, e.secret, "xxxxx")
+	}
+	return msg
+}
+
+func (e *dbError) Unwrap() []error {
+	if e.unavailable {
+		return []error{e.err, storage.ErrUnavailable}
+	}
+	return []error{e.err}
+}
+
+var _ storage.DB = (*DB)(nil)

@@ -1,0 +1,178 @@
+package pgdb
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/storage"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func open(t *testing.T, schema string) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), Config{DSN: pgtest.Shared(t).DSN, Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// TestConcurrentOpensMigrateOnce opens one schema from several instances
+// at once: each migration is recorded once and every instance works.
+func TestConcurrentOpensMigrateOnce(t *testing.T) {
+	schema := pgtest.Shared(t).Schema(t)
+	all, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	dbs := make([]*DB, 6)
+	errs := make([]error, len(dbs))
+	for i := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dbs[i], errs[i] = Open(context.Background(), Config{DSN: pgtest.Shared(t).DSN, Schema: schema})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("instance %d: %v", i, err)
+		}
+		defer dbs[i].Close()
+	}
+	var n int
+	if err := dbs[0].Pool.QueryRow(context.Background(), "SELECT count(*) FROM schema_migrations").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(all) {
+		t.Fatalf("schema_migrations has %d rows, want %d", n, len(all))
+	}
+	if v, err := dbs[3].Version(context.Background()); err != nil || v != len(all) {
+		t.Fatalf("version %d, %v; want %d", v, err, len(all))
+	}
+}
+
+func TestMasterKeyCheck(t *testing.T) {
+	schema := pgtest.Shared(t).Schema(t)
+	key := make([]byte, 32)
+	other := append([]byte{1}, key[1:]...)
+	a := open(t, schema)
+	if err := a.CheckMasterKey(context.Background(), key); err != nil {
+		t.Fatalf("first start: %v", err)
+	}
+	b := open(t, schema)
+	if err := b.CheckMasterKey(context.Background(), key); err != nil {
+		t.Fatalf("same key: %v", err)
+	}
+	err := b.CheckMasterKey(context.Background(), other)
+	if err == nil || !strings.Contains(err.Error(), "master key does not match") {
+		t.Fatalf("other key: %v", err)
+	}
+}
+
+func TestUpdateCommitsAndRollsBack(t *testing.T) {
+	db := open(t, pgtest.Shared(t).Schema(t))
+	ctx := context.Background()
+	if err := db.Update(ctx, func(tx storage.Tx) error {
+		_, err := Of(tx).Exec(ctx, "INSERT INTO meta (name, value) VALUES ('a', '\\x01')")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	refusal := errors.New("refused")
+	if err := db.Update(ctx, func(tx storage.Tx) error {
+		if _, err := Of(tx).Exec(ctx, "INSERT INTO meta (name, value) VALUES ('b', '\\x02')"); err != nil {
+			return err
+		}
+		return refusal
+	}); err != refusal {
+		t.Fatalf("fn's error: got %v", err)
+	}
+	var names []string
+	if err := db.View(ctx, func(tx storage.Tx) error {
+		rows, err := Of(tx).Query(ctx, "SELECT name FROM meta ORDER BY name")
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				return err
+			}
+			names = append(names, s)
+		}
+		return rows.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(names, ",") != "a" {
+		t.Fatalf("stored %v, want [a]", names)
+	}
+}
+
+// TestErrorsKeepThePasswordSecret: neither a DSN that does not parse nor
+// a server that refuses the login shows the password.
+func TestErrorsKeepThePasswordSecret(t *testing.T) {
+	const secret = "s3cr3t-Pa55"
+	u, err := url.Parse(pgtest.Shared(t).DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("nobody_here", secret)
+	for _, dsn := range []string{
+		u.String(),
+		"postgres://nobody_here:" + secret + "@127.0.0.1:1/x?sslmode=disable",
+		"host=127.0.0.1 port=1 user=x password=" + secret + " connect_timeout=bogus",
+		"postgres://x:" + secret + "@[::1/x",
+	} {
+		_, err := Open(context.Background(), Config{DSN: dsn, Schema: "kg_never"})
+		if err == nil {
+			t.Fatalf("%q opened", dsn)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error shows the password: %v", err)
+		}
+	}
+}
+
+// TestUnreachableIsUnavailable: a server that is gone gives
+// storage.ErrUnavailable within the timeout, not a hang.
+func TestUnreachableIsUnavailable(t *testing.T) {
+	srv, err := pgtest.Start(pgtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(context.Background(), Config{DSN: srv.DSN, Timeout: 2 * time.Second})
+	if err != nil {
+		srv.Stop()
+		t.Fatal(err)
+	}
+	defer db.Close()
+	srv.Stop()
+	err = db.View(context.Background(), func(tx storage.Tx) error {
+		_, err := Of(tx).Exec(context.Background(), "SELECT 1")
+		return err
+	})
+	if !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("got %v, want ErrUnavailable", err)
+	}
+}
+
+func TestSchemaNameChecked(t *testing.T) {
+	for _, s := range []string{"Keygate", "a b", "x;drop", strings.Repeat("a", 64)} {
+		if _, err := Open(context.Background(), Config{DSN: "postgres://x@127.0.0.1:1/x", Schema: s}); err == nil || !strings.Contains(err.Error(), "schema") {
+			t.Errorf("schema %q: %v", s, err)
+		}
+	}
+}
