@@ -22,7 +22,6 @@ func init() {
 // Admin serves key and template administration on Caddy's admin endpoint
 // (gateway.md, Administration). It is always on with the webapi app.
 type Admin struct {
-	ctx caddy.Context
 	mux *http.ServeMux
 }
 
@@ -34,12 +33,11 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision keeps the config being loaded. The admin endpoint is set up
-// before the config's apps, and a config may have no webapi app at all, so
-// the app is looked up per request: routes answer 404 while there is none,
-// and a plain Caddy config run by this build opens no database.
-func (a *Admin) Provision(ctx caddy.Context) error {
-	a.ctx = ctx
+// Provision sets up the routes. The admin endpoint is set up before the
+// config's apps, and a config may have no webapi app at all, so the app is
+// looked up per request: routes answer 404 while there is none, and a
+// plain Caddy config run by this build opens no database.
+func (a *Admin) Provision(caddy.Context) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webapi/keys", a.createKey)
 	mux.HandleFunc("GET /webapi/keys", a.listKeys)
@@ -66,8 +64,23 @@ type adminAppKey struct{}
 // appOf returns the webapi app serve found for r.
 func appOf(r *http.Request) *App { return r.Context().Value(adminAppKey{}).(*App) }
 
+// fail writes err as its problem (problem.FromError: a full disk is a
+// 507, another storage failure a 503), logging what a 5xx hides.
+func (a *Admin) fail(w http.ResponseWriter, r *http.Request, err error) {
+	d := problem.FromError(err)
+	if d.Status >= 500 {
+		appOf(r).logger.Error("admin request failed", zap.String("method", r.Method),
+			zap.String("path", r.URL.Path), zap.Error(err))
+	}
+	problem.Write(w, d)
+}
+
 func (a *Admin) serve(w http.ResponseWriter, r *http.Request) error {
-	v, err := a.ctx.AppIfConfigured("webapi")
+	// The app of the running config, not of the config this module was
+	// provisioned for: Caddy starts a new config's admin endpoint before
+	// its apps, and keeps it when the apps then fail (a reload onto a
+	// damaged database), while the previous config goes on running.
+	v, err := caddy.ActiveContext().AppIfConfigured("webapi")
 	if err != nil {
 		problem.Write(w, problem.NotFound("the running config has no webapi app"))
 		return nil
@@ -133,12 +146,12 @@ func (a *Admin) auditAdmin(r *http.Request, msg string, k keystore.Key, status i
 func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {
 	var in keystore.KeyInput
 	if err := problem.DecodeJSON(w, r, &in); err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	k, err := appOf(r).state.keys.Create(&in)
 	if err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	appOf(r).state.updateKeyGauges()
@@ -148,18 +161,23 @@ func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
+	query, err := problem.DecodeQuery(r.URL.RawQuery)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	var f problem.Fields
-	for name := range r.URL.Query() {
+	for name := range query {
 		if name != "service" {
 			f.Add(name, "unknown_parameter", name+" is not a parameter of this list")
 		}
 	}
-	svc := keystore.Service(r.URL.Query().Get("service"))
+	svc := keystore.Service(query.Get("service"))
 	if svc != "" && !svc.Valid() {
 		f.Add("service", "invalid", "service must be contracts or share")
 	}
 	if err := f.Err(); err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, appOf(r).state.keys.List(svc))
@@ -168,7 +186,7 @@ func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
 func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
 	k, err := appOf(r).state.keys.Get(r.PathValue("id"))
 	if err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, k)
@@ -177,16 +195,16 @@ func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
 func (a *Admin) updateKey(w http.ResponseWriter, r *http.Request) {
 	var in keystore.KeyInput
 	if _, err := appOf(r).state.keys.Get(r.PathValue("id")); err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	if err := problem.DecodeJSON(w, r, &in); err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	k, err := appOf(r).state.keys.Update(r.PathValue("id"), &in)
 	if err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	a.auditAdmin(r, "key updated", k, http.StatusOK)
@@ -197,13 +215,13 @@ func (a *Admin) revealKey(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	k, err := appOf(r).state.keys.Get(id)
 	if err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	token, err := appOf(r).state.keys.Reveal(id)
 	if err != nil {
 		appOf(r).logger.Error("revealing key", zap.String("key_id", id), zap.Error(err))
-		problem.Write(w, problem.Internal())
+		problem.WriteError(w, err)
 		return
 	}
 	a.auditAdmin(r, "key revealed", k, http.StatusOK)
@@ -217,7 +235,7 @@ func (a *Admin) deleteKey(w http.ResponseWriter, r *http.Request) {
 		err = appOf(r).state.keys.Delete(id)
 	}
 	if err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	appOf(r).state.updateKeyGauges()
@@ -228,11 +246,11 @@ func (a *Admin) deleteKey(w http.ResponseWriter, r *http.Request) {
 func (a *Admin) addTemplate(w http.ResponseWriter, r *http.Request) {
 	var t contracts.Template
 	if err := problem.DecodeJSON(w, r, &t); err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	if err := appOf(r).state.templates.Add(t); err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/webapi/templates/"+t.ID)
@@ -242,7 +260,7 @@ func (a *Admin) addTemplate(w http.ResponseWriter, r *http.Request) {
 func (a *Admin) listTemplates(w http.ResponseWriter, r *http.Request) {
 	list, err := appOf(r).state.templates.List()
 	if err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, list)
@@ -251,7 +269,7 @@ func (a *Admin) listTemplates(w http.ResponseWriter, r *http.Request) {
 func (a *Admin) getTemplate(w http.ResponseWriter, r *http.Request) {
 	t, err := appOf(r).state.templates.Get(r.PathValue("id"))
 	if err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, t)
@@ -260,7 +278,7 @@ func (a *Admin) getTemplate(w http.ResponseWriter, r *http.Request) {
 func (a *Admin) putTemplate(w http.ResponseWriter, r *http.Request) {
 	var t contracts.Template
 	if err := problem.DecodeJSON(w, r, &t); err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	if t.ID == "" {
@@ -272,7 +290,7 @@ func (a *Admin) putTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	created, err := appOf(r).state.templates.Put(t)
 	if err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	status := http.StatusOK
@@ -284,7 +302,7 @@ func (a *Admin) putTemplate(w http.ResponseWriter, r *http.Request) {
 
 func (a *Admin) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	if err := appOf(r).state.templates.Delete(r.PathValue("id")); err != nil {
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -89,6 +89,8 @@ func TestAdminKeys(t *testing.T) {
 			{"unknown field", "POST", keysURL, map[string]any{"service": "contracts", "name": "n", "owner": "o", "privileges": []string{"get"}, "color": "red"}, 400, "invalid_request"},
 			{"not JSON", "POST", keysURL, "name=x", 400, "invalid_request"},
 			{"unknown service filter", "GET", keysURL + "?service=mail", nil, 400, "invalid_request"},
+			{"query string that does not decode", "GET", keysURL + "?service=%zz", nil, 400, "invalid_request"},
+			{"query string with a ';'", "GET", keysURL + "?service=share;x=1", nil, 400, "invalid_request"},
 			{"wrong method", "PUT", keysURL + "/" + k.ID, map[string]any{}, 405, "method_not_allowed"},
 		}
 		for _, tc := range tests {

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"bufio"
 	"io"
 	"sync"
 	"time"
@@ -52,28 +51,69 @@ func (w BufferedFileWriter) OpenWriter() (io.WriteCloser, error) {
 	if every <= 0 {
 		every = defaultFlushInterval
 	}
-	bw := &bufferedWriter{w: bufio.NewWriterSize(f, 256<<10), closer: f, stop: make(chan struct{}), done: make(chan struct{})}
+	bw := newBufferedWriter(f)
 	go bw.flushEvery(every)
 	return bw, nil
 }
+
+// bufferSize is how much the writer gathers before it writes at once.
+const bufferSize = 256 << 10
 
 // UnmarshalCaddyfile takes the file writer's syntax.
 func (w *BufferedFileWriter) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return w.FileWriter.UnmarshalCaddyfile(d)
 }
 
+// bufferedWriter gathers writes in memory. Unlike a bufio.Writer, whose
+// first write error sticks and stops every later write, a failed write
+// (a full disk) drops what was gathered and the writer goes on: entries
+// are lost while the disk is full, and logging resumes once it has room.
 type bufferedWriter struct {
-	mu     sync.Mutex
-	w      *bufio.Writer
-	closer io.Closer
-	stop   chan struct{}
-	done   chan struct{}
+	mu  sync.Mutex
+	f   io.WriteCloser
+	buf []byte
+	// cut says the last failed write ended inside a line: the next
+	// write starts a new one, so that no entry is glued to a torn one.
+	cut  bool
+	stop chan struct{}
+	done chan struct{}
 }
 
+func newBufferedWriter(f io.WriteCloser) *bufferedWriter {
+	return &bufferedWriter{f: f, buf: make([]byte, 0, bufferSize), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Write gathers p, writing what was gathered first if p does not fit. It
+// never fails: a write error is the flush's, and its entries are dropped.
 func (b *bufferedWriter) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.w.Write(p)
+	if len(b.buf)+len(p) > bufferSize {
+		_ = b.flushLocked()
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+// flushLocked writes what was gathered; on an error it is dropped.
+func (b *bufferedWriter) flushLocked() error {
+	if len(b.buf) == 0 {
+		return nil
+	}
+	data := b.buf
+	if b.cut {
+		data = append([]byte{'\n'}, data...)
+	}
+	n, err := b.f.Write(data)
+	if n > 0 {
+		b.cut = data[n-1] != '\n'
+	}
+	if len(b.buf) > bufferSize {
+		b.buf = make([]byte, 0, bufferSize) // one entry larger than the buffer
+	} else {
+		b.buf = b.buf[:0]
+	}
+	return err
 }
 
 func (b *bufferedWriter) flushEvery(d time.Duration) {
@@ -86,7 +126,7 @@ func (b *bufferedWriter) flushEvery(d time.Duration) {
 			return
 		case <-t.C:
 			b.mu.Lock()
-			_ = b.w.Flush()
+			_ = b.flushLocked()
 			b.mu.Unlock()
 		}
 	}
@@ -98,8 +138,8 @@ func (b *bufferedWriter) Close() error {
 	<-b.done
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	err := b.w.Flush()
-	if cerr := b.closer.Close(); err == nil {
+	err := b.flushLocked()
+	if cerr := b.f.Close(); err == nil {
 		err = cerr
 	}
 	return err

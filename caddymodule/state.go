@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,11 +69,14 @@ func openState(dbPath, masterKeyPath string, logger *zap.Logger) (*state, error)
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, fmt.Errorf("database %s is locked by another process (waited %s): stop the other gateway or give this one another data_dir", dbPath, lockTimeout)
 	}
+	if errors.Is(err, bbolt.ErrInvalid) || errors.Is(err, bbolt.ErrChecksum) || errors.Is(err, bbolt.ErrVersionMismatch) {
+		return nil, fmt.Errorf("database %s is not a bbolt file or its header is damaged (%w): restore it from a backup, or give keygate a data_dir of its own", dbPath, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening database %s: %w", dbPath, err)
 	}
 	s := &state{db: db, masterKeyPath: masterKeyPath, masterKey: masterKey, sealer: sealer, logger: logger}
-	if err := s.open(); err != nil {
+	if err := s.openChecked(dbPath); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -87,6 +93,71 @@ func openState(dbPath, masterKeyPath string, logger *zap.Logger) (*state, error)
 	s.newWorker(logger)
 	logger.Info("database opened", zap.String("path", dbPath), zap.Int("contracts_keys", s.keys.Count(keystore.ServiceContracts)), zap.Int("share_keys", s.keys.Count(keystore.ServiceShare)))
 	return s, nil
+}
+
+// openChecked checks that the file is whole and keygate's, then opens the
+// stores on it. bbolt reads the file through a memory map and panics on
+// a page it cannot make sense of; a page past the end of a cut file is a
+// fault (SIGBUS) that would end the process. Both become an error naming
+// the file, so that a damaged database stops the start with a message
+// instead of a crash.
+func (s *state) openChecked(dbPath string) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("database %s is damaged (%v): restore it from a backup", dbPath, r)
+		}
+	}()
+	if err := checkWhole(s.db, dbPath); err != nil {
+		return fmt.Errorf("database %s %w: restore it from a backup", dbPath, err)
+	}
+	if err := checkOwnDatabase(s.db); err != nil {
+		return fmt.Errorf("database %s: %w", dbPath, err)
+	}
+	return s.open()
+}
+
+// checkWhole refuses a file shorter than the pages its last commit
+// counts (a cut copy, a disk that lost its tail): reading such a page
+// through the memory map is a fault, not an error.
+func checkWhole(db *bbolt.DB, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	return db.View(func(tx *bbolt.Tx) error {
+		if want := tx.Size(); st.Size() < want {
+			return fmt.Errorf("is truncated: %d bytes, its pages need %d", st.Size(), want)
+		}
+		return nil
+	})
+}
+
+// ownBucket is the bucket that keygate creates first, in the first
+// transaction it ever commits to a file: a keygate database without it
+// is empty.
+var ownBucket = []byte("keys")
+
+// checkOwnDatabase refuses a bbolt file of another program: one that holds
+// buckets, none of them keygate's, which keygate would otherwise fill
+// with its own buckets beside the other program's data.
+func checkOwnDatabase(db *bbolt.DB) error {
+	return db.View(func(tx *bbolt.Tx) error {
+		if tx.Bucket(ownBucket) != nil {
+			return nil
+		}
+		var names []string
+		err := tx.ForEach(func(name []byte, _ *bbolt.Bucket) error {
+			if len(names) < 5 {
+				names = append(names, strconv.Quote(string(name)))
+			}
+			return nil
+		})
+		if err != nil || len(names) == 0 {
+			return err
+		}
+		return fmt.Errorf("not a keygate database: it holds buckets of another program (%s) and none of keygate's; give keygate a data_dir of its own", strings.Join(names, ", "))
+	})
 }
 
 func (s *state) open() error {

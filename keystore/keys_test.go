@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"os"
@@ -703,6 +704,28 @@ func TestLoadOrCreateMasterKey(t *testing.T) {
 		if _, err := LoadOrCreateMasterKey(bad); err == nil {
 			t.Errorf("a %d-byte key file was accepted", size)
 		}
+	}
+	// As ssh does with a private key: a key that group or others may
+	// read or write is refused, with the file and its mode named.
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620} {
+		loose := filepath.Join(dir, "loose.key")
+		if err := os.WriteFile(loose, k1, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(loose, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadOrCreateMasterKey(loose)
+		if err == nil || !strings.Contains(err.Error(), loose) || !strings.Contains(err.Error(), fmt.Sprintf("%04o", mode)) {
+			t.Errorf("a key file of mode %04o: %v; want an error naming the file and its mode", mode, err)
+		}
+		os.Remove(loose)
+	}
+	if err := os.Chmod(path, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateMasterKey(path); err != nil {
+		t.Errorf("a key file of mode 0400: %v", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,9 +98,11 @@ type Sealer = seal.Sealer
 func NewSealer(masterKey []byte) (*Sealer, error) { return seal.New(masterKey) }
 
 // LoadOrCreateMasterKey reads the 32-byte master key at path, creating it
-// with mode 0600 (and its directory with 0700) on first start.
+// with mode 0600 (and its directory with 0700) on first start. As ssh does
+// with a private key, it refuses a file that group or others may read or
+// write.
 func LoadOrCreateMasterKey(path string) ([]byte, error) {
-	key, err := os.ReadFile(path)
+	key, err := readMasterKey(path)
 	if err == nil {
 		if len(key) != 32 {
 			return nil, fmt.Errorf("master key file %s holds %d bytes, want 32", path, len(key))
@@ -107,7 +110,11 @@ func LoadOrCreateMasterKey(path string) ([]byte, error) {
 		return key, nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("reading master key: %w", err)
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("reading master key: %w", err)
+		}
+		return nil, err // names the file already
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("creating master key directory: %w", err)
@@ -137,6 +144,27 @@ func LoadOrCreateMasterKey(path string) ([]byte, error) {
 		return nil, fmt.Errorf("writing master key: %w", err)
 	}
 	return key, nil
+}
+
+// readMasterKey reads the file at path once it has checked, on the open
+// file, that it is a regular file that only its owner may use.
+func readMasterKey(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("master key file %s is not a regular file (%s)", path, st.Mode().Type())
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("master key file %s has mode %04o: group and others must have no access (chmod 600 %s)", path, perm, path)
+	}
+	return io.ReadAll(f)
 }
 
 // MarshalText writes the hash as base64, so records that store it (signer

@@ -89,6 +89,10 @@ type Options struct {
 	// output (stderr.log) are written into it too, so that one directory
 	// holds everything of one gateway.
 	Dir string
+	// DataDir, when set, is the data directory (webapi.db, master.key,
+	// mail/) instead of Dir; the Caddyfile and the logs stay in Dir. For
+	// tests that put the data on a file system of its own (a small tmpfs).
+	DataDir string
 	// Site is the body of the site block; DefaultSite when empty.
 	Site string
 	// WebAPI are more lines of the webapi global option block (smtp, sms,
@@ -179,12 +183,16 @@ func (o Options) Caddyfile(adminPort, sitePort int, extraPorts ...int) string {
 			fmt.Fprintf(&extra, "\nhttp://127.0.0.1:%d {\n%s\n}\n", extraPorts[i], body)
 		}
 	}
+	dataDir := o.DataDir
+	if dataDir == "" {
+		dataDir = o.Dir
+	}
 	return fmt.Sprintf(`{
 	admin 127.0.0.1:%[2]d
 	grace_period 2s
 	%[7]s
 	webapi {
-		data_dir %[1]s
+		data_dir %[11]s
 		public_base_url http://127.0.0.1:%[3]d
 		usage_flush_interval %[4]s
 		%[5]s
@@ -209,7 +217,7 @@ func (o Options) Caddyfile(adminPort, sitePort int, extraPorts ...int) string {
 http://127.0.0.1:%[3]d {
 %[6]s
 }
-%[10]s`, o.Dir, adminPort, sitePort, flush, o.WebAPI, site, o.Global, audit, level, extra.String())
+%[10]s`, o.Dir, adminPort, sitePort, flush, o.WebAPI, site, o.Global, audit, level, extra.String(), dataDir)
 }
 
 // Start writes the Caddyfile, starts the process and waits until both its
@@ -217,6 +225,11 @@ http://127.0.0.1:%[3]d {
 func Start(o Options) (*Gateway, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, err
+	}
+	if o.DataDir != "" {
+		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+			return nil, err
+		}
 	}
 	ports, err := freePorts(2 + len(o.ExtraSites))
 	if err != nil {
@@ -379,8 +392,13 @@ func (g *Gateway) Tail(n int64) string {
 	return string(b)
 }
 
-// Dir is the data directory.
-func (g *Gateway) Dir() string { return g.opts.Dir }
+// Dir is the data directory: Options.DataDir if set, else Options.Dir.
+func (g *Gateway) Dir() string {
+	if g.opts.DataDir != "" {
+		return g.opts.DataDir
+	}
+	return g.opts.Dir
+}
 
 // client is shared by the admin calls; a test's own requests use whatever
 // client fits them.

@@ -48,8 +48,15 @@ type Server struct {
 	delay    time.Duration
 }
 
-// Start runs a server until the test ends.
+// Start runs a server on a free loopback port until the test ends.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartOn(t, "127.0.0.1:0")
+}
+
+// StartOn runs a server on addr until the test ends: for a test that
+// points a gateway at an address where nothing listens yet.
+func StartOn(t testing.TB, addr string) *Server {
 	t.Helper()
 	s := &Server{}
 	s.srv = smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) {
@@ -59,7 +66,7 @@ func Start(t testing.TB) *Server {
 	s.srv.ReadTimeout = 10 * time.Second
 	s.srv.WriteTimeout = 10 * time.Second
 	s.srv.MaxMessageBytes = 32 << 20
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

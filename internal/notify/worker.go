@@ -62,6 +62,13 @@ type Worker struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	stopped bool
+
+	// sent holds the messages delivered whose removal from the outbox
+	// failed (a full disk): the next pass removes them without sending
+	// them again. Only Run's goroutine uses it.
+	sent map[uint64]bool
+	// updateDB is ob.db.Update; tests make it fail as a full disk does.
+	updateDB func(fn func(*bbolt.Tx) error) error
 }
 
 // NewWorker returns a worker for ob.
@@ -85,7 +92,7 @@ func NewWorker(ob *Outbox, cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Worker{ob: ob, cfg: cfg}
+	return &Worker{ob: ob, cfg: cfg, updateDB: ob.db.Update}
 }
 
 // Run delivers messages until ctx ends or Stop is called, then returns nil.
@@ -117,11 +124,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		close(done)
 	}()
 
+	// After a storage error (a full disk) the next pass comes after
+	// BaseDelay, doubling up to PollInterval, so that delivery resumes
+	// soon after the disk has room again.
+	errWait := time.Duration(0)
 	for ctx.Err() == nil {
 		wait, err := w.pass(ctx)
 		if err != nil {
-			w.cfg.Logger.Error("notification outbox", zap.Error(err))
-			wait = w.cfg.PollInterval
+			errWait = min(max(2*errWait, w.cfg.BaseDelay), w.cfg.PollInterval)
+			w.cfg.Logger.Error("notification outbox", zap.Duration("retry_in", errWait), zap.Error(err))
+			wait = errWait
+		} else {
+			errWait = 0
 		}
 		if wait == 0 {
 			continue
@@ -194,7 +208,18 @@ func (w *Worker) deliver(ctx context.Context, id uint64) error {
 		return err
 	})
 	if !ok {
+		if loadErr == nil {
+			delete(w.sent, id) // dropped meanwhile
+		}
 		return loadErr // dropped meanwhile, or a storage error
+	}
+	if w.sent[id] {
+		// Delivered already; only its removal failed.
+		if err := w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) }); err != nil {
+			return fmt.Errorf("message %d was delivered but stays queued: %w", id, err)
+		}
+		delete(w.sent, id)
+		return nil
 	}
 	lg := w.cfg.Logger.With(zap.Uint64("message_id", id), zap.String("channel", string(rec.Channel)), zap.String("ref", rec.Ref))
 	if loadErr != nil && !errors.Is(loadErr, errUnsealable) {
@@ -213,7 +238,13 @@ func (w *Worker) deliver(ctx context.Context, id uint64) error {
 	if sendErr == nil {
 		w.outcome(m.Channel, OutcomeSent)
 		if err := w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) }); err != nil {
-			return fmt.Errorf("message %d was delivered but stays queued and will be sent again: %w", id, err)
+			// Not sent again by this process: the next pass only removes
+			// it. A crash before then sends it once more.
+			if w.sent == nil {
+				w.sent = map[uint64]bool{}
+			}
+			w.sent[id] = true
+			return fmt.Errorf("message %d was delivered but stays queued: %w", id, err)
 		}
 		return nil
 	}
@@ -252,7 +283,7 @@ func (w *Worker) send(ctx context.Context, m Message) error {
 }
 
 func (w *Worker) update(fn func(tx *bbolt.Tx) error) error {
-	return w.ob.db.Update(fn)
+	return w.updateDB(fn)
 }
 
 func (w *Worker) outcome(ch Channel, outcome string) {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -232,5 +234,36 @@ func TestBackoff(t *testing.T) {
 				t.Fatalf("backoff(%d) = %v, want within [%v, %v]", tt.failed, d, tt.want/2, tt.want)
 			}
 		}
+	}
+}
+
+// TestWorkerFullDiskAfterSend: a message delivered whose removal from the
+// outbox fails (the disk is full) is not sent again; the worker retries
+// the removal alone, soon, until the disk has room.
+func TestWorkerFullDiskAfterSend(t *testing.T) {
+	db, ob := tempDB(t)
+	var sent captured
+	w := NewWorker(ob, fastConfig(WorkerConfig{Email: &sent}))
+	var mu sync.Mutex
+	failures := 0
+	w.updateDB = func(fn func(*bbolt.Tx) error) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if failures < 4 {
+			failures++
+			return &os.PathError{Op: "write", Path: "webapi.db", Err: syscall.ENOSPC}
+		}
+		return db.Update(fn)
+	}
+	runWorker(t, w)
+	enqueue(t, db, ob, Message{Channel: Email, To: "zoe@example.org", Subject: "Invitation", Text: "Sign here"})
+	waitFor(t, "removal once the disk has room", func() bool { return pending(t, db) == 0 })
+	if n := len(sent.all()); n != 1 {
+		t.Fatalf("sent %d times, want once", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if failures != 4 {
+		t.Errorf("%d failed removals, want 4", failures)
 	}
 }

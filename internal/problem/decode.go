@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -278,4 +279,15 @@ func jsonKind(goKind string) string {
 	default:
 		return "number"
 	}
+}
+
+// DecodeQuery decodes a request's query string. One that does not decode
+// (a bad %-escape, a ';' separator) is a 400 problem: url.Values, as
+// r.URL.Query gives them, would drop the broken pair and go on without it.
+func DecodeQuery(raw string) (url.Values, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, New(http.StatusBadRequest, CodeInvalidRequest, "the query string does not decode: "+err.Error())
+	}
+	return q, nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"syscall"
 )
 
 // The stable codes of gateway.md. Clients switch on these; never rename one.
@@ -27,6 +28,8 @@ const (
 	CodeGone                = "gone"
 	CodeRateLimited         = "rate_limited"
 	CodeInternal            = "internal"
+	CodeInsufficientStorage = "insufficient_storage" // 507: the disk or quota is full; Retry-After
+	CodeUnavailable         = "unavailable"          // 503: another storage failure; Retry-After
 	ContentType             = "application/problem+json"
 	maxBodyBytes            = 1 << 20
 	defaultInvalidFieldText = "is invalid"
@@ -47,6 +50,9 @@ type Details struct {
 	Code   string       `json:"code"`
 	Detail string       `json:"detail,omitempty"`
 	Errors []FieldError `json:"errors,omitempty"`
+	// RetryAfter, in seconds, is sent as the Retry-After header when
+	// positive.
+	RetryAfter int `json:"-"`
 }
 
 // Error lets a *Details travel as an error value through store and
@@ -79,6 +85,47 @@ func Internal() *Details {
 	return New(http.StatusInternalServerError, CodeInternal, "the server could not complete the request")
 }
 
+// storageRetryAfter is the Retry-After of a storage failure: long enough
+// for an operator to free space, short enough for a client's retry to
+// find the gateway recovered.
+const storageRetryAfter = 30
+
+// InsufficientStorage is the 507 for a write refused because the disk (or
+// the quota) is full. Reads go on; the same write may succeed later.
+func InsufficientStorage() *Details {
+	d := New(http.StatusInsufficientStorage, CodeInsufficientStorage, "the server has no room to store this now; try again later")
+	d.RetryAfter = storageRetryAfter
+	return d
+}
+
+// Unavailable is the 503 for a write the storage failed for another
+// reason (an I/O error, a read-only file system).
+func Unavailable() *Details {
+	d := New(http.StatusServiceUnavailable, CodeUnavailable, "the server cannot store this now; try again later")
+	d.RetryAfter = storageRetryAfter
+	return d
+}
+
+// FromError is the one mapping of an error to its problem: a problem is
+// itself; a full disk or quota (ENOSPC, EDQUOT anywhere in the chain) is
+// the 507; any other failure of the operating system (an errno: EIO,
+// EROFS, ...) is the 503; anything else is the 500. None of them says
+// more than its code: the cause (paths, errno text) is for the log.
+func FromError(err error) *Details {
+	var d *Details
+	if errors.As(err, &d) {
+		return d
+	}
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return InsufficientStorage()
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return Unavailable()
+	}
+	return Internal()
+}
+
 // SecureHeaders sets the headers every body of keygate carries, page or
 // JSON: no MIME sniffing, no framing (the header and the CSP directive,
 // for old and new browsers), and no caching, since bodies hold personal
@@ -95,17 +142,16 @@ func Write(w http.ResponseWriter, d *Details) {
 	h := w.Header()
 	SecureHeaders(h)
 	h.Set("Content-Type", ContentType)
+	if d.RetryAfter > 0 && h.Get("Retry-After") == "" {
+		h.Set("Retry-After", strconv.Itoa(d.RetryAfter))
+	}
 	w.WriteHeader(d.Status)
 	_ = json.NewEncoder(w).Encode(d)
 }
 
-// WriteError writes err as a problem if it is one, else as a 500.
+// WriteError writes err as its problem (FromError).
 func WriteError(w http.ResponseWriter, err error) {
-	if d, ok := err.(*Details); ok {
-		Write(w, d)
-		return
-	}
-	Write(w, Internal())
+	Write(w, FromError(err))
 }
 
 // Fields collects field errors in the order they are found, so a handler

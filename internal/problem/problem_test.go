@@ -2,9 +2,13 @@ package problem
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -82,5 +86,44 @@ func TestWrite(t *testing.T) {
 	WriteError(w, http.ErrServerClosed) // not a problem: a 500 that says nothing of it
 	if w.Code != 500 || strings.Contains(w.Body.String(), "closed") {
 		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+}
+
+// TestFromError: the one mapping of errors to problems. A full disk or
+// quota is a 507, another failure of the operating system a 503, both
+// with Retry-After; anything else a 500; none tells what the error says.
+func TestFromError(t *testing.T) {
+	wrap := func(errno syscall.Errno) error {
+		return fmt.Errorf("committing: %w", &os.PathError{Op: "write", Path: "/srv/keygate/data/webapi.db", Err: errno})
+	}
+	tests := []struct {
+		err        error
+		status     int
+		code       string
+		retryAfter bool
+	}{
+		{wrap(syscall.ENOSPC), http.StatusInsufficientStorage, CodeInsufficientStorage, true},
+		{wrap(syscall.EDQUOT), http.StatusInsufficientStorage, CodeInsufficientStorage, true},
+		{wrap(syscall.EIO), http.StatusServiceUnavailable, CodeUnavailable, true},
+		{wrap(syscall.EROFS), http.StatusServiceUnavailable, CodeUnavailable, true},
+		{errors.New("/srv/keygate/data/webapi.db: something"), http.StatusInternalServerError, CodeInternal, false},
+		{fmt.Errorf("wrapped: %w", NotFound("no such thing")), http.StatusNotFound, CodeNotFound, false},
+	}
+	for _, tt := range tests {
+		d := FromError(tt.err)
+		if d.Status != tt.status || d.Code != tt.code {
+			t.Errorf("FromError(%v) = %d %s, want %d %s", tt.err, d.Status, d.Code, tt.status, tt.code)
+		}
+		rec := httptest.NewRecorder()
+		WriteError(rec, tt.err)
+		if rec.Code != tt.status || rec.Header().Get("Content-Type") != ContentType {
+			t.Errorf("WriteError(%v): %d %s", tt.err, rec.Code, rec.Header().Get("Content-Type"))
+		}
+		if got := rec.Header().Get("Retry-After") != ""; got != tt.retryAfter {
+			t.Errorf("WriteError(%v): Retry-After %q", tt.err, rec.Header().Get("Retry-After"))
+		}
+		if body := rec.Body.String(); strings.Contains(body, "/srv") || strings.Contains(body, "no space") || strings.Contains(body, "input/output") {
+			t.Errorf("WriteError(%v) tells of the inside: %s", tt.err, body)
+		}
 	}
 }

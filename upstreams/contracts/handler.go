@@ -103,7 +103,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) search(w http.ResponseWriter, r *http.Request) {
-	q, err := ParseQuery(r.URL.Query())
+	q, err := parseRawQuery(r.URL.RawQuery)
 	if err != nil {
 		problem.WriteError(w, err)
 		return
@@ -163,8 +163,9 @@ func (h *handler) attachment(w http.ResponseWriter, r *http.Request) {
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
 }
 
-// fail writes a client error as its problem and anything else as a 500
-// that says nothing of the inside, logging the cause.
+// fail writes a client error as its problem and anything else as the
+// 5xx of problem.FromError (507 for a full disk, 503 for another storage
+// failure, else 500), which says nothing of the inside, logging the cause.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if d, ok := err.(*problem.Details); ok {
 		problem.Write(w, d)
@@ -174,5 +175,5 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		h.store.log.Error("contracts: request failed",
 			zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
 	}
-	problem.Write(w, problem.Internal())
+	problem.WriteError(w, err)
 }

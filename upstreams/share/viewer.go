@@ -85,11 +85,14 @@ func (v *viewer) fail(w http.ResponseWriter, r *http.Request, err error) {
 	d, ok := err.(*problem.Details)
 	if !ok {
 		v.s.log.Error("share: page request failed", zap.String("path", r.URL.Path), zap.Error(err))
-		d = problem.Internal()
+		d = problem.FromError(err)
 	}
 	if reply.WantsJSON(r) {
 		problem.Write(w, d)
 		return
+	}
+	if d.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(d.RetryAfter))
 	}
 	writePage(w, &pageData{Status: d.Status, Title: d.Title, Message: pageMessage(d)})
 }

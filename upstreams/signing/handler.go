@@ -232,11 +232,14 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, token string, err
 			// The path holds the token: log the route, not the path.
 			h.s.log.Error("signing: request failed", zap.String("method", r.Method), zap.String("route", route(r)), zap.Error(err))
 		}
-		d = problem.Internal()
+		d = problem.FromError(err)
 	}
 	if jsonMode(r) {
 		problem.Write(w, d)
 		return
+	}
+	if d.RetryAfter > 0 && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", strconv.Itoa(d.RetryAfter))
 	}
 	data := &pageData{Status: d.Status, Title: http.StatusText(d.Status), Message: pageMessage(d)}
 	for _, e := range d.Errors {
