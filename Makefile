@@ -38,10 +38,13 @@ soak: build
 
 # Each fuzz target for FUZZTIME, one after the other (`make test` runs
 # their checked-in seed corpora). A failing input is written under the
-# package's testdata/fuzz/ and stops the run.
+# package's testdata/fuzz/ and stops the run. FUZZFLAGS go to every
+# `go test -fuzz`: the fuzzer spends up to -fuzzminimizetime shrinking
+# each new interesting input, and its default (60s) would eat a short run.
 FUZZTIME ?= 30s
+FUZZFLAGS ?= -fuzzminimizetime=10s
 FUZZ_TARGETS := \
-	keystore:FuzzAuthorize keystore:FuzzAllowedIPs \
+	keystore:FuzzAuthorize keystore:FuzzAllowedIPs caddymodule:FuzzAuthServeHTTP \
 	upstreams/contracts:FuzzCreate upstreams/contracts:FuzzSearch \
 	upstreams/share:FuzzCreate upstreams/share:FuzzUpdate upstreams/share:FuzzList upstreams/share:FuzzUnlock \
 	upstreams/signing:FuzzDecision upstreams/signing:FuzzSignatureImage
@@ -49,7 +52,7 @@ fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "== $$fn ./$$pkg"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) ./$$pkg; \
 	done
 
 # xcaddy is not on the Go module proxy; when it is installed, this builds

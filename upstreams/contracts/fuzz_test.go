@@ -2,9 +2,12 @@ package contracts
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,6 +84,39 @@ func checkProblem(t *testing.T, w *httptest.ResponseRecorder) problem.Details {
 	return d
 }
 
+// dbDigest hashes every bucket's keys and values: equal digests before
+// and after a request mean it stored nothing.
+func dbDigest(tb testing.TB, db *bbolt.DB) [32]byte {
+	h := sha256.New()
+	var walk func(b *bbolt.Bucket)
+	walk = func(b *bbolt.Bucket) {
+		_ = b.ForEach(func(k, v []byte) error {
+			binary.Write(h, binary.BigEndian, uint32(len(k)))
+			h.Write(k)
+			if v == nil {
+				h.Write([]byte{1})
+				walk(b.Bucket(k))
+				return nil
+			}
+			binary.Write(h, binary.BigEndian, uint32(len(v)))
+			h.Write(v)
+			return nil
+		})
+	}
+	if err := db.View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
+			h.Write(name)
+			walk(b)
+			return nil
+		})
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
 // contractCount counts every contract, stacked or archived, of any status.
 func contractCount(t *testing.T, s *Store) int {
 	t.Helper()
@@ -92,47 +128,71 @@ func contractCount(t *testing.T, s *Store) int {
 }
 
 // FuzzCreate posts arbitrary bodies to the create handler. Property: no
-// panic; a 201 whose contract reads back by its id, or a 4xx problem body
-// with nothing stored. The seed corpus in testdata/fuzz/FuzzCreate holds
-// the valid body and each invalid-field case.
+// panic; a 201 whose contract reads back by its id exactly as created, or
+// a 4xx problem body with the database unchanged. Deleting the created
+// contract must leave the database as it was before (no index entry,
+// template copy or outbox message left behind). The seed corpus in
+// testdata/fuzz/FuzzCreate holds the valid body and each invalid-field
+// case.
 func FuzzCreate(f *testing.F) {
 	s, h := fuzzStore(f)
 	f.Add("application/json", []byte(fullBody))
 	f.Add("application/json", []byte(`{"templateId":"PAGE-1","name":"x","signers":[{"fullName":"A","accessKind":"url"}]}`))
 	f.Add("text/plain", []byte(`{}`))
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		n := contractCount(t, s)
+		before := dbDigest(t, s.db)
 		w := fuzzServe(h, http.MethodPost, Prefix, contentType, body)
 		if w.Code == http.StatusCreated {
-			var v struct{ ID string }
+			var v struct {
+				ID         string            `json:"id"`
+				TemplateID string            `json:"templateId"`
+				Signers    []json.RawMessage `json:"signers"`
+				Watchers   []json.RawMessage `json:"watchers"`
+			}
 			if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil || v.ID == "" {
 				t.Fatalf("201 body %s: %v", w.Body, err)
+			}
+			// What was sent is what was stored: the template and as many
+			// signers and watchers.
+			var sent struct {
+				TemplateID string            `json:"templateId"`
+				Signers    []json.RawMessage `json:"signers"`
+				Watchers   []json.RawMessage `json:"watchers"`
+			}
+			if err := json.Unmarshal(body, &sent); err != nil || sent.TemplateID != v.TemplateID ||
+				len(sent.Signers) != len(v.Signers) || len(sent.Watchers) != len(v.Watchers) {
+				t.Fatalf("sent %s, created %s (%v)", body, w.Body, err)
 			}
 			if w.Header().Get("Location") != Prefix+"/"+v.ID {
 				t.Fatalf("Location %q for %s", w.Header().Get("Location"), v.ID)
 			}
-			if g := fuzzServe(h, http.MethodGet, Prefix+"/"+v.ID, "", nil); g.Code != http.StatusOK {
-				t.Fatalf("the created contract reads back as %d %s", g.Code, g.Body)
+			if g := fuzzServe(h, http.MethodGet, Prefix+"/"+v.ID, "", nil); g.Code != http.StatusOK || g.Body.String() != w.Body.String() {
+				t.Fatalf("created %s, reads back as %d %s", w.Body, g.Code, g.Body)
 			}
-			if got := contractCount(t, s); got != n+1 {
-				t.Fatalf("one create, %d contracts, then %d", n, got)
+			if dbDigest(t, s.db) == before {
+				t.Fatal("201, but the database is unchanged")
 			}
 			// Keep the database small so the fuzzer stays fast.
 			if d := fuzzServe(h, http.MethodDelete, Prefix+"/"+v.ID, "", nil); d.Code != http.StatusNoContent {
 				t.Fatalf("delete: %d %s", d.Code, d.Body)
 			}
+			if dbDigest(t, s.db) != before {
+				t.Fatalf("deleting the contract of %s left data behind", body)
+			}
 			return
 		}
 		checkProblem(t, w)
-		if got := contractCount(t, s); got != n {
-			t.Fatalf("a %d stored a contract: %d, then %d", w.Code, n, got)
+		if dbDigest(t, s.db) != before {
+			t.Fatalf("a %d changed the database", w.Code)
 		}
 	})
 }
 
 // FuzzSearch sends arbitrary query strings to the search handler over a
 // few stored contracts. Property: no panic; a 200 page no larger than
-// page-size whose total is at least its length, or a 4xx problem body.
+// page-size whose total is at least its length, or a 4xx problem body; a
+// query string that does not decode (bad escape, semicolon) is a 400,
+// never a search with the broken parameter left out; nothing is stored.
 func FuzzSearch(f *testing.F) {
 	s, h := fuzzStore(f)
 	for _, b := range []string{
@@ -150,8 +210,15 @@ func FuzzSearch(f *testing.F) {
 	f.Add("order=name-asc&page-size=100")
 	f.Add("time-zone=UTC%2B14:00&date-range=2026-11-22")
 	f.Add("date-range=2026-11-23~2026-11-22")
+	before := dbDigest(f, s.db)
 	f.Fuzz(func(t *testing.T, query string) {
 		w := fuzzServe(h, http.MethodGet, Prefix+"?"+query, "", nil)
+		if dbDigest(t, s.db) != before {
+			t.Fatalf("a search (%d) changed the database", w.Code)
+		}
+		if _, err := url.ParseQuery(query); err != nil && w.Code != http.StatusBadRequest {
+			t.Fatalf("query %q (%v) answered %d %s", query, err, w.Code, w.Body)
+		}
 		if w.Code != http.StatusOK {
 			checkProblem(t, w)
 			return

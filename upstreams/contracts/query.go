@@ -58,6 +58,16 @@ type Query struct {
 var searchParams = []string{"template-id", "statuses", "substring", "creator-id", "placement",
 	"date-range", "time-zone", "order", "page", "page-size"}
 
+// parseRawQuery decodes a request's query string (a 400 when it does not
+// decode) and reads its search parameters.
+func parseRawQuery(raw string) (Query, error) {
+	values, err := problem.DecodeQuery(raw)
+	if err != nil {
+		return Query{}, err
+	}
+	return ParseQuery(values)
+}
+
 // ParseQuery reads the search parameters of values, listing every unknown,
 // repeated or bad parameter in one 400 problem.
 func ParseQuery(values url.Values) (Query, error) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,20 +107,20 @@ func wantFuzzProblem(t *testing.T, w *httptest.ResponseRecorder) problem.Details
 }
 
 // readBack checks that a 200 or 201 share reply names a share that reads
-// back as the same record.
-func readBack(t *testing.T, e *env, w *httptest.ResponseRecorder, caller *keystore.Identity) *Share {
+// back as the same record, byte for byte, of the type that was sent.
+func readBack(t *testing.T, e *env, w *httptest.ResponseRecorder, caller *keystore.Identity, body []byte) *Share {
 	t.Helper()
 	var sh Share
 	if err := json.Unmarshal(w.Body.Bytes(), &sh); err != nil || sh.UUID == "" {
 		t.Fatalf("share body %s: %v", w.Body, err)
 	}
-	g := serve(e.api, fuzzRequest(http.MethodGet, Prefix+"/"+sh.UUID, "", "", nil, caller))
-	if g.Code != http.StatusOK {
-		t.Fatalf("the share reads back as %d %s", g.Code, g.Body)
+	var sent struct{ Type string }
+	if err := json.Unmarshal(body, &sent); err != nil || sent.Type != sh.Type {
+		t.Fatalf("sent %s, stored %s: %v", body, w.Body, err)
 	}
-	var again Share
-	if err := json.Unmarshal(g.Body.Bytes(), &again); err != nil || again.UUID != sh.UUID || again.Type != sh.Type {
-		t.Fatalf("read back %s after %s: %v", g.Body, w.Body, err)
+	g := serve(e.api, fuzzRequest(http.MethodGet, Prefix+"/"+sh.UUID, "", "", nil, caller))
+	if g.Code != http.StatusOK || g.Body.String() != w.Body.String() {
+		t.Fatalf("stored %s, reads back as %d %s", w.Body, g.Code, g.Body)
 	}
 	return &sh
 }
@@ -136,10 +137,17 @@ func FuzzCreate(f *testing.F) {
 		before := digest(t, e.db)
 		w := serve(e.api, fuzzRequest(http.MethodPost, Prefix, "", contentType, body, bob))
 		if w.Code == http.StatusCreated {
-			sh := readBack(t, e, w, bob)
-			// Keep the database small so the fuzzer stays fast.
+			sh := readBack(t, e, w, bob, body)
+			if w.Header().Get("Location") != Prefix+"/"+sh.UUID {
+				t.Fatalf("Location %q for %s", w.Header().Get("Location"), sh.UUID)
+			}
+			// Keep the database small so the fuzzer stays fast; what a
+			// share stored goes with it.
 			if d := serve(e.api, fuzzRequest(http.MethodDelete, Prefix+"/"+sh.UUID, "", "", nil, bob)); d.Code != http.StatusNoContent {
 				t.Fatalf("delete: %d %s", d.Code, d.Body)
+			}
+			if digest(t, e.db) != before {
+				t.Fatalf("deleting the share of %s left data behind", body)
 			}
 			return
 		}
@@ -161,11 +169,14 @@ func FuzzUpdate(f *testing.F) {
 	}
 	f.Add("application/json", []byte(`{"type":"JQL","projectId":"P1","jql":"project = P1 ORDER BY key","password":"pw"}`))
 	f.Add("application/json", []byte(`{"type":"ISSUE","issueId":"1","projectId":"P1"}`))
+	shareID := sh.UUID
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
 		before := digest(t, e.db)
-		w := serve(e.api, fuzzRequest(http.MethodPut, Prefix+"/"+sh.UUID, "", contentType, body, alice))
+		w := serve(e.api, fuzzRequest(http.MethodPut, Prefix+"/"+shareID, "", contentType, body, alice))
 		if w.Code == http.StatusOK {
-			readBack(t, e, w, alice)
+			if sh := readBack(t, e, w, alice, body); sh.UUID != shareID {
+				t.Fatalf("updated %s, replied with %s", shareID, sh.UUID)
+			}
 			return
 		}
 		wantFuzzProblem(t, w)
@@ -177,7 +188,8 @@ func FuzzUpdate(f *testing.F) {
 
 // FuzzList sends arbitrary query strings to the list over a few shares.
 // Property: no panic; a 200 array no longer than the limit with an
-// X-Total-Count at least its length, or a 4xx problem body.
+// X-Total-Count at least its length, or a 4xx problem body; a query
+// string that does not decode is a 400; nothing is stored.
 func FuzzList(f *testing.F) {
 	e := fuzzEnv(f)
 	for _, in := range []*CreateRequest{issueShare("10001", "P1"), issueShare("10002", "P2"),
@@ -188,9 +200,17 @@ func FuzzList(f *testing.F) {
 	}
 	f.Add("projectId=P1&sort=created_at&sortOrder=desc&limit=1000")
 	f.Add("limit=1001&offset=-1")
+	before := digest(f, e.db)
 	f.Fuzz(func(t *testing.T, query string) {
+		_, qerr := url.ParseQuery(query)
 		for _, caller := range []*keystore.Identity{root, bob} {
 			w := serve(e.api, fuzzRequest(http.MethodGet, Prefix, query, "", nil, caller))
+			if digest(t, e.db) != before {
+				t.Fatalf("a list (%d) changed the database", w.Code)
+			}
+			if qerr != nil && w.Code != http.StatusBadRequest {
+				t.Fatalf("query %q (%v) answered %d %s", query, qerr, w.Code, w.Body)
+			}
 			if w.Code != http.StatusOK {
 				wantFuzzProblem(t, w)
 				return

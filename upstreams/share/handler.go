@@ -120,7 +120,10 @@ func filterParam(q url.Values, name string, f *problem.Fields) string {
 }
 
 func (h *api) list(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, ok := h.query(w, r)
+	if !ok {
+		return
+	}
 	var f problem.Fields
 	queryParams(q, &f, "sort", "sortOrder", "limit", "offset", "issueId", "userId", "projectId")
 	lq := ListQuery{
@@ -165,10 +168,24 @@ func (h *api) list(w http.ResponseWriter, r *http.Request) {
 	reply.JSON(w, http.StatusOK, shares)
 }
 
+// query decodes r's query string, answering a 400 when it does not.
+func (h *api) query(w http.ResponseWriter, r *http.Request) (url.Values, bool) {
+	q, err := problem.DecodeQuery(r.URL.RawQuery)
+	if err != nil {
+		h.fail(w, r, err)
+		return nil, false
+	}
+	return q, true
+}
+
 // noQuery refuses query parameters on operations that take none.
 func (h *api) noQuery(w http.ResponseWriter, r *http.Request) bool {
+	q, ok := h.query(w, r)
+	if !ok {
+		return false
+	}
 	var f problem.Fields
-	queryParams(r.URL.Query(), &f)
+	queryParams(q, &f)
 	if err := f.Err(); err != nil {
 		h.fail(w, r, err)
 		return false
@@ -235,7 +252,10 @@ func (h *api) delete(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *api) activity(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, ok := h.query(w, r)
+	if !ok {
+		return
+	}
 	var f problem.Fields
 	queryParams(q, &f, "limit", "offset")
 	limit := intParam(q, "limit", defaultActivityLimit, &f)

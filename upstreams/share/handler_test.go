@@ -433,6 +433,8 @@ func TestActivityPaging(t *testing.T) {
 	wantProblem(t, e.call(alice, "GET", path+"/activity?limit=0&offset=-1&x=1", nil), 400, "invalid_request",
 		"limit:out_of_range", "offset:out_of_range", "x:unknown_parameter")
 	wantProblem(t, e.call(alice, "GET", path+"/activity?limit=abc", nil), 400, "invalid_request", "limit:invalid")
+	wantProblem(t, e.call(alice, "GET", path+"/activity?limit=%zz", nil), 400, "invalid_request")
+	wantProblem(t, e.call(alice, "GET", path+"?x=1;y=2", nil), 400, "invalid_request")
 }
 
 func TestRoutes(t *testing.T) {

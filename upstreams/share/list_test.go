@@ -274,6 +274,9 @@ func TestListRefusals(t *testing.T) {
 		{"empty and repeated filters", root, "projectId=&userId=a&userId=b&issueId=%01", 400, "invalid_request",
 			[]string{"projectId:required", "userId:invalid", "issueId:invalid"}},
 		{"empty sort", root, "sort=", 400, "invalid_request", []string{"sort:invalid"}},
+		// Found by FuzzList: url.Values dropped the broken pair.
+		{"bad escape", root, "limit=%zz", 400, "invalid_request", nil},
+		{"semicolon", root, "projectId=P1;limit=1", 400, "invalid_request", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

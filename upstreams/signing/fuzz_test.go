@@ -11,9 +11,12 @@ import (
 	"image/color"
 	"image/jpeg"
 	"image/png"
+	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,6 +43,9 @@ type fuzzFixture struct {
 	// token is the signing token of the first signer of the contract the
 	// inputs go to; a decision that succeeds moves it to a new contract.
 	token, id string
+	// decided is the id of the signer whose decision was last recorded,
+	// lastID its contract.
+	decided, lastID string
 }
 
 func newFuzzFixture(tb testing.TB) *fuzzFixture {
@@ -101,6 +107,14 @@ func (f *fuzzFixture) next(tb testing.TB) {
 // problem body for JSON clients, with the database unchanged.
 func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acceptJSON bool) *httptest.ResponseRecorder {
 	t.Helper()
+	if f.lastID != "" {
+		// The contract of the previous success, once checked, goes: the
+		// database stays small and the digests fast.
+		if err := f.svc.Contracts().Delete(t.Context(), f.lastID); err != nil {
+			t.Fatal(err)
+		}
+		f.lastID = ""
+	}
 	r := httptest.NewRequest(http.MethodPost, "/sign/"+f.token+"/decision", bytes.NewReader(body))
 	r.RemoteAddr = "192.0.2.7:40000"
 	if contentType != "" {
@@ -123,6 +137,7 @@ func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acce
 		if dbDigest(t, f.db) == before {
 			t.Fatalf("%d, but nothing was stored", w.Code)
 		}
+		f.decided, f.lastID = c.Signers[0].ID, f.id
 		f.next(t)
 		return w
 	}
@@ -189,14 +204,41 @@ func FuzzDecision(f *testing.F) {
 	mt, body := multipartBody(map[string]string{"decision": "signed", "method": "upload"}, sigPNG(f, true))
 	f.Add(mt, body, false)
 	f.Fuzz(func(t *testing.T, contentType string, body []byte, acceptJSON bool) {
-		fx.decide(t, contentType, body, acceptJSON)
+		w := fx.decide(t, contentType, body, acceptJSON)
+		if w.Code != http.StatusOK && w.Code != http.StatusSeeOther {
+			return
+		}
+		// What was recorded is what was sent.
+		c, err := fx.svc.Contracts().Get(t.Context(), fx.lastID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent := sentDecision(contentType, body); c.Signers[0].Decision != sent {
+			t.Fatalf("sent decision %q, recorded %q", sent, c.Signers[0].Decision)
+		}
 	})
+}
+
+// sentDecision reads the decision field of a body as the handler should
+// have: JSON or a form, by media type.
+func sentDecision(contentType string, body []byte) string {
+	if mt, _, _ := mime.ParseMediaType(contentType); problem.IsJSON(mt) {
+		var in decisionInput
+		_ = json.Unmarshal(body, &in)
+		return in.Decision
+	}
+	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	r.Header.Set("Content-Type", contentType)
+	_ = r.ParseMultipartForm(maxDecisionBody)
+	return r.PostFormValue("decision")
 }
 
 // FuzzSignatureImage wraps arbitrary image bytes in a decision: as
 // base64 in JSON (upload), as a data: URL in a form (draw) or as a
-// multipart file part (upload). Only a PNG or JPEG of at most 4096×4096
-// that decodes (and, drawn, is not blank) may be recorded.
+// multipart file part (upload), each under a few declared types and
+// encodings (mode/3 picks one: the declared type is never trusted). Only
+// a PNG or JPEG of at most 4096×4096 that decodes (and, drawn, is not
+// blank) may be recorded, and what is recorded is the image as sent.
 func FuzzSignatureImage(f *testing.F) {
 	fx := newFuzzFixture(f)
 	for _, img := range [][]byte{sigPNG(f, true), sigPNG(f, false), sigJPEG(f), pngBomb(f, 60000, 60000), []byte("GIF89a")} {
@@ -204,29 +246,84 @@ func FuzzSignatureImage(f *testing.F) {
 			f.Add(mode, img)
 		}
 	}
+	for mode := uint8(3); mode < 12; mode++ {
+		f.Add(mode, sigPNG(f, true))
+	}
 	f.Fuzz(func(t *testing.T, mode uint8, img []byte) {
-		var ct string
-		var body []byte
-		switch mode % 3 {
-		case 0:
-			ct = "application/json"
-			body, _ = json.Marshal(map[string]string{"decision": "signed", "method": "upload",
-				"signature": base64.StdEncoding.EncodeToString(img)})
-		case 1:
-			ct = "application/x-www-form-urlencoded"
-			body = []byte("decision=signed&method=draw&signature=" + strings.NewReplacer("+", "%2B", "/", "%2F", "=", "%3D").
-				Replace("data:image/png;base64,"+base64.StdEncoding.EncodeToString(img)))
-		default:
-			ct, body = multipartBody(map[string]string{"decision": "signed", "method": "upload"}, img)
-		}
+		ct, body, method := imageDecision(mode, img)
 		w := fx.decide(t, ct, body, true)
-		if w.Code == http.StatusOK {
-			cfg, format, err := image.DecodeConfig(bytes.NewReader(img))
-			if err != nil || (format != "png" && format != "jpeg") || cfg.Width*cfg.Height > 4096*4096 {
-				t.Fatalf("recorded a signature that is not a PNG or JPEG within 4096×4096: %v %s %v", err, format, cfg)
-			}
+		if w.Code != http.StatusOK {
+			return
+		}
+		cfg, format, err := image.DecodeConfig(bytes.NewReader(img))
+		if err != nil || (format != "png" && format != "jpeg") || cfg.Width > 4096 || cfg.Height > 4096 {
+			t.Fatalf("recorded a signature that is not a PNG or JPEG within 4096×4096: %v %s %v", err, format, cfg)
+		}
+		var stored []byte
+		var storedMethod string
+		if err := fx.db.View(func(tx *bbolt.Tx) (err error) {
+			storedMethod, stored, err = getSignature(tx, fx.decided)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if storedMethod != method || !bytes.Equal(stored, img) {
+			t.Fatalf("sent a %d-byte %s signature, stored a %d-byte %s one", len(img), method, len(stored), storedMethod)
 		}
 	})
+}
+
+// imageDecision is the decision body FuzzSignatureImage sends for mode:
+// mode%3 picks JSON, form or multipart, mode/3%4 how the image is
+// declared and encoded.
+func imageDecision(mode uint8, img []byte) (contentType string, body []byte, method string) {
+	variant := mode / 3 % 4
+	switch mode % 3 {
+	case 0:
+		sig := base64.StdEncoding.EncodeToString(img)
+		switch variant {
+		case 1: // a data: URL declaring another type
+			sig = "data:image/jpeg;base64," + sig
+		case 2: // URL-safe, unpadded
+			sig = base64.RawURLEncoding.EncodeToString(img)
+		case 3: // MIME line breaks, wrong declared type
+			var b strings.Builder
+			b.WriteString("data:text/plain;base64,")
+			for i := 0; i < len(sig); i += 76 {
+				b.WriteString(sig[i:min(i+76, len(sig))] + "\r\n")
+			}
+			sig = b.String()
+		}
+		body, _ = json.Marshal(map[string]string{"decision": "signed", "method": "upload", "signature": sig})
+		return "application/json", body, contracts.MethodUpload
+	case 1:
+		mt := [...]string{"image/png", "image/jpeg", "application/octet-stream", "text/html"}[variant]
+		body = []byte("decision=signed&method=draw&signature=" + url.QueryEscape("data:"+mt+";base64,"+base64.StdEncoding.EncodeToString(img)))
+		return "application/x-www-form-urlencoded", body, contracts.MethodDraw
+	}
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	mw.WriteField("decision", "signed")
+	mw.WriteField("method", "upload")
+	h := make(textproto.MIMEHeader)
+	switch variant {
+	case 0:
+		h.Set("Content-Disposition", `form-data; name="signature"; filename="sig.png"`)
+		h.Set("Content-Type", "application/octet-stream")
+	case 1:
+		h.Set("Content-Disposition", `form-data; name="signature"; filename="sig.jpg"`)
+		h.Set("Content-Type", "image/jpeg")
+	case 2:
+		h.Set("Content-Disposition", `form-data; name="signature"; filename="sig.gif"`)
+		h.Set("Content-Type", "image/gif")
+	case 3:
+		h.Set("Content-Disposition", `form-data; name="signature"; filename="notes.txt"`)
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	fw, _ := mw.CreatePart(h)
+	fw.Write(img)
+	mw.Close()
+	return mw.FormDataContentType(), b.Bytes(), contracts.MethodUpload
 }
 
 // multipartBody is a multipart form with fields and, if file is not nil,

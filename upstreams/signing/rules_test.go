@@ -43,6 +43,10 @@ func TestDecisionValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x89}, maxSignatureBytes+1))
+	// Found by FuzzSignatureImage: 8192×2 is fewer pixels than 4096×4096,
+	// but wider than the documented bound.
+	wide := encodePNG(t, image.NewNRGBA(image.Rect(0, 0, 8192, 2)))
+	tall := encodePNG(t, image.NewNRGBA(image.Rect(0, 0, 2, 4097)))
 
 	tests := []struct {
 		name   string
@@ -59,6 +63,8 @@ func TestDecisionValidation(t *testing.T) {
 		{"not an image", map[string]string{"decision": "signed", "method": "upload", "signature": base64.StdEncoding.EncodeToString([]byte("hello"))}, []string{"signature=invalid"}},
 		{"gif", map[string]string{"decision": "signed", "method": "upload", "signature": base64.StdEncoding.EncodeToString(gifImg.Bytes())}, []string{"signature=invalid"}},
 		{"over 1 MiB", map[string]string{"decision": "signed", "method": "upload", "signature": big}, []string{"signature=too_large"}},
+		{"wider than 4096", map[string]string{"decision": "signed", "method": "upload", "signature": wide}, []string{"signature=invalid"}},
+		{"taller than 4096", map[string]string{"decision": "signed", "method": "upload", "signature": tall}, []string{"signature=invalid"}},
 		{"no typed name", map[string]string{"decision": "signed", "method": "render", "signature": "  "}, []string{"signature=required"}},
 		{"typed name with a control character", map[string]string{"decision": "signed", "method": "render", "signature": "Sam\u0007"}, []string{"signature=invalid"}},
 		{"reason when signing", map[string]string{"decision": "signed", "method": "render", "signature": "Sam", "reason": "why not"}, []string{"reason=not_allowed"}},

@@ -22,11 +22,12 @@ import (
 const (
 	// maxSignatureBytes bounds a signature image (spec: up to 1 MiB).
 	maxSignatureBytes = 1 << 20
-	// maxSignaturePixels bounds its canvas, as contractpdf does, before
-	// it is decoded: a small PNG can claim an enormous canvas.
-	maxSignaturePixels = 4096 * 4096
-	maxTypedName       = 255
-	maxReason          = 2000
+	// maxSignatureSide bounds its width and height before it is decoded:
+	// a small PNG can claim an enormous canvas. Within it, contractpdf's
+	// bound of 4096×4096 pixels holds too.
+	maxSignatureSide = 4096
+	maxTypedName     = 255
+	maxReason        = 2000
 )
 
 // decisionInput is the decision request as sent, by JSON or form.
@@ -130,7 +131,7 @@ func signatureImage(in *decisionInput, drawn bool) ([]byte, string, string) {
 	if err != nil || (format != "png" && format != "jpeg") {
 		return nil, "invalid", "signature must be a PNG or JPEG image"
 	}
-	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width*cfg.Height > maxSignaturePixels {
+	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width > maxSignatureSide || cfg.Height > maxSignatureSide {
 		return nil, "invalid", "the signature image must be at most 4096 by 4096 pixels"
 	}
 	img, _, err := image.Decode(bytes.NewReader(raw))
