@@ -34,6 +34,10 @@ func Of(t storage.Tx) *bbolt.Tx {
 	return t.(tx).Tx
 }
 
+// Wrap makes a bbolt transaction a storage.Tx, for code that opened it
+// through the bbolt API itself.
+func Wrap(t *bbolt.Tx) storage.Tx { return tx{t} }
+
 // Backend implements storage.DB.
 func (d *DB) Backend() string { return Name }
 
