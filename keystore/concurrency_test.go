@@ -2,6 +2,8 @@ package keystore
 
 import (
 	"fmt"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/netip"
 	"sync"
 	"testing"
@@ -12,84 +14,86 @@ import (
 // key checks and updates run; after a last flush the stored count is the
 // number of uses, in memory and on disk.
 func TestConcurrentUseAndFlush(t *testing.T) {
-	e := newEnv(t)
-	k := mustCreate(t, e.keys, `{"service":"share","name":"hot","owner":"o","privileges":["get","list"]}`)
-	other := mustCreate(t, e.keys, `{"service":"share","name":"cold","owner":"o","privileges":["get"]}`)
-	const workers, uses = 8, 500
-	req := Request{Service: ServiceShare, Authorization: []string{"Bearer " + k.Token},
-		ClientIP: netip.MustParseAddr("192.0.2.1"), Method: "GET", Path: "/webapi/share/x", Now: t0}
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		k := mustCreate(t, e.keys, `{"service":"share","name":"hot","owner":"o","privileges":["get","list"]}`)
+		other := mustCreate(t, e.keys, `{"service":"share","name":"cold","owner":"o","privileges":["get"]}`)
+		const workers, uses = 8, 500
+		req := Request{Service: ServiceShare, Authorization: []string{"Bearer " + k.Token},
+			ClientIP: netip.MustParseAddr("192.0.2.1"), Method: "GET", Path: "/webapi/share/x", Now: t0}
 
-	stop := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Add(2)
-	go func() { // the flush loop of the webapi app
-		defer bg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := e.keys.FlushUsage(); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-	}()
-	go func() { // an administrator editing the key meanwhile
-		defer bg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := e.keys.Update(k.ID, input(t, fmt.Sprintf(`{"name":"hot %d"}`, i))); err != nil {
-				t.Error(err)
-				return
-			}
-			_ = e.keys.List("")
-		}
-	}()
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < uses; i++ {
-				d := Authorize(&req, &testShareTable, e.keys.Lookup)
-				if !d.Authorized() {
-					t.Errorf("refused: %s", d.Reason)
+		stop := make(chan struct{})
+		var bg sync.WaitGroup
+		bg.Add(2)
+		go func() { // the flush loop of the webapi app
+			defer bg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := e.keys.FlushUsage(); err != nil {
+					t.Error(err)
 					return
 				}
-				_ = d.Identity()
-				e.keys.Use(d.Entry, t0.Add(time.Duration(w*uses+i)*time.Millisecond))
 			}
 		}()
-	}
-	wg.Wait()
-	close(stop)
-	bg.Wait()
-	if _, err := e.keys.FlushUsage(); err != nil {
-		t.Fatal(err)
-	}
-	const total = workers * uses
-	last := t0.Add(time.Duration(total-1) * time.Millisecond)
-	for name, ks := range map[string]*Keys{"memory": e.keys, "disk": e.reopen(t)} {
-		g, err := ks.Get(k.ID)
-		if err != nil {
+		go func() { // an administrator editing the key meanwhile
+			defer bg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := e.keys.Update(k.ID, input(t, fmt.Sprintf(`{"name":"hot %d"}`, i))); err != nil {
+					t.Error(err)
+					return
+				}
+				_ = e.keys.List("")
+			}
+		}()
+		var wg sync.WaitGroup
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < uses; i++ {
+					d := Authorize(&req, &testShareTable, e.keys.Lookup)
+					if !d.Authorized() {
+						t.Errorf("refused: %s", d.Reason)
+						return
+					}
+					_ = d.Identity()
+					e.keys.Use(d.Entry, t0.Add(time.Duration(w*uses+i)*time.Millisecond))
+				}
+			}()
+		}
+		wg.Wait()
+		close(stop)
+		bg.Wait()
+		if _, err := e.keys.FlushUsage(); err != nil {
 			t.Fatal(err)
 		}
-		if g.UsageCount != total {
-			t.Errorf("%s: usageCount %d, want %d", name, g.UsageCount, total)
+		const total = workers * uses
+		last := t0.Add(time.Duration(total-1) * time.Millisecond)
+		for name, ks := range map[string]*Keys{"memory": e.keys, "disk": e.reopen(t)} {
+			g, err := ks.Get(k.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.UsageCount != total {
+				t.Errorf("%s: usageCount %d, want %d", name, g.UsageCount, total)
+			}
+			if g.LastUsageTime == nil || !g.LastUsageTime.Equal(last) {
+				t.Errorf("%s: lastUsageTime %v, want %v", name, g.LastUsageTime, last)
+			}
+			if o, _ := ks.Get(other.ID); o.UsageCount != 0 {
+				t.Errorf("%s: unused key counted %d", name, o.UsageCount)
+			}
 		}
-		if g.LastUsageTime == nil || !g.LastUsageTime.Equal(last) {
-			t.Errorf("%s: lastUsageTime %v, want %v", name, g.LastUsageTime, last)
-		}
-		if o, _ := ks.Get(other.ID); o.UsageCount != 0 {
-			t.Errorf("%s: unused key counted %d", name, o.UsageCount)
-		}
-	}
+	})
 }
 
 func BenchmarkAuthorize(b *testing.B) {

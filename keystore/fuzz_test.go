@@ -3,6 +3,8 @@ package keystore
 import (
 	"encoding/json"
 	"errors"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"net/netip"
 	"reflect"
@@ -30,7 +32,7 @@ var refusals = map[string]int{
 // in any case, surrounding blanks trimmed) is ever authorized. The
 // check changes nothing, so the stored keys are compared afterwards.
 func FuzzAuthorize(f *testing.F) {
-	e := newEnv(f)
+	e := newEnv(f, storetest.OpenBolt(f))
 	open := mustCreate(f, e.keys, `{"service":"contracts","name":"open","owner":"alice","privileges":["search","get"]}`)
 	fenced := mustCreate(f, e.keys, `{"service":"contracts","name":"fenced","owner":"bob","privileges":["create"],
 		"allowedIps":["10.0.0.0/8","2001:db8::/32"],"notValidAfter":"2026-03-02T12:00:00Z"}`)
@@ -129,10 +131,10 @@ var (
 // silently dropped, which would fence the key more than was asked, or,
 // for an empty result, not at all).
 func FuzzAllowedIPs(f *testing.F) {
-	e := newEnv(f)
+	e := newEnv(f, storetest.OpenBolt(f))
 	// Each accepted input creates and deletes a key: without fsync the
 	// fuzzer (and its minimizer) runs a hundred times faster.
-	e.db.NoSync = true
+	e.db.(*boltdb.DB).Bolt.NoSync = true
 	for _, s := range []string{
 		"10.0.0.0/8", "10.1.2.3", "10.1.2.3/8", " 192.0.2.1 ", "2001:db8::1", "2001:DB8::/32",
 		"::ffff:10.0.0.1", "::ffff:10.0.0.0/104", "::ffff:0:0/95", "::ffff:0:0/96", "::/0", "0.0.0.0/0",

@@ -1,19 +1,21 @@
 package keystore
 
 import (
+	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/testclock"
 )
 
@@ -53,11 +55,11 @@ var testShareTable = Table{
 // t0 is the fake clock's start.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// env is a key store on a real bbolt file with everything needed to open
-// it again.
+// env is a key store on a real database (a bbolt file or a PostgreSQL
+// schema) with everything needed to open it again.
 type env struct {
-	db      *bbolt.DB
-	backend *BoltBackend
+	db      storage.DB
+	backend Backend
 	sealer  *Sealer
 	master  []byte
 	clock   *testclock.Clock
@@ -73,25 +75,109 @@ func randomKey(t testing.TB) []byte {
 	return k
 }
 
-func newEnv(t testing.TB) *env {
+// newBackend is the key Backend of db's kind.
+func newBackend(t testing.TB, db storage.DB) Backend {
 	t.Helper()
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
+	switch d := db.(type) {
+	case *boltdb.DB:
+		b, err := NewBoltBackend(d.Bolt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	case *pgdb.DB:
+		return NewPostgresBackend(d)
 	}
-	t.Cleanup(func() { db.Close() })
-	backend, err := NewBoltBackend(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Fatalf("no key backend for %s", db.Backend())
+	return nil
+}
+
+func newEnv(t testing.TB, db storage.DB) *env {
+	t.Helper()
 	master := randomKey(t)
 	sealer, err := NewSealer(master)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{db: db, backend: backend, sealer: sealer, master: master, clock: testclock.New(t0)}
+	e := &env{db: db, backend: newBackend(t, db), sealer: sealer, master: master, clock: testclock.New(t0)}
 	e.keys = e.reopen(t)
 	return e
+}
+
+// stored is every value the backend keeps for keys, as bytes: bucket
+// values on bbolt, each row as text on PostgreSQL.
+func (e *env) stored(t testing.TB) [][]byte {
+	t.Helper()
+	var out [][]byte
+	ctx := context.Background()
+	err := e.db.View(ctx, func(tx storage.Tx) error {
+		switch e.db.Backend() {
+		case boltdb.Name:
+			for _, name := range [][]byte{bucketKeys, bucketKeyUsage} {
+				err := boltdb.Of(tx).Bucket(name).ForEach(func(_, v []byte) error {
+					out = append(out, bytes.Clone(v))
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		default:
+			rows, err := pgdb.Of(tx).Query(ctx, "SELECT k::text FROM keys k")
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var row string
+				if err := rows.Scan(&row); err != nil {
+					return err
+				}
+				out = append(out, []byte(row))
+			}
+			return rows.Err()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// usageRecords counts the usage records the backend keeps apart from
+// keys (bbolt's usage bucket); PostgreSQL keeps usage in the key's row.
+func (e *env) usageRecords(t testing.TB) int {
+	t.Helper()
+	n := 0
+	if e.db.Backend() != boltdb.Name {
+		return 0
+	}
+	err := e.db.View(context.Background(), func(tx storage.Tx) error {
+		n = boltdb.Of(tx).Bucket(bucketKeyUsage).Stats().KeyN
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// putCorrupt stores a key record that does not decode.
+func (e *env) putCorrupt(t testing.TB) {
+	t.Helper()
+	id := bytes.Repeat([]byte{1}, 16)
+	ctx := context.Background()
+	err := e.db.Update(ctx, func(tx storage.Tx) error {
+		if e.db.Backend() == boltdb.Name {
+			return boltdb.Of(tx).Bucket(bucketKeys).Put(id, []byte("{not json"))
+		}
+		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO keys (id, service, token_hash, record) VALUES ($1, 'contracts', $2, '{"id": 7}')`, id, id)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // reopen loads the keys of the same backend into a fresh Keys.

@@ -89,10 +89,7 @@ func (k *Keys) Lookup(h TokenHash) *Entry {
 // Use counts one authorized use of e at now.
 func (k *Keys) Use(e *Entry, now time.Time) {
 	e.uses.Add(1)
-	// Microseconds: what a PostgreSQL timestamptz keeps, so lastUsageTime
-	// reads the same from either backend.
 	ns := now.UnixNano()
-	ns -= ns % 1000
 	for {
 		old := e.lastUse.Load()
 		if old >= ns || e.lastUse.CompareAndSwap(old, ns) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"net/netip"
 	"os"
@@ -16,8 +18,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testclock"
@@ -33,58 +33,62 @@ func ptime(s string) *time.Time {
 }
 
 func TestCreateEveryField(t *testing.T) {
-	e := newEnv(t)
-	desc := strings.Repeat("ü", 4000)
-	key := mustCreate(t, e.keys, `{"service":"share","name":"Build ✓ bot","description":"`+desc+`","owner":"alice@example.com",
-		"privileges":["list","get","create","delete"],"notValidBefore":"2026-03-01T13:00:00+01:00",
-		"notValidAfter":"2026-12-31T23:59:59.5Z","allowedIps":["192.0.2.7"," 10.0.0.5/8 ","2001:DB8::1","2001:db8:1::/48","::ffff:198.51.100.9"],
-		"adminProjects":["p1","*"]}`)
-	want := Key{
-		ID: key.ID, Service: ServiceShare, Name: "Build ✓ bot", Description: desc, Owner: "alice@example.com",
-		Privileges:     []Privilege{PrivList, PrivGet, PrivCreate, PrivDelete},
-		NotValidBefore: ptime("2026-03-01T12:00:00Z"), NotValidAfter: ptime("2026-12-31T23:59:59.5Z"),
-		AllowedIPs:    []string{"192.0.2.7", "10.0.0.0/8", "2001:db8::1", "2001:db8:1::/48", "198.51.100.9"},
-		AdminProjects: []string{"p1", "*"},
-		CreationTime:  t0, LastModificationTime: t0,
-		TokenPrefix: key.Token[:12], Token: key.Token,
-	}
-	if !reflect.DeepEqual(key, want) {
-		t.Fatalf("Create returned\n%+v\nwant\n%+v", key, want)
-	}
-	if key.NotValidBefore.Location() != time.UTC {
-		t.Errorf("notValidBefore kept zone %v", key.NotValidBefore.Location())
-	}
-	got, err := e.keys.Get(key.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want.Token = ""
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("Get returned\n%+v\nwant\n%+v", got, want)
-	}
-	// And the same after a restart.
-	got, err = e.reopen(t).Get(key.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("Get after reopen returned\n%+v\nwant\n%+v", got, want)
-	}
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		desc := strings.Repeat("ü", 4000)
+		key := mustCreate(t, e.keys, `{"service":"share","name":"Build ✓ bot","description":"`+desc+`","owner":"alice@example.com",
+			"privileges":["list","get","create","delete"],"notValidBefore":"2026-03-01T13:00:00+01:00",
+			"notValidAfter":"2026-12-31T23:59:59.5Z","allowedIps":["192.0.2.7"," 10.0.0.5/8 ","2001:DB8::1","2001:db8:1::/48","::ffff:198.51.100.9"],
+			"adminProjects":["p1","*"]}`)
+		want := Key{
+			ID: key.ID, Service: ServiceShare, Name: "Build ✓ bot", Description: desc, Owner: "alice@example.com",
+			Privileges:     []Privilege{PrivList, PrivGet, PrivCreate, PrivDelete},
+			NotValidBefore: ptime("2026-03-01T12:00:00Z"), NotValidAfter: ptime("2026-12-31T23:59:59.5Z"),
+			AllowedIPs:    []string{"192.0.2.7", "10.0.0.0/8", "2001:db8::1", "2001:db8:1::/48", "198.51.100.9"},
+			AdminProjects: []string{"p1", "*"},
+			CreationTime:  t0, LastModificationTime: t0,
+			TokenPrefix: key.Token[:12], Token: key.Token,
+		}
+		if !reflect.DeepEqual(key, want) {
+			t.Fatalf("Create returned\n%+v\nwant\n%+v", key, want)
+		}
+		if key.NotValidBefore.Location() != time.UTC {
+			t.Errorf("notValidBefore kept zone %v", key.NotValidBefore.Location())
+		}
+		got, err := e.keys.Get(key.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Token = ""
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Get returned\n%+v\nwant\n%+v", got, want)
+		}
+		// And the same after a restart.
+		got, err = e.reopen(t).Get(key.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Get after reopen returned\n%+v\nwant\n%+v", got, want)
+		}
+	})
 }
 
 func TestCreateDefaults(t *testing.T) {
-	e := newEnv(t)
-	key := mustCreate(t, e.keys, `{"service":"contracts","name":"n","owner":"o","privileges":["get"]}`)
-	if key.AllowedIPs == nil || len(key.AllowedIPs) != 0 {
-		t.Errorf("allowedIps %#v, want an empty list (JSON [])", key.AllowedIPs)
-	}
-	if key.NotValidBefore != nil || key.NotValidAfter != nil || key.LastUsageTime != nil || key.UsageCount != 0 ||
-		key.Description != "" || key.AdminProjects != nil {
-		t.Errorf("unexpected defaults: %+v", key)
-	}
-	if key.ID == "" || len(key.ID) != 36 {
-		t.Errorf("id %q is not a UUID", key.ID)
-	}
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		key := mustCreate(t, e.keys, `{"service":"contracts","name":"n","owner":"o","privileges":["get"]}`)
+		if key.AllowedIPs == nil || len(key.AllowedIPs) != 0 {
+			t.Errorf("allowedIps %#v, want an empty list (JSON [])", key.AllowedIPs)
+		}
+		if key.NotValidBefore != nil || key.NotValidAfter != nil || key.LastUsageTime != nil || key.UsageCount != 0 ||
+			key.Description != "" || key.AdminProjects != nil {
+			t.Errorf("unexpected defaults: %+v", key)
+		}
+		if key.ID == "" || len(key.ID) != 36 {
+			t.Errorf("id %q is not a UUID", key.ID)
+		}
+	})
 }
 
 const validContracts = `"service":"contracts","name":"ci","owner":"alice","privileges":["get"]`
@@ -157,258 +161,252 @@ func TestCreateValidation(t *testing.T) {
 			[]string{"owner:invalid", "name:invalid", "description:invalid", "privileges[1]:unknown_privilege", "privileges[2]:duplicate",
 				"notValidAfter:invalid", "allowedIps[0]:invalid", "allowedIps[2]:invalid", "adminProjects:invalid"}},
 	}
-	e := newEnv(t)
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			before := e.keys.List("")
-			key, err := e.keys.Create(input(t, tt.body))
-			if tt.want == nil {
-				if err != nil {
-					t.Fatalf("Create: %v", err)
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				before := e.keys.List("")
+				key, err := e.keys.Create(input(t, tt.body))
+				if tt.want == nil {
+					if err != nil {
+						t.Fatalf("Create: %v", err)
+					}
+					if len(e.keys.List("")) != len(before)+1 {
+						t.Fatal("valid key not listed")
+					}
+					return
 				}
-				if len(e.keys.List("")) != len(before)+1 {
-					t.Fatal("valid key not listed")
+				if err == nil {
+					t.Fatalf("Create accepted %+v", key)
 				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Create accepted %+v", key)
-			}
-			if got := fieldErrors(t, err); !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("field errors\n%q\nwant\n%q", got, tt.want)
-			}
-			if key.ID != "" || key.Token != "" {
-				t.Errorf("refused create returned a key %+v", key)
-			}
-			if after := e.keys.List(""); !reflect.DeepEqual(after, before) {
-				t.Errorf("refused create changed the list: %d keys, had %d", len(after), len(before))
-			}
-		})
-	}
-	// Nothing refused reached the disk either.
-	if got, want := len(e.reopen(t).List("")), len(e.keys.List("")); got != want {
-		t.Errorf("after reopen %d keys, want %d", got, want)
-	}
+				if got := fieldErrors(t, err); !reflect.DeepEqual(got, tt.want) {
+					t.Errorf("field errors\n%q\nwant\n%q", got, tt.want)
+				}
+				if key.ID != "" || key.Token != "" {
+					t.Errorf("refused create returned a key %+v", key)
+				}
+				if after := e.keys.List(""); !reflect.DeepEqual(after, before) {
+					t.Errorf("refused create changed the list: %d keys, had %d", len(after), len(before))
+				}
+			})
+		}
+		// Nothing refused reached the disk either.
+		if got, want := len(e.reopen(t).List("")), len(e.keys.List("")); got != want {
+			t.Errorf("after reopen %d keys, want %d", got, want)
+		}
+	})
 }
 
 func TestUpdate(t *testing.T) {
-	e := newEnv(t)
-	base := `{"service":"share","name":"orig","description":"d","owner":"alice","privileges":["get","list"],
-		"notValidBefore":"2026-01-01T00:00:00Z","notValidAfter":"2027-01-01T00:00:00Z","allowedIps":["192.0.2.0/24"],"adminProjects":["p1"]}`
-	tests := []struct {
-		name   string
-		body   string
-		want   func(k *Key) // applied to the original; nil with errs
-		errs   []string
-		status int // for non-400 errors
-	}{
-		{name: "empty body keeps everything", body: `{}`, want: func(k *Key) {}},
-		{name: "name only", body: `{"name":"renamed"}`, want: func(k *Key) { k.Name = "renamed" }},
-		{name: "description cleared", body: `{"description":""}`, want: func(k *Key) { k.Description = "" }},
-		{name: "privileges replaced", body: `{"privileges":["create"]}`, want: func(k *Key) { k.Privileges = []Privilege{PrivCreate} }},
-		{name: "null clears both bounds", body: `{"notValidBefore":null,"notValidAfter":null}`,
-			want: func(k *Key) { k.NotValidBefore, k.NotValidAfter = nil, nil }},
-		{name: "null clears one bound", body: `{"notValidAfter":null}`, want: func(k *Key) { k.NotValidAfter = nil }},
-		{name: "moves one bound", body: `{"notValidBefore":"2026-06-01T00:00:00Z"}`,
-			want: func(k *Key) { k.NotValidBefore = ptime("2026-06-01T00:00:00Z") }},
-		{name: "allowedIps emptied", body: `{"allowedIps":[]}`, want: func(k *Key) { k.AllowedIPs = []string{} }},
-		{name: "allowedIps null empties", body: `{"allowedIps":null}`, want: func(k *Key) { k.AllowedIPs = []string{} }},
-		{name: "adminProjects emptied", body: `{"adminProjects":[]}`, want: func(k *Key) { k.AdminProjects = nil }},
-		{name: "service immutable", body: `{"service":"share"}`, errs: []string{"service:immutable"}},
-		{name: "owner immutable", body: `{"owner":"alice"}`, errs: []string{"owner:immutable"}},
-		{name: "name null", body: `{"name":null}`, errs: []string{"name:required"}},
-		{name: "privileges null", body: `{"privileges":null}`, errs: []string{"privileges:required"}},
-		{name: "privileges empty", body: `{"privileges":[]}`, errs: []string{"privileges:required"}},
-		{name: "privilege of the other service", body: `{"privileges":["search"]}`, errs: []string{"privileges[0]:unknown_privilege"}},
-		{name: "bound crosses the kept one", body: `{"notValidBefore":"2027-01-01T00:00:00Z"}`, errs: []string{"notValidAfter:invalid"}},
-		{name: "many at once", body: `{"service":"contracts","owner":"bob","name":"","privileges":["get","get"],"allowedIps":["x"],"notValidAfter":"x"}`,
-			errs: []string{"service:immutable", "owner:immutable", "name:invalid", "privileges[1]:duplicate", "notValidAfter:invalid", "allowedIps[0]:invalid"}},
-		{name: "unknown id", body: `{"name":"x"}`, status: http.StatusNotFound},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e.clock.Set(t0)
-			orig := mustCreate(t, e.keys, base)
-			orig.Token = ""
-			id := orig.ID
-			if tt.status == http.StatusNotFound {
-				id = "00000000-0000-4000-8000-000000000000"
-			}
-			e.clock.Set(t0.Add(time.Minute))
-			got, err := e.keys.Update(id, input(t, tt.body))
-			switch {
-			case tt.status == http.StatusNotFound:
-				var d *problem.Details
-				if !problem.IsNotFound(err) || !errors.As(err, &d) || d.Code != problem.CodeNotFound {
-					t.Fatalf("Update of unknown id: %v", err)
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		base := `{"service":"share","name":"orig","description":"d","owner":"alice","privileges":["get","list"],
+			"notValidBefore":"2026-01-01T00:00:00Z","notValidAfter":"2027-01-01T00:00:00Z","allowedIps":["192.0.2.0/24"],"adminProjects":["p1"]}`
+		tests := []struct {
+			name   string
+			body   string
+			want   func(k *Key) // applied to the original; nil with errs
+			errs   []string
+			status int // for non-400 errors
+		}{
+			{name: "empty body keeps everything", body: `{}`, want: func(k *Key) {}},
+			{name: "name only", body: `{"name":"renamed"}`, want: func(k *Key) { k.Name = "renamed" }},
+			{name: "description cleared", body: `{"description":""}`, want: func(k *Key) { k.Description = "" }},
+			{name: "privileges replaced", body: `{"privileges":["create"]}`, want: func(k *Key) { k.Privileges = []Privilege{PrivCreate} }},
+			{name: "null clears both bounds", body: `{"notValidBefore":null,"notValidAfter":null}`,
+				want: func(k *Key) { k.NotValidBefore, k.NotValidAfter = nil, nil }},
+			{name: "null clears one bound", body: `{"notValidAfter":null}`, want: func(k *Key) { k.NotValidAfter = nil }},
+			{name: "moves one bound", body: `{"notValidBefore":"2026-06-01T00:00:00Z"}`,
+				want: func(k *Key) { k.NotValidBefore = ptime("2026-06-01T00:00:00Z") }},
+			{name: "allowedIps emptied", body: `{"allowedIps":[]}`, want: func(k *Key) { k.AllowedIPs = []string{} }},
+			{name: "allowedIps null empties", body: `{"allowedIps":null}`, want: func(k *Key) { k.AllowedIPs = []string{} }},
+			{name: "adminProjects emptied", body: `{"adminProjects":[]}`, want: func(k *Key) { k.AdminProjects = nil }},
+			{name: "service immutable", body: `{"service":"share"}`, errs: []string{"service:immutable"}},
+			{name: "owner immutable", body: `{"owner":"alice"}`, errs: []string{"owner:immutable"}},
+			{name: "name null", body: `{"name":null}`, errs: []string{"name:required"}},
+			{name: "privileges null", body: `{"privileges":null}`, errs: []string{"privileges:required"}},
+			{name: "privileges empty", body: `{"privileges":[]}`, errs: []string{"privileges:required"}},
+			{name: "privilege of the other service", body: `{"privileges":["search"]}`, errs: []string{"privileges[0]:unknown_privilege"}},
+			{name: "bound crosses the kept one", body: `{"notValidBefore":"2027-01-01T00:00:00Z"}`, errs: []string{"notValidAfter:invalid"}},
+			{name: "many at once", body: `{"service":"contracts","owner":"bob","name":"","privileges":["get","get"],"allowedIps":["x"],"notValidAfter":"x"}`,
+				errs: []string{"service:immutable", "owner:immutable", "name:invalid", "privileges[1]:duplicate", "notValidAfter:invalid", "allowedIps[0]:invalid"}},
+			{name: "unknown id", body: `{"name":"x"}`, status: http.StatusNotFound},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				e.clock.Set(t0)
+				orig := mustCreate(t, e.keys, base)
+				orig.Token = ""
+				id := orig.ID
+				if tt.status == http.StatusNotFound {
+					id = "00000000-0000-4000-8000-000000000000"
 				}
-				return
-			case tt.errs != nil:
-				if err == nil {
-					t.Fatalf("Update accepted: %+v", got)
+				e.clock.Set(t0.Add(time.Minute))
+				got, err := e.keys.Update(id, input(t, tt.body))
+				switch {
+				case tt.status == http.StatusNotFound:
+					var d *problem.Details
+					if !problem.IsNotFound(err) || !errors.As(err, &d) || d.Code != problem.CodeNotFound {
+						t.Fatalf("Update of unknown id: %v", err)
+					}
+					return
+				case tt.errs != nil:
+					if err == nil {
+						t.Fatalf("Update accepted: %+v", got)
+					}
+					if fe := fieldErrors(t, err); !reflect.DeepEqual(fe, tt.errs) {
+						t.Errorf("field errors\n%q\nwant\n%q", fe, tt.errs)
+					}
+					if now, _ := e.keys.Get(orig.ID); !reflect.DeepEqual(now, orig) {
+						t.Errorf("refused update changed the key:\n%+v\nwas\n%+v", now, orig)
+					}
+					return
 				}
-				if fe := fieldErrors(t, err); !reflect.DeepEqual(fe, tt.errs) {
-					t.Errorf("field errors\n%q\nwant\n%q", fe, tt.errs)
+				if err != nil {
+					t.Fatalf("Update: %v", err)
 				}
-				if now, _ := e.keys.Get(orig.ID); !reflect.DeepEqual(now, orig) {
-					t.Errorf("refused update changed the key:\n%+v\nwas\n%+v", now, orig)
+				want := orig
+				want.Privileges = append([]Privilege(nil), orig.Privileges...)
+				tt.want(&want)
+				want.LastModificationTime = t0.Add(time.Minute)
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("Update returned\n%+v\nwant\n%+v", got, want)
 				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Update: %v", err)
-			}
-			want := orig
-			want.Privileges = append([]Privilege(nil), orig.Privileges...)
-			tt.want(&want)
-			want.LastModificationTime = t0.Add(time.Minute)
-			if !reflect.DeepEqual(got, want) {
-				t.Errorf("Update returned\n%+v\nwant\n%+v", got, want)
-			}
-			if g, _ := e.keys.Get(orig.ID); !reflect.DeepEqual(g, want) {
-				t.Errorf("Get after update\n%+v\nwant\n%+v", g, want)
-			}
-			if g, err := e.reopen(t).Get(orig.ID); err != nil || !reflect.DeepEqual(g, want) {
-				t.Errorf("after reopen (%v)\n%+v\nwant\n%+v", err, g, want)
+				if g, _ := e.keys.Get(orig.ID); !reflect.DeepEqual(g, want) {
+					t.Errorf("Get after update\n%+v\nwant\n%+v", g, want)
+				}
+				if g, err := e.reopen(t).Get(orig.ID); err != nil || !reflect.DeepEqual(g, want) {
+					t.Errorf("after reopen (%v)\n%+v\nwant\n%+v", err, g, want)
+				}
+			})
+		}
+		t.Run("contracts key refuses adminProjects", func(t *testing.T) {
+			k := mustCreate(t, e.keys, `{`+validContracts+`}`)
+			_, err := e.keys.Update(k.ID, input(t, `{"adminProjects":["p1"]}`))
+			if fe := fieldErrors(t, err); !reflect.DeepEqual(fe, []string{"adminProjects:invalid"}) {
+				t.Errorf("field errors %q", fe)
 			}
 		})
-	}
-	t.Run("contracts key refuses adminProjects", func(t *testing.T) {
-		k := mustCreate(t, e.keys, `{`+validContracts+`}`)
-		_, err := e.keys.Update(k.ID, input(t, `{"adminProjects":["p1"]}`))
-		if fe := fieldErrors(t, err); !reflect.DeepEqual(fe, []string{"adminProjects:invalid"}) {
-			t.Errorf("field errors %q", fe)
-		}
 	})
 }
 
 var tokenRE = regexp.MustCompile(`^kg_[A-Za-z0-9_-]{43}$`)
 
 func TestTokens(t *testing.T) {
-	e := newEnv(t)
-	seen := map[string]bool{}
-	var keys []Key
-	for i := 0; i < 20; i++ {
-		k := mustCreate(t, e.keys, `{`+validContracts+`}`)
-		if !tokenRE.MatchString(k.Token) {
-			t.Fatalf("token %q is not kg_ + 43 base64url characters", k.Token)
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		seen := map[string]bool{}
+		var keys []Key
+		for i := 0; i < 20; i++ {
+			k := mustCreate(t, e.keys, `{`+validContracts+`}`)
+			if !tokenRE.MatchString(k.Token) {
+				t.Fatalf("token %q is not kg_ + 43 base64url characters", k.Token)
+			}
+			if seen[k.Token] {
+				t.Fatalf("token %q handed out twice", k.Token)
+			}
+			seen[k.Token] = true
+			if k.TokenPrefix != k.Token[:12] {
+				t.Errorf("tokenPrefix %q, token %q", k.TokenPrefix, k.Token)
+			}
+			keys = append(keys, k)
 		}
-		if seen[k.Token] {
-			t.Fatalf("token %q handed out twice", k.Token)
+		for _, k := range keys {
+			got, err := e.keys.Reveal(k.ID)
+			if err != nil || got != k.Token {
+				t.Errorf("Reveal = %q, %v; want %q", got, err, k.Token)
+			}
+			ent := e.keys.Lookup(HashToken(k.Token))
+			if ent == nil || ent.snap.Load().key.ID != k.ID {
+				t.Errorf("Lookup(HashToken(token)) did not find key %s", k.ID)
+			}
+			if g, _ := e.keys.Get(k.ID); g.Token != "" {
+				t.Errorf("Get shows the token")
+			}
 		}
-		seen[k.Token] = true
-		if k.TokenPrefix != k.Token[:12] {
-			t.Errorf("tokenPrefix %q, token %q", k.TokenPrefix, k.Token)
+		for _, k := range e.keys.List("") {
+			if k.Token != "" {
+				t.Errorf("List shows the token of %s", k.ID)
+			}
 		}
-		keys = append(keys, k)
-	}
-	for _, k := range keys {
-		got, err := e.keys.Reveal(k.ID)
-		if err != nil || got != k.Token {
-			t.Errorf("Reveal = %q, %v; want %q", got, err, k.Token)
+		if e.keys.Lookup(HashToken(NewToken())) != nil {
+			t.Error("Lookup found a key for a token never handed out")
 		}
-		ent := e.keys.Lookup(HashToken(k.Token))
-		if ent == nil || ent.snap.Load().key.ID != k.ID {
-			t.Errorf("Lookup(HashToken(token)) did not find key %s", k.ID)
-		}
-		if g, _ := e.keys.Get(k.ID); g.Token != "" {
-			t.Errorf("Get shows the token")
-		}
-	}
-	for _, k := range e.keys.List("") {
-		if k.Token != "" {
-			t.Errorf("List shows the token of %s", k.ID)
-		}
-	}
-	if e.keys.Lookup(HashToken(NewToken())) != nil {
-		t.Error("Lookup found a key for a token never handed out")
-	}
-	// The database holds neither a token nor its base64 body in clear.
-	err := e.db.View(func(tx *bbolt.Tx) error {
-		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
-			return b.ForEach(func(k, v []byte) error {
-				for _, key := range keys {
-					if bytes.Contains(v, []byte(key.Token[3:])) {
-						t.Errorf("bucket %s holds the token of %s in clear", name, key.ID)
-					}
+		// The database holds neither a token nor its base64 body in clear.
+		for _, v := range e.stored(t) {
+			for _, key := range keys {
+				if bytes.Contains(v, []byte(key.Token[3:])) {
+					t.Errorf("the %s backend holds the token of %s in clear", db.Backend(), key.ID)
 				}
-				return nil
-			})
-		})
+			}
+		}
+		// Reveal survives a restart.
+		if got, err := e.reopen(t).Reveal(keys[0].ID); err != nil || got != keys[0].Token {
+			t.Errorf("Reveal after reopen = %q, %v", got, err)
+		}
+		// Another master key cannot reveal.
+		other, _ := NewSealer(randomKey(t))
+		k2, err := Open(e.backend, other, e.clock.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := k2.Reveal(keys[0].ID); err == nil || got != "" || strings.Contains(err.Error(), keys[0].Token) {
+			t.Errorf("Reveal under another master key = %q, %v", got, err)
+		}
+		if _, err := e.keys.Reveal("00000000-0000-4000-8000-000000000000"); !problem.IsNotFound(err) {
+			t.Errorf("Reveal of unknown id: %v", err)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Reveal survives a restart.
-	if got, err := e.reopen(t).Reveal(keys[0].ID); err != nil || got != keys[0].Token {
-		t.Errorf("Reveal after reopen = %q, %v", got, err)
-	}
-	// Another master key cannot reveal.
-	other, _ := NewSealer(randomKey(t))
-	k2, err := Open(e.backend, other, e.clock.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := k2.Reveal(keys[0].ID); err == nil || got != "" || strings.Contains(err.Error(), keys[0].Token) {
-		t.Errorf("Reveal under another master key = %q, %v", got, err)
-	}
-	if _, err := e.keys.Reveal("00000000-0000-4000-8000-000000000000"); !problem.IsNotFound(err) {
-		t.Errorf("Reveal of unknown id: %v", err)
-	}
 }
 
 func TestDelete(t *testing.T) {
-	e := newEnv(t)
-	keep := mustCreate(t, e.keys, `{`+validShare+`}`)
-	gone := mustCreate(t, e.keys, `{`+validShare+`}`)
-	e.keys.Use(e.keys.Lookup(HashToken(gone.Token)), t0)
-	if _, err := e.keys.FlushUsage(); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.keys.Delete(gone.ID); err != nil {
-		t.Fatal(err)
-	}
-	if e.keys.Lookup(HashToken(gone.Token)) != nil {
-		t.Error("Lookup still finds a deleted key")
-	}
-	if _, err := e.keys.Get(gone.ID); !problem.IsNotFound(err) {
-		t.Errorf("Get of deleted key: %v", err)
-	}
-	if err := e.keys.Delete(gone.ID); !problem.IsNotFound(err) {
-		t.Errorf("second Delete: %v", err)
-	}
-	if _, err := e.keys.Update(gone.ID, input(t, `{"name":"x"}`)); !problem.IsNotFound(err) {
-		t.Errorf("Update of deleted key: %v", err)
-	}
-	if _, err := e.keys.Reveal(gone.ID); !problem.IsNotFound(err) {
-		t.Errorf("Reveal of deleted key: %v", err)
-	}
-	if n := e.keys.Count(ServiceShare); n != 1 {
-		t.Errorf("Count = %d, want 1", n)
-	}
-	// A use counted before the delete must not bring the key's usage back.
-	if _, err := e.keys.FlushUsage(); err != nil {
-		t.Fatal(err)
-	}
-	re := e.reopen(t)
-	if _, err := re.Get(gone.ID); !problem.IsNotFound(err) {
-		t.Errorf("deleted key back after reopen: %v", err)
-	}
-	if re.Lookup(HashToken(gone.Token)) != nil {
-		t.Error("deleted key's token works after reopen")
-	}
-	if _, err := re.Get(keep.ID); err != nil {
-		t.Errorf("kept key lost: %v", err)
-	}
-	err := e.db.View(func(tx *bbolt.Tx) error {
-		if n := tx.Bucket(bucketKeyUsage).Stats().KeyN; n != 0 {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		keep := mustCreate(t, e.keys, `{`+validShare+`}`)
+		gone := mustCreate(t, e.keys, `{`+validShare+`}`)
+		e.keys.Use(e.keys.Lookup(HashToken(gone.Token)), t0)
+		if _, err := e.keys.FlushUsage(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.keys.Delete(gone.ID); err != nil {
+			t.Fatal(err)
+		}
+		if e.keys.Lookup(HashToken(gone.Token)) != nil {
+			t.Error("Lookup still finds a deleted key")
+		}
+		if _, err := e.keys.Get(gone.ID); !problem.IsNotFound(err) {
+			t.Errorf("Get of deleted key: %v", err)
+		}
+		if err := e.keys.Delete(gone.ID); !problem.IsNotFound(err) {
+			t.Errorf("second Delete: %v", err)
+		}
+		if _, err := e.keys.Update(gone.ID, input(t, `{"name":"x"}`)); !problem.IsNotFound(err) {
+			t.Errorf("Update of deleted key: %v", err)
+		}
+		if _, err := e.keys.Reveal(gone.ID); !problem.IsNotFound(err) {
+			t.Errorf("Reveal of deleted key: %v", err)
+		}
+		if n := e.keys.Count(ServiceShare); n != 1 {
+			t.Errorf("Count = %d, want 1", n)
+		}
+		// A use counted before the delete must not bring the key's usage back.
+		if _, err := e.keys.FlushUsage(); err != nil {
+			t.Fatal(err)
+		}
+		re := e.reopen(t)
+		if _, err := re.Get(gone.ID); !problem.IsNotFound(err) {
+			t.Errorf("deleted key back after reopen: %v", err)
+		}
+		if re.Lookup(HashToken(gone.Token)) != nil {
+			t.Error("deleted key's token works after reopen")
+		}
+		if _, err := re.Get(keep.ID); err != nil {
+			t.Errorf("kept key lost: %v", err)
+		}
+		if n := e.usageRecords(t); n != 0 {
 			t.Errorf("%d usage records left, want 0", n)
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // A failed write leaves memory as it was, so memory and disk agree and the
@@ -516,90 +514,94 @@ func TestUpdateDeleteRace(t *testing.T) {
 }
 
 func TestUsagePersistence(t *testing.T) {
-	e := newEnv(t)
-	a := mustCreate(t, e.keys, `{`+validContracts+`}`)
-	b := mustCreate(t, e.keys, `{`+validShare+`}`)
-	ea := e.keys.Lookup(HashToken(a.Token))
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		a := mustCreate(t, e.keys, `{`+validContracts+`}`)
+		b := mustCreate(t, e.keys, `{`+validShare+`}`)
+		ea := e.keys.Lookup(HashToken(a.Token))
 
-	if n, err := e.keys.FlushUsage(); err != nil || n != 0 {
-		t.Fatalf("FlushUsage with nothing used = %d, %v", n, err)
-	}
-	// Uses that are not flushed do not reach the disk.
-	used := t0.Add(90 * time.Second).Add(123456789) // sub-millisecond part
-	for i := 0; i < 3; i++ {
-		e.keys.Use(ea, used)
-	}
-	e.keys.Use(ea, used.Add(-time.Hour)) // an older time does not move lastUsage back
-	if g, _ := e.keys.Get(a.ID); g.UsageCount != 4 || g.LastUsageTime == nil || !g.LastUsageTime.Equal(used.Truncate(time.Millisecond)) {
-		t.Fatalf("in memory: count %d, last %v", g.UsageCount, g.LastUsageTime)
-	}
-	if g, _ := e.reopen(t).Get(a.ID); g.UsageCount != 0 || g.LastUsageTime != nil {
-		t.Fatalf("unflushed usage reached the disk: %d, %v", g.UsageCount, g.LastUsageTime)
-	}
-	// Flushed uses do.
-	if n, err := e.keys.FlushUsage(); err != nil || n != 1 {
-		t.Fatalf("FlushUsage = %d, %v; want 1 key", n, err)
-	}
-	if n, err := e.keys.FlushUsage(); err != nil || n != 0 {
-		t.Fatalf("second FlushUsage = %d, %v; want nothing to write", n, err)
-	}
-	re := e.reopen(t)
-	g, _ := re.Get(a.ID)
-	if g.UsageCount != 4 || g.LastUsageTime == nil || !g.LastUsageTime.Equal(used.Truncate(time.Millisecond)) {
-		t.Fatalf("after flush and reopen: count %d, last %v", g.UsageCount, g.LastUsageTime)
-	}
-	if g, _ := re.Get(b.ID); g.UsageCount != 0 || g.LastUsageTime != nil {
-		t.Errorf("unused key: %d, %v", g.UsageCount, g.LastUsageTime)
-	}
-	// The reopened store counts on from the flushed value, and has nothing
-	// to flush until it is used.
-	if n, _ := re.FlushUsage(); n != 0 {
-		t.Errorf("reopened store flushed %d keys without a use", n)
-	}
-	re.Use(re.Lookup(HashToken(a.Token)), used.Add(time.Minute))
-	if _, err := re.FlushUsage(); err != nil {
-		t.Fatal(err)
-	}
-	g, _ = e.reopen(t).Get(a.ID)
-	if g.UsageCount != 5 || !g.LastUsageTime.Equal(used.Add(time.Minute).Truncate(time.Millisecond)) {
-		t.Errorf("after second store's flush: count %d, last %v", g.UsageCount, g.LastUsageTime)
-	}
-	// Only the time changed: still a flush.
-	e2 := e.reopen(t)
-	ent := e2.Lookup(HashToken(a.Token))
-	ent.lastUse.Store(used.Add(2 * time.Minute).UnixNano())
-	if n, _ := e2.FlushUsage(); n != 1 {
-		t.Errorf("changed lastUsage alone flushed %d keys, want 1", n)
-	}
+		if n, err := e.keys.FlushUsage(); err != nil || n != 0 {
+			t.Fatalf("FlushUsage with nothing used = %d, %v", n, err)
+		}
+		// Uses that are not flushed do not reach the disk.
+		used := t0.Add(90 * time.Second).Add(123456789) // sub-millisecond part
+		for i := 0; i < 3; i++ {
+			e.keys.Use(ea, used)
+		}
+		e.keys.Use(ea, used.Add(-time.Hour)) // an older time does not move lastUsage back
+		if g, _ := e.keys.Get(a.ID); g.UsageCount != 4 || g.LastUsageTime == nil || !g.LastUsageTime.Equal(used.Truncate(time.Millisecond)) {
+			t.Fatalf("in memory: count %d, last %v", g.UsageCount, g.LastUsageTime)
+		}
+		if g, _ := e.reopen(t).Get(a.ID); g.UsageCount != 0 || g.LastUsageTime != nil {
+			t.Fatalf("unflushed usage reached the disk: %d, %v", g.UsageCount, g.LastUsageTime)
+		}
+		// Flushed uses do.
+		if n, err := e.keys.FlushUsage(); err != nil || n != 1 {
+			t.Fatalf("FlushUsage = %d, %v; want 1 key", n, err)
+		}
+		if n, err := e.keys.FlushUsage(); err != nil || n != 0 {
+			t.Fatalf("second FlushUsage = %d, %v; want nothing to write", n, err)
+		}
+		re := e.reopen(t)
+		g, _ := re.Get(a.ID)
+		if g.UsageCount != 4 || g.LastUsageTime == nil || !g.LastUsageTime.Equal(used.Truncate(time.Millisecond)) {
+			t.Fatalf("after flush and reopen: count %d, last %v", g.UsageCount, g.LastUsageTime)
+		}
+		if g, _ := re.Get(b.ID); g.UsageCount != 0 || g.LastUsageTime != nil {
+			t.Errorf("unused key: %d, %v", g.UsageCount, g.LastUsageTime)
+		}
+		// The reopened store counts on from the flushed value, and has nothing
+		// to flush until it is used.
+		if n, _ := re.FlushUsage(); n != 0 {
+			t.Errorf("reopened store flushed %d keys without a use", n)
+		}
+		re.Use(re.Lookup(HashToken(a.Token)), used.Add(time.Minute))
+		if _, err := re.FlushUsage(); err != nil {
+			t.Fatal(err)
+		}
+		g, _ = e.reopen(t).Get(a.ID)
+		if g.UsageCount != 5 || !g.LastUsageTime.Equal(used.Add(time.Minute).Truncate(time.Millisecond)) {
+			t.Errorf("after second store's flush: count %d, last %v", g.UsageCount, g.LastUsageTime)
+		}
+		// Only the time changed: still a flush.
+		e2 := e.reopen(t)
+		ent := e2.Lookup(HashToken(a.Token))
+		ent.lastUse.Store(used.Add(2 * time.Minute).UnixNano())
+		if n, _ := e2.FlushUsage(); n != 1 {
+			t.Errorf("changed lastUsage alone flushed %d keys, want 1", n)
+		}
+	})
 }
 
 func TestListAndCount(t *testing.T) {
-	e := newEnv(t)
-	var ids []string
-	for i, body := range []string{validShare, validContracts, validShare} {
-		e.clock.Set(t0.Add(time.Duration(3-i) * time.Second)) // created newest first
-		ids = append(ids, mustCreate(t, e.keys, `{`+body+`}`).ID)
-	}
-	got := e.keys.List("")
-	if len(got) != 3 || got[0].ID != ids[2] || got[1].ID != ids[1] || got[2].ID != ids[0] {
-		t.Errorf("List not oldest first: %v", got)
-	}
-	if s := e.keys.List(ServiceShare); len(s) != 2 || s[0].ID != ids[2] || s[1].ID != ids[0] {
-		t.Errorf("List(share) = %v", s)
-	}
-	if c := e.keys.Count(ServiceContracts); c != 1 {
-		t.Errorf("Count(contracts) = %d", c)
-	}
-	// What List and Get hand out is a copy: changing it changes no key.
-	l := e.keys.List(ServiceShare)
-	l[0].Privileges[0] = PrivDelete
-	l[0].AllowedIPs = append(l[0].AllowedIPs, "x")
-	if g, _ := e.keys.Get(ids[2]); g.Privileges[0] != PrivGet {
-		t.Errorf("changing a listed key changed the stored one: %v", g.Privileges)
-	}
-	if ent := e.keys.Lookup(HashToken(mustReveal(t, e.keys, ids[2]))); !ent.snap.Load().has(PrivGet) {
-		t.Error("lost privilege")
-	}
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		var ids []string
+		for i, body := range []string{validShare, validContracts, validShare} {
+			e.clock.Set(t0.Add(time.Duration(3-i) * time.Second)) // created newest first
+			ids = append(ids, mustCreate(t, e.keys, `{`+body+`}`).ID)
+		}
+		got := e.keys.List("")
+		if len(got) != 3 || got[0].ID != ids[2] || got[1].ID != ids[1] || got[2].ID != ids[0] {
+			t.Errorf("List not oldest first: %v", got)
+		}
+		if s := e.keys.List(ServiceShare); len(s) != 2 || s[0].ID != ids[2] || s[1].ID != ids[0] {
+			t.Errorf("List(share) = %v", s)
+		}
+		if c := e.keys.Count(ServiceContracts); c != 1 {
+			t.Errorf("Count(contracts) = %d", c)
+		}
+		// What List and Get hand out is a copy: changing it changes no key.
+		l := e.keys.List(ServiceShare)
+		l[0].Privileges[0] = PrivDelete
+		l[0].AllowedIPs = append(l[0].AllowedIPs, "x")
+		if g, _ := e.keys.Get(ids[2]); g.Privileges[0] != PrivGet {
+			t.Errorf("changing a listed key changed the stored one: %v", g.Privileges)
+		}
+		if ent := e.keys.Lookup(HashToken(mustReveal(t, e.keys, ids[2]))); !ent.snap.Load().has(PrivGet) {
+			t.Error("lost privilege")
+		}
+	})
 }
 
 func mustReveal(t *testing.T, k *Keys, id string) string {
@@ -612,21 +614,18 @@ func mustReveal(t *testing.T, k *Keys, id string) string {
 }
 
 func TestOpenBadRecord(t *testing.T) {
-	e := newEnv(t)
-	mustCreate(t, e.keys, `{`+validContracts+`}`)
-	err := e.db.Update(func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketKeys).Put(bytes.Repeat([]byte{1}, 16), []byte("{not json"))
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		mustCreate(t, e.keys, `{`+validContracts+`}`)
+		e.putCorrupt(t)
+		k, err := Open(e.backend, e.sealer, nil)
+		if err == nil {
+			t.Fatal("Open accepted a corrupt record")
+		}
+		if k != nil {
+			t.Error("Open returned a half-loaded store with its error")
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := Open(e.backend, e.sealer, nil)
-	if err == nil {
-		t.Fatal("Open accepted a corrupt record")
-	}
-	if k != nil {
-		t.Error("Open returned a half-loaded store with its error")
-	}
 }
 
 // A stored address list that no longer parses (written by an older
