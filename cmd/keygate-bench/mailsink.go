@@ -1,20 +1,16 @@
 package main
 
 import (
-	"bytes"
-	"encoding/base64"
 	"io"
-	"mime"
-	"mime/multipart"
-	"mime/quotedprintable"
 	"net"
-	"net/mail"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/emersion/go-smtp"
+
+	"github.com/keygate/keygate/internal/mailtest"
 )
 
 // mailSink is the soak's SMTP server on loopback (the gateway's `smtp`
@@ -95,7 +91,12 @@ func (s *sinkSession) Data(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	text := plainText(raw)
+	// The sink keeps no message, only the password it carries; a
+	// message that does not parse carries none.
+	var text string
+	if m, err := mailtest.Parse(raw); err == nil {
+		text = m.Text
+	}
 	s.sink.mu.Lock()
 	defer s.sink.mu.Unlock()
 	s.sink.received++
@@ -110,50 +111,3 @@ func (s *sinkSession) Data(r io.Reader) error {
 
 func (s *sinkSession) Reset()        { s.rcpt = nil }
 func (s *sinkSession) Logout() error { return nil }
-
-// plainText returns the decoded text/plain parts of a message, or "" when
-// it cannot be read.
-func plainText(raw []byte) string {
-	msg, err := mail.ReadMessage(bytes.NewReader(raw))
-	if err != nil {
-		return ""
-	}
-	var b strings.Builder
-	collectText(msg.Header, msg.Body, &b)
-	return b.String()
-}
-
-type mimeHeader interface{ Get(string) string }
-
-func collectText(h mimeHeader, body io.Reader, out *strings.Builder) {
-	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
-	if err != nil {
-		return
-	}
-	if strings.HasPrefix(mt, "multipart/") {
-		mr := multipart.NewReader(body, params["boundary"])
-		for {
-			p, err := mr.NextRawPart()
-			if err != nil {
-				return
-			}
-			collectText(p.Header, p, out)
-		}
-	}
-	if mt != "text/plain" {
-		return
-	}
-	switch strings.ToLower(h.Get("Content-Transfer-Encoding")) {
-	case "quoted-printable":
-		body = quotedprintable.NewReader(body)
-	case "base64":
-		b, _ := io.ReadAll(body)
-		dec, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(string(b)), ""))
-		if err != nil {
-			return
-		}
-		body = bytes.NewReader(dec)
-	}
-	b, _ := io.ReadAll(body)
-	out.Write(b)
-}

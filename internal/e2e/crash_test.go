@@ -164,17 +164,8 @@ func crashLoad(n int, stop <-chan struct{}, fn func(worker, seq int)) *sync.Wait
 // searches show is whole: readable, counted once, and (keys) usable.
 func TestCrashUnderCreates(t *testing.T) {
 	g := start(t, gatewayproc.Options{})
-	if err := g.AddTemplate("PAGE-1", "LEGAL", "Crash NDA", "Keep each other's secrets."); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := g.CreateKey("contracts", "crash contracts", "alice", []string{"get", "search", "create"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sk, err := g.CreateKey("share", "crash shares", "alice", []string{"get", "list", "create"}, map[string]any{"adminProjects": []string{"*"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := prepareAPIs(t, g, "Crash")
+	ck, sk := api.contracts, api.share
 
 	kinds := []string{"contract", "share", "key"}
 	create := map[string]func(w, seq int) (crashReply, error){

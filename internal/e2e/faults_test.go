@@ -125,17 +125,8 @@ func faultDiskFull(t *testing.T, logsToo bool) {
 	}
 	o.WebAPI = fmt.Sprintf("smtp %s {\n\t\t\tfrom \"Contracts <contracts@example.com>\"\n\t\t\ttls none\n\t\t}", ms.Addr)
 	g := start(t, o)
-	if err := g.AddTemplate("PAGE-1", "LEGAL", "Full NDA", "Keep each other's secrets."); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := g.CreateKey("contracts", "full contracts", "alice", []string{"get", "search", "create"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sk, err := g.CreateKey("share", "full shares", "alice", []string{"get", "list", "create"}, map[string]any{"adminProjects": []string{"*"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := prepareAPIs(t, g, "Full")
+	ck, sk := api.contracts, api.share
 	uses := 0 // authorized uses of ck
 	kinds := []string{"contract", "share", "key", "template"}
 	big := strings.Repeat("Keep each other's secrets. ", 600) // 16 KiB: a template needs fresh pages

@@ -1,7 +1,8 @@
 // Package mailtest is a real SMTP server (github.com/emersion/go-smtp) for
 // tests: it listens on a loopback port without TLS or authentication,
 // decodes what it accepts (headers, text, attachments) and can refuse the
-// next messages to exercise retries. Only tests import it.
+// next messages to exercise retries. Tests import it, and the soak's mail
+// sink (cmd/keygate-bench) reads one-time passwords with Parse.
 package mailtest
 
 import (

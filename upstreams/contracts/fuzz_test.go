@@ -2,9 +2,9 @@ package contracts
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -84,39 +84,6 @@ func checkProblem(t *testing.T, w *httptest.ResponseRecorder) problem.Details {
 	return d
 }
 
-// dbDigest hashes every bucket's keys and values: equal digests before
-// and after a request mean it stored nothing.
-func dbDigest(tb testing.TB, db *bbolt.DB) [32]byte {
-	h := sha256.New()
-	var walk func(b *bbolt.Bucket)
-	walk = func(b *bbolt.Bucket) {
-		_ = b.ForEach(func(k, v []byte) error {
-			binary.Write(h, binary.BigEndian, uint32(len(k)))
-			h.Write(k)
-			if v == nil {
-				h.Write([]byte{1})
-				walk(b.Bucket(k))
-				return nil
-			}
-			binary.Write(h, binary.BigEndian, uint32(len(v)))
-			h.Write(v)
-			return nil
-		})
-	}
-	if err := db.View(func(tx *bbolt.Tx) error {
-		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
-			h.Write(name)
-			walk(b)
-			return nil
-		})
-	}); err != nil {
-		tb.Fatal(err)
-	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
-}
-
 // contractCount counts every contract, stacked or archived, of any status.
 func contractCount(t *testing.T, s *Store) int {
 	t.Helper()
@@ -140,7 +107,7 @@ func FuzzCreate(f *testing.F) {
 	f.Add("application/json", []byte(`{"templateId":"PAGE-1","name":"x","signers":[{"fullName":"A","accessKind":"url"}]}`))
 	f.Add("text/plain", []byte(`{}`))
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		before := dbDigest(t, s.db)
+		before := storetest.Digest(t, boltdb.New(s.db))
 		w := fuzzServe(h, http.MethodPost, Prefix, contentType, body)
 		if w.Code == http.StatusCreated {
 			var v struct {
@@ -169,20 +136,20 @@ func FuzzCreate(f *testing.F) {
 			if g := fuzzServe(h, http.MethodGet, Prefix+"/"+v.ID, "", nil); g.Code != http.StatusOK || g.Body.String() != w.Body.String() {
 				t.Fatalf("created %s, reads back as %d %s", w.Body, g.Code, g.Body)
 			}
-			if dbDigest(t, s.db) == before {
+			if storetest.Digest(t, boltdb.New(s.db)) == before {
 				t.Fatal("201, but the database is unchanged")
 			}
 			// Keep the database small so the fuzzer stays fast.
 			if d := fuzzServe(h, http.MethodDelete, Prefix+"/"+v.ID, "", nil); d.Code != http.StatusNoContent {
 				t.Fatalf("delete: %d %s", d.Code, d.Body)
 			}
-			if dbDigest(t, s.db) != before {
+			if storetest.Digest(t, boltdb.New(s.db)) != before {
 				t.Fatalf("deleting the contract of %s left data behind", body)
 			}
 			return
 		}
 		checkProblem(t, w)
-		if dbDigest(t, s.db) != before {
+		if storetest.Digest(t, boltdb.New(s.db)) != before {
 			t.Fatalf("a %d changed the database", w.Code)
 		}
 	})
@@ -210,10 +177,10 @@ func FuzzSearch(f *testing.F) {
 	f.Add("order=name-asc&page-size=100")
 	f.Add("time-zone=UTC%2B14:00&date-range=2026-11-22")
 	f.Add("date-range=2026-11-23~2026-11-22")
-	before := dbDigest(f, s.db)
+	before := storetest.Digest(f, boltdb.New(s.db))
 	f.Fuzz(func(t *testing.T, query string) {
 		w := fuzzServe(h, http.MethodGet, Prefix+"?"+query, "", nil)
-		if dbDigest(t, s.db) != before {
+		if storetest.Digest(t, boltdb.New(s.db)) != before {
 			t.Fatalf("a search (%d) changed the database", w.Code)
 		}
 		if _, err := url.ParseQuery(query); err != nil && w.Code != http.StatusBadRequest {

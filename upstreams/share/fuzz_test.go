@@ -3,10 +3,10 @@ package share
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -57,39 +57,6 @@ func fuzzRequest(method, path, rawQuery, contentType string, body []byte, caller
 	return r
 }
 
-// digest hashes every bucket's keys and values: equal digests before and
-// after a request mean it stored nothing.
-func digest(tb testing.TB, db *bbolt.DB) [32]byte {
-	h := sha256.New()
-	var walk func(b *bbolt.Bucket)
-	walk = func(b *bbolt.Bucket) {
-		_ = b.ForEach(func(k, v []byte) error {
-			binary.Write(h, binary.BigEndian, uint32(len(k)))
-			h.Write(k)
-			if v == nil {
-				h.Write([]byte{1})
-				walk(b.Bucket(k))
-				return nil
-			}
-			binary.Write(h, binary.BigEndian, uint32(len(v)))
-			h.Write(v)
-			return nil
-		})
-	}
-	if err := db.View(func(tx *bbolt.Tx) error {
-		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
-			h.Write(name)
-			walk(b)
-			return nil
-		})
-	}); err != nil {
-		tb.Fatal(err)
-	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
-}
-
 // wantFuzzProblem fails unless w is a 4xx problem body with its code set.
 func wantFuzzProblem(t *testing.T, w *httptest.ResponseRecorder) problem.Details {
 	t.Helper()
@@ -134,7 +101,7 @@ func FuzzCreate(f *testing.F) {
 	f.Add("application/json", []byte(`{"type":"JQL","projectId":"P1","jql":"project = P1"}`))
 	f.Add("text/plain", []byte(`{"type":"ISSUE","issueId":"1"}`))
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		before := digest(t, e.db)
+		before := storetest.Digest(t, boltdb.New(e.db))
 		w := serve(e.api, fuzzRequest(http.MethodPost, Prefix, "", contentType, body, bob))
 		if w.Code == http.StatusCreated {
 			sh := readBack(t, e, w, bob, body)
@@ -146,13 +113,13 @@ func FuzzCreate(f *testing.F) {
 			if d := serve(e.api, fuzzRequest(http.MethodDelete, Prefix+"/"+sh.UUID, "", "", nil, bob)); d.Code != http.StatusNoContent {
 				t.Fatalf("delete: %d %s", d.Code, d.Body)
 			}
-			if digest(t, e.db) != before {
+			if storetest.Digest(t, boltdb.New(e.db)) != before {
 				t.Fatalf("deleting the share of %s left data behind", body)
 			}
 			return
 		}
 		wantFuzzProblem(t, w)
-		if digest(t, e.db) != before {
+		if storetest.Digest(t, boltdb.New(e.db)) != before {
 			t.Fatalf("a %d changed the database", w.Code)
 		}
 	})
@@ -171,7 +138,7 @@ func FuzzUpdate(f *testing.F) {
 	f.Add("application/json", []byte(`{"type":"ISSUE","issueId":"1","projectId":"P1"}`))
 	shareID := sh.UUID
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		before := digest(t, e.db)
+		before := storetest.Digest(t, boltdb.New(e.db))
 		w := serve(e.api, fuzzRequest(http.MethodPut, Prefix+"/"+shareID, "", contentType, body, alice))
 		if w.Code == http.StatusOK {
 			if sh := readBack(t, e, w, alice, body); sh.UUID != shareID {
@@ -180,7 +147,7 @@ func FuzzUpdate(f *testing.F) {
 			return
 		}
 		wantFuzzProblem(t, w)
-		if digest(t, e.db) != before {
+		if storetest.Digest(t, boltdb.New(e.db)) != before {
 			t.Fatalf("a %d changed the database", w.Code)
 		}
 	})
@@ -200,12 +167,12 @@ func FuzzList(f *testing.F) {
 	}
 	f.Add("projectId=P1&sort=created_at&sortOrder=desc&limit=1000")
 	f.Add("limit=1001&offset=-1")
-	before := digest(f, e.db)
+	before := storetest.Digest(f, boltdb.New(e.db))
 	f.Fuzz(func(t *testing.T, query string) {
 		_, qerr := url.ParseQuery(query)
 		for _, caller := range []*keystore.Identity{root, bob} {
 			w := serve(e.api, fuzzRequest(http.MethodGet, Prefix, query, "", nil, caller))
-			if digest(t, e.db) != before {
+			if storetest.Digest(t, boltdb.New(e.db)) != before {
 				t.Fatalf("a list (%d) changed the database", w.Code)
 			}
 			if qerr != nil && w.Code != http.StatusBadRequest {
@@ -258,7 +225,7 @@ func FuzzUnlock(f *testing.F) {
 		// Page events wait in memory until a flush; flushing around the
 		// request makes what it stored visible.
 		flush(t, e)
-		before := digest(t, e.db)
+		before := storetest.Digest(t, boltdb.New(e.db))
 		activity := e.activityEntries()
 		w := serve(e.viewer, r)
 		flush(t, e)
@@ -276,7 +243,7 @@ func FuzzUnlock(f *testing.F) {
 		case w.Code < 400 || w.Code > 499:
 			t.Fatalf("status %d; body %s", w.Code, w.Body)
 		default:
-			if digest(t, e.db) != before {
+			if storetest.Digest(t, boltdb.New(e.db)) != before {
 				t.Fatalf("a %d changed the database", w.Code)
 			}
 		}

@@ -2,10 +2,11 @@ package signing
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"hash/crc32"
 	"image"
 	"image/color"
@@ -123,7 +124,7 @@ func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acce
 	if acceptJSON {
 		r.Header.Set("Accept", "application/json")
 	}
-	before := dbDigest(t, f.db)
+	before := storetest.Digest(t, boltdb.New(f.db))
 	w := httptest.NewRecorder()
 	f.pages.ServeHTTP(w, r)
 	if w.Code == http.StatusOK || w.Code == http.StatusSeeOther {
@@ -134,7 +135,7 @@ func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acce
 		if d := c.Signers[0].Decision; d != contracts.DecisionSigned && d != contracts.DecisionRejected {
 			t.Fatalf("%d, but the decision stored is %q", w.Code, d)
 		}
-		if dbDigest(t, f.db) == before {
+		if storetest.Digest(t, boltdb.New(f.db)) == before {
 			t.Fatalf("%d, but nothing was stored", w.Code)
 		}
 		f.decided, f.lastID = c.Signers[0].ID, f.id
@@ -144,7 +145,7 @@ func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acce
 	if w.Code < 400 || w.Code > 499 {
 		t.Fatalf("status %d; body %s", w.Code, w.Body)
 	}
-	if dbDigest(t, f.db) != before {
+	if storetest.Digest(t, boltdb.New(f.db)) != before {
 		t.Fatalf("a %d changed the database; body %s", w.Code, w.Body)
 	}
 	if jsonMode(r) {
@@ -159,39 +160,6 @@ func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acce
 		t.Fatalf("%d page with Content-Type %q", w.Code, ct)
 	}
 	return w
-}
-
-// dbDigest hashes every bucket's keys and values: equal digests before
-// and after a request mean it stored nothing (the outbox included).
-func dbDigest(tb testing.TB, db *bbolt.DB) [32]byte {
-	h := sha256.New()
-	var walk func(b *bbolt.Bucket)
-	walk = func(b *bbolt.Bucket) {
-		_ = b.ForEach(func(k, v []byte) error {
-			binary.Write(h, binary.BigEndian, uint32(len(k)))
-			h.Write(k)
-			if v == nil {
-				h.Write([]byte{1})
-				walk(b.Bucket(k))
-				return nil
-			}
-			binary.Write(h, binary.BigEndian, uint32(len(v)))
-			h.Write(v)
-			return nil
-		})
-	}
-	if err := db.View(func(tx *bbolt.Tx) error {
-		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
-			h.Write(name)
-			walk(b)
-			return nil
-		})
-	}); err != nil {
-		tb.Fatal(err)
-	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
 }
 
 // FuzzDecision posts arbitrary decision bodies under arbitrary media

@@ -7,10 +7,15 @@ package storetest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"hash"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/pgtest"
@@ -63,4 +68,75 @@ func OpenPostgres(tb testing.TB) storage.DB {
 	}
 	tb.Cleanup(func() { db.Close() })
 	return db
+}
+
+// Digest hashes everything db holds: every bucket's keys and values on
+// bbolt, every row of every table of the schema on PostgreSQL. Equal
+// digests before and after a request mean it stored nothing.
+func Digest(tb testing.TB, db storage.DB) [32]byte {
+	tb.Helper()
+	h := sha256.New()
+	ctx := context.Background()
+	err := db.View(ctx, func(tx storage.Tx) error {
+		switch db.Backend() {
+		case boltdb.Name:
+			return boltdb.Of(tx).ForEach(func(name []byte, b *bbolt.Bucket) error {
+				h.Write(name)
+				digestBucket(h, b)
+				return nil
+			})
+		case pgdb.Name:
+			return digestTables(ctx, h, pgdb.Of(tx))
+		}
+		return fmt.Errorf("storetest: no digest for backend %s", db.Backend())
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+func digestBucket(h hash.Hash, b *bbolt.Bucket) {
+	_ = b.ForEach(func(k, v []byte) error {
+		binary.Write(h, binary.BigEndian, uint32(len(k)))
+		h.Write(k)
+		if v == nil {
+			h.Write([]byte{1})
+			digestBucket(h, b.Bucket(k))
+			return nil
+		}
+		binary.Write(h, binary.BigEndian, uint32(len(v)))
+		h.Write(v)
+		return nil
+	})
+}
+
+func digestTables(ctx context.Context, h hash.Hash, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY 1`)
+	if err != nil {
+		return err
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		h.Write([]byte(t))
+		rows, err := tx.Query(ctx, "SELECT r::text FROM "+pgx.Identifier{t}.Sanitize()+" r ORDER BY 1")
+		if err != nil {
+			return err
+		}
+		texts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, s := range texts {
+			binary.Write(h, binary.BigEndian, uint32(len(s)))
+			h.Write([]byte(s))
+		}
+	}
+	return nil
 }
