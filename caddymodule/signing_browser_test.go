@@ -92,6 +92,9 @@ func TestSigningInBrowser(t *testing.T) {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(t.TempDir()),
+		// Chromium puts its singleton socket under TMPDIR, not the
+		// profile: keep it in the test's directory too.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 		chromedp.WindowSize(1200, 1000),
 	)
 	defer cancel()
