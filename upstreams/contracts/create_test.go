@@ -130,7 +130,7 @@ func TestCreateReply(t *testing.T) {
 // assertNotStored fails if any bucket holds s in clear.
 func assertNotStored(t *testing.T, f *fixture, s string) {
 	t.Helper()
-	f.db.View(func(tx *bbolt.Tx) error {
+	f.bolt.View(func(tx *bbolt.Tx) error {
 		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
 			return b.ForEach(func(k, v []byte) error {
 				if bytes.Contains(k, []byte(s)) || bytes.Contains(v, []byte(s)) {

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testclock"
@@ -28,8 +31,11 @@ const (
 var t0 = time.Date(2026, 11, 22, 10, 15, 0, 0, time.UTC)
 
 type fixture struct {
-	t         *testing.T
-	db        *bbolt.DB
+	t  *testing.T
+	db storage.DB
+	// bolt is db's bbolt file, nil on PostgreSQL.
+	bolt      *bbolt.DB
+	backend   Backend
 	templates *Templates
 	store     *Store
 	h         http.Handler
@@ -40,12 +46,32 @@ type fixture struct {
 // configured and the clock at t0. mod may change the config.
 func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
 	t.Helper()
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
+	return newFixtureOn(t, storetest.OpenBolt(t), mod...)
+}
+
+// newBackend makes the contract backend of db's kind.
+func newBackend(tb testing.TB, db storage.DB) interface {
+	Backend
+	TemplateBackend
+} {
+	tb.Helper()
+	switch d := db.(type) {
+	case *boltdb.DB:
+		b, err := NewBoltBackend(d)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return b
 	}
-	t.Cleanup(func() { db.Close() })
-	tpl, err := NewTemplates(db)
+	tb.Fatalf("no contract backend for %s", db.Backend())
+	return nil
+}
+
+// newFixtureOn is newFixture on db.
+func newFixtureOn(t *testing.T, db storage.DB, mod ...func(*Config)) *fixture {
+	t.Helper()
+	b := newBackend(t, db)
+	tpl, err := NewTemplates(db, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +88,7 @@ func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	clock := testclock.New(t0)
-	cfg := Config{DB: db, Templates: tpl, Sealer: sealer, PublicBaseURL: baseURL, SMSConfigured: true, Now: clock.Now}
+	cfg := Config{DB: db, Backend: b, Templates: tpl, Sealer: sealer, PublicBaseURL: baseURL, SMSConfigured: true, Now: clock.Now}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -70,7 +96,11 @@ func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, db: db, templates: tpl, store: s, h: NewHandler(s), clock: clock}
+	f := &fixture{t: t, db: db, backend: b, templates: tpl, store: s, h: NewHandler(s), clock: clock}
+	if d, ok := db.(*boltdb.DB); ok {
+		f.bolt = d.Bolt
+	}
+	return f
 }
 
 // do sends a request as a key of owner; owner "" sends none.
@@ -151,7 +181,7 @@ func fieldCodes(d problem.Details) []string {
 func (f *fixture) bucketLen(name []byte) int {
 	f.t.Helper()
 	n := 0
-	if err := f.db.View(func(tx *bbolt.Tx) error {
+	if err := f.bolt.View(func(tx *bbolt.Tx) error {
 		n = tx.Bucket(name).Stats().KeyN
 		return nil
 	}); err != nil {
@@ -161,3 +191,12 @@ func (f *fixture) bucketLen(name []byte) int {
 }
 
 func ctx() context.Context { return context.Background() }
+
+// writable tells whether tx may write.
+func writable(tx storage.Tx) bool {
+	switch tx.Backend() {
+	case boltdb.Name:
+		return boltdb.Of(tx).Writable()
+	}
+	return false
+}

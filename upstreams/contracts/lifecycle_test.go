@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
 	"go.etcd.io/bbolt"
 )
 
@@ -152,8 +153,8 @@ func TestArchive(t *testing.T) {
 func TestDelete(t *testing.T) {
 	var hooked []string
 	f := newFixture(t, func(c *Config) {
-		c.OnDelete = func(tx *bbolt.Tx, c *Contract) error {
-			if !tx.Writable() {
+		c.OnDelete = func(tx storage.Tx, c *Contract) error {
+			if !writable(tx) {
 				return errors.New("read-only tx")
 			}
 			hooked = append(hooked, c.ID)
@@ -213,7 +214,7 @@ func TestDelete(t *testing.T) {
 
 func TestDeleteHookFailureKeepsContract(t *testing.T) {
 	f := newFixture(t, func(c *Config) {
-		c.OnDelete = func(*bbolt.Tx, *Contract) error { return errors.New("outbox unavailable") }
+		c.OnDelete = func(storage.Tx, *Contract) error { return errors.New("outbox unavailable") }
 	})
 	id := f.createNamed(alice, "PAGE-1", "N")
 	decodeProblem(t, f.do(alice, http.MethodDelete, Prefix+"/"+id, ""), http.StatusInternalServerError, "internal")
@@ -261,7 +262,7 @@ func TestUpdateSettlesStatusAndIndexes(t *testing.T) {
 	rejected := f.createNamed(alice, "PAGE-2", "Rejected")
 	decide := func(id string, i int, decision string) {
 		t.Helper()
-		_, err := f.store.Update(ctx(), id, func(_ *bbolt.Tx, c *Contract) error {
+		_, err := f.store.Update(ctx(), id, func(_ storage.Tx, c *Contract) error {
 			c.Signers[i].Decision = decision
 			c.Signers[i].DecisionTimestamp = f.clock.Now()
 			c.Signers[i].DecisionIP = "192.0.2.7"
@@ -316,7 +317,7 @@ func TestExpiredThroughIndexes(t *testing.T) {
 			continue
 		}
 		signed = append(signed, id)
-		if _, err := f.store.Update(ctx(), id, func(_ *bbolt.Tx, c *Contract) error {
+		if _, err := f.store.Update(ctx(), id, func(_ storage.Tx, c *Contract) error {
 			c.Signers[0].Decision = DecisionSigned
 			return nil
 		}); err != nil {
@@ -324,7 +325,7 @@ func TestExpiredThroughIndexes(t *testing.T) {
 		}
 	}
 	// One live contract gets a later expiry.
-	if _, err := f.store.Update(ctx(), live[1], func(_ *bbolt.Tx, c *Contract) error {
+	if _, err := f.store.Update(ctx(), live[1], func(_ storage.Tx, c *Contract) error {
 		c.ExpirationTimestamp = c.ExpirationTimestamp.Add(24 * time.Hour)
 		return nil
 	}); err != nil {
@@ -344,7 +345,7 @@ func TestExpiredThroughIndexes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.db.View(func(tx *bbolt.Tx) error {
+		f.bolt.View(func(tx *bbolt.Tx) error {
 			if p := choosePlan(tx, &q); string(p.sources[0].bucket) != string(bucketByStatus) {
 				t.Errorf("%q reads %s", tc.query, p.sources[0].bucket)
 			}

@@ -413,7 +413,7 @@ func TestSearchPlanReadsOnlySelected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.db.View(func(tx *bbolt.Tx) error {
+		f.bolt.View(func(tx *bbolt.Tx) error {
 			p := choosePlan(tx, &q)
 			if string(p.sources[0].bucket) != string(tc.bucket) || p.cost != tc.cost {
 				t.Errorf("%q: plan reads %s at cost %d, want %s at %d", tc.query, p.sources[0].bucket, p.cost, tc.bucket, tc.cost)

@@ -9,14 +9,15 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/keystore"
 )
 
 func TestConcurrentCreates(t *testing.T) {
 	var created sync.Map
 	f := newFixture(t, func(c *Config) {
-		c.OnCreate = func(tx *bbolt.Tx, c *Contract) error {
-			if !tx.Writable() {
+		c.OnCreate = func(tx storage.Tx, c *Contract) error {
+			if !writable(tx) {
 				return fmt.Errorf("read-only tx")
 			}
 			created.Store(c.ID, true)
@@ -60,7 +61,7 @@ func TestConcurrentCreates(t *testing.T) {
 	if hooked != n {
 		t.Errorf("OnCreate saw %d contracts", hooked)
 	}
-	f.db.View(func(tx *bbolt.Tx) error {
+	f.bolt.View(func(tx *bbolt.Tx) error {
 		if got := readCount(tx.Bucket(bucketCounts), []byte(countAll)); got != n {
 			t.Errorf("counter all = %d", got)
 		}
@@ -79,15 +80,16 @@ func TestNewStoreChecksConfig(t *testing.T) {
 	sealer, _ := keystore.NewSealer(make([]byte, 32))
 	for name, cfg := range map[string]Config{
 		"no db":             {Templates: f.templates, Sealer: sealer},
-		"no templates":      {DB: f.db, Sealer: sealer},
-		"no sealer":         {DB: f.db, Templates: f.templates},
-		"negative validity": {DB: f.db, Templates: f.templates, Sealer: sealer, ContractValidity: -time.Hour},
+		"no backend":        {DB: f.db, Templates: f.templates, Sealer: sealer},
+		"no templates":      {DB: f.db, Backend: f.backend, Sealer: sealer},
+		"no sealer":         {DB: f.db, Backend: f.backend, Templates: f.templates},
+		"negative validity": {DB: f.db, Backend: f.backend, Templates: f.templates, Sealer: sealer, ContractValidity: -time.Hour},
 	} {
 		if _, err := NewStore(cfg); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	s, err := NewStore(Config{DB: f.db, Templates: f.templates, Sealer: sealer})
+	s, err := NewStore(Config{DB: f.db, Backend: f.backend, Templates: f.templates, Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
