@@ -183,17 +183,18 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 		if err != nil {
 			return err
 		}
-		encode := func() ([]byte, error) { return json.Marshal(documentRecord{Title: tpl.Title, Body: tpl.Body}) }
-		if err := s.backend.HoldDocument(ctx, tx, digest[:], encode); err != nil {
-			return err
-		}
 		if err := s.backend.Insert(ctx, tx, c, record, st); err != nil {
 			return err
 		}
 		if s.cfg.OnCreate != nil {
-			return s.cfg.OnCreate(tx, c)
+			if err := s.cfg.OnCreate(tx, c); err != nil {
+				return err
+			}
 		}
-		return nil
+		// Last: on PostgreSQL the document's count is a row that every
+		// create from the same template locks until it commits.
+		encode := func() ([]byte, error) { return json.Marshal(documentRecord{Title: tpl.Title, Body: tpl.Body}) }
+		return s.backend.HoldDocument(ctx, tx, digest[:], encode)
 	})
 	if err != nil {
 		return nil, err
