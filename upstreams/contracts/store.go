@@ -60,6 +60,9 @@ type Store struct {
 	db      storage.DB
 	backend Backend
 	log     *zap.Logger
+	// newID makes contract ids: uuid.NewV7, time-ordered, so new records
+	// append to the B+tree. Tests that compare two stores set it.
+	newID func() (uuid.UUID, error)
 }
 
 // NewStore checks cfg and fills its defaults.
@@ -85,7 +88,7 @@ func NewStore(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Store{cfg: cfg, db: cfg.DB, backend: cfg.Backend, log: cfg.Logger}, nil
+	return &Store{cfg: cfg, db: cfg.DB, backend: cfg.Backend, log: cfg.Logger, newID: uuid.NewV7}, nil
 }
 
 // now is the clock at the millisecond precision that timestamps are shown
@@ -139,7 +142,7 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 		return nil, f.Err()
 	}
 
-	id, err := uuid.NewV7() // time-ordered: new records append to the B+tree
+	id, err := s.newID()
 	if err != nil {
 		return nil, err
 	}
