@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -325,9 +326,15 @@ func (b *PostgresBackend) Search(ctx context.Context, tx storage.Tx, q *Query, n
 		}
 		where = append(where, "("+strings.Join(or, " OR ")+")")
 	}
-	if q.Substring != "" {
+	switch {
+	case q.Substring == "":
+	case trigrams(q.Substring):
 		esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(q.Substring)
 		where = append(where, "search_text LIKE "+arg("%"+esc+"%"))
+	default:
+		// No trigram to look up: the GIN index would read all of itself,
+		// so the rows are scanned instead, as bbolt does.
+		where = append(where, "strpos(search_text, "+arg(q.Substring)+") > 0")
 	}
 	cond := ""
 	if len(where) > 0 {
@@ -386,4 +393,20 @@ func (b *PostgresBackend) Search(ctx context.Context, tx storage.Tx, q *Query, n
 		return 0, nil, err
 	}
 	return int(total), page, nil
+}
+
+// trigrams tells whether pg_trgm finds a trigram in s to look up: a run of
+// three letters or digits.
+func trigrams(s string) bool {
+	n := 0
+	for _, r := range s {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			if n++; n == 3 {
+				return true
+			}
+		} else {
+			n = 0
+		}
+	}
+	return false
 }
