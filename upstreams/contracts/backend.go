@@ -56,10 +56,12 @@ type Backend interface {
 	Remove(ctx context.Context, tx storage.Tx, c *Contract) error
 
 	// HoldDocument counts one more contract holding the document digest,
-	// storing encode's bytes first if no contract holds it yet.
+	// storing encode's bytes first if no contract holds it yet. It comes
+	// before the Insert of the contract that holds it.
 	HoldDocument(ctx context.Context, tx storage.Tx, digest []byte, encode func() ([]byte, error)) error
 	// ReleaseDocument counts one contract fewer holding digest and
-	// deletes the document when none is left.
+	// deletes the document when none is left. It comes after the Remove
+	// of the contract that held it.
 	ReleaseDocument(ctx context.Context, tx storage.Tx, digest []byte) error
 	// Document reads the stored document digest (encoded documentRecord),
 	// nil if none is stored.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
@@ -160,13 +161,13 @@ func (b *PostgresBackend) Insert(ctx context.Context, tx storage.Tx, c *Contract
 	folded, _, _ := strings.Cut(searchText, "\x00")
 	_, err = pgdb.Of(tx).Exec(ctx, `WITH c AS (
 			INSERT INTO contracts (id, created, template_id, creator_id, name, folded_name, search_text,
-				status, archived, expires, record)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11))
+				status, archived, expires, record, document_digest)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $14))
 		INSERT INTO signing_tokens (token_hash, contract_id, signer_id)
 		SELECT h, $1, s FROM unnest($12::bytea[], $13::uuid[]) AS t(h, s)`,
 		id, c.CreationTimestamp.UnixMilli(), c.TemplateID, c.CreatedByID, c.Name, folded, pgSearchText(searchText),
 		int16(statusByte(c.Status)), c.Placement() == PlacementArchived, c.ExpirationTimestamp.UnixMilli(), record,
-		hashes, signers)
+		hashes, signers, c.DocumentDigest)
 	return err
 }
 
@@ -189,37 +190,43 @@ func (b *PostgresBackend) Remove(ctx context.Context, tx storage.Tx, c *Contract
 	return err
 }
 
-// HoldDocument implements Backend. The count is one statement; the
-// document is encoded only when it is new.
+// HoldDocument implements Backend. It takes a shared lock on the
+// document, which creates from one template hold together and a delete of
+// its last holder waits for; the contract's foreign key then keeps it.
 func (b *PostgresBackend) HoldDocument(ctx context.Context, tx storage.Tx, digest []byte, encode func() ([]byte, error)) error {
-	tag, err := pgdb.Of(tx).Exec(ctx, "UPDATE contract_documents SET refs = refs + 1 WHERE digest = $1", digest)
-	if err != nil || tag.RowsAffected() == 1 {
+	var one int
+	err := pgdb.Of(tx).QueryRow(ctx, "SELECT 1 FROM contract_documents WHERE digest = $1 FOR KEY SHARE", digest).Scan(&one)
+	if !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
 	doc, err := encode()
 	if err != nil {
 		return err
 	}
-	_, err = pgdb.Of(tx).Exec(ctx, `INSERT INTO contract_documents (digest, document, refs) VALUES ($1, $2, 1)
-		ON CONFLICT (digest) DO UPDATE SET refs = contract_documents.refs + 1`, digest, doc)
+	_, err = pgdb.Of(tx).Exec(ctx, "INSERT INTO contract_documents (digest, document) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING", digest, doc)
 	return err
 }
 
-// ReleaseDocument implements Backend: the row stays locked by the update
-// until the transaction ends, so no create takes it in between.
+// ReleaseDocument implements Backend, after Remove: the document goes
+// when no contract holds it. A contract made meanwhile by a transaction
+// that commits first makes the foreign key refuse the delete; the
+// document then stays, which is right, and the savepoint keeps tx usable.
 func (b *PostgresBackend) ReleaseDocument(ctx context.Context, tx storage.Tx, digest []byte) error {
-	var refs int64
-	err := pgdb.Of(tx).QueryRow(ctx, "UPDATE contract_documents SET refs = refs - 1 WHERE digest = $1 RETURNING refs", digest).Scan(&refs)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil
-	case err != nil:
+	sp, err := pgdb.Of(tx).Begin(ctx)
+	if err != nil {
 		return err
-	case refs > 0:
-		return nil
 	}
-	_, err = pgdb.Of(tx).Exec(ctx, "DELETE FROM contract_documents WHERE digest = $1", digest)
-	return err
+	_, err = sp.Exec(ctx, `DELETE FROM contract_documents WHERE digest = $1
+		AND NOT EXISTS (SELECT 1 FROM contracts WHERE document_digest = $1)`, digest)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23503" {
+		return sp.Rollback(ctx)
+	}
+	if err != nil {
+		sp.Rollback(ctx)
+		return err
+	}
+	return sp.Commit(ctx)
 }
 
 // Document implements Backend.

@@ -186,18 +186,17 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 		if err != nil {
 			return err
 		}
+		encode := func() ([]byte, error) { return json.Marshal(documentRecord{Title: tpl.Title, Body: tpl.Body}) }
+		if err := s.backend.HoldDocument(ctx, tx, digest[:], encode); err != nil {
+			return err
+		}
 		if err := s.backend.Insert(ctx, tx, c, record, st); err != nil {
 			return err
 		}
 		if s.cfg.OnCreate != nil {
-			if err := s.cfg.OnCreate(tx, c); err != nil {
-				return err
-			}
+			return s.cfg.OnCreate(tx, c)
 		}
-		// Last: on PostgreSQL the document's count is a row that every
-		// create from the same template locks until it commits.
-		encode := func() ([]byte, error) { return json.Marshal(documentRecord{Title: tpl.Title, Body: tpl.Body}) }
-		return s.backend.HoldDocument(ctx, tx, digest[:], encode)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -312,15 +311,15 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if err := s.backend.ReleaseDocument(ctx, tx, c.DocumentDigest); err != nil {
-			return err
-		}
 		if s.cfg.OnDelete != nil {
 			if err := s.cfg.OnDelete(tx, c); err != nil {
 				return err
 			}
 		}
-		return s.backend.Remove(ctx, tx, c)
+		if err := s.backend.Remove(ctx, tx, c); err != nil {
+			return err
+		}
+		return s.backend.ReleaseDocument(ctx, tx, c.DocumentDigest)
 	})
 }
 

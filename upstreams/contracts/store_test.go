@@ -68,7 +68,7 @@ func TestConcurrentCreates(t *testing.T) {
 			var refs int
 			d := documentDigest("Lease", "The tenant shall pay.")
 			f.db.View(ctx(), func(tx storage.Tx) error {
-				return pgdb.Of(tx).QueryRow(ctx(), "SELECT refs FROM contract_documents WHERE digest = $1", d[:]).Scan(&refs)
+				return pgdb.Of(tx).QueryRow(ctx(), "SELECT count(*) FROM contracts WHERE document_digest = $1", d[:]).Scan(&refs)
 			})
 			if refs != n/2 {
 				t.Errorf("document refs = %d", refs)

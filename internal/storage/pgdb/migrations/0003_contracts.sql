@@ -9,11 +9,12 @@ CREATE TABLE templates (
 );
 
 -- The copy of a template's text made at creation, shared by the contracts
--- made from the same text; refs counts them.
+-- made from the same text (contracts.document_digest). No counter: a row
+-- every create from one template updated would serialise those creates;
+-- the foreign key keeps a document that a contract holds.
 CREATE TABLE contract_documents (
 	digest   bytea PRIMARY KEY,
-	document bytea NOT NULL,
-	refs     bigint NOT NULL
+	document bytea NOT NULL
 );
 
 -- One row a contract: the record and every column search filters and
@@ -33,8 +34,10 @@ CREATE TABLE contracts (
 	status      smallint NOT NULL,
 	archived    boolean NOT NULL,
 	expires     bigint NOT NULL,
+	document_digest bytea NOT NULL REFERENCES contract_documents (digest),
 	record      bytea NOT NULL
 );
+CREATE INDEX contracts_document ON contracts (document_digest);
 CREATE INDEX contracts_created ON contracts (created, id);
 CREATE INDEX contracts_template_creator ON contracts (template_id, creator_id, created, id);
 CREATE INDEX contracts_creator ON contracts (creator_id, created, id);
