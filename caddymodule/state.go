@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -41,7 +42,11 @@ type state struct {
 	sealer        *keystore.Sealer
 	keys          *keystore.Keys
 	templates     *contracts.Templates
-	logger        *zap.Logger
+	// storage is db as a storage.DB, and contracts the contract store's
+	// backend on it.
+	storage   *boltdb.DB
+	contracts *contracts.BoltBackend
+	logger    *zap.Logger
 
 	// outbox holds the notifications not yet delivered; worker, the one
 	// deliverer of this process, sends them through the senders of the
@@ -168,7 +173,11 @@ func (s *state) open() error {
 	if s.keys, err = keystore.Open(backend, s.sealer, nil); err != nil {
 		return fmt.Errorf("loading keys: %w", err)
 	}
-	if s.templates, err = contracts.NewTemplates(s.db); err != nil {
+	s.storage = boltdb.New(s.db)
+	if s.contracts, err = contracts.NewBoltBackend(s.storage); err != nil {
+		return err
+	}
+	if s.templates, err = contracts.NewTemplates(s.storage, s.contracts); err != nil {
 		return err
 	}
 	if s.outbox, err = notify.NewOutbox(s.db, s.sealer); err != nil {
@@ -210,7 +219,8 @@ func (s *state) Destruct() error {
 func (s *state) provisionAPIs(a *App) error {
 	s.updateKeyGauges()
 	lifecycle, err := signing.New(contracts.Config{
-		DB:               s.db,
+		DB:               s.storage,
+		Backend:          s.contracts,
 		Templates:        s.templates,
 		Sealer:           s.sealer,
 		PublicBaseURL:    a.PublicBaseURL,

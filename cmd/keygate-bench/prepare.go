@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -78,7 +79,12 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 		return nil, err
 	}
 
-	templates, err := contracts.NewTemplates(db)
+	sdb := boltdb.New(db)
+	cb, err := contracts.NewBoltBackend(sdb)
+	if err != nil {
+		return nil, err
+	}
+	templates, err := contracts.NewTemplates(sdb, cb)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +93,7 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 			return nil, err
 		}
 	}
-	cs, err := contracts.NewStore(contracts.Config{DB: db, Templates: templates, Sealer: sealer, PublicBaseURL: preparedBaseURL})
+	cs, err := contracts.NewStore(contracts.Config{DB: sdb, Backend: cb, Templates: templates, Sealer: sealer, PublicBaseURL: preparedBaseURL})
 	if err != nil {
 		return nil, err
 	}

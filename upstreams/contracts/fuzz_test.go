@@ -3,8 +3,6 @@ package contracts
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/keygate/keygate/internal/storage/boltdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -16,6 +14,8 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
 )
@@ -30,7 +30,12 @@ func fuzzStore(tb testing.TB) (*Store, http.Handler) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { db.Close() })
-	tpl, err := NewTemplates(db)
+	sdb := boltdb.New(db)
+	b, err := NewBoltBackend(sdb)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tpl, err := NewTemplates(sdb, b)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -46,7 +51,7 @@ func fuzzStore(tb testing.TB) (*Store, http.Handler) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := NewStore(Config{DB: db, Templates: tpl, Sealer: sealer, PublicBaseURL: baseURL,
+	s, err := NewStore(Config{DB: sdb, Backend: b, Templates: tpl, Sealer: sealer, PublicBaseURL: baseURL,
 		SMSConfigured: true, Now: testclock.New(t0).Now})
 	if err != nil {
 		tb.Fatal(err)
@@ -107,7 +112,7 @@ func FuzzCreate(f *testing.F) {
 	f.Add("application/json", []byte(`{"templateId":"PAGE-1","name":"x","signers":[{"fullName":"A","accessKind":"url"}]}`))
 	f.Add("text/plain", []byte(`{}`))
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		before := storetest.Digest(t, boltdb.New(s.db))
+		before := storetest.Digest(t, s.db)
 		w := fuzzServe(h, http.MethodPost, Prefix, contentType, body)
 		if w.Code == http.StatusCreated {
 			var v struct {
@@ -136,20 +141,20 @@ func FuzzCreate(f *testing.F) {
 			if g := fuzzServe(h, http.MethodGet, Prefix+"/"+v.ID, "", nil); g.Code != http.StatusOK || g.Body.String() != w.Body.String() {
 				t.Fatalf("created %s, reads back as %d %s", w.Body, g.Code, g.Body)
 			}
-			if storetest.Digest(t, boltdb.New(s.db)) == before {
+			if storetest.Digest(t, s.db) == before {
 				t.Fatal("201, but the database is unchanged")
 			}
 			// Keep the database small so the fuzzer stays fast.
 			if d := fuzzServe(h, http.MethodDelete, Prefix+"/"+v.ID, "", nil); d.Code != http.StatusNoContent {
 				t.Fatalf("delete: %d %s", d.Code, d.Body)
 			}
-			if storetest.Digest(t, boltdb.New(s.db)) != before {
+			if storetest.Digest(t, s.db) != before {
 				t.Fatalf("deleting the contract of %s left data behind", body)
 			}
 			return
 		}
 		checkProblem(t, w)
-		if storetest.Digest(t, boltdb.New(s.db)) != before {
+		if storetest.Digest(t, s.db) != before {
 			t.Fatalf("a %d changed the database", w.Code)
 		}
 	})
@@ -177,10 +182,10 @@ func FuzzSearch(f *testing.F) {
 	f.Add("order=name-asc&page-size=100")
 	f.Add("time-zone=UTC%2B14:00&date-range=2026-11-22")
 	f.Add("date-range=2026-11-23~2026-11-22")
-	before := storetest.Digest(f, boltdb.New(s.db))
+	before := storetest.Digest(f, s.db)
 	f.Fuzz(func(t *testing.T, query string) {
 		w := fuzzServe(h, http.MethodGet, Prefix+"?"+query, "", nil)
-		if storetest.Digest(t, boltdb.New(s.db)) != before {
+		if storetest.Digest(t, s.db) != before {
 			t.Fatalf("a search (%d) changed the database", w.Code)
 		}
 		if _, err := url.ParseQuery(query); err != nil && w.Code != http.StatusBadRequest {
@@ -210,3 +215,4 @@ func firstID(tb testing.TB, s *Store) string {
 	}
 	return res.Contracts[0].ID
 }
+

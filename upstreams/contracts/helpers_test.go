@@ -2,17 +2,25 @@ package contracts
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
+
+	"github.com/keygate/keygate/internal/pgtest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
@@ -28,8 +36,11 @@ const (
 var t0 = time.Date(2026, 11, 22, 10, 15, 0, 0, time.UTC)
 
 type fixture struct {
-	t         *testing.T
-	db        *bbolt.DB
+	t  *testing.T
+	db storage.DB
+	// bolt is db's bbolt file, nil on PostgreSQL.
+	bolt      *bbolt.DB
+	backend   Backend
 	templates *Templates
 	store     *Store
 	h         http.Handler
@@ -40,12 +51,34 @@ type fixture struct {
 // configured and the clock at t0. mod may change the config.
 func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
 	t.Helper()
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
+	return newFixtureOn(t, storetest.OpenBolt(t), mod...)
+}
+
+// newBackend makes the contract backend of db's kind.
+func newBackend(tb testing.TB, db storage.DB) interface {
+	Backend
+	TemplateBackend
+} {
+	tb.Helper()
+	switch d := db.(type) {
+	case *boltdb.DB:
+		b, err := NewBoltBackend(d)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return b
+	case *pgdb.DB:
+		return NewPostgresBackend(d)
 	}
-	t.Cleanup(func() { db.Close() })
-	tpl, err := NewTemplates(db)
+	tb.Fatalf("no contract backend for %s", db.Backend())
+	return nil
+}
+
+// newFixtureOn is newFixture on db.
+func newFixtureOn(t *testing.T, db storage.DB, mod ...func(*Config)) *fixture {
+	t.Helper()
+	b := newBackend(t, db)
+	tpl, err := NewTemplates(db, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +95,7 @@ func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	clock := testclock.New(t0)
-	cfg := Config{DB: db, Templates: tpl, Sealer: sealer, PublicBaseURL: baseURL, SMSConfigured: true, Now: clock.Now}
+	cfg := Config{DB: db, Backend: b, Templates: tpl, Sealer: sealer, PublicBaseURL: baseURL, SMSConfigured: true, Now: clock.Now}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -70,7 +103,11 @@ func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, db: db, templates: tpl, store: s, h: NewHandler(s), clock: clock}
+	f := &fixture{t: t, db: db, backend: b, templates: tpl, store: s, h: NewHandler(s), clock: clock}
+	if d, ok := db.(*boltdb.DB); ok {
+		f.bolt = d.Bolt
+	}
+	return f
 }
 
 // do sends a request as a key of owner; owner "" sends none.
@@ -147,11 +184,46 @@ func fieldCodes(d problem.Details) []string {
 	return out
 }
 
-// bucketLen counts the keys of a bucket.
+// pgCounts counts on PostgreSQL what a bucket holds on bbolt.
+var pgCounts = map[string]string{
+	string(bucketContracts):         "SELECT count(*) FROM contracts",
+	string(bucketRows):              "SELECT count(*) FROM contracts",
+	string(bucketByTemplate):        "SELECT count(*) FROM contracts",
+	string(bucketByCreator):         "SELECT count(*) FROM contracts",
+	string(bucketByTemplateCreator): "SELECT count(*) FROM contracts",
+	string(bucketByPlacement):       "SELECT count(*) FROM contracts",
+	string(bucketByStatus):          "SELECT count(*) FROM contracts",
+	string(bucketByExpiry):          "SELECT count(*) FROM contracts WHERE status IN (0, 1)",
+	string(bucketSigningTokens):     "SELECT count(*) FROM signing_tokens",
+	string(bucketDocuments):         "SELECT count(*) FROM contract_documents",
+	string(bucketDocumentRefs):      "SELECT count(*) FROM contract_documents",
+	string(bucketTemplates):         "SELECT count(*) FROM templates",
+	string(bucketTemplateDigests):   "SELECT count(*) FROM templates",
+	string(bucketAttachments):       "SELECT count(*) FROM contract_attachments",
+	// The planner's counters are bbolt's own: none on PostgreSQL, whose
+	// planner keeps its statistics itself.
+	string(bucketCounts): "SELECT 0",
+}
+
+// bucketLen counts the keys of a bucket (the rows that stand for them on
+// PostgreSQL).
 func (f *fixture) bucketLen(name []byte) int {
 	f.t.Helper()
 	n := 0
-	if err := f.db.View(func(tx *bbolt.Tx) error {
+	if f.bolt == nil {
+		q, ok := pgCounts[string(name)]
+		if !ok {
+			f.t.Fatalf("bucketLen: no table for bucket %s", name)
+		}
+		err := f.db.View(ctx(), func(tx storage.Tx) error {
+			return pgdb.Of(tx).QueryRow(ctx(), q).Scan(&n)
+		})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		return n
+	}
+	if err := f.bolt.View(func(tx *bbolt.Tx) error {
 		n = tx.Bucket(name).Stats().KeyN
 		return nil
 	}); err != nil {
@@ -161,3 +233,49 @@ func (f *fixture) bucketLen(name []byte) int {
 }
 
 func ctx() context.Context { return context.Background() }
+
+// writable tells whether tx may write.
+func writable(tx storage.Tx) bool {
+	switch tx.Backend() {
+	case boltdb.Name:
+		return boltdb.Of(tx).Writable()
+	case pgdb.Name:
+		var ro string
+		err := pgdb.Of(tx).QueryRow(context.Background(), "SELECT current_setting('transaction_read_only')").Scan(&ro)
+		return err == nil && ro == "off"
+	}
+	return false
+}
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// assertNotStoredPG fails if any row of any table of the schema holds s
+// in clear, as text or as bytes (bytea shows as hex).
+func assertNotStoredPG(t *testing.T, f *fixture, s string) {
+	t.Helper()
+	err := f.db.View(ctx(), func(tx storage.Tx) error {
+		rows, err := pgdb.Of(tx).Query(ctx(), "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
+		if err != nil {
+			return err
+		}
+		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, table := range tables {
+			var n int
+			err := pgdb.Of(tx).QueryRow(ctx(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()+
+				" t WHERE strpos(t::text, $1) > 0 OR strpos(t::text, $2) > 0", s, hex.EncodeToString([]byte(s))).Scan(&n)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				t.Errorf("table %s holds the token in clear", table)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

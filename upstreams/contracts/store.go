@@ -1,20 +1,18 @@
 package contracts
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/google/uuid"
-	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/text"
 	"github.com/keygate/keygate/keystore"
 )
@@ -29,7 +27,10 @@ const maxOwnerLen = 1024
 
 // Config is what the store needs from the gateway.
 type Config struct {
-	DB        *bbolt.DB
+	DB storage.DB
+	// Backend keeps the contracts in DB: NewBoltBackend or
+	// NewPostgresBackend of the same database.
+	Backend   Backend
 	Templates *Templates
 	// Sealer seals signing-link tokens so the creator can see them again.
 	Sealer *keystore.Sealer
@@ -45,27 +46,32 @@ type Config struct {
 	Logger *zap.Logger
 	// OnCreate, if set, runs in the transaction that stores a new contract,
 	// so invitations and notifications can be queued atomically with it.
-	// It may run more than once for one contract if the batched
-	// transaction is retried; only the last run's writes persist.
-	OnCreate func(tx *bbolt.Tx, c *Contract) error
+	// It may run more than once for one contract if the transaction is
+	// retried; only the last run's writes persist.
+	OnCreate func(tx storage.Tx, c *Contract) error
 	// OnDelete, if set, runs in the transaction that deletes a contract,
 	// so its attachments and pending notifications go with it.
-	OnDelete func(tx *bbolt.Tx, c *Contract) error
+	OnDelete func(tx storage.Tx, c *Contract) error
 }
 
-// Store keeps contracts in bbolt with their search indexes. It is the only
-// code that touches the contract buckets.
+// Store keeps contracts with their search indexes through its Backend.
 type Store struct {
-	cfg Config
-	db  *bbolt.DB
-	log *zap.Logger
+	cfg     Config
+	db      storage.DB
+	backend Backend
+	log     *zap.Logger
+	// newID makes contract ids: uuid.NewV7, time-ordered, so new records
+	// append to the B+tree. Tests that compare two stores set it.
+	newID func() (uuid.UUID, error)
 }
 
-// NewStore checks cfg, fills its defaults and creates the buckets.
+// NewStore checks cfg and fills its defaults.
 func NewStore(cfg Config) (*Store, error) {
 	switch {
 	case cfg.DB == nil:
 		return nil, errors.New("contracts: Config.DB is required")
+	case cfg.Backend == nil:
+		return nil, errors.New("contracts: Config.Backend is required")
 	case cfg.Templates == nil:
 		return nil, errors.New("contracts: Config.Templates is required")
 	case cfg.Sealer == nil:
@@ -82,18 +88,7 @@ func NewStore(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	err := cfg.DB.Update(func(tx *bbolt.Tx) error {
-		for _, name := range append(storeBuckets, bucketAttachments) {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Store{cfg: cfg, db: cfg.DB, log: cfg.Logger}, nil
+	return &Store{cfg: cfg, db: cfg.DB, backend: cfg.Backend, log: cfg.Logger, newID: uuid.NewV7}, nil
 }
 
 // now is the clock at the millisecond precision that timestamps are shown
@@ -120,7 +115,8 @@ func parseID(id string) (uuid.UUID, bool) {
 // Create validates in, copies the template and stores the contract with
 // its indexes and signing links in one transaction, shared with concurrent
 // creates (db.Batch) so that many creates cost few disk syncs. The
-// returned contract's signers carry their clear tokens, for AccessURL.
+// template is read in that transaction. The returned contract's signers
+// carry their clear tokens, for AccessURL.
 func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*Contract, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -132,83 +128,70 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 	}
 	now := s.now()
 	var f problem.Fields
-	d, err := s.validateCreate(&f, in, now)
+	d, err := s.validateCreate(ctx, &f, in, now, false)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.Err(); err != nil {
-		return nil, err
+	if f.Err() != nil {
+		// Refused anyway: validate again with the template looked up, so
+		// the problem lists an unknown template in its place too.
+		f = problem.Fields{}
+		if _, err := s.validateCreate(ctx, &f, in, now, true); err != nil {
+			return nil, err
+		}
+		return nil, f.Err()
 	}
-	tpl, digest := &d.template, d.digest
 
-	id, err := uuid.NewV7() // time-ordered: new records append to the B+tree
+	id, err := s.newID()
 	if err != nil {
 		return nil, err
 	}
 	c := &Contract{
 		ID:                  id.String(),
 		TemplateID:          in.TemplateID,
-		CollectionID:        tpl.CollectionID,
 		Name:                in.Name,
 		CreatedByID:         owner,
 		CreationTimestamp:   now,
 		ExpirationTimestamp: d.expires,
 		SequentialSigning:   in.SequentialSigning != nil && *in.SequentialSigning,
 		Status:              StatusSent,
-		DocumentDigest:      digest[:],
 		Signers:             d.signers,
 		Watchers:            d.watchers,
 	}
 
-	// Everything that costs CPU happens here, outside the write lock: ids,
-	// tokens, sealing, encoding. The transaction only puts bytes.
-	tokenKeys := make([][]byte, len(c.Signers))
+	// Everything that costs CPU happens here, outside the transaction:
+	// ids, tokens, sealing, the search text.
 	for i := range c.Signers {
 		sg := &c.Signers[i]
-		sid := uuid.New()
-		sg.ID = sid.String()
+		sg.ID = uuid.New().String()
 		sg.token = keystore.RandomString()
 		sg.TokenHash = keystore.HashToken(sg.token)
 		sg.SealedToken = s.cfg.Sealer.Seal([]byte(sg.token), tokenAAD(c.ID, sg.ID))
-		v := make([]byte, 0, 32)
-		v = append(v, id[:]...)
-		tokenKeys[i] = append(v, sid[:]...)
 	}
-	record, err := json.Marshal(c)
-	if err != nil {
-		return nil, err
-	}
-	rk := makeRowKey(now, id)
-	rowValue := encodeRow(c, searchText(c))
-	entries := indexEntries(c, rk)
-	var document []byte
-	if !d.storedDocument {
-		if document, err = json.Marshal(documentRecord{Title: tpl.Title, Body: tpl.Body}); err != nil {
-			return nil, err
-		}
-	}
+	st := searchText(c)
 
-	err = s.db.Batch(func(tx *bbolt.Tx) error {
-		if err := holdDocument(tx, digest[:], document, tpl); err != nil {
+	err = s.db.Batch(ctx, func(tx storage.Tx) error {
+		tpl, digest, err := s.cfg.Templates.templateDocument(ctx, tx, in.TemplateID)
+		if problem.IsNotFound(err) {
+			var f problem.Fields
+			f.Add("templateId", codeUnknownTemplate, "templateId names no registered template")
+			return f.Err()
+		}
+		if err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketContracts).Put(id[:], record); err != nil {
+		c.CollectionID = tpl.CollectionID
+		c.DocumentDigest = digest[:]
+		record, err := json.Marshal(c)
+		if err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketRows).Put(rk[:], rowValue); err != nil {
+		encode := func() ([]byte, error) { return json.Marshal(documentRecord{Title: tpl.Title, Body: tpl.Body}) }
+		if err := s.backend.HoldDocument(ctx, tx, digest[:], encode); err != nil {
 			return err
 		}
-		if err := writeIndexes(tx, nil, entries); err != nil {
+		if err := s.backend.Insert(ctx, tx, c, record, st); err != nil {
 			return err
-		}
-		if err := addCount(tx, []byte(countAll), 1); err != nil {
-			return err
-		}
-		tokens := tx.Bucket(bucketSigningTokens)
-		for i := range c.Signers {
-			if err := tokens.Put(c.Signers[i].TokenHash[:], tokenKeys[i]); err != nil {
-				return err
-			}
 		}
 		if s.cfg.OnCreate != nil {
 			return s.cfg.OnCreate(tx, c)
@@ -227,52 +210,9 @@ type documentRecord struct {
 	Body  string `json:"body"`
 }
 
-// holdDocument counts one more contract holding document digest, storing
-// the document first if no contract holds it yet. encoded is the document
-// as encoded before the transaction, nil if it was stored then.
-func holdDocument(tx *bbolt.Tx, digest, encoded []byte, tpl *Template) error {
-	docs := tx.Bucket(bucketDocuments)
-	if docs.Get(digest) == nil {
-		if encoded == nil {
-			// The last contract holding it was deleted since we looked.
-			var err error
-			if encoded, err = json.Marshal(documentRecord{Title: tpl.Title, Body: tpl.Body}); err != nil {
-				return err
-			}
-		}
-		if err := docs.Put(digest, encoded); err != nil {
-			return err
-		}
-	}
-	return bump(tx.Bucket(bucketDocumentRefs), digest, 1)
-}
-
-// releaseDocument counts one contract fewer holding document digest and
-// deletes the document when none is left.
-func releaseDocument(tx *bbolt.Tx, digest []byte) error {
-	refs := tx.Bucket(bucketDocumentRefs)
-	if err := bump(refs, digest, -1); err != nil {
-		return err
-	}
-	if refs.Get(digest) == nil {
-		return tx.Bucket(bucketDocuments).Delete(digest)
-	}
-	return nil
-}
-
 // tokenAAD binds a sealed token to the contract and signer that hold it.
 func tokenAAD(contractID, signerID string) []byte {
 	return []byte(contractID + signerID)
-}
-
-// load reads and decodes contract id inside tx; the decoded value owns its
-// memory, so it outlives the transaction.
-func load(tx *bbolt.Tx, id uuid.UUID) (*Contract, error) {
-	v := tx.Bucket(bucketContracts).Get(id[:])
-	if v == nil {
-		return nil, errNotFound
-	}
-	return decoded.decode(id, v)
 }
 
 // Get returns contract id with its effective status, or a 404 problem.
@@ -284,12 +224,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Contract, error) {
 	if !ok {
 		return nil, errNotFound
 	}
-	var c *Contract
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		var err error
-		c, err = load(tx, u)
-		return err
-	})
+	c, err := s.backend.Contract(ctx, u)
 	if err != nil {
 		return nil, err
 	}
@@ -299,10 +234,9 @@ func (s *Store) Get(ctx context.Context, id string) (*Contract, error) {
 
 // Update loads contract id, lets fn change it inside the write
 // transaction, settles its status (decisions, then expiry) and stores it
-// with its indexes. fn may write other buckets in tx (an outbox, say).
-// Later lifecycle code (opening, deciding, attachments) builds on it. The
-// returned contract shows its effective status.
-func (s *Store) Update(ctx context.Context, id string, fn func(tx *bbolt.Tx, c *Contract) error) (*Contract, error) {
+// with its indexes. fn may write other stores in tx (an outbox, say).
+// The returned contract shows its effective status.
+func (s *Store) Update(ctx context.Context, id string, fn func(tx storage.Tx, c *Contract) error) (*Contract, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -312,12 +246,12 @@ func (s *Store) Update(ctx context.Context, id string, fn func(tx *bbolt.Tx, c *
 	}
 	now := s.now()
 	var out *Contract
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		c, err := load(tx, u)
+	err := s.db.Update(ctx, func(tx storage.Tx) error {
+		c, err := s.backend.Load(ctx, tx, u, true)
 		if err != nil {
 			return err
 		}
-		if err := s.rewrite(tx, c, now, fn); err != nil {
+		if err := s.rewrite(ctx, tx, c, now, fn); err != nil {
 			return err
 		}
 		out = c
@@ -333,10 +267,8 @@ func (s *Store) Update(ctx context.Context, id string, fn func(tx *bbolt.Tx, c *
 // rewrite applies fn to c and stores the result, moving its index entries.
 // Template, creator, creation time, name and signers' names and e-mails
 // are fixed at creation, so the search text stays as it is.
-func (s *Store) rewrite(tx *bbolt.Tx, c *Contract, now time.Time, fn func(tx *bbolt.Tx, c *Contract) error) error {
-	u := uuid.MustParse(c.ID)
-	rk := makeRowKey(c.CreationTimestamp, u)
-	old := indexEntries(c, rk)
+func (s *Store) rewrite(ctx context.Context, tx storage.Tx, c *Contract, now time.Time, fn func(tx storage.Tx, c *Contract) error) error {
+	before := c.clone()
 	if fn != nil {
 		if err := fn(tx, c); err != nil {
 			return err
@@ -347,30 +279,14 @@ func (s *Store) rewrite(tx *bbolt.Tx, c *Contract, now time.Time, fn func(tx *bb
 	if err != nil {
 		return err
 	}
-	if err := tx.Bucket(bucketContracts).Put(u[:], record); err != nil {
-		return err
-	}
-	rows := tx.Bucket(bucketRows)
-	r := row(rows.Get(rk[:]))
-	if len(r) < 10 {
-		return errors.New("contracts: search row missing for " + c.ID)
-	}
-	nr := make(row, len(r))
-	copy(nr, r)
-	nr[0] = statusByte(c.Status)
-	nr[1] = placementByte(c.Placement())
-	binary.BigEndian.PutUint64(nr[2:10], uint64(c.ExpirationTimestamp.UnixMilli()))
-	if err := rows.Put(rk[:], nr); err != nil {
-		return err
-	}
-	return writeIndexes(tx, old, indexEntries(c, rk))
+	return s.backend.Replace(ctx, tx, before, c, record)
 }
 
 // Archive moves contract id to the archive. Archiving an archived
 // contract succeeds and keeps the first archivalTimestamp.
 func (s *Store) Archive(ctx context.Context, id string) error {
 	now := s.now()
-	_, err := s.Update(ctx, id, func(_ *bbolt.Tx, c *Contract) error {
+	_, err := s.Update(ctx, id, func(_ storage.Tx, c *Contract) error {
 		if c.ArchivalTimestamp.IsZero() {
 			c.ArchivalTimestamp = now
 		}
@@ -379,9 +295,9 @@ func (s *Store) Archive(ctx context.Context, id string) error {
 	return err
 }
 
-// Delete removes contract id, its row, index entries, signing links and
-// (if no other contract holds it) its document copy in one transaction,
-// with whatever Config.OnDelete removes.
+// Delete removes contract id, its row, index entries, signing links,
+// attachments and (if no other contract holds it) its document copy in one
+// transaction, with whatever Config.OnDelete removes.
 func (s *Store) Delete(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -390,31 +306,9 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if !ok {
 		return errNotFound
 	}
-	return s.db.Update(func(tx *bbolt.Tx) error {
-		c, err := load(tx, u)
+	return s.db.Update(ctx, func(tx storage.Tx) error {
+		c, err := s.backend.Load(ctx, tx, u, true)
 		if err != nil {
-			return err
-		}
-		rk := makeRowKey(c.CreationTimestamp, u)
-		if err := writeIndexes(tx, indexEntries(c, rk), nil); err != nil {
-			return err
-		}
-		if err := addCount(tx, []byte(countAll), -1); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketRows).Delete(rk[:]); err != nil {
-			return err
-		}
-		tokens := tx.Bucket(bucketSigningTokens)
-		for i := range c.Signers {
-			if err := tokens.Delete(c.Signers[i].TokenHash[:]); err != nil {
-				return err
-			}
-		}
-		if err := releaseDocument(tx, c.DocumentDigest); err != nil {
-			return err
-		}
-		if err := deleteAttachments(tx, u); err != nil {
 			return err
 		}
 		if s.cfg.OnDelete != nil {
@@ -422,7 +316,10 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 				return err
 			}
 		}
-		return tx.Bucket(bucketContracts).Delete(u[:])
+		if err := s.backend.Remove(ctx, tx, c); err != nil {
+			return err
+		}
+		return s.backend.ReleaseDocument(ctx, tx, c.DocumentDigest)
 	})
 }
 
@@ -433,8 +330,11 @@ func (s *Store) Document(ctx context.Context, c *Contract) (title, body string, 
 		return "", "", err
 	}
 	var d documentRecord
-	err = s.db.View(func(tx *bbolt.Tx) error {
-		v := tx.Bucket(bucketDocuments).Get(c.DocumentDigest)
+	err = s.db.View(ctx, func(tx storage.Tx) error {
+		v, err := s.backend.Document(ctx, tx, c.DocumentDigest)
+		if err != nil {
+			return err
+		}
 		if v == nil {
 			return errors.New("contracts: document of " + c.ID + " is missing")
 		}
@@ -472,16 +372,15 @@ func (s *Store) ByTokenHash(ctx context.Context, h keystore.TokenHash) (*Contrac
 	}
 	var c *Contract
 	var signer int
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		v := tx.Bucket(bucketSigningTokens).Get(h[:])
-		if len(v) != 32 {
-			return errNoSigning
-		}
-		var err error
-		if c, err = load(tx, uuid.UUID(v[:16])); err != nil {
+	err := s.db.View(ctx, func(tx storage.Tx) error {
+		cid, sid, err := s.backend.SigningToken(ctx, tx, h)
+		if err != nil {
 			return err
 		}
-		signer = c.SignerByID(uuid.UUID(v[16:]).String())
+		if c, err = s.backend.Load(ctx, tx, cid, false); err != nil {
+			return err
+		}
+		signer = c.SignerByID(sid.String())
 		if signer < 0 {
 			return errNoSigning
 		}
@@ -503,37 +402,39 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (int, error) {
 		return 0, err
 	}
 	now := s.now()
-	end := millisKey(now)
 	// Most sweeps find nothing due; a read transaction tells so without
 	// the disk sync of a write.
 	due := false
-	if err := s.db.View(func(tx *bbolt.Tx) error {
-		k, _ := tx.Bucket(bucketByExpiry).Cursor().First()
-		due = k != nil && bytes.Compare(k[:8], end[:]) <= 0
-		return nil
+	if err := s.db.View(ctx, func(tx storage.Tx) error {
+		ids, err := s.backend.Expiring(ctx, tx, now, 1)
+		due = len(ids) > 0
+		return err
 	}); err != nil || !due {
 		return 0, err
 	}
 	n := 0
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		var due []uuid.UUID
-		cur := tx.Bucket(bucketByExpiry).Cursor()
-		for k, _ := cur.First(); k != nil && bytes.Compare(k[:8], end[:]) <= 0; k, _ = cur.Next() {
-			due = append(due, rowKey(k[8:]).id())
-			if limit > 0 && len(due) == limit {
-				break
-			}
+	err := s.db.Update(ctx, func(tx storage.Tx) error {
+		due, err := s.backend.Expiring(ctx, tx, now, limit)
+		if err != nil {
+			return err
 		}
+		n = 0
 		for _, id := range due {
-			c, err := load(tx, id)
+			c, err := s.backend.Load(ctx, tx, id, true)
+			if problem.IsNotFound(err) {
+				continue // deleted since it was listed
+			}
 			if err != nil {
 				return err
 			}
-			if err := s.rewrite(tx, c, now, nil); err != nil {
+			if !c.Status.live() {
+				continue // decided since it was listed
+			}
+			if err := s.rewrite(ctx, tx, c, now, nil); err != nil {
 				return err
 			}
+			n++
 		}
-		n = len(due)
 		return nil
 	})
 	return n, err
@@ -552,13 +453,13 @@ var errNoAttachment = problem.NotFound("no such attachment")
 // transaction of an Update (whose fn then sets c.FinalizedPDF or
 // c.CertificatePDF to the result), so that the file and the contract that
 // lists it commit together. Delete removes it with the contract.
-func (s *Store) PutAttachment(tx *bbolt.Tx, c *Contract, fileName string, data []byte) (*Attachment, error) {
+func (s *Store) PutAttachment(tx storage.Tx, c *Contract, fileName string, data []byte) (*Attachment, error) {
 	cid, ok := parseID(c.ID)
 	if !ok {
 		return nil, errors.New("contracts: attachment for a contract without a valid id")
 	}
 	aid := uuid.New()
-	if err := tx.Bucket(bucketAttachments).Put(attachmentKey(cid, aid), data); err != nil {
+	if err := s.backend.PutAttachment(context.Background(), tx, cid, aid, data); err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(data)
@@ -587,8 +488,8 @@ func (s *Store) Attachment(ctx context.Context, id, attachmentID string) (*Attac
 	}
 	var a *Attachment
 	var data []byte
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		c, err := load(tx, cid)
+	err := s.db.View(ctx, func(tx storage.Tx) error {
+		c, err := s.backend.Load(ctx, tx, cid, false)
 		if err != nil {
 			return err
 		}
@@ -600,11 +501,12 @@ func (s *Store) Attachment(ctx context.Context, id, attachmentID string) (*Attac
 		if a == nil {
 			return errNoAttachment
 		}
-		v := tx.Bucket(bucketAttachments).Get(attachmentKey(cid, aid))
-		if v == nil {
+		if data, err = s.backend.Attachment(ctx, tx, cid, aid); err != nil {
+			return err
+		}
+		if data == nil {
 			return errors.New("contracts: attachment " + a.ID + " of " + c.ID + " is missing")
 		}
-		data = bytes.Clone(v)
 		return nil
 	})
 	if err != nil {
@@ -613,22 +515,32 @@ func (s *Store) Attachment(ctx context.Context, id, attachmentID string) (*Attac
 	return a, data, nil
 }
 
-func attachmentKey(contract, attachment uuid.UUID) []byte {
-	return append(bytes.Clone(contract[:]), attachment[:]...)
+// SearchResult is one page of a search and the number of all matches.
+type SearchResult struct {
+	TotalCount int
+	// Contracts hold their effective status; the handler leaves out their
+	// signers and watchers.
+	Contracts []*Contract
 }
 
-// deleteAttachments removes every attachment of contract id.
-func deleteAttachments(tx *bbolt.Tx, id uuid.UUID) error {
-	b := tx.Bucket(bucketAttachments)
-	var keys [][]byte
-	c := b.Cursor()
-	for k, _ := c.Seek(id[:]); k != nil && bytes.HasPrefix(k, id[:]); k, _ = c.Next() {
-		keys = append(keys, bytes.Clone(k))
+// Search runs q in one read transaction (a page and its total count come
+// from one snapshot).
+func (s *Store) Search(ctx context.Context, q Query) (*SearchResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	for _, k := range keys {
-		if err := b.Delete(k); err != nil {
-			return err
-		}
+	now := s.now()
+	res := &SearchResult{}
+	err := s.db.View(ctx, func(tx storage.Tx) error {
+		var err error
+		res.TotalCount, res.Contracts, err = s.backend.Search(ctx, tx, &q, now)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	for _, c := range res.Contracts {
+		c.Status = c.EffectiveStatus(now)
+	}
+	return res, nil
 }

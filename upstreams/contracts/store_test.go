@@ -2,6 +2,7 @@ package contracts
 
 import (
 	"fmt"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"sync"
 	"testing"
 	"time"
@@ -9,68 +10,86 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/keystore"
 )
 
 func TestConcurrentCreates(t *testing.T) {
-	var created sync.Map
-	f := newFixture(t, func(c *Config) {
-		c.OnCreate = func(tx *bbolt.Tx, c *Contract) error {
-			if !tx.Writable() {
-				return fmt.Errorf("read-only tx")
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		var created sync.Map
+		f := newFixtureOn(t, db, func(c *Config) {
+			c.OnCreate = func(tx storage.Tx, c *Contract) error {
+				if !writable(tx) {
+					return fmt.Errorf("read-only tx")
+				}
+				created.Store(c.ID, true)
+				return nil
 			}
-			created.Store(c.ID, true)
-			return nil
+		})
+		const workers, each = 16, 8
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*each)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				for i := 0; i < each; i++ {
+					_, err := f.store.Create(ctx(), fmt.Sprintf("owner-%d", w%4), &CreateRequest{
+						TemplateID: []string{"PAGE-1", "PAGE-2"}[i%2], Name: fmt.Sprintf("C %d/%d", w, i),
+						Signers: []SignerRequest{{FullName: "S", AccessKind: "url"}, {FullName: "T", AccessKind: "email", Email: "t@example.com"}}})
+					errs <- err
+				}
+			}(w)
 		}
-	})
-	const workers, each = 16, 8
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*each)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := 0; i < each; i++ {
-				_, err := f.store.Create(ctx(), fmt.Sprintf("owner-%d", w%4), &CreateRequest{
-					TemplateID: []string{"PAGE-1", "PAGE-2"}[i%2], Name: fmt.Sprintf("C %d/%d", w, i),
-					Signers: []SignerRequest{{FullName: "S", AccessKind: "url"}, {FullName: "T", AccessKind: "email", Email: "t@example.com"}}})
-				errs <- err
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
 			}
-		}(w)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
 		}
-	}
-	const n = workers * each
-	if got := searchCount(t, f, ""); got != n {
-		t.Errorf("search counts %d, want %d", got, n)
-	}
-	if got := searchCount(t, f, "template-id=PAGE-1&creator-id=owner-1"); got != n/8 {
-		t.Errorf("template+creator counts %d, want %d", got, n/8)
-	}
-	if got := f.bucketLen(bucketSigningTokens); got != 2*n {
-		t.Errorf("%d signing tokens", got)
-	}
-	hooked := 0
-	created.Range(func(any, any) bool { hooked++; return true })
-	if hooked != n {
-		t.Errorf("OnCreate saw %d contracts", hooked)
-	}
-	f.db.View(func(tx *bbolt.Tx) error {
-		if got := readCount(tx.Bucket(bucketCounts), []byte(countAll)); got != n {
-			t.Errorf("counter all = %d", got)
+		const n = workers * each
+		if got := searchCount(t, f, ""); got != n {
+			t.Errorf("search counts %d, want %d", got, n)
 		}
-		if got := readCount(tx.Bucket(bucketDocumentRefs), func() []byte {
+		if got := searchCount(t, f, "template-id=PAGE-1&creator-id=owner-1"); got != n/8 {
+			t.Errorf("template+creator counts %d, want %d", got, n/8)
+		}
+		if got := f.bucketLen(bucketSigningTokens); got != 2*n {
+			t.Errorf("%d signing tokens", got)
+		}
+		hooked := 0
+		created.Range(func(any, any) bool { hooked++; return true })
+		if hooked != n {
+			t.Errorf("OnCreate saw %d contracts", hooked)
+		}
+		if f.bolt == nil {
+			var refs int
 			d := documentDigest("Lease", "The tenant shall pay.")
-			return d[:]
-		}()); got != n/2 {
-			t.Errorf("document refs = %d", got)
+			f.db.View(ctx(), func(tx storage.Tx) error {
+				return pgdb.Of(tx).QueryRow(ctx(), "SELECT count(*) FROM contracts WHERE document_digest = $1", d[:]).Scan(&refs)
+			})
+			if refs != n/2 {
+				t.Errorf("document refs = %d", refs)
+			}
+			if got := f.bucketLen(bucketContracts); got != n {
+				t.Errorf("contracts = %d", got)
+			}
+			return
 		}
-		return nil
+		f.bolt.View(func(tx *bbolt.Tx) error {
+			if got := readCount(tx.Bucket(bucketCounts), []byte(countAll)); got != n {
+				t.Errorf("counter all = %d", got)
+			}
+			if got := readCount(tx.Bucket(bucketDocumentRefs), func() []byte {
+				d := documentDigest("Lease", "The tenant shall pay.")
+				return d[:]
+			}()); got != n/2 {
+				t.Errorf("document refs = %d", got)
+			}
+			return nil
+		})
 	})
 }
 
@@ -79,15 +98,16 @@ func TestNewStoreChecksConfig(t *testing.T) {
 	sealer, _ := keystore.NewSealer(make([]byte, 32))
 	for name, cfg := range map[string]Config{
 		"no db":             {Templates: f.templates, Sealer: sealer},
-		"no templates":      {DB: f.db, Sealer: sealer},
-		"no sealer":         {DB: f.db, Templates: f.templates},
-		"negative validity": {DB: f.db, Templates: f.templates, Sealer: sealer, ContractValidity: -time.Hour},
+		"no backend":        {DB: f.db, Templates: f.templates, Sealer: sealer},
+		"no templates":      {DB: f.db, Backend: f.backend, Sealer: sealer},
+		"no sealer":         {DB: f.db, Backend: f.backend, Templates: f.templates},
+		"negative validity": {DB: f.db, Backend: f.backend, Templates: f.templates, Sealer: sealer, ContractValidity: -time.Hour},
 	} {
 		if _, err := NewStore(cfg); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	s, err := NewStore(Config{DB: f.db, Templates: f.templates, Sealer: sealer})
+	s, err := NewStore(Config{DB: f.db, Backend: f.backend, Templates: f.templates, Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,31 +117,35 @@ func TestNewStoreChecksConfig(t *testing.T) {
 }
 
 func TestCreateRefusesBadOwner(t *testing.T) {
-	f := newFixture(t)
-	for _, owner := range []string{"", "a\x00b"} {
-		if _, err := f.store.Create(ctx(), owner, &CreateRequest{TemplateID: "PAGE-1", Name: "N",
-			Signers: []SignerRequest{{FullName: "S", AccessKind: "url"}}}); err == nil {
-			t.Errorf("owner %q accepted", owner)
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixtureOn(t, db)
+		for _, owner := range []string{"", "a\x00b"} {
+			if _, err := f.store.Create(ctx(), owner, &CreateRequest{TemplateID: "PAGE-1", Name: "N",
+				Signers: []SignerRequest{{FullName: "S", AccessKind: "url"}}}); err == nil {
+				t.Errorf("owner %q accepted", owner)
+			}
 		}
-	}
+	})
 }
 
 func TestSigningTokenLookup(t *testing.T) {
-	f := newFixture(t)
-	if _, _, err := f.store.BySigningToken(ctx(), keystore.RandomString()); !problem.IsNotFound(err) {
-		t.Errorf("unknown token: %v", err)
-	}
-	c, err := f.store.Create(ctx(), alice, &CreateRequest{TemplateID: "PAGE-1", Name: "N",
-		Signers: []SignerRequest{{FullName: "A", AccessKind: "url"}, {FullName: "B", AccessKind: "url"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, i, err := f.store.ByTokenHash(ctx(), c.Signers[1].TokenHash)
-	if err != nil || got.ID != c.ID || i != 1 || got.Signers[1].FullName != "B" {
-		t.Errorf("lookup: %v %d %v", got, i, err)
-	}
-	f.clock.Advance(DefaultContractValidity)
-	if got, _, _ := f.store.ByTokenHash(ctx(), c.Signers[0].TokenHash); got.Status != StatusExpired {
-		t.Errorf("status %s after expiry", got.Status)
-	}
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixtureOn(t, db)
+		if _, _, err := f.store.BySigningToken(ctx(), keystore.RandomString()); !problem.IsNotFound(err) {
+			t.Errorf("unknown token: %v", err)
+		}
+		c, err := f.store.Create(ctx(), alice, &CreateRequest{TemplateID: "PAGE-1", Name: "N",
+			Signers: []SignerRequest{{FullName: "A", AccessKind: "url"}, {FullName: "B", AccessKind: "url"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, i, err := f.store.ByTokenHash(ctx(), c.Signers[1].TokenHash)
+		if err != nil || got.ID != c.ID || i != 1 || got.Signers[1].FullName != "B" {
+			t.Errorf("lookup: %v %d %v", got, i, err)
+		}
+		f.clock.Advance(DefaultContractValidity)
+		if got, _, _ := f.store.ByTokenHash(ctx(), c.Signers[0].TokenHash); got.Status != StatusExpired {
+			t.Errorf("status %s after expiry", got.Status)
+		}
+	})
 }

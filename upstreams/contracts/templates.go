@@ -1,14 +1,14 @@
 package contracts
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
-	"net/http"
+	"errors"
 	"sort"
 	"unicode/utf8"
 
-	"go.etcd.io/bbolt"
+	"github.com/keygate/keygate/internal/storage"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/text"
@@ -37,23 +37,18 @@ var (
 // by the decoder anyway.
 const maxTemplateBody = 1 << 20
 
-// Templates is the template registry in bbolt, keyed by template id.
-type Templates struct{ db *bbolt.DB }
+// Templates is the template registry, keyed by template id.
+type Templates struct {
+	db      storage.DB
+	backend TemplateBackend
+}
 
-// NewTemplates opens the registry in db, creating its bucket.
-func NewTemplates(db *bbolt.DB) (*Templates, error) {
-	err := db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketTemplates, bucketTemplateDigests} {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+// NewTemplates opens the registry kept by backend in db.
+func NewTemplates(db storage.DB, backend TemplateBackend) (*Templates, error) {
+	if db == nil || backend == nil {
+		return nil, errors.New("contracts: NewTemplates needs a database and a backend")
 	}
-	return &Templates{db: db}, nil
+	return &Templates{db: db, backend: backend}, nil
 }
 
 // Validate lists every rule t breaks.
@@ -89,21 +84,12 @@ func (s *Templates) put(t Template, replace bool) (created bool, err error) {
 	if err := t.Validate(); err != nil {
 		return false, err
 	}
-	val, err := json.Marshal(t)
-	if err != nil {
-		return false, err
-	}
-	err = s.db.Update(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketTemplates)
-		created = b.Get([]byte(t.ID)) == nil
-		if !created && !replace {
-			return problem.New(http.StatusConflict, problem.CodeConflict, "a template with this id exists: replace it with PUT")
-		}
-		if err := b.Put([]byte(t.ID), val); err != nil {
-			return err
-		}
-		d := documentDigest(t.Title, t.Body)
-		return tx.Bucket(bucketTemplateDigests).Put([]byte(t.ID), d[:])
+	d := documentDigest(t.Title, t.Body)
+	ctx := context.Background()
+	err = s.db.Update(ctx, func(tx storage.Tx) error {
+		var err error
+		created, err = s.backend.PutTemplate(ctx, tx, &t, d, replace)
+		return err
 	})
 	return created, err
 }
@@ -111,35 +97,34 @@ func (s *Templates) put(t Template, replace bool) (created bool, err error) {
 // Get returns the template id, or a 404 problem.
 func (s *Templates) Get(id string) (Template, error) {
 	var t Template
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		return getTemplate(tx, id, &t)
+	ctx := context.Background()
+	err := s.db.View(ctx, func(tx storage.Tx) error {
+		x, _, err := s.backend.Template(ctx, tx, id)
+		if err == nil {
+			t = *x
+		}
+		return err
 	})
 	return t, err
 }
 
 var errNoTemplate = problem.NotFound("no template with this id")
 
-// getTemplate reads id inside tx, so a contract create can copy the
-// template in the same transaction that stores the contract.
-func getTemplate(tx *bbolt.Tx, id string, t *Template) error {
-	v := tx.Bucket(bucketTemplates).Get([]byte(id))
-	if v == nil {
-		return errNoTemplate
+// templateDocument reads template id inside tx with the digest of its
+// title and body, computing the digest if the template predates digests,
+// so a contract create copies the template in the transaction that stores
+// the contract.
+func (s *Templates) templateDocument(ctx context.Context, tx storage.Tx, id string) (*Template, [sha256.Size]byte, error) {
+	var digest [sha256.Size]byte
+	t, d, err := s.backend.Template(ctx, tx, id)
+	if err != nil {
+		return nil, digest, err
 	}
-	return json.Unmarshal(v, t)
-}
-
-// templateDocument reads template id inside tx with the digest of its title
-// and body, computing the digest if the template predates digests.
-func templateDocument(tx *bbolt.Tx, id string, t *Template) (digest [sha256.Size]byte, err error) {
-	if err := getTemplate(tx, id, t); err != nil {
-		return digest, err
-	}
-	if d := tx.Bucket(bucketTemplateDigests).Get([]byte(id)); len(d) == sha256.Size {
+	if len(d) == sha256.Size {
 		copy(digest[:], d)
-		return digest, nil
+		return t, digest, nil
 	}
-	return documentDigest(t.Title, t.Body), nil
+	return t, documentDigest(t.Title, t.Body), nil
 }
 
 // documentDigest names a document by its content: the same title and body
@@ -159,32 +144,25 @@ func documentDigest(title, body string) [sha256.Size]byte {
 
 // List returns every template ordered by id.
 func (s *Templates) List() ([]Template, error) {
-	list := []Template{}
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketTemplates).ForEach(func(_, v []byte) error {
-			var t Template
-			if err := json.Unmarshal(v, &t); err != nil {
-				return err
-			}
-			list = append(list, t)
-			return nil
-		})
+	var list []Template
+	ctx := context.Background()
+	err := s.db.View(ctx, func(tx storage.Tx) error {
+		var err error
+		list, err = s.backend.Templates(ctx, tx)
+		return err
 	})
+	if err != nil {
+		return nil, err
+	}
 	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
-	return list, err
+	return list, nil
 }
 
 // Delete removes template id, or answers a 404 problem. Contracts made
 // from it keep their copies.
 func (s *Templates) Delete(id string) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketTemplates)
-		if b.Get([]byte(id)) == nil {
-			return errNoTemplate
-		}
-		if err := tx.Bucket(bucketTemplateDigests).Delete([]byte(id)); err != nil {
-			return err
-		}
-		return b.Delete([]byte(id))
+	ctx := context.Background()
+	return s.db.Update(ctx, func(tx storage.Tx) error {
+		return s.backend.DeleteTemplate(ctx, tx, id)
 	})
 }

@@ -1,6 +1,8 @@
 package contracts
 
 import (
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"reflect"
 	"strings"
@@ -44,76 +46,80 @@ func TestTemplateValidate(t *testing.T) {
 }
 
 func TestTemplateRegistry(t *testing.T) {
-	f := newFixture(t)
-	r := f.templates
-	created, err := r.Put(Template{ID: "PAGE-0", CollectionID: "SPACE-Z", Title: "First", Body: "b"})
-	if err != nil || !created {
-		t.Fatalf("put: %v %v", created, err)
-	}
-	created, err = r.Put(Template{ID: "PAGE-0", CollectionID: "SPACE-Z", Title: "Second", Body: "b"})
-	if err != nil || created {
-		t.Fatalf("replace: %v %v", created, err)
-	}
-	if _, err := r.Put(Template{ID: "bad id\n"}); err == nil {
-		t.Error("invalid template stored")
-	}
-	got, err := r.Get("PAGE-0")
-	if err != nil || got.Title != "Second" {
-		t.Errorf("get: %+v %v", got, err)
-	}
-	if _, err := r.Get("PAGE-9"); !problem.IsNotFound(err) {
-		t.Errorf("get unknown: %v", err)
-	}
-	list, err := r.List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, x := range list {
-		ids = append(ids, x.ID)
-	}
-	if !reflect.DeepEqual(ids, []string{"PAGE-0", "PAGE-1", "PAGE-2"}) {
-		t.Errorf("list %v", ids)
-	}
-	if err := r.Delete("PAGE-0"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Delete("PAGE-0"); !problem.IsNotFound(err) {
-		t.Errorf("second delete: %v", err)
-	}
-	if n := f.bucketLen(bucketTemplateDigests); n != 2 {
-		t.Errorf("%d digests for 2 templates", n)
-	}
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixtureOn(t, db)
+		r := f.templates
+		created, err := r.Put(Template{ID: "PAGE-0", CollectionID: "SPACE-Z", Title: "First", Body: "b"})
+		if err != nil || !created {
+			t.Fatalf("put: %v %v", created, err)
+		}
+		created, err = r.Put(Template{ID: "PAGE-0", CollectionID: "SPACE-Z", Title: "Second", Body: "b"})
+		if err != nil || created {
+			t.Fatalf("replace: %v %v", created, err)
+		}
+		if _, err := r.Put(Template{ID: "bad id\n"}); err == nil {
+			t.Error("invalid template stored")
+		}
+		got, err := r.Get("PAGE-0")
+		if err != nil || got.Title != "Second" {
+			t.Errorf("get: %+v %v", got, err)
+		}
+		if _, err := r.Get("PAGE-9"); !problem.IsNotFound(err) {
+			t.Errorf("get unknown: %v", err)
+		}
+		list, err := r.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, x := range list {
+			ids = append(ids, x.ID)
+		}
+		if !reflect.DeepEqual(ids, []string{"PAGE-0", "PAGE-1", "PAGE-2"}) {
+			t.Errorf("list %v", ids)
+		}
+		if err := r.Delete("PAGE-0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Delete("PAGE-0"); !problem.IsNotFound(err) {
+			t.Errorf("second delete: %v", err)
+		}
+		if n := f.bucketLen(bucketTemplateDigests); n != 2 {
+			t.Errorf("%d digests for 2 templates", n)
+		}
+	})
 }
 
 // TestTemplateCopiedAtCreation: a contract keeps the text of its template
 // as it was, whatever happens to the template later.
 func TestTemplateCopiedAtCreation(t *testing.T) {
-	f := newFixture(t)
-	before := f.createNamed(alice, "PAGE-1", "Before")
-	if _, err := f.templates.Put(Template{ID: "PAGE-1", CollectionID: "SPACE-C", Title: "Lease v2", Body: "Pay twice."}); err != nil {
-		t.Fatal(err)
-	}
-	after := f.createNamed(alice, "PAGE-1", "After")
-	for _, tc := range []struct{ id, title, body, collection string }{
-		{before, "Lease", "The tenant shall pay.", "SPACE-A"},
-		{after, "Lease v2", "Pay twice.", "SPACE-C"},
-	} {
-		c := mustGet(t, f, tc.id)
-		title, body, err := f.store.Document(ctx(), c)
-		if err != nil || title != tc.title || body != tc.body || c.CollectionID != tc.collection {
-			t.Errorf("%s: %q %q %q %v", c.Name, title, body, c.CollectionID, err)
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixtureOn(t, db)
+		before := f.createNamed(alice, "PAGE-1", "Before")
+		if _, err := f.templates.Put(Template{ID: "PAGE-1", CollectionID: "SPACE-C", Title: "Lease v2", Body: "Pay twice."}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if err := f.templates.Delete("PAGE-1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := f.store.Document(ctx(), mustGet(t, f, before)); err != nil {
-		t.Errorf("document gone with its template: %v", err)
-	}
-	if n := f.bucketLen(bucketDocuments); n != 2 {
-		t.Errorf("%d documents for two template versions", n)
-	}
+		after := f.createNamed(alice, "PAGE-1", "After")
+		for _, tc := range []struct{ id, title, body, collection string }{
+			{before, "Lease", "The tenant shall pay.", "SPACE-A"},
+			{after, "Lease v2", "Pay twice.", "SPACE-C"},
+		} {
+			c := mustGet(t, f, tc.id)
+			title, body, err := f.store.Document(ctx(), c)
+			if err != nil || title != tc.title || body != tc.body || c.CollectionID != tc.collection {
+				t.Errorf("%s: %q %q %q %v", c.Name, title, body, c.CollectionID, err)
+			}
+		}
+		if err := f.templates.Delete("PAGE-1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.store.Document(ctx(), mustGet(t, f, before)); err != nil {
+			t.Errorf("document gone with its template: %v", err)
+		}
+		if n := f.bucketLen(bucketDocuments); n != 2 {
+			t.Errorf("%d documents for two template versions", n)
+		}
+	})
 }
 
 func TestDocumentDigestSeparatesTitleAndBody(t *testing.T) {

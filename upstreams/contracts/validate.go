@@ -1,14 +1,15 @@
 package contracts
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nyaruka/phonenumbers"
-	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/text"
 )
 
@@ -59,26 +60,21 @@ const (
 // draft is what a valid create request gives: the template copied and
 // the signers, watchers and expiration with their defaults.
 type draft struct {
-	template Template
-	digest   [32]byte
-	// storedDocument: a copy of the template's text with this digest was
-	// already stored when the template was read.
-	storedDocument bool
-	signers        []Signer
-	watchers       []Watcher
-	expires        time.Time
+	signers  []Signer
+	watchers []Watcher
+	expires  time.Time
 }
 
 // validateCreate checks every rule of the spec's Create table, recording
-// each violation in f, and returns the draft of the contract.
-func (s *Store) validateCreate(f *problem.Fields, in *CreateRequest, now time.Time) (*draft, error) {
+// each violation in f, and returns the draft of the contract. Whether the
+// template exists is checked only if lookup: a create reads the template
+// in its own transaction.
+func (s *Store) validateCreate(ctx context.Context, f *problem.Fields, in *CreateRequest, now time.Time, lookup bool) (*draft, error) {
 	d := &draft{}
 	text.CheckID(f, "templateId", in.TemplateID)
-	if text.PrintableASCII(in.TemplateID, maxTextLen) {
-		err := s.db.View(func(tx *bbolt.Tx) error {
-			var err error
-			d.digest, err = templateDocument(tx, in.TemplateID, &d.template)
-			d.storedDocument = err == nil && tx.Bucket(bucketDocuments).Get(d.digest[:]) != nil
+	if lookup && text.PrintableASCII(in.TemplateID, maxTextLen) {
+		err := s.db.View(ctx, func(tx storage.Tx) error {
+			_, _, err := s.cfg.Templates.templateDocument(ctx, tx, in.TemplateID)
 			return err
 		})
 		switch {

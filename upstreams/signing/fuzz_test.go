@@ -56,10 +56,7 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { db.Close() })
-	tpl, err := contracts.NewTemplates(db)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	sdb, cb, tpl := boltContracts(tb, db)
 	if _, err := tpl.Put(contracts.Template{ID: "PAGE-1", CollectionID: "SPACE-A", Title: "Lease", Body: "The tenant shall pay."}); err != nil {
 		tb.Fatal(err)
 	}
@@ -71,7 +68,7 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	svc, err := New(contracts.Config{DB: db, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
+	svc, err := New(contracts.Config{DB: sdb, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
 		SMSConfigured: true, Now: testclock.New(t0).Now}, Config{Outbox: outbox, OTPKey: []byte(testOTPKey)})
 	if err != nil {
 		tb.Fatal(err)

@@ -80,10 +80,7 @@ func (f *fixture) open() {
 		t.Fatal(err)
 	}
 	f.db = db
-	tpl, err := contracts.NewTemplates(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sdb, cb, tpl := boltContracts(t, db)
 	if _, err := tpl.Put(contracts.Template{ID: "PAGE-1", CollectionID: "SPACE-A", Title: "Lease agreement",
 		Body: "The tenant shall pay the rent on the first day of each month.\nThe landlord shall keep the roof sound."}); err != nil {
 		t.Fatal(err)
@@ -95,7 +92,7 @@ func (f *fixture) open() {
 	if f.outbox, err = notify.NewOutbox(db, sealer); err != nil {
 		t.Fatal(err)
 	}
-	f.svc, err = New(contracts.Config{DB: db, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
+	f.svc, err = New(contracts.Config{DB: sdb, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
 		SMSConfigured: true, Now: f.clock.Now}, Config{Outbox: f.outbox, OTPKey: []byte(testOTPKey)})
 	if err != nil {
 		t.Fatal(err)

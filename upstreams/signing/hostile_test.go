@@ -112,10 +112,7 @@ func jsonString(t *testing.T, s string) string {
 // on its own script, never next to stored text.
 func TestHostileSigningPageEscapes(t *testing.T) {
 	f := newFixture(t)
-	tpl, err := contracts.NewTemplates(f.db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, tpl := boltContracts(t, f.db)
 	const (
 		script = `</title><script>alert(1)</script>`
 		img    = `"><img src=x onerror=alert(1)>`

@@ -11,6 +11,9 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
@@ -83,7 +86,8 @@ func (s *Service) open(ctx context.Context, token string, record bool) (*session
 	if record && c.Signers[i].OpenedTimestamp.IsZero() && !c.Status.Final() {
 		signerID := c.Signers[i].ID
 		now := s.now()
-		c, err = s.store.Update(ctx, c.ID, func(tx *bbolt.Tx, c *contracts.Contract) error {
+		c, err = s.store.Update(ctx, c.ID, func(stx storage.Tx, c *contracts.Contract) error {
+			tx := boltdb.Of(stx) // TODO(issue 9): signing.Backend
 			j := c.SignerByID(signerID)
 			if j < 0 {
 				return problem.NotFound("no signing link with this token")
@@ -169,7 +173,8 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 	mu := otpLock(signerID)
 	mu.Lock()
 	defer mu.Unlock()
-	c, err = s.store.Update(ctx, c.ID, func(tx *bbolt.Tx, c *contracts.Contract) error {
+	c, err = s.store.Update(ctx, c.ID, func(stx storage.Tx, c *contracts.Contract) error {
+		tx := boltdb.Of(stx) // TODO(issue 9): signing.Backend
 		j := c.SignerByID(signerID)
 		if j < 0 {
 			return problem.NotFound("no signing link with this token")

@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/storage/boltdb"
+
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/contracts/contractpdf"
@@ -47,10 +49,10 @@ func (s *Service) complete(tx *bbolt.Tx, c *contracts.Contract, title, body stri
 		return err
 	}
 	base := fileBase(c.Name)
-	if c.FinalizedPDF, err = s.store.PutAttachment(tx, c, base+"-signed.pdf", finalized); err != nil {
+	if c.FinalizedPDF, err = s.store.PutAttachment(boltdb.Wrap(tx), c, base+"-signed.pdf", finalized); err != nil {
 		return err
 	}
-	if c.CertificatePDF, err = s.store.PutAttachment(tx, c, base+"-certificate.pdf", certificate); err != nil {
+	if c.CertificatePDF, err = s.store.PutAttachment(boltdb.Wrap(tx), c, base+"-certificate.pdf", certificate); err != nil {
 		return err
 	}
 

@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/notify"
@@ -76,6 +79,9 @@ func New(cc contracts.Config, cfg Config) (*Service, error) {
 	switch {
 	case cc.DB == nil:
 		return nil, errors.New("signing: contracts.Config.DB is required")
+	case cc.DB.Backend() != boltdb.Name:
+		// TODO(issue 9): signing.Backend, so the lifecycle runs on PostgreSQL too.
+		return nil, errors.New("signing: only the bolt storage is supported yet")
 	case cfg.Outbox == nil:
 		return nil, errors.New("signing: Config.Outbox is required")
 	case len(cfg.OTPKey) < 32:
@@ -89,10 +95,10 @@ func New(cc contracts.Config, cfg Config) (*Service, error) {
 	if cc.Logger == nil {
 		cc.Logger = zap.NewNop()
 	}
-	s := &Service{db: cc.DB, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger}
+	s := &Service{db: cc.DB.(*boltdb.DB).Bolt, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger}
 	cc.OnCreate = s.onCreate
 	cc.OnDelete = s.onDelete
-	err := cc.DB.Update(func(tx *bbolt.Tx) error {
+	err := s.db.Update(func(tx *bbolt.Tx) error {
 		for _, name := range [][]byte{bucketOTPs, bucketSignatures} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -120,7 +126,8 @@ func (s *Service) now() time.Time {
 
 // onCreate runs in the transaction that stores c: the invitations of the
 // signers whose turn has begun and the watchers' "created".
-func (s *Service) onCreate(tx *bbolt.Tx, c *contracts.Contract) error {
+func (s *Service) onCreate(stx storage.Tx, c *contracts.Contract) error {
+	tx := boltdb.Of(stx) // TODO(issue 9): signing.Backend
 	for i := range c.Signers {
 		if c.SequentialSigning && i > 0 {
 			break
@@ -133,7 +140,8 @@ func (s *Service) onCreate(tx *bbolt.Tx, c *contracts.Contract) error {
 }
 
 // onDelete runs in the transaction that deletes c.
-func (s *Service) onDelete(tx *bbolt.Tx, c *contracts.Contract) error {
+func (s *Service) onDelete(stx storage.Tx, c *contracts.Contract) error {
+	tx := boltdb.Of(stx) // TODO(issue 9): signing.Backend
 	if err := s.forgetSigners(tx, c); err != nil {
 		return err
 	}

@@ -319,6 +319,10 @@ func (d *DB) Close() error {
 	return nil
 }
 
+// Wrap is wrap for stores that run a statement on Pool outside a
+// transaction (a read that is one round trip).
+func (d *DB) Wrap(what string, err error) error { return d.wrap(what, err) }
+
 // wrap names what failed, marks an unreachable database as
 // storage.ErrUnavailable and cuts the DSN's password from the message.
 func (d *DB) wrap(what string, err error) error {

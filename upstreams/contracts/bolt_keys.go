@@ -46,7 +46,7 @@ var (
 	bucketDocumentRefs = []byte("contract_document_refs")
 )
 
-// storeBuckets are created by NewStore.
+// storeBuckets are created by NewBoltBackend.
 var storeBuckets = [][]byte{
 	bucketContracts, bucketRows, bucketByTemplate, bucketByCreator,
 	bucketByTemplateCreator, bucketByPlacement, bucketByStatus,

@@ -8,15 +8,10 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
-)
 
-// SearchResult is one page of a search and the number of all matches.
-type SearchResult struct {
-	TotalCount int
-	// Contracts hold their effective status; the handler leaves out their
-	// signers and watchers.
-	Contracts []*Contract
-}
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+)
 
 // source is one key range that yields candidate row keys: an index prefix
 // (whose keys end in a row key) or the rows bucket itself.
@@ -50,53 +45,42 @@ type match struct {
 // a row lookup) against one found by reading rows in order.
 const indexCostFactor = 3
 
-// Search runs q. Its cost follows the candidates of the most selective
-// filter among template, creator, template and creator, placement and
-// status, narrowed by the date range; only the returned page's records are
-// decoded.
-func (s *Store) Search(ctx context.Context, q Query) (*SearchResult, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// Search implements Backend. Its cost follows the candidates of the most
+// selective filter among template, creator, template and creator,
+// placement and status, narrowed by the date range; only the returned
+// page's records are decoded.
+func (b *BoltBackend) Search(ctx context.Context, stx storage.Tx, q *Query, now time.Time) (int, []*Contract, error) {
+	tx := boltdb.Of(stx)
+	p := choosePlan(tx, q)
+	sc := &scan{tx: tx, rows: tx.Bucket(bucketRows), q: q, p: &p, f: newFilter(q, now.UnixMilli()), now: now, ctx: ctx}
+	var page []match
+	var total int
+	var err error
+	if len(p.sources) == 1 && p.sources[0].dated &&
+		(q.Order == OrderCreationDateAsc || q.Order == OrderCreationDateDesc) {
+		total, page, err = sc.window()
+	} else {
+		var matches []match
+		for _, src := range p.sources {
+			if err = sc.each(src, false, func(m match) { matches = append(matches, m) }); err != nil {
+				return 0, nil, err
+			}
+		}
+		total = len(matches)
+		page = pageOf(matches, q)
 	}
-	now := s.now()
-	nowMs := now.UnixMilli()
-	res := &SearchResult{}
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		p := choosePlan(tx, &q)
-		sc := &scan{tx: tx, rows: tx.Bucket(bucketRows), q: &q, p: &p, f: newFilter(&q, nowMs), now: now, ctx: ctx}
-		var page []match
-		var err error
-		if len(p.sources) == 1 && p.sources[0].dated &&
-			(q.Order == OrderCreationDateAsc || q.Order == OrderCreationDateDesc) {
-			res.TotalCount, page, err = sc.window()
-		} else {
-			var matches []match
-			for _, src := range p.sources {
-				if err = sc.each(src, false, func(m match) { matches = append(matches, m) }); err != nil {
-					return err
-				}
-			}
-			res.TotalCount = len(matches)
-			page = pageOf(matches, &q)
-		}
-		if err != nil {
-			return err
-		}
-		res.Contracts = make([]*Contract, 0, len(page))
-		for _, m := range page {
-			c, err := load(tx, rowKey(m.rk).id())
-			if err != nil {
-				return err
-			}
-			c.Status = c.EffectiveStatus(now)
-			res.Contracts = append(res.Contracts, c)
-		}
-		return nil
-	})
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return res, nil
+	out := make([]*Contract, 0, len(page))
+	for _, m := range page {
+		c, err := boltLoad(tx, rowKey(m.rk).id())
+		if err != nil {
+			return 0, nil, err
+		}
+		out = append(out, c)
+	}
+	return total, out, nil
 }
 
 // scan reads candidates of one search inside its read transaction.
