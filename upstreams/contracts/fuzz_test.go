@@ -215,4 +215,3 @@ func firstID(tb testing.TB, s *Store) string {
 	}
 	return res.Contracts[0].ID
 }
-
