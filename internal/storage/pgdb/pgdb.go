@@ -178,8 +178,8 @@ func migrations() ([]migration, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	for i := range out {
-		if out[i].version != i+1 {
-			return nil, fmt.Errorf("postgres storage: migrations must be numbered 1, 2, ... without gaps; found %s", out[i].name)
+		if out[i].version < 1 || (i > 0 && out[i].version == out[i-1].version) {
+			return nil, fmt.Errorf("postgres storage: migration %s: numbers must be positive and unique", out[i].name)
 		}
 	}
 	return out, nil
