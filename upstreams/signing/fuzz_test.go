@@ -227,7 +227,7 @@ func FuzzSignatureImage(f *testing.F) {
 		var stored []byte
 		var storedMethod string
 		if err := fx.db.View(func(tx *bbolt.Tx) (err error) {
-			storedMethod, stored, err = getSignature(tx, fx.decided)
+			storedMethod, stored, _, err = BoltBackend{}.Signature(boltdb.Wrap(tx), fx.decided)
 			return err
 		}); err != nil {
 			t.Fatal(err)

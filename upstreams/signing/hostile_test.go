@@ -3,6 +3,7 @@ package signing
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -223,9 +224,8 @@ func TestHostileParallelOTPTries(t *testing.T) {
 		t.Errorf("%d tries answered wrong_otp, want %d", wrongs, otpMaxFailures-1)
 	}
 	var failures int
-	key, _ := signerKey(c.Signers[0].ID)
 	if err := f.db.View(func(tx *bbolt.Tx) error {
-		rec, err := loadOTP(tx, key)
+		rec, err := BoltBackend{}.OTP(boltdb.Wrap(tx), c.Signers[0].ID)
 		if rec != nil {
 			failures = rec.Failures
 		}

@@ -1,9 +1,9 @@
 package signing
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"hash/fnv"
 	"net/http"
 	"sync"
@@ -12,7 +12,6 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/boltdb"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -198,7 +197,11 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 			}
 			return s.forgetSigners(tx, c)
 		}
-		if err := putSignature(tx, sg.ID, in); err != nil {
+		data := in.Signature
+		if in.Method == contracts.MethodRender {
+			data = []byte(in.TypedName)
+		}
+		if err := s.backend.PutSignature(boltdb.Wrap(tx), sg.ID, in.Method, data); err != nil {
 			return err
 		}
 		if err := s.notifyWatchers(tx, c, KindSigned, sg, nil); err != nil {
@@ -235,40 +238,4 @@ func otpLock(signerID string) *sync.Mutex {
 	h := fnv.New32a()
 	h.Write([]byte(signerID))
 	return &otpLocks[h.Sum32()%uint32(len(otpLocks))]
-}
-
-// Signature records: one method byte, then the image or the typed name.
-var methodBytes = map[string]byte{contracts.MethodUpload: 'u', contracts.MethodRender: 'r', contracts.MethodDraw: 'd'}
-
-func putSignature(tx *bbolt.Tx, signerID string, in *decision) error {
-	key, err := signerKey(signerID)
-	if err != nil {
-		return err
-	}
-	v := []byte{methodBytes[in.Method]}
-	if in.Method == contracts.MethodRender {
-		v = append(v, in.TypedName...)
-	} else {
-		v = append(v, in.Signature...)
-	}
-	return tx.Bucket(bucketSignatures).Put(key, v)
-}
-
-// getSignature returns the method and signature of signer id, copied out
-// of tx.
-func getSignature(tx *bbolt.Tx, signerID string) (method string, data []byte, err error) {
-	key, err := signerKey(signerID)
-	if err != nil {
-		return "", nil, err
-	}
-	v := tx.Bucket(bucketSignatures).Get(key)
-	if len(v) == 0 {
-		return "", nil, errors.New("signing: the signature of signer " + signerID + " is missing")
-	}
-	for m, b := range methodBytes {
-		if b == v[0] {
-			return m, bytes.Clone(v[1:]), nil
-		}
-	}
-	return "", nil, errors.New("signing: the signature of signer " + signerID + " is corrupt")
 }

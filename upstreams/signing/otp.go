@@ -4,14 +4,13 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"math/big"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
@@ -26,24 +25,8 @@ const (
 	otpMaxFailures = 5
 )
 
-// otpRecord is a signer's current one-time password. The code itself is
-// never stored: Hash is HMAC-SHA256 under the OTP key of the signer id,
-// a random salt and the code.
-type otpRecord struct {
-	Hash     []byte    `json:"hash"`
-	Salt     []byte    `json:"salt"`
-	Sent     time.Time `json:"sent"`
-	Expires  time.Time `json:"expires"`
-	Failures int       `json:"failures"`
-}
-
-func signerKey(id string) ([]byte, error) {
-	u, err := uuid.Parse(id)
-	if err != nil {
-		return nil, fmt.Errorf("signing: signer id %q: %w", id, err)
-	}
-	return u[:], nil
-}
+// otpRecord is the stored form of a signer's password (Backend).
+type otpRecord = OTPRecord
 
 func (s *Service) otpHash(signerID string, salt []byte, code string) []byte {
 	m := hmac.New(sha256.New, s.otpKey)
@@ -63,36 +46,12 @@ func newCode() string {
 	return fmt.Sprintf("%0*d", otpDigits, n.Int64())
 }
 
-func loadOTP(tx *bbolt.Tx, key []byte) (*otpRecord, error) {
-	v := tx.Bucket(bucketOTPs).Get(key)
-	if v == nil {
-		return nil, nil
-	}
-	rec := new(otpRecord)
-	if err := json.Unmarshal(v, rec); err != nil {
-		return nil, fmt.Errorf("signing: one-time password record: %w", err)
-	}
-	return rec, nil
-}
-
-func putOTP(tx *bbolt.Tx, key []byte, rec *otpRecord) error {
-	v, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	return tx.Bucket(bucketOTPs).Put(key, v)
-}
-
 // issueOTP stores a new password for signer i of c and queues its
 // delivery, in one transaction. A password sent less than a minute ago
 // refuses a new one (429).
 func (s *Service) issueOTP(tx *bbolt.Tx, c *contracts.Contract, i int, now time.Time) (*otpRecord, error) {
 	sg := &c.Signers[i]
-	key, err := signerKey(sg.ID)
-	if err != nil {
-		return nil, err
-	}
-	old, err := loadOTP(tx, key)
+	old, err := s.backend.OTP(boltdb.Wrap(tx), sg.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +66,7 @@ func (s *Service) issueOTP(tx *bbolt.Tx, c *contracts.Contract, i int, now time.
 	}
 	code := newCode()
 	rec := &otpRecord{Hash: s.otpHash(sg.ID, salt[:], code), Salt: salt[:], Sent: now, Expires: now.Add(otpValidity)}
-	if err := putOTP(tx, key, rec); err != nil {
+	if err := s.backend.PutOTP(boltdb.Wrap(tx), sg.ID, rec); err != nil {
 		return nil, err
 	}
 	if err := s.outbox.Enqueue(tx, otpMessage(c, sg, code)); err != nil {
@@ -145,11 +104,7 @@ func (s *Service) checkOTP(tx *bbolt.Tx, signerID, code string, now time.Time) e
 	if code == "" {
 		return problem.Invalid([]problem.FieldError{{Field: "otp", Code: "required", Message: "otp is required: ask for a one-time password first"}})
 	}
-	key, err := signerKey(signerID)
-	if err != nil {
-		return err
-	}
-	rec, err := loadOTP(tx, key)
+	rec, err := s.backend.OTP(boltdb.Wrap(tx), signerID)
 	if err != nil {
 		return err
 	}
@@ -162,20 +117,16 @@ func (s *Service) checkOTP(tx *bbolt.Tx, signerID, code string, now time.Time) e
 	if !hmac.Equal(s.otpHash(signerID, rec.Salt, code), rec.Hash) {
 		return errWrongOTP
 	}
-	return tx.Bucket(bucketOTPs).Delete(key)
+	return s.backend.DeleteOTP(boltdb.Wrap(tx), signerID)
 }
 
 // countOTPFailure records a wrong password of signer id. The fifth makes
 // the password void (429); before that each is a 400 that says how many
 // tries are left.
 func (s *Service) countOTPFailure(signerID string) error {
-	key, err := signerKey(signerID)
-	if err != nil {
-		return err
-	}
 	var out error
-	err = s.db.Update(func(tx *bbolt.Tx) error {
-		rec, err := loadOTP(tx, key)
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		rec, err := s.backend.OTP(boltdb.Wrap(tx), signerID)
 		if err != nil || rec == nil {
 			out = errWrongOTP
 			return err
@@ -188,7 +139,7 @@ func (s *Service) countOTPFailure(signerID string) error {
 			out = problem.Invalid([]problem.FieldError{{Field: "otp", Code: "wrong_otp",
 				Message: fmt.Sprintf("the one-time password is wrong; %d %s left", left, plural(left, "try", "tries"))}})
 		}
-		return putOTP(tx, key, rec)
+		return s.backend.PutOTP(boltdb.Wrap(tx), signerID, rec)
 	})
 	if err != nil {
 		return err

@@ -3,11 +3,11 @@ package signing
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"strings"
 
 	"go.etcd.io/bbolt"
-
-	"github.com/keygate/keygate/internal/storage/boltdb"
 
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -23,9 +23,12 @@ func (s *Service) complete(tx *bbolt.Tx, c *contracts.Contract, title, body stri
 	in := contractpdf.Input{ContractID: c.ID, Name: c.Name, TemplateTitle: title, Body: body, Created: c.CreationTimestamp}
 	for i := range c.Signers {
 		sg := &c.Signers[i]
-		method, data, err := getSignature(tx, sg.ID)
+		method, data, ok, err := s.backend.Signature(boltdb.Wrap(tx), sg.ID)
 		if err != nil {
 			return err
+		}
+		if !ok {
+			return errors.New("signing: the signature of signer " + sg.ID + " is missing")
 		}
 		ps := contractpdf.Signer{
 			FullName: sg.FullName, Email: sg.Email, Phone: sg.Phone, Method: method,

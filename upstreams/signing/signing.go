@@ -13,12 +13,12 @@ package signing
 
 import (
 	"errors"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"time"
 
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/boltdb"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/notify"
@@ -63,12 +63,13 @@ type Config struct {
 
 // Service runs the signing lifecycle over a contract store.
 type Service struct {
-	store  *contracts.Store
-	db     *bbolt.DB
-	outbox *notify.Outbox
-	otpKey []byte
-	clock  func() time.Time
-	log    *zap.Logger
+	store   *contracts.Store
+	db      *bbolt.DB
+	outbox  *notify.Outbox
+	backend Backend
+	otpKey  []byte
+	clock   func() time.Time
+	log     *zap.Logger
 }
 
 // New makes the contract store of cc with the lifecycle hooked into it:
@@ -98,15 +99,8 @@ func New(cc contracts.Config, cfg Config) (*Service, error) {
 	s := &Service{db: cc.DB.(*boltdb.DB).Bolt, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger}
 	cc.OnCreate = s.onCreate
 	cc.OnDelete = s.onDelete
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketOTPs, bucketSignatures} {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	var err error
+	if s.backend, err = NewBoltBackend(cc.DB.(*boltdb.DB)); err != nil { // TODO(issue 9): from the storage module
 		return nil, err
 	}
 	if s.store, err = contracts.NewStore(cc); err != nil {
@@ -151,16 +145,9 @@ func (s *Service) onDelete(stx storage.Tx, c *contracts.Contract) error {
 // forgetSigners deletes the one-time passwords and stored signatures of
 // c's signers: once c is final or gone, nobody needs them.
 func (s *Service) forgetSigners(tx *bbolt.Tx, c *contracts.Contract) error {
+	ids := make([]string, len(c.Signers))
 	for i := range c.Signers {
-		k, err := signerKey(c.Signers[i].ID)
-		if err != nil {
-			return err
-		}
-		for _, b := range [][]byte{bucketOTPs, bucketSignatures} {
-			if err := tx.Bucket(b).Delete(k); err != nil {
-				return err
-			}
-		}
+		ids[i] = c.Signers[i].ID
 	}
-	return nil
+	return s.backend.Forget(boltdb.Wrap(tx), ids)
 }

@@ -1,0 +1,41 @@
+package signing
+
+import (
+	"time"
+
+	"github.com/keygate/keygate/internal/storage"
+)
+
+// Backend keeps what the signing lifecycle stores beside a contract, keyed
+// by signer id (unique across contracts): each signer's current one-time
+// password, hashed, and their signature from their decision until the
+// contract is final and its PDFs hold it. Every method runs in the
+// transaction of the change it belongs to, so a password and the mail
+// that carries it, or a decision and its signature, commit together.
+type Backend interface {
+	// OTP returns signer's current password record, nil when none.
+	OTP(tx storage.Tx, signerID string) (*OTPRecord, error)
+	// PutOTP stores signer's password record, replacing any.
+	PutOTP(tx storage.Tx, signerID string, rec *OTPRecord) error
+	// DeleteOTP deletes signer's password record: it was used.
+	DeleteOTP(tx storage.Tx, signerID string) error
+	// Signature returns the method and signature of signer's decision;
+	// ok is false when none is stored.
+	Signature(tx storage.Tx, signerID string) (method string, data []byte, ok bool, err error)
+	// PutSignature stores signer's signature: the image bytes, or the
+	// typed name for MethodRender.
+	PutSignature(tx storage.Tx, signerID, method string, data []byte) error
+	// Forget deletes the password and signature of each signer.
+	Forget(tx storage.Tx, signerIDs []string) error
+}
+
+// OTPRecord is a signer's current one-time password. The code itself is
+// never stored: Hash is HMAC-SHA256 under the OTP key of the signer id, a
+// random salt and the code.
+type OTPRecord struct {
+	Hash     []byte    `json:"hash"`
+	Salt     []byte    `json:"salt"`
+	Sent     time.Time `json:"sent"`
+	Expires  time.Time `json:"expires"`
+	Failures int       `json:"failures"`
+}

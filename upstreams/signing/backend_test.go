@@ -1,0 +1,129 @@
+package signing
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/upstreams/contracts"
+)
+
+// newBackend is the signing Backend of db's kind.
+func newBackend(t testing.TB, db storage.DB) Backend {
+	t.Helper()
+	switch d := db.(type) {
+	case *boltdb.DB:
+		b, err := NewBoltBackend(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	case *pgdb.DB:
+		return NewPostgresBackend(d)
+	}
+	t.Fatalf("no signing backend for %s", db.Backend())
+	return nil
+}
+
+// TestBackend is the conformance suite of signing.Backend: what one
+// backend stores, reads back and forgets, the other does the same.
+func TestBackend(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		b := newBackend(t, db)
+		ctx := context.Background()
+		a, other := uuid.NewString(), uuid.NewString()
+		sent := time.Date(2026, 3, 1, 12, 0, 0, 123_000_000, time.UTC)
+		rec := &OTPRecord{Hash: bytes.Repeat([]byte{7}, 32), Salt: bytes.Repeat([]byte{9}, 16), Sent: sent, Expires: sent.Add(otpValidity), Failures: 2}
+
+		update := func(fn func(tx storage.Tx) error) {
+			t.Helper()
+			if err := db.Update(ctx, fn); err != nil {
+				t.Fatal(err)
+			}
+		}
+		otp := func(id string) *OTPRecord {
+			t.Helper()
+			var got *OTPRecord
+			update(func(tx storage.Tx) (err error) { got, err = b.OTP(tx, id); return err })
+			return got
+		}
+		sig := func(id string) (string, []byte, bool) {
+			t.Helper()
+			var m string
+			var d []byte
+			var ok bool
+			if err := db.View(ctx, func(tx storage.Tx) (err error) { m, d, ok, err = b.Signature(tx, id); return err }); err != nil {
+				t.Fatal(err)
+			}
+			return m, d, ok
+		}
+
+		if got := otp(a); got != nil {
+			t.Fatalf("password before any: %+v", got)
+		}
+		update(func(tx storage.Tx) error { return b.PutOTP(tx, a, rec) })
+		got := otp(a)
+		if got == nil || !bytes.Equal(got.Hash, rec.Hash) || !bytes.Equal(got.Salt, rec.Salt) ||
+			!got.Sent.Equal(rec.Sent) || !got.Expires.Equal(rec.Expires) || got.Failures != 2 || got.Sent.Location() != time.UTC {
+			t.Fatalf("password read back as %+v, stored %+v", got, rec)
+		}
+		rec.Failures = 3
+		update(func(tx storage.Tx) error { return b.PutOTP(tx, a, rec) })
+		if got := otp(a); got.Failures != 3 {
+			t.Fatalf("replaced password has %d failures, want 3", got.Failures)
+		}
+		// A failed transaction stores nothing.
+		rec.Failures = 4
+		_ = db.Update(ctx, func(tx storage.Tx) error {
+			if err := b.PutOTP(tx, a, rec); err != nil {
+				return err
+			}
+			return errWrongOTP
+		})
+		if got := otp(a); got.Failures != 3 {
+			t.Fatalf("a rolled back write left %d failures", got.Failures)
+		}
+
+		for _, c := range []struct {
+			id, method string
+			data       []byte
+		}{
+			{a, contracts.MethodDraw, []byte("\x89PNG drawn")},
+			{other, contracts.MethodRender, []byte("Ada Lovelace")},
+		} {
+			update(func(tx storage.Tx) error { return b.PutSignature(tx, c.id, c.method, c.data) })
+			if m, d, ok := sig(c.id); !ok || m != c.method || !bytes.Equal(d, c.data) {
+				t.Fatalf("signature of %s read back as %q %q %v", c.method, m, d, ok)
+			}
+		}
+		if err := db.Update(ctx, func(tx storage.Tx) error { return b.PutSignature(tx, a, "stamp", nil) }); err == nil {
+			t.Error("an unknown method was stored")
+		}
+
+		update(func(tx storage.Tx) error { return b.DeleteOTP(tx, a) })
+		if got := otp(a); got != nil {
+			t.Fatalf("used password still there: %+v", got)
+		}
+		update(func(tx storage.Tx) error { return b.PutOTP(tx, other, rec) })
+		update(func(tx storage.Tx) error { return b.Forget(tx, []string{a, other}) })
+		if _, _, ok := sig(a); ok {
+			t.Error("signature of a forgotten signer")
+		}
+		if _, _, ok := sig(other); ok {
+			t.Error("signature of a forgotten signer")
+		}
+		if got := otp(other); got != nil {
+			t.Error("password of a forgotten signer")
+		}
+		if err := db.Update(ctx, func(tx storage.Tx) error { return b.Forget(tx, []string{"not-a-uuid"}) }); err == nil {
+			t.Error("Forget accepted a signer id that is not a uuid")
+		}
+	})
+}

@@ -1,0 +1,135 @@
+package signing
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/upstreams/contracts"
+)
+
+// BoltBackend keeps the signing records in two buckets of the bbolt file,
+// keyed by the 16 bytes of a signer id: bucketOTPs (JSON OTPRecord) and
+// bucketSignatures (a method byte, then the image or the typed name).
+type BoltBackend struct{}
+
+// NewBoltBackend creates the buckets in db.
+func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
+	err := db.Bolt.Update(func(tx *bbolt.Tx) error {
+		for _, name := range [][]byte{bucketOTPs, bucketSignatures} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &BoltBackend{}, nil
+}
+
+func signerKey(id string) ([]byte, error) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return nil, fmt.Errorf("signing: signer id %q: %w", id, err)
+	}
+	return u[:], nil
+}
+
+// OTP implements Backend.
+func (BoltBackend) OTP(tx storage.Tx, signerID string) (*OTPRecord, error) {
+	key, err := signerKey(signerID)
+	if err != nil {
+		return nil, err
+	}
+	v := boltdb.Of(tx).Bucket(bucketOTPs).Get(key)
+	if v == nil {
+		return nil, nil
+	}
+	rec := new(OTPRecord)
+	if err := json.Unmarshal(v, rec); err != nil {
+		return nil, fmt.Errorf("signing: one-time password record: %w", err)
+	}
+	return rec, nil
+}
+
+// PutOTP implements Backend.
+func (BoltBackend) PutOTP(tx storage.Tx, signerID string, rec *OTPRecord) error {
+	key, err := signerKey(signerID)
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return boltdb.Of(tx).Bucket(bucketOTPs).Put(key, v)
+}
+
+// DeleteOTP implements Backend.
+func (BoltBackend) DeleteOTP(tx storage.Tx, signerID string) error {
+	key, err := signerKey(signerID)
+	if err != nil {
+		return err
+	}
+	return boltdb.Of(tx).Bucket(bucketOTPs).Delete(key)
+}
+
+// Signature records: one method byte, then the image or the typed name.
+var methodBytes = map[string]byte{contracts.MethodUpload: 'u', contracts.MethodRender: 'r', contracts.MethodDraw: 'd'}
+
+// Signature implements Backend; the data is copied out of tx.
+func (BoltBackend) Signature(tx storage.Tx, signerID string) (string, []byte, bool, error) {
+	key, err := signerKey(signerID)
+	if err != nil {
+		return "", nil, false, err
+	}
+	v := boltdb.Of(tx).Bucket(bucketSignatures).Get(key)
+	if len(v) == 0 {
+		return "", nil, false, nil
+	}
+	for m, b := range methodBytes {
+		if b == v[0] {
+			return m, bytes.Clone(v[1:]), true, nil
+		}
+	}
+	return "", nil, false, fmt.Errorf("signing: the signature of signer %s is corrupt", signerID)
+}
+
+// PutSignature implements Backend.
+func (BoltBackend) PutSignature(tx storage.Tx, signerID, method string, data []byte) error {
+	key, err := signerKey(signerID)
+	if err != nil {
+		return err
+	}
+	b, ok := methodBytes[method]
+	if !ok {
+		return fmt.Errorf("signing: unknown signature method %q", method)
+	}
+	return boltdb.Of(tx).Bucket(bucketSignatures).Put(key, append([]byte{b}, data...))
+}
+
+// Forget implements Backend.
+func (BoltBackend) Forget(tx storage.Tx, signerIDs []string) error {
+	btx := boltdb.Of(tx)
+	for _, id := range signerIDs {
+		key, err := signerKey(id)
+		if err != nil {
+			return err
+		}
+		for _, b := range [][]byte{bucketOTPs, bucketSignatures} {
+			if err := btx.Bucket(b).Delete(key); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+var _ Backend = BoltBackend{}

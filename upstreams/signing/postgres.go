@@ -1,0 +1,126 @@
+package signing
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+)
+
+// PostgresBackend keeps the signing records in the tables signing_otps and
+// signing_signatures (migration 0004_signing.sql). A password is read
+// FOR UPDATE: two instances checking tries of one signer at once count
+// both, as one process does under its per-signer lock.
+type PostgresBackend struct{}
+
+// NewPostgresBackend uses db, already migrated.
+func NewPostgresBackend(*pgdb.DB) *PostgresBackend { return &PostgresBackend{} }
+
+func signerUUID(id string) (uuid.UUID, error) {
+	u, err := signerKey(id)
+	if err != nil {
+		return uuid.UUID{}, err
+	}
+	return uuid.UUID(u), nil
+}
+
+// OTP implements Backend.
+func (PostgresBackend) OTP(tx storage.Tx, signerID string) (*OTPRecord, error) {
+	id, err := signerUUID(signerID)
+	if err != nil {
+		return nil, err
+	}
+	rec := new(OTPRecord)
+	err = pgdb.Of(tx).QueryRow(context.Background(),
+		"SELECT hash, salt, sent, expires, failures FROM signing_otps WHERE signer_id = $1 FOR UPDATE", id).
+		Scan(&rec.Hash, &rec.Salt, &rec.Sent, &rec.Expires, &rec.Failures)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec.Sent, rec.Expires = rec.Sent.UTC(), rec.Expires.UTC()
+	return rec, nil
+}
+
+// PutOTP implements Backend.
+func (PostgresBackend) PutOTP(tx storage.Tx, signerID string, rec *OTPRecord) error {
+	id, err := signerUUID(signerID)
+	if err != nil {
+		return err
+	}
+	_, err = pgdb.Of(tx).Exec(context.Background(), `INSERT INTO signing_otps (signer_id, hash, salt, sent, expires, failures)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (signer_id) DO UPDATE SET hash = excluded.hash, salt = excluded.salt,
+			sent = excluded.sent, expires = excluded.expires, failures = excluded.failures`,
+		id, rec.Hash, rec.Salt, rec.Sent.UTC().Truncate(time.Microsecond), rec.Expires.UTC().Truncate(time.Microsecond), rec.Failures)
+	return err
+}
+
+// DeleteOTP implements Backend.
+func (PostgresBackend) DeleteOTP(tx storage.Tx, signerID string) error {
+	id, err := signerUUID(signerID)
+	if err != nil {
+		return err
+	}
+	_, err = pgdb.Of(tx).Exec(context.Background(), "DELETE FROM signing_otps WHERE signer_id = $1", id)
+	return err
+}
+
+// Signature implements Backend.
+func (PostgresBackend) Signature(tx storage.Tx, signerID string) (string, []byte, bool, error) {
+	id, err := signerUUID(signerID)
+	if err != nil {
+		return "", nil, false, err
+	}
+	var method string
+	var data []byte
+	err = pgdb.Of(tx).QueryRow(context.Background(),
+		"SELECT method, data FROM signing_signatures WHERE signer_id = $1", id).Scan(&method, &data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, false, nil
+	}
+	if err != nil {
+		return "", nil, false, err
+	}
+	return method, data, true, nil
+}
+
+// PutSignature implements Backend.
+func (PostgresBackend) PutSignature(tx storage.Tx, signerID, method string, data []byte) error {
+	id, err := signerUUID(signerID)
+	if err != nil {
+		return err
+	}
+	if _, ok := methodBytes[method]; !ok {
+		return errors.New("signing: unknown signature method " + method)
+	}
+	_, err = pgdb.Of(tx).Exec(context.Background(), `INSERT INTO signing_signatures (signer_id, method, data) VALUES ($1, $2, $3)
+		ON CONFLICT (signer_id) DO UPDATE SET method = excluded.method, data = excluded.data`, id, method, data)
+	return err
+}
+
+// Forget implements Backend.
+func (PostgresBackend) Forget(tx storage.Tx, signerIDs []string) error {
+	ids := make([]uuid.UUID, len(signerIDs))
+	for i, s := range signerIDs {
+		var err error
+		if ids[i], err = signerUUID(s); err != nil {
+			return err
+		}
+	}
+	ctx := context.Background()
+	if _, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM signing_otps WHERE signer_id = ANY($1)", ids); err != nil {
+		return err
+	}
+	_, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM signing_signatures WHERE signer_id = ANY($1)", ids)
+	return err
+}
+
+var _ Backend = PostgresBackend{}
