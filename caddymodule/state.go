@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -171,7 +172,12 @@ func (s *state) open() error {
 	if s.templates, err = contracts.NewTemplates(s.db); err != nil {
 		return err
 	}
-	if s.outbox, err = notify.NewOutbox(s.db, s.sealer); err != nil {
+	odb := boltdb.New(s.db)
+	outboxBackend, err := notify.NewBoltBackend(odb)
+	if err != nil {
+		return err
+	}
+	if s.outbox, err = notify.NewOutbox(odb, outboxBackend, s.sealer); err != nil {
 		return err
 	}
 	return nil

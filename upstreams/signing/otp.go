@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -110,7 +111,7 @@ func (s *Service) issueOTP(tx *bbolt.Tx, c *contracts.Contract, i int, now time.
 	if err := putOTP(tx, key, rec); err != nil {
 		return nil, err
 	}
-	if err := s.outbox.Enqueue(tx, otpMessage(c, sg, code)); err != nil {
+	if err := s.outbox.Enqueue(boltdb.Wrap(tx), otpMessage(c, sg, code)); err != nil {
 		return nil, err
 	}
 	return rec, nil

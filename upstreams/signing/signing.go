@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -137,7 +138,7 @@ func (s *Service) onDelete(tx *bbolt.Tx, c *contracts.Contract) error {
 	if err := s.forgetSigners(tx, c); err != nil {
 		return err
 	}
-	return s.outbox.DropRef(tx, c.ID)
+	return s.outbox.DropRef(boltdb.Wrap(tx), c.ID)
 }
 
 // forgetSigners deletes the one-time passwords and stored signatures of
