@@ -186,6 +186,8 @@ func (b *pgBackend) listen(ctx context.Context, wake func()) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{b.channel}.Sanitize()); err != nil {
 		return
 	}
+	// What was enqueued before LISTEN took effect is due already.
+	wake()
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return
