@@ -3,8 +3,10 @@ package notify
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 
@@ -133,5 +135,49 @@ func TestEnqueueNeedsOutbox(t *testing.T) {
 	})
 	if !errors.Is(err, ErrNoOutbox) {
 		t.Fatalf("err = %v, want ErrNoOutbox", err)
+	}
+}
+
+// TestBoltFormat pins the bbolt layout that existing webapi.db files hold:
+// a JSON record under the 8-byte id, the due key (next attempt, id), the
+// ref key (ref, NUL, id) and the sealed chunks under (id, index, chunk).
+func TestBoltFormat(t *testing.T) {
+	db, ob := tempDB(t)
+	enqueue(t, db, ob, Message{Channel: Email, To: "a@example.org", Subject: "s", Text: "t", Ref: "c1",
+		Attachments: []Attachment{{Name: "a.pdf", MediaType: "application/pdf", Data: bytes.Repeat([]byte{1}, attChunk+1)}}})
+	err := db.View(context.Background(), func(tx storage.Tx) error {
+		b, err := openBuckets(tx)
+		if err != nil {
+			return err
+		}
+		var rec map[string]any
+		if err := json.Unmarshal(b.msg.Get(idKey(1)), &rec); err != nil {
+			return err
+		}
+		var keys []string
+		for k := range rec {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		if got := strings.Join(keys, ","); got != "attachments,attempts,channel,next,queued,ref,sealed,to" {
+			t.Errorf("record fields %s", got)
+		}
+		c := b.due.Cursor()
+		k, _ := c.First()
+		if len(k) != 16 || !bytes.Equal(k[8:], idKey(1)) {
+			t.Errorf("due key %x", k)
+		}
+		if k, _ := b.ref.Cursor().First(); !bytes.Equal(k, refKey("c1", 1)) {
+			t.Errorf("ref key %q", k)
+		}
+		for ch := range 2 {
+			if b.att.Get(attKey(1, 0, ch)) == nil {
+				t.Errorf("chunk %d missing", ch)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
