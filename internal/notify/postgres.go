@@ -71,7 +71,8 @@ func (b *pgBackend) Enqueue(t storage.Tx, r *Record, _ func()) error {
 }
 
 func (b *pgBackend) DropRef(t storage.Tx, ref string) error {
-	_, err := pgdb.Of(t).Exec(context.Background(), "DELETE FROM outbox WHERE ref = $1", ref)
+	// ref <> '' lets a generic plan use the partial index outbox_ref.
+	_, err := pgdb.Of(t).Exec(context.Background(), "DELETE FROM outbox WHERE ref = $1 AND ref <> ''", ref)
 	return err
 }
 
