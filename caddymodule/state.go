@@ -180,7 +180,12 @@ func (s *state) open() error {
 	if s.templates, err = contracts.NewTemplates(s.storage, s.contracts); err != nil {
 		return err
 	}
-	if s.outbox, err = notify.NewOutbox(s.db, s.sealer); err != nil {
+	odb := boltdb.New(s.db)
+	outboxBackend, err := notify.NewBoltBackend(odb)
+	if err != nil {
+		return err
+	}
+	if s.outbox, err = notify.NewOutbox(odb, outboxBackend, s.sealer); err != nil {
 		return err
 	}
 	return nil

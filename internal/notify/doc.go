@@ -3,13 +3,21 @@
 //
 // A change and the notification it causes must commit together, so that a
 // crash neither loses a notification nor sends one for a change that never
-// happened. Callers therefore enqueue inside their own bbolt write
-// transaction (Outbox.Enqueue); the outbox wakes its worker when that
-// transaction commits. The worker sends due messages one by one, deletes a
-// message only after its sender reported success, and reschedules a failed
-// one with exponential backoff and jitter until it gives up. While queued,
-// a message's subject, bodies and attachments are sealed under the master
-// key: they carry one-time passwords and signing links.
+// happened. Callers therefore enqueue inside their own write transaction
+// (Outbox.Enqueue with a storage.Tx); the outbox wakes its worker when that
+// transaction commits. The worker takes due messages one by one, sends each
+// with no database transaction open, deletes a message only after its
+// sender reported success, and reschedules a failed one with exponential
+// backoff and jitter until it gives up. While queued, a message's subject,
+// bodies and attachments are sealed under the master key: they carry
+// one-time passwords and signing links.
+//
+// The queue is a Backend: bbolt (one process; bolt.go) or PostgreSQL
+// (postgres.go), where several gateway instances deliver from one
+// database. There a message is taken with FOR UPDATE SKIP LOCKED and a
+// lease (WorkerConfig.Lease), so that no two instances send it at once and
+// a message whose instance died is taken again when the lease ends; a
+// commit that enqueues wakes every instance through LISTEN/NOTIFY.
 //
 // Delivery is exactly once as long as the process does not die between a
 // successful send and the deletion that follows it; a crash in that window

@@ -3,7 +3,7 @@ package notify
 import (
 	"context"
 	"encoding/base64"
-	"path/filepath"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -11,8 +11,16 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/pgtest"
 	"github.com/keygate/keygate/internal/seal"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
 )
+
+// TestMain stops the throwaway PostgreSQL that storetest starts.
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // testSealer stands for the master key; one for every database of the
 // tests, so a reopened database opens what it sealed before.
@@ -24,32 +32,80 @@ var testSealer = func() *seal.Sealer {
 	return s
 }()
 
-// openDB opens (or reopens) the bbolt file at path and prepares the outbox.
-func openDB(t *testing.T, path string) (*bbolt.DB, *Outbox) {
+// newBackend is the outbox Backend of db's kind.
+func newBackend(t testing.TB, db storage.DB) Backend {
 	t.Helper()
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	switch d := db.(type) {
+	case *boltdb.DB:
+		b, err := NewBoltBackend(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	case *pgdb.DB:
+		return NewPostgresBackend(d)
 	}
-	ob, err := NewOutbox(db, testSealer)
-	if err != nil {
-		db.Close()
-		t.Fatal(err)
-	}
-	return db, ob
+	t.Fatalf("no outbox backend for %s", db.Backend())
+	return nil
 }
 
-func tempDB(t *testing.T) (*bbolt.DB, *Outbox) {
+// newOutbox prepares the outbox on db, sealing with testSealer.
+func newOutbox(t testing.TB, db storage.DB) *Outbox {
 	t.Helper()
-	db, ob := openDB(t, filepath.Join(t.TempDir(), "webapi.db"))
-	t.Cleanup(func() { db.Close() })
-	return db, ob
+	ob, err := NewOutbox(db, newBackend(t, db), testSealer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ob
+}
+
+// tempDB is an outbox on a fresh bbolt file, for the tests of senders.
+func tempDB(t *testing.T) (storage.DB, *Outbox) {
+	t.Helper()
+	db := storetest.OpenBolt(t)
+	return db, newOutbox(t, db)
+}
+
+// reopen stands for a restart of the process: on bbolt the file is closed
+// and opened again; a PostgreSQL schema is opened by a new pool.
+func reopen(t *testing.T, db storage.DB) storage.DB {
+	t.Helper()
+	switch d := db.(type) {
+	case *boltdb.DB:
+		path := d.Bolt.Path()
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return boltdb.New(b)
+	case *pgdb.DB:
+		d.Close()
+		return openInstance(t, d)
+	}
+	t.Fatalf("cannot reopen %s", db.Backend())
+	return nil
+}
+
+// openInstance opens the schema of db again, as another gateway instance
+// of the same deployment does.
+func openInstance(t *testing.T, db *pgdb.DB) *pgdb.DB {
+	t.Helper()
+	other, err := pgdb.Open(context.Background(), pgdb.Config{DSN: pgtest.Shared(t).DSN, Schema: db.Schema(), MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return other
 }
 
 // enqueue commits msgs in one transaction.
-func enqueue(t *testing.T, db *bbolt.DB, ob *Outbox, msgs ...Message) {
+func enqueue(t *testing.T, db storage.DB, ob *Outbox, msgs ...Message) {
 	t.Helper()
-	err := db.Update(func(tx *bbolt.Tx) error {
+	err := db.Update(context.Background(), func(tx storage.Tx) error {
 		for _, m := range msgs {
 			if err := ob.Enqueue(tx, m); err != nil {
 				return err
@@ -62,16 +118,29 @@ func enqueue(t *testing.T, db *bbolt.DB, ob *Outbox, msgs ...Message) {
 	}
 }
 
-// counts returns the number of entries in each outbox bucket.
-func counts(t *testing.T, db *bbolt.DB) map[string]int {
+// counts returns the number of entries of each kind in the outbox, in the
+// names of the bbolt buckets: msg (messages), att (attachment chunks), due
+// (schedule entries: one per message on PostgreSQL) and ref (messages
+// with a ref).
+func counts(t *testing.T, db storage.DB) map[string]int {
 	t.Helper()
 	n := map[string]int{}
-	err := db.View(func(tx *bbolt.Tx) error {
-		root := tx.Bucket(bucketRoot)
-		for _, name := range [][]byte{bucketMsg, bucketAtt, bucketDue, bucketRef} {
-			n[string(name)] = root.Bucket(name).Stats().KeyN
+	ctx := context.Background()
+	err := db.View(ctx, func(tx storage.Tx) error {
+		switch db.Backend() {
+		case boltdb.Name:
+			root := boltdb.Of(tx).Bucket(bucketRoot)
+			for _, name := range [][]byte{bucketMsg, bucketAtt, bucketDue, bucketRef} {
+				n[string(name)] = root.Bucket(name).Stats().KeyN
+			}
+			return nil
+		default:
+			var msg, att, ref int
+			err := pgdb.Of(tx).QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox), (SELECT count(*) FROM outbox_chunks),
+				(SELECT count(*) FROM outbox WHERE ref <> '')`).Scan(&msg, &att, &ref)
+			n["msg"], n["att"], n["due"], n["ref"] = msg, att, msg, ref
+			return err
 		}
-		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -79,9 +148,50 @@ func counts(t *testing.T, db *bbolt.DB) map[string]int {
 	return n
 }
 
-func pending(t *testing.T, db *bbolt.DB) int {
+func pending(t *testing.T, db storage.DB) int {
 	t.Helper()
 	return counts(t, db)["msg"]
+}
+
+// stored is everything the outbox keeps, as bytes: the whole database
+// file on bbolt; on PostgreSQL every row of the outbox tables as text and
+// every bytea column's raw bytes.
+func stored(t *testing.T, db storage.DB) []byte {
+	t.Helper()
+	switch d := db.(type) {
+	case *boltdb.DB:
+		raw, err := os.ReadFile(d.Bolt.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	case *pgdb.DB:
+		var out []byte
+		ctx := context.Background()
+		for _, q := range []string{
+			"SELECT o::text, coalesce(o.sealed, ''::bytea) FROM outbox o",
+			"SELECT c::text, c.data FROM outbox_chunks c",
+		} {
+			rows, err := d.Pool.Query(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var text string
+				var raw []byte
+				if err := rows.Scan(&text, &raw); err != nil {
+					t.Fatal(err)
+				}
+				out = append(append(append(out, text...), raw...), '\n')
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	t.Fatalf("cannot dump %s", db.Backend())
+	return nil
 }
 
 // waitFor polls cond until it holds or a generous deadline passes; no

@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/keygate/keygate/internal/seal"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
 )
 
 // captured records what it is asked to send.
@@ -35,11 +34,12 @@ func (c *captured) all() []Message {
 }
 
 // TestOutboxSealsContent: a queued one-time password, signing link and
-// attachment are nowhere in the database file, and the worker still
-// delivers them as they were queued.
-func TestOutboxSealsContent(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "webapi.db")
-	db, ob := openDB(t, path)
+// attachment are nowhere in the database (file or rows), and the worker
+// still delivers them as they were queued.
+func TestOutboxSealsContent(t *testing.T) { storetest.Run(t, testOutboxSealsContent) }
+
+func testOutboxSealsContent(t *testing.T, db storage.DB) {
+	ob := newOutbox(t, db)
 	const otp, link, subject = "493817", "https://sign.example.com/sign/0sEcReTlInK", "Your one-time password for NDA"
 	pdf := bytes.Repeat([]byte("%PDF-signature-of-Zoe "), attChunk/8) // spans chunks
 	sent := Message{Channel: Email, To: "zoe@example.org", Subject: subject, Ref: "c1",
@@ -47,21 +47,18 @@ func TestOutboxSealsContent(t *testing.T) {
 		Attachments: []Attachment{{Name: "nda-signed.pdf", MediaType: "application/pdf", Data: pdf}}}
 	sms := Message{Channel: SMS, To: "+15550100123", Text: otp + " is your password"}
 	enqueue(t, db, ob, sent, sms)
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	raw := stored(t, db)
+	if !bytes.Contains(raw, []byte("zoe@example.org")) {
+		t.Fatal("the dump does not hold the outbox")
 	}
 	for _, secret := range []string{otp, link, subject, "%PDF-signature-of-Zoe"} {
 		if bytes.Contains(raw, []byte(secret)) {
-			t.Errorf("the database file holds %q", secret)
+			t.Errorf("the database holds %q", secret)
 		}
 	}
 
-	db, ob = openDB(t, path)
-	defer db.Close()
+	db = reopen(t, db)
+	ob = newOutbox(t, db)
 	var email, text captured
 	runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: &email, SMS: &text})))
 	waitFor(t, "delivery", func() bool { return len(email.all()) == 1 && len(text.all()) == 1 })
@@ -76,9 +73,12 @@ func TestOutboxSealsContent(t *testing.T) {
 }
 
 // TestOutboxDeliversClearRecords: a message queued by a version that did
-// not seal (body and attachment in clear) is delivered after the upgrade.
-func TestOutboxDeliversClearRecords(t *testing.T) {
-	db, ob := tempDB(t)
+// not seal (body and attachment in clear) is delivered after the upgrade;
+// on PostgreSQL, such a record as the migration copies it.
+func TestOutboxDeliversClearRecords(t *testing.T) { storetest.Run(t, testOutboxDeliversClearRecords) }
+
+func testOutboxDeliversClearRecords(t *testing.T, db storage.DB) {
+	ob := newOutbox(t, db)
 	queued := time.Now().UTC().Add(-time.Minute)
 	old := map[string]any{
 		"channel": "email", "to": "zoe@example.org", "subject": "Please sign", "text": "Open https://sign.example.com/sign/abc",
@@ -89,8 +89,19 @@ func TestOutboxDeliversClearRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Update(func(tx *bbolt.Tx) error {
-		b, err := open(tx)
+	ctx := context.Background()
+	err = db.Update(ctx, func(tx storage.Tx) error {
+		if db.Backend() == pgdb.Name {
+			_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO outbox (id, channel, recipient, ref, subject, body_text, body_html, attachments, queued, attempts, next_attempt)
+				VALUES (7, 'email', 'zoe@example.org', 'c1', $1, $2, $3, '[{"name": "a.pdf", "mediaType": "application/pdf", "size": 4}]', $4, 2, $4)`,
+				old["subject"], old["text"], old["html"], queued)
+			if err != nil {
+				return err
+			}
+			_, err = pgdb.Of(tx).Exec(ctx, "INSERT INTO outbox_chunks (message_id, attachment, chunk, data) VALUES (7, 0, 0, '%PDF')")
+			return err
+		}
+		b, err := openBuckets(tx)
 		if err != nil {
 			return err
 		}
@@ -125,18 +136,15 @@ func TestOutboxDeliversClearRecords(t *testing.T) {
 // TestOutboxOtherMasterKey: under another master key a sealed message is
 // not sent but kept and retried, so a restart with the right key still
 // delivers it.
-func TestOutboxOtherMasterKey(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "webapi.db")
-	db, ob := openDB(t, path)
-	enqueue(t, db, ob, Message{Channel: Email, To: "zoe@example.org", Subject: "s", Text: "123456"})
-	db.Close()
+func TestOutboxOtherMasterKey(t *testing.T) { storetest.Run(t, testOutboxOtherMasterKey) }
 
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+func testOutboxOtherMasterKey(t *testing.T, db storage.DB) {
+	ob := newOutbox(t, db)
+	enqueue(t, db, ob, Message{Channel: Email, To: "zoe@example.org", Subject: "s", Text: "123456"})
+
+	db = reopen(t, db)
 	other, _ := seal.New(bytes.Repeat([]byte{7}, 32))
-	wrong, err := NewOutbox(db, other)
+	wrong, err := NewOutbox(db, newBackend(t, db), other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,10 +157,9 @@ func TestOutboxOtherMasterKey(t *testing.T) {
 	if len(email.all()) != 0 || pending(t, db) != 1 {
 		t.Fatalf("under another key: sent %d, pending %d; want 0 and 1", len(email.all()), pending(t, db))
 	}
-	db.Close()
 
-	db, ob = openDB(t, path)
-	defer db.Close()
+	db = reopen(t, db)
+	ob = newOutbox(t, db)
 	runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: &email})))
 	waitFor(t, "delivery", func() bool { return len(email.all()) == 1 })
 	if got := email.all()[0].Text; got != "123456" {

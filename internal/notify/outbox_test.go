@@ -2,17 +2,25 @@ package notify
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 
-	"go.etcd.io/bbolt"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
 )
 
 // TestDropRef removes the pending messages of a deleted contract, with
 // their attachment chunks and index entries, and leaves the others.
-func TestDropRef(t *testing.T) {
-	db, ob := tempDB(t)
+func TestDropRef(t *testing.T) { storetest.Run(t, testDropRef) }
+
+func testDropRef(t *testing.T, db storage.DB) {
+	ob := newOutbox(t, db)
 	big := bytes.Repeat([]byte{0x42}, 3*attChunk+17)
 	enqueue(t, db, ob,
 		Message{Channel: Email, To: "a@example.org", Text: "1", Ref: "contract-a", Attachments: []Attachment{{Name: "f.pdf", MediaType: "application/pdf", Data: big}}},
@@ -23,7 +31,7 @@ func TestDropRef(t *testing.T) {
 	if c := counts(t, db); c["msg"] != 4 || c["att"] != 4 || c["due"] != 4 || c["ref"] != 3 {
 		t.Fatalf("before: %v", c)
 	}
-	if err := db.Update(func(tx *bbolt.Tx) error { return ob.DropRef(tx, "contract-a") }); err != nil {
+	if err := db.Update(context.Background(), func(tx storage.Tx) error { return ob.DropRef(tx, "contract-a") }); err != nil {
 		t.Fatal(err)
 	}
 	if c := counts(t, db); c["msg"] != 2 || c["att"] != 0 || c["due"] != 2 || c["ref"] != 1 {
@@ -45,8 +53,10 @@ func TestDropRef(t *testing.T) {
 
 // TestAttachmentsRoundTrip stores attachments across chunk boundaries and
 // reads them back byte for byte.
-func TestAttachmentsRoundTrip(t *testing.T) {
-	db, ob := tempDB(t)
+func TestAttachmentsRoundTrip(t *testing.T) { storetest.Run(t, testAttachmentsRoundTrip) }
+
+func testAttachmentsRoundTrip(t *testing.T, db storage.DB) {
+	ob := newOutbox(t, db)
 	var atts []Attachment
 	for i, size := range []int{0, 1, attChunk - 1, attChunk, attChunk + 1, 2*attChunk + 5} {
 		data := make([]byte, size)
@@ -56,10 +66,14 @@ func TestAttachmentsRoundTrip(t *testing.T) {
 		atts = append(atts, Attachment{Name: fmt.Sprintf("f%d.bin", i), MediaType: "application/octet-stream", Data: data})
 	}
 	enqueue(t, db, ob, Message{Channel: Email, To: "a@example.org", Subject: "s", Text: "t", HTML: "<b>t</b>", Ref: "r", Attachments: atts})
-	err := db.View(func(tx *bbolt.Tx) error {
-		m, _, ok, err := ob.load(tx, 1)
-		if err != nil || !ok {
-			t.Fatalf("load: %v %v", ok, err)
+	err := db.View(context.Background(), func(tx storage.Tx) error {
+		r, err := ob.backend.Load(tx, 1)
+		if err != nil || r == nil {
+			t.Fatalf("load: %v %v", r, err)
+		}
+		m, err := ob.open(r)
+		if err != nil {
+			t.Fatalf("open: %v", err)
 		}
 		if m.ID != 1 || m.Queued.IsZero() || m.Ref != "r" || m.HTML != "<b>t</b>" || len(m.Attachments) != len(atts) {
 			t.Fatalf("loaded %+v", m)
@@ -92,31 +106,78 @@ func TestEnqueueValidates(t *testing.T) {
 		{"sms with an attachment", Message{Channel: SMS, To: "+15550100123", Text: "x", Attachments: []Attachment{{Name: "a", MediaType: "text/plain"}}}},
 		{"ref with NUL", Message{Channel: Email, To: "a@example.org", Ref: "a\x00b"}},
 	}
-	db, ob := tempDB(t)
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := db.Update(func(tx *bbolt.Tx) error { return ob.Enqueue(tx, tt.msg) })
-			if err == nil {
-				t.Fatal("accepted")
-			}
-		})
-	}
-	if got := pending(t, db); got != 0 {
-		t.Fatalf("pending = %d", got)
-	}
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		ob := newOutbox(t, db)
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				err := db.Update(context.Background(), func(tx storage.Tx) error { return ob.Enqueue(tx, tt.msg) })
+				if err == nil {
+					t.Fatal("accepted")
+				}
+			})
+		}
+		if got := pending(t, db); got != 0 {
+			t.Fatalf("pending = %d", got)
+		}
+	})
 }
 
 // TestEnqueueNeedsOutbox: a database never prepared by NewOutbox is an
-// error, not a panic.
+// error, not a panic (bbolt only: PostgreSQL's tables come with the
+// migrations).
 func TestEnqueueNeedsOutbox(t *testing.T) {
 	db, ob := tempDB(t)
-	err := db.Update(func(tx *bbolt.Tx) error {
-		if err := tx.DeleteBucket(bucketRoot); err != nil {
+	err := db.Update(context.Background(), func(tx storage.Tx) error {
+		if err := boltdb.Of(tx).DeleteBucket(bucketRoot); err != nil {
 			return err
 		}
 		return ob.Enqueue(tx, Message{Channel: Email, To: "a@example.org"})
 	})
-	if err != ErrNoOutbox {
+	if !errors.Is(err, ErrNoOutbox) {
 		t.Fatalf("err = %v, want ErrNoOutbox", err)
+	}
+}
+
+// TestBoltFormat pins the bbolt layout that existing webapi.db files hold:
+// a JSON record under the 8-byte id, the due key (next attempt, id), the
+// ref key (ref, NUL, id) and the sealed chunks under (id, index, chunk).
+func TestBoltFormat(t *testing.T) {
+	db, ob := tempDB(t)
+	enqueue(t, db, ob, Message{Channel: Email, To: "a@example.org", Subject: "s", Text: "t", Ref: "c1",
+		Attachments: []Attachment{{Name: "a.pdf", MediaType: "application/pdf", Data: bytes.Repeat([]byte{1}, attChunk+1)}}})
+	err := db.View(context.Background(), func(tx storage.Tx) error {
+		b, err := openBuckets(tx)
+		if err != nil {
+			return err
+		}
+		var rec map[string]any
+		if err := json.Unmarshal(b.msg.Get(idKey(1)), &rec); err != nil {
+			return err
+		}
+		var keys []string
+		for k := range rec {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		if got := strings.Join(keys, ","); got != "attachments,attempts,channel,next,queued,ref,sealed,to" {
+			t.Errorf("record fields %s", got)
+		}
+		c := b.due.Cursor()
+		k, _ := c.First()
+		if len(k) != 16 || !bytes.Equal(k[8:], idKey(1)) {
+			t.Errorf("due key %x", k)
+		}
+		if k, _ := b.ref.Cursor().First(); !bytes.Equal(k, refKey("c1", 1)) {
+			t.Errorf("ref key %q", k)
+		}
+		for ch := range 2 {
+			if b.att.Get(attKey(1, 0, ch)) == nil {
+				t.Errorf("chunk %d missing", ch)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

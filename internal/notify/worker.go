@@ -7,8 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/storage"
 )
 
 // Sender delivers one message on one channel. An error means the message
@@ -36,6 +37,11 @@ type WorkerConfig struct {
 	// SendTimeout bounds one attempt; Stop waits for the attempt in flight
 	// at most this long [2m].
 	SendTimeout time.Duration
+	// Lease is how long a message taken for an attempt stays reserved to
+	// this worker where several processes deliver from one database: a
+	// message whose process died is taken again once it has passed. At
+	// least SendTimeout plus a margin [SendTimeout + 30s].
+	Lease time.Duration
 	// OnOutcome, when set, is called with the channel and OutcomeSent,
 	// OutcomeRetry or OutcomeFailed after each attempt (for the
 	// keygate_notifications_total metric).
@@ -48,8 +54,8 @@ type WorkerConfig struct {
 // the same outbox: two workers would send messages twice.
 var ErrWorkerRunning = errors.New("notify: a worker is already running on this outbox")
 
-// batchSize is how many due messages one pass reads before it looks at the
-// schedule again.
+// batchSize is how many due messages one pass takes before it looks at
+// the schedule again.
 const batchSize = 32
 
 // Worker delivers the messages of an Outbox. Start it once per process with
@@ -68,7 +74,7 @@ type Worker struct {
 	// them again. Only Run's goroutine uses it.
 	sent map[uint64]bool
 	// updateDB is ob.db.Update; tests make it fail as a full disk does.
-	updateDB func(fn func(*bbolt.Tx) error) error
+	updateDB func(ctx context.Context, fn func(storage.Tx) error) error
 }
 
 // NewWorker returns a worker for ob.
@@ -88,6 +94,9 @@ func NewWorker(ob *Outbox, cfg WorkerConfig) *Worker {
 	}
 	if cfg.SendTimeout <= 0 {
 		cfg.SendTimeout = 2 * time.Minute
+	}
+	if cfg.Lease <= cfg.SendTimeout {
+		cfg.Lease = cfg.SendTimeout + 30*time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -124,12 +133,21 @@ func (w *Worker) Run(ctx context.Context) error {
 		close(done)
 	}()
 
+	// Commits the backend cannot report through Enqueue (another
+	// process's) wake the worker too.
+	watched := make(chan struct{})
+	go func() { defer close(watched); w.ob.backend.Watch(ctx, w.ob.signal) }()
+	defer func() { cancel(); <-watched }()
+
 	// After a storage error (a full disk) the next pass comes after
 	// BaseDelay, doubling up to PollInterval, so that delivery resumes
 	// soon after the disk has room again.
 	errWait := time.Duration(0)
 	for ctx.Err() == nil {
 		wait, err := w.pass(ctx)
+		if err != nil && ctx.Err() != nil {
+			break // a transaction cut short by the stop
+		}
 		if err != nil {
 			errWait = min(max(2*errWait, w.cfg.BaseDelay), w.cfg.PollInterval)
 			w.cfg.Logger.Error("notification outbox", zap.Duration("retry_in", errWait), zap.Error(err))
@@ -166,48 +184,56 @@ func (w *Worker) Stop() {
 
 // pass delivers a batch of due messages and says how long to wait before
 // the next pass: zero when more may be due, else until the next scheduled
-// attempt or the poll interval, whichever comes first.
+// attempt or the poll interval, whichever comes first. Each message is
+// taken (leased) in a transaction of its own and sent with no transaction
+// open.
 func (w *Worker) pass(ctx context.Context) (time.Duration, error) {
-	var ids []uint64
-	var next time.Time
-	err := w.ob.db.View(func(tx *bbolt.Tx) (err error) {
-		ids, next, err = due(tx, time.Now(), batchSize)
-		return err
-	})
-	if err != nil {
-		return 0, err
+	// Delivered messages whose removal failed: removed first, so that no
+	// other process takes them again once their lease ends.
+	for id := range w.sent {
+		if err := w.update(ctx, func(tx storage.Tx) error { return w.ob.backend.Delete(tx, id) }); err != nil {
+			return 0, fmt.Errorf("message %d was delivered but stays queued: %w", id, err)
+		}
+		delete(w.sent, id)
 	}
-	for _, id := range ids {
+	for range batchSize {
 		if ctx.Err() != nil {
 			return 0, nil
+		}
+		var id uint64
+		var next time.Time
+		err := w.update(ctx, func(tx storage.Tx) (err error) {
+			id, next, err = w.ob.backend.Take(tx, w.ob.holder, w.cfg.Lease)
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		if id == 0 {
+			wait := w.cfg.PollInterval
+			if !next.IsZero() {
+				wait = max(min(wait, time.Until(next)), time.Millisecond)
+			}
+			return wait, nil
 		}
 		if err := w.deliver(ctx, id); err != nil {
 			return 0, err
 		}
 	}
-	if len(ids) > 0 {
-		return 0, nil
-	}
-	wait := w.cfg.PollInterval
-	if !next.IsZero() {
-		wait = max(min(wait, time.Until(next)), time.Millisecond)
-	}
-	return wait, nil
+	return 0, nil
 }
 
 // deliver makes one attempt at message id and records its result. The
 // returned error is a storage error; delivery errors are recorded.
 func (w *Worker) deliver(ctx context.Context, id uint64) error {
-	var (
-		m   Message
-		rec record
-		ok  bool
-	)
-	loadErr := w.ob.db.View(func(tx *bbolt.Tx) (err error) {
-		m, rec, ok, err = w.ob.load(tx, id)
+	// Once taken, the attempt is completed and recorded even if ctx ends.
+	rctx := context.WithoutCancel(ctx)
+	var rec *Record
+	loadErr := w.ob.db.View(rctx, func(tx storage.Tx) (err error) {
+		rec, err = w.ob.backend.Load(tx, id)
 		return err
 	})
-	if !ok {
+	if rec == nil {
 		if loadErr == nil {
 			delete(w.sent, id) // dropped meanwhile
 		}
@@ -215,19 +241,23 @@ func (w *Worker) deliver(ctx context.Context, id uint64) error {
 	}
 	if w.sent[id] {
 		// Delivered already; only its removal failed.
-		if err := w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) }); err != nil {
+		if err := w.update(rctx, func(tx storage.Tx) error { return w.ob.backend.Delete(tx, id) }); err != nil {
 			return fmt.Errorf("message %d was delivered but stays queued: %w", id, err)
 		}
 		delete(w.sent, id)
 		return nil
 	}
 	lg := w.cfg.Logger.With(zap.Uint64("message_id", id), zap.String("channel", string(rec.Channel)), zap.String("ref", rec.Ref))
+	var m Message
+	if loadErr == nil {
+		m, loadErr = w.ob.open(rec)
+	}
 	if loadErr != nil && !errors.Is(loadErr, errUnsealable) {
 		lg.Error("notification unreadable, deleted", zap.Error(loadErr))
 		if rec.Channel == Email || rec.Channel == SMS {
 			w.outcome(rec.Channel, OutcomeFailed)
 		}
-		return w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) })
+		return w.update(rctx, func(tx storage.Tx) error { return w.ob.backend.Delete(tx, id) })
 	}
 
 	// A message sealed under another master key fails like a send.
@@ -237,7 +267,7 @@ func (w *Worker) deliver(ctx context.Context, id uint64) error {
 	}
 	if sendErr == nil {
 		w.outcome(m.Channel, OutcomeSent)
-		if err := w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) }); err != nil {
+		if err := w.update(rctx, func(tx storage.Tx) error { return w.ob.backend.Delete(tx, id) }); err != nil {
 			// Not sent again by this process: the next pass only removes
 			// it. A crash before then sends it once more.
 			if w.sent == nil {
@@ -253,13 +283,13 @@ func (w *Worker) deliver(ctx context.Context, id uint64) error {
 	if attempts >= w.cfg.MaxAttempts {
 		lg.Error("notification given up", zap.Int("attempts", attempts), zap.Error(sendErr))
 		w.outcome(m.Channel, OutcomeFailed)
-		return w.update(func(tx *bbolt.Tx) error { return deleteMessage(tx, id) })
+		return w.update(rctx, func(tx storage.Tx) error { return w.ob.backend.Delete(tx, id) })
 	}
 	delay := backoff(w.cfg.BaseDelay, w.cfg.MaxDelay, attempts)
 	lg.Warn("notification not delivered, will retry", zap.Int("attempts", attempts), zap.Duration("retry_in", delay), zap.Error(sendErr))
 	w.outcome(m.Channel, OutcomeRetry)
-	return w.update(func(tx *bbolt.Tx) error {
-		return reschedule(tx, id, time.Now().Add(delay), sendErr.Error())
+	return w.update(rctx, func(tx storage.Tx) error {
+		return w.ob.backend.Reschedule(tx, id, w.ob.holder, delay, sendErr.Error())
 	})
 }
 
@@ -282,8 +312,8 @@ func (w *Worker) send(ctx context.Context, m Message) error {
 	return s.Send(sctx, m)
 }
 
-func (w *Worker) update(fn func(tx *bbolt.Tx) error) error {
-	return w.updateDB(fn)
+func (w *Worker) update(ctx context.Context, fn func(tx storage.Tx) error) error {
+	return w.updateDB(ctx, fn)
 }
 
 func (w *Worker) outcome(ch Channel, outcome string) {

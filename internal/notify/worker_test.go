@@ -5,14 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"go.etcd.io/bbolt"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/storetest"
 )
 
 // TestWorkerRetriesFailedDelivery: a server that refuses a message once,
@@ -21,24 +21,26 @@ import (
 func TestWorkerRetriesFailedDelivery(t *testing.T) {
 	for _, code := range []int{421, 451, 550, 554} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
-			ts := startSMTP(t, smtpSetup{mode: TLSNone})
-			ts.failNext(1, code)
-			db, ob := tempDB(t)
-			var oc outcomes
-			runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: smtpSender(t, ts, TLSNone, "", ""), OnOutcome: oc.record})))
+			storetest.Run(t, func(t *testing.T, db storage.DB) {
+				ts := startSMTP(t, smtpSetup{mode: TLSNone})
+				ts.failNext(1, code)
+				ob := newOutbox(t, db)
+				var oc outcomes
+				runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: smtpSender(t, ts, TLSNone, "", ""), OnOutcome: oc.record})))
 
-			enqueue(t, db, ob, Message{Channel: Email, To: "zoe@example.org", Subject: "Invitation", Text: "Sign here"})
-			waitFor(t, "delivery", func() bool { return pending(t, db) == 0 })
+				enqueue(t, db, ob, Message{Channel: Email, To: "zoe@example.org", Subject: "Invitation", Text: "Sign here"})
+				waitFor(t, "delivery", func() bool { return pending(t, db) == 0 })
 
-			if got := len(ts.mails()); got != 1 {
-				t.Fatalf("received %d copies, want 1", got)
-			}
-			if got := ts.dataAttempts(); got != 2 {
-				t.Errorf("server saw %d DATA commands, want 2", got)
-			}
-			if oc.get("email/retry") != 1 || oc.get("email/sent") != 1 || oc.get("email/failed") != 0 {
-				t.Errorf("outcomes = %v", oc.n)
-			}
+				if got := len(ts.mails()); got != 1 {
+					t.Fatalf("received %d copies, want 1", got)
+				}
+				if got := ts.dataAttempts(); got != 2 {
+					t.Errorf("server saw %d DATA commands, want 2", got)
+				}
+				if oc.get("email/retry") != 1 || oc.get("email/sent") != 1 || oc.get("email/failed") != 0 {
+					t.Errorf("outcomes = %v", oc.n)
+				}
+			})
 		})
 	}
 }
@@ -59,22 +61,24 @@ func TestWorkerGivesUp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			db, ob := tempDB(t)
-			var oc outcomes
-			cfg := fastConfig(WorkerConfig{MaxAttempts: 3, OnOutcome: oc.record})
-			cfg.Email = tt.sender
-			runWorker(t, NewWorker(ob, cfg))
+			storetest.Run(t, func(t *testing.T, db storage.DB) {
+				ob := newOutbox(t, db)
+				var oc outcomes
+				cfg := fastConfig(WorkerConfig{MaxAttempts: 3, OnOutcome: oc.record})
+				cfg.Email = tt.sender
+				runWorker(t, NewWorker(ob, cfg))
 
-			enqueue(t, db, ob, tt.msg)
-			ch := string(tt.msg.Channel)
-			waitFor(t, "give-up", func() bool { return oc.get(ch+"/failed") == 1 })
-			waitFor(t, "removal", func() bool { return pending(t, db) == 0 })
-			if got := oc.get(ch + "/retry"); got != 2 {
-				t.Errorf("retries = %d, want 2", got)
-			}
-			if c := counts(t, db); c["att"]+c["due"]+c["ref"] != 0 {
-				t.Errorf("outbox left entries behind: %v", c)
-			}
+				enqueue(t, db, ob, tt.msg)
+				ch := string(tt.msg.Channel)
+				waitFor(t, "give-up", func() bool { return oc.get(ch+"/failed") == 1 })
+				waitFor(t, "removal", func() bool { return pending(t, db) == 0 })
+				if got := oc.get(ch + "/retry"); got != 2 {
+					t.Errorf("retries = %d, want 2", got)
+				}
+				if c := counts(t, db); c["att"]+c["due"]+c["ref"] != 0 {
+					t.Errorf("outbox left entries behind: %v", c)
+				}
+			})
 		})
 	}
 }
@@ -106,9 +110,10 @@ func (g *gatedSender) Send(ctx context.Context, m Message) error {
 // TestRestartDeliversPendingOnce stops the worker while a message is in
 // flight, closes the database with messages still queued, reopens it in a
 // new worker and checks that every message arrives exactly once.
-func TestRestartDeliversPendingOnce(t *testing.T) {
+func TestRestartDeliversPendingOnce(t *testing.T) { storetest.Run(t, testRestartDeliversPendingOnce) }
+
+func testRestartDeliversPendingOnce(t *testing.T, db storage.DB) {
 	ts := startSMTP(t, smtpSetup{mode: TLSStartTLS, user: "bot", password: "pw"})
-	path := filepath.Join(t.TempDir(), "webapi.db")
 	const n = 8
 	var msgs []Message
 	for i := range n {
@@ -116,7 +121,7 @@ func TestRestartDeliversPendingOnce(t *testing.T) {
 	}
 
 	// First process: three messages go out, the third while Stop is called.
-	db, ob := openDB(t, path)
+	ob := newOutbox(t, db)
 	enqueue(t, db, ob, msgs...)
 	gate := &gatedSender{next: smtpSender(t, ts, TLSStartTLS, "bot", "pw"), holdAt: 3, held: make(chan struct{}), release: make(chan struct{})}
 	w := NewWorker(ob, fastConfig(WorkerConfig{Email: gate}))
@@ -143,13 +148,10 @@ func TestRestartDeliversPendingOnce(t *testing.T) {
 	if got := pending(t, db); got != n-3 {
 		t.Fatalf("pending after stop = %d, want %d", got, n-3)
 	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
 
 	// Second process: the rest, none twice.
-	db, ob = openDB(t, path)
-	defer db.Close()
+	db = reopen(t, db)
+	ob = newOutbox(t, db)
 	runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: smtpSender(t, ts, TLSStartTLS, "bot", "pw")})))
 	waitFor(t, "remaining deliveries", func() bool { return pending(t, db) == 0 })
 
@@ -170,9 +172,13 @@ func TestRestartDeliversPendingOnce(t *testing.T) {
 // TestRolledBackEnqueueIsNeverSent: a notification exists only if the
 // change that caused it committed.
 func TestRolledBackEnqueueIsNeverSent(t *testing.T) {
-	db, ob := tempDB(t)
+	storetest.Run(t, testRolledBackEnqueueIsNeverSent)
+}
+
+func testRolledBackEnqueueIsNeverSent(t *testing.T, db storage.DB) {
+	ob := newOutbox(t, db)
 	changeFailed := errors.New("change failed")
-	err := db.Update(func(tx *bbolt.Tx) error {
+	err := db.Update(context.Background(), func(tx storage.Tx) error {
 		if err := ob.Enqueue(tx, Message{Channel: Email, To: "a@example.org", Text: "x"}); err != nil {
 			return err
 		}
@@ -186,8 +192,10 @@ func TestRolledBackEnqueueIsNeverSent(t *testing.T) {
 	}
 }
 
-func TestWorkerRunStop(t *testing.T) {
-	_, ob := tempDB(t)
+func TestWorkerRunStop(t *testing.T) { storetest.Run(t, testWorkerRunStop) }
+
+func testWorkerRunStop(t *testing.T, db storage.DB) {
+	ob := newOutbox(t, db)
 	w := NewWorker(ob, WorkerConfig{})
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(context.Background()) }()
@@ -240,20 +248,28 @@ func TestBackoff(t *testing.T) {
 // TestWorkerFullDiskAfterSend: a message delivered whose removal from the
 // outbox fails (the disk is full) is not sent again; the worker retries
 // the removal alone, soon, until the disk has room.
-func TestWorkerFullDiskAfterSend(t *testing.T) {
-	db, ob := tempDB(t)
+func TestWorkerFullDiskAfterSend(t *testing.T) { storetest.Run(t, testWorkerFullDiskAfterSend) }
+
+func testWorkerFullDiskAfterSend(t *testing.T, db storage.DB) {
+	ob := newOutbox(t, db)
 	var sent captured
 	w := NewWorker(ob, fastConfig(WorkerConfig{Email: &sent}))
 	var mu sync.Mutex
 	failures := 0
-	w.updateDB = func(fn func(*bbolt.Tx) error) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if failures < 4 {
-			failures++
-			return &os.PathError{Op: "write", Path: "webapi.db", Err: syscall.ENOSPC}
+	// Once the message is sent, the next four writes fail.
+	w.updateDB = func(ctx context.Context, fn func(storage.Tx) error) error {
+		if len(sent.all()) > 0 {
+			mu.Lock()
+			fail := failures < 4
+			if fail {
+				failures++
+			}
+			mu.Unlock()
+			if fail {
+				return &os.PathError{Op: "write", Path: "webapi.db", Err: syscall.ENOSPC}
+			}
 		}
-		return db.Update(fn)
+		return db.Update(ctx, fn)
 	}
 	runWorker(t, w)
 	enqueue(t, db, ob, Message{Channel: Email, To: "zoe@example.org", Subject: "Invitation", Text: "Sign here"})

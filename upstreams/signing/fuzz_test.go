@@ -25,7 +25,6 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
@@ -64,7 +63,7 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	outbox, err := notify.NewOutbox(db, sealer)
+	outbox, err := newBoltOutbox(db, sealer)
 	if err != nil {
 		tb.Fatal(err)
 	}

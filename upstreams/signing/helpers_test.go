@@ -25,6 +25,7 @@ import (
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/pdftest"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -89,7 +90,7 @@ func (f *fixture) open() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.outbox, err = notify.NewOutbox(db, sealer); err != nil {
+	if f.outbox, err = newBoltOutbox(db, sealer); err != nil {
 		t.Fatal(err)
 	}
 	f.svc, err = New(contracts.Config{DB: sdb, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
@@ -377,4 +378,14 @@ func countBy(ms []mailtest.Mail) map[string]int {
 		out[fmt.Sprintf("%s | %s", m.To, m.Subject)]++
 	}
 	return out
+}
+
+// newBoltOutbox is the notification outbox on the bbolt database db.
+func newBoltOutbox(db *bbolt.DB, sealer *keystore.Sealer) (*notify.Outbox, error) {
+	sdb := boltdb.New(db)
+	backend, err := notify.NewBoltBackend(sdb)
+	if err != nil {
+		return nil, err
+	}
+	return notify.NewOutbox(sdb, backend, sealer)
 }

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -42,7 +43,7 @@ func (s *Service) invite(tx *bbolt.Tx, c *contracts.Contract, i int) error {
 	if sg.OTPMethod != contracts.OTPNone {
 		fmt.Fprintf(&b, "To sign, you will ask for a one-time password, sent to you by %s.\n", channelName(sg.OTPMethod))
 	}
-	return s.outbox.Enqueue(tx, notify.Message{
+	return s.outbox.Enqueue(boltdb.Wrap(tx), notify.Message{
 		Channel: notify.Email, To: sg.Email, Ref: c.ID,
 		Subject: "Please sign " + quoted(c.Name),
 		Text:    b.String(),
@@ -149,7 +150,7 @@ func (s *Service) notifyWatchers(tx *bbolt.Tx, c *contracts.Contract, kind strin
 		if pdf != nil {
 			m.Attachments = []notify.Attachment{*pdf}
 		}
-		if err := s.outbox.Enqueue(tx, m); err != nil {
+		if err := s.outbox.Enqueue(boltdb.Wrap(tx), m); err != nil {
 			return err
 		}
 	}

@@ -69,7 +69,7 @@ func (s *Service) issueOTP(tx *bbolt.Tx, c *contracts.Contract, i int, now time.
 	if err := s.backend.PutOTP(boltdb.Wrap(tx), sg.ID, rec); err != nil {
 		return nil, err
 	}
-	if err := s.outbox.Enqueue(tx, otpMessage(c, sg, code)); err != nil {
+	if err := s.outbox.Enqueue(boltdb.Wrap(tx), otpMessage(c, sg, code)); err != nil {
 		return nil, err
 	}
 	return rec, nil

@@ -69,7 +69,7 @@ func (s *Service) complete(tx *bbolt.Tx, c *contracts.Contract, title, body stri
 	for i := range c.Signers {
 		sg := &c.Signers[i]
 		if sg.ReceivesCompletedContract && sg.Email != "" {
-			if err := s.outbox.Enqueue(tx, completedMessage(c, sg, pdf)); err != nil {
+			if err := s.outbox.Enqueue(boltdb.Wrap(tx), completedMessage(c, sg, pdf)); err != nil {
 				return err
 			}
 		}

@@ -139,7 +139,7 @@ func (s *Service) onDelete(stx storage.Tx, c *contracts.Contract) error {
 	if err := s.forgetSigners(tx, c); err != nil {
 		return err
 	}
-	return s.outbox.DropRef(tx, c.ID)
+	return s.outbox.DropRef(boltdb.Wrap(tx), c.ID)
 }
 
 // forgetSigners deletes the one-time passwords and stored signatures of
