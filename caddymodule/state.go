@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -225,8 +226,14 @@ func (s *state) provisionAPIs(a *App) error {
 		return err
 	}
 	cs := lifecycle.Contracts()
+	sdb := boltdb.New(s.db)
+	sb, err := share.NewBoltBackend(sdb)
+	if err != nil {
+		return err
+	}
 	ss, err := share.NewStore(share.Config{
-		DB:            s.db,
+		DB:            sdb,
+		Backend:       sb,
 		PublicBaseURL: a.PublicBaseURL,
 		CookieKey:     s.derivedKey("keygate share unlock cookie v1"),
 		Logger:        a.logger.Named("share"),

@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -111,7 +112,12 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 		return nil, err
 	}
 
-	ss, err := share.NewStore(share.Config{DB: db, CookieKey: masterKey, PublicBaseURL: preparedBaseURL})
+	sdb := boltdb.New(db)
+	sb, err := share.NewBoltBackend(sdb)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := share.NewStore(share.Config{DB: sdb, Backend: sb, CookieKey: masterKey, PublicBaseURL: preparedBaseURL})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package share
 
 import (
 	"context"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +25,7 @@ func TestHostileUnlockLimitBypass(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
+			e := newEnv(t, storetest.OpenBolt(t))
 			in := issueShare("I1", "")
 			in.Password = Password("right")
 			sh := e.create(alice, in)
@@ -39,7 +40,7 @@ func TestHostileUnlockLimitBypass(t *testing.T) {
 	}
 
 	t.Run("uuid in capitals", func(t *testing.T) {
-		e := newEnv(t)
+		e := newEnv(t, storetest.OpenBolt(t))
 		in := issueShare("I1", "")
 		in.Password = Password("right")
 		sh := e.create(alice, in)
@@ -52,7 +53,7 @@ func TestHostileUnlockLimitBypass(t *testing.T) {
 	})
 
 	t.Run("parallel tries", func(t *testing.T) {
-		e := newEnv(t)
+		e := newEnv(t, storetest.OpenBolt(t))
 		in := issueShare("I1", "")
 		in.Password = Password("right")
 		sh := e.create(alice, in)
@@ -97,7 +98,7 @@ func TestHostileSharePageEscapes(t *testing.T) {
 		img    = `"><img src=x onerror=alert(1)>`
 		jsURL  = `javascript:alert(1)`
 	)
-	e := newEnv(t)
+	e := newEnv(t, storetest.OpenBolt(t))
 	create := func(in *CreateRequest) *Share {
 		t.Helper()
 		sh, err := e.store.Create(context.Background(), alice, in)

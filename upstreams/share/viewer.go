@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/reply"
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -113,9 +113,9 @@ func pageMessage(d *problem.Details) string {
 // is 404, expired 410.
 func (v *viewer) open(r *http.Request, now time.Time) (*record, error) {
 	var rec *record
-	err := v.s.db.View(func(tx *bbolt.Tx) error {
+	err := v.s.db.View(r.Context(), func(tx storage.Tx) error {
 		var err error
-		rec, err = loadByUUID(tx, r.PathValue("uuid"))
+		rec, err = v.s.loadByUUID(tx, r.PathValue("uuid"))
 		return err
 	})
 	switch {
