@@ -71,15 +71,25 @@ func seedShares(e *env, n int) []*Share {
 }
 
 // reference lists what the store must answer, computed the slow way from
-// Get of every share.
-func reference(e *env, all []*Share, caller *keystore.Identity, q ListQuery) []uint64 {
+// every share as Get returns it (see getAll).
+// getAll reads every share of all with Get, as the reference needs them.
+func getAll(e *env, all []*Share) []*Share {
 	e.t.Helper()
-	var rows []*Share
-	for _, s := range all {
+	out := make([]*Share, len(all))
+	for i, s := range all {
 		full, err := e.store.Get(context.Background(), root, s.UUID)
 		if err != nil {
 			e.t.Fatal(err)
 		}
+		out[i] = full
+	}
+	return out
+}
+
+func reference(e *env, all []*Share, caller *keystore.Identity, q ListQuery) []uint64 {
+	e.t.Helper()
+	var rows []*Share
+	for _, full := range all {
 		p := ""
 		if full.ProjectID != nil {
 			p = *full.ProjectID
@@ -178,6 +188,7 @@ func TestListMatchesReference(t *testing.T) {
 		e := newEnv(t, db)
 		all := seedShares(e, 60)
 		e.checkIndexes()
+		full := getAll(e, all)
 		scopes := []struct {
 			name   string
 			caller *keystore.Identity
@@ -205,7 +216,7 @@ func TestListMatchesReference(t *testing.T) {
 					q := sc.q
 					q.Sort, q.Desc = sort, desc
 					t.Run(fmt.Sprintf("%s/%s/desc=%v", sc.name, sort, desc), func(t *testing.T) {
-						want := reference(e, all, sc.caller, q)
+						want := reference(e, full, sc.caller, q)
 						w := e.call(sc.caller, "GET", listPath(q), nil)
 						if w.Code != 200 {
 							t.Fatalf("status %d: %s", w.Code, w.Body)
