@@ -317,4 +317,20 @@ func (e *env) checkColumns() {
 	if err := rows.Err(); err != nil {
 		e.t.Fatal(err)
 	}
+	// The counters hold what the rows give, and no zero rows.
+	var wrong int
+	err = e.pg.Pool.QueryRow(context.Background(), `WITH want AS (
+		SELECT 'a' AS kind, '' AS a, '' AS b, count(*) AS n FROM shares
+		UNION ALL SELECT 'c', created_by, '', count(*) FROM shares GROUP BY created_by
+		UNION ALL SELECT 'p', project_id, '', count(*) FROM shares WHERE project_id <> '' GROUP BY project_id
+		UNION ALL SELECT 'x', project_id, created_by, count(*) FROM shares WHERE project_id <> '' GROUP BY project_id, created_by
+		UNION ALL SELECT 'i', issue_id, '', count(*) FROM shares WHERE issue_id <> '' GROUP BY issue_id)
+		SELECT count(*) FROM want FULL JOIN share_counts c USING (kind, a, b)
+		WHERE want.n IS DISTINCT FROM c.n AND NOT (want.n = 0 AND c.n IS NULL AND want.kind = 'a')`).Scan(&wrong)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if wrong != 0 {
+		e.t.Fatalf("%d share counters disagree with the rows", wrong)
+	}
 }

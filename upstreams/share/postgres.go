@@ -74,7 +74,74 @@ func (*PostgresBackend) CreateShare(t storage.Tx, r *record) error {
 		created_at, updated_at, expiration, opened_count, record)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 		id, r.UUID, r.Type, r.IssueID, r.ProjectID, r.CreatedBy, r.CreatedAt, r.UpdatedAt, r.Expiration, r.OpenedCount, raw)
+	if err != nil {
+		return err
+	}
+	return adjustPgCounts(tx, r, 1)
+}
+
+// pgCountKeys are the counters of share_counts that r belongs to, the
+// same as bbolt's (recordCountKeys), in one order for every transaction
+// so that concurrent ones lock the rows alike.
+func pgCountKeys(r *record) (kinds, as, bs []string) {
+	add := func(k, a, b string) {
+		kinds, as, bs = append(kinds, k), append(as, a), append(bs, b)
+	}
+	add("a", "", "")
+	add("c", r.CreatedBy, "")
+	if r.IssueID != "" {
+		add("i", r.IssueID, "")
+	}
+	if r.ProjectID != "" {
+		add("p", r.ProjectID, "")
+		add("x", r.ProjectID, r.CreatedBy)
+	}
+	return kinds, as, bs
+}
+
+// adjustPgCounts adds delta to every counter of r in one statement each
+// way, deleting the counters that reach zero.
+func adjustPgCounts(tx pgx.Tx, r *record, delta int64) error {
+	kinds, as, bs := pgCountKeys(r)
+	ctx := context.Background()
+	_, err := tx.Exec(ctx, `INSERT INTO share_counts (kind, a, b, n)
+		SELECT k, a, b, $4 FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS x(k, a, b, o) ORDER BY o
+		ON CONFLICT (kind, a, b) DO UPDATE SET n = share_counts.n + EXCLUDED.n`, kinds, as, bs, delta)
+	if err != nil || delta > 0 {
+		return err
+	}
+	_, err = tx.Exec(ctx, `DELETE FROM share_counts WHERE n <= 0 AND (kind, a, b) IN
+		(SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))`, kinds, as, bs)
 	return err
+}
+
+// knownTotal reads the number of matches from share_counts when every
+// match is visible and the filters are ones a counter keeps, as the
+// bbolt list does; ok is false when the list has to count.
+func knownTotal(ctx context.Context, tx pgx.Tx, q *ListSpec) (n int, ok bool, err error) {
+	if q.VisibleTo != nil {
+		return 0, false, nil
+	}
+	var kind, a, b string
+	switch {
+	case q.IssueID != "" && q.ProjectID == "" && q.CreatedBy == "":
+		kind, a = "i", q.IssueID
+	case q.IssueID != "":
+		return 0, false, nil
+	case q.ProjectID != "" && q.CreatedBy != "":
+		kind, a, b = "x", q.ProjectID, q.CreatedBy
+	case q.ProjectID != "":
+		kind, a = "p", q.ProjectID
+	case q.CreatedBy != "":
+		kind, a = "c", q.CreatedBy
+	default:
+		kind = "a"
+	}
+	err = tx.QueryRow(ctx, "SELECT n FROM share_counts WHERE kind = $1 AND a = $2 AND b = $3", kind, a, b).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, true, nil
+	}
+	return n, err == nil, err
 }
 
 // UpdateShare implements Backend. The opening count is left as it is:
@@ -92,8 +159,12 @@ func (*PostgresBackend) UpdateShare(t storage.Tx, _, r *record) error {
 
 // DeleteShare implements Backend; the activity goes with the row.
 func (*PostgresBackend) DeleteShare(t storage.Tx, r *record) error {
-	_, err := pgdb.Of(t).Exec(context.Background(), "DELETE FROM shares WHERE id = $1", int64(r.ID))
-	return err
+	tx := pgdb.Of(t)
+	tag, err := tx.Exec(context.Background(), "DELETE FROM shares WHERE id = $1", int64(r.ID))
+	if err != nil || tag.RowsAffected() == 0 {
+		return err
+	}
+	return adjustPgCounts(tx, r, -1)
 }
 
 // AddActivity implements Backend.
@@ -212,9 +283,14 @@ func (*PostgresBackend) List(ctx context.Context, t storage.Tx, q *ListSpec) ([]
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	var total int
-	if err := tx.QueryRow(ctx, "SELECT count(*) FROM shares s"+cond, args...).Scan(&total); err != nil {
+	total, known, err := knownTotal(ctx, tx, q)
+	if err != nil {
 		return nil, 0, err
+	}
+	if !known {
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM shares s"+cond, args...).Scan(&total); err != nil {
+			return nil, 0, err
+		}
 	}
 	out := []*record{}
 	if q.Offset >= total {

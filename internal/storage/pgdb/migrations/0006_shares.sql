@@ -38,6 +38,19 @@ CREATE INDEX shares_creator_created ON shares (created_by, created_at, id);
 CREATE INDEX shares_creator_updated ON shares (created_by, updated_at, id);
 CREATE INDEX shares_project_creator ON shares (project_id, created_by, id);
 
+-- The number of shares per filter value, as bbolt's share_count bucket
+-- keeps it, so that X-Total-Count of a common list is one read, not a
+-- count of the matches: kind 'a' all (a = b = ''), 'c' creator a, 'p'
+-- project a, 'x' project a and creator b, 'i' issue a. Rows at zero are
+-- deleted.
+CREATE TABLE share_counts (
+	kind text NOT NULL,
+	a    text COLLATE "C" NOT NULL DEFAULT '',
+	b    text COLLATE "C" NOT NULL DEFAULT '',
+	n    bigint NOT NULL,
+	PRIMARY KEY (kind, a, b)
+);
+
 -- A share's activity, newest first by (ts, seq) descending, as bbolt's
 -- id | timestamp | sequence keys; gone with its share.
 CREATE TABLE share_activity (
