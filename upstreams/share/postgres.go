@@ -336,3 +336,43 @@ func (*PostgresBackend) List(ctx context.Context, t storage.Tx, q *ListSpec) ([]
 	}
 	return out, total, rows.Err()
 }
+
+var _ SharedUnlockLimit = (*PostgresBackend)(nil)
+
+// ReserveUnlock implements SharedUnlockLimit as a generic cell rate
+// algorithm in one statement: tat, the client's theoretical arrival time,
+// moves by everyMs per attempt and may lead now by burst attempts.
+func (*PostgresBackend) ReserveUnlock(t storage.Tx, id uint64, client string, nowMs, everyMs int64, burst int) (int64, error) {
+	tx := pgdb.Of(t)
+	ctx := context.Background()
+	limit := int64(burst) * everyMs
+	var tat int64
+	err := tx.QueryRow(ctx, `INSERT INTO share_unlocks (share_id, client, tat) VALUES ($1, $2, $3::bigint + $4::bigint)
+		ON CONFLICT (share_id, client) DO UPDATE SET tat = greatest(share_unlocks.tat, $3::bigint) + $4::bigint
+		WHERE greatest(share_unlocks.tat, $3::bigint) + $4::bigint - $3::bigint <= $5::bigint
+		RETURNING tat`, int64(id), client, nowMs, everyMs, limit).Scan(&tat)
+	if err == nil {
+		return 0, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return 0, err
+	}
+	if err := tx.QueryRow(ctx, "SELECT tat FROM share_unlocks WHERE share_id = $1 AND client = $2", int64(id), client).Scan(&tat); err != nil {
+		return 0, err
+	}
+	return max(tat, nowMs) + everyMs - nowMs - limit, nil
+}
+
+// CancelUnlock implements SharedUnlockLimit; a client back to a full
+// bucket leaves no row.
+func (*PostgresBackend) CancelUnlock(t storage.Tx, id uint64, client string, nowMs, everyMs int64) error {
+	tx := pgdb.Of(t)
+	ctx := context.Background()
+	_, err := tx.Exec(ctx, "UPDATE share_unlocks SET tat = greatest(tat - $4::bigint, $3::bigint) WHERE share_id = $1 AND client = $2",
+		int64(id), client, nowMs, everyMs)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, "DELETE FROM share_unlocks WHERE share_id = $1 AND client = $2 AND tat <= $3", int64(id), client, nowMs)
+	return err
+}

@@ -283,8 +283,12 @@ func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ip := clientip.From(r)
-	res, wait := v.s.unlocks.reserve(rec.ID, ip, now)
-	if res == nil {
+	cancel, wait, err := v.s.reserveUnlock(r.Context(), rec.ID, ip, now)
+	if err != nil {
+		v.fail(w, r, err)
+		return
+	}
+	if cancel == nil {
 		secs := int((wait + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		msg := "too many wrong attempts; try again in " + strconv.Itoa(secs) + " seconds"
@@ -299,7 +303,7 @@ func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
 	if rec.PasswordHash != "" {
 		match, err := v.s.hasher.verify(rec.PasswordHash, in.Password)
 		if err != nil {
-			res.CancelAt(now)
+			cancel(r.Context(), now)
 			v.fail(w, r, err)
 			return
 		}
@@ -315,7 +319,7 @@ func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
 		v.locked(w, r, rec, http.StatusUnauthorized, wrongMessage(rec), in.Email)
 		return
 	}
-	res.CancelAt(now)
+	cancel(r.Context(), now)
 	secure := r.TLS != nil || strings.HasPrefix(v.s.baseURL, "https://")
 	http.SetCookie(w, v.s.unlockCookie(rec, email, now, secure))
 	v.unlocked(w, r, rec, asJSON)

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -454,4 +455,46 @@ func TestPageEventsFlushThemselvesWhenMany(t *testing.T) {
 			t.Fatalf("openedCount %d after the automatic flush", got.OpenedCount)
 		}
 	})
+}
+
+// Two instances on one PostgreSQL database: the unlock limit holds across
+// them and their openings add up exactly.
+func TestTwoInstancesOnPostgres(t *testing.T) {
+	db := storetest.OpenPostgres(t)
+	a, b := newEnv(t, db), newEnv(t, db)
+	in := issueShare("I1", "")
+	in.Password = Password("right")
+	sh := a.create(alice, in)
+	unlock := "/s/" + sh.UUID + "/unlock"
+	for i := range unlockBurst {
+		e := []*env{a, b}[i%2]
+		if w := e.page("POST", unlock, jsonAccept, formType, "password=wrong", "203.0.113.7"); w.Code != 401 {
+			t.Fatalf("attempt %d: %d", i, w.Code)
+		}
+	}
+	wantProblem(t, a.page("POST", unlock, jsonAccept, formType, "password=wrong", "203.0.113.7"), 429, "rate_limited")
+	wantProblem(t, b.page("POST", unlock, jsonAccept, formType, "password=right", "203.0.113.7"), 429, "rate_limited")
+
+	open := issueShare("I2", "")
+	sh2 := a.create(alice, open)
+	var wg sync.WaitGroup
+	for _, e := range []*env{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				e.store.recordPageEvent(sh2.ID, Activity{Timestamp: e.nowMs(), Source: "share", Action: ActionViewed}, true)
+			}
+			if err := e.store.Flush(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got, _ := a.store.Get(context.Background(), alice, sh2.UUID); got.OpenedCount != 100 {
+		t.Fatalf("openedCount %d after two instances flushed 50 each", got.OpenedCount)
+	}
+	if acts, _ := b.store.Activity(context.Background(), alice, sh2.UUID, 1000, 0); len(acts) != 101 {
+		t.Fatalf("%d activity entries, want created + 100 viewed", len(acts))
+	}
 }

@@ -60,3 +60,14 @@ CREATE TABLE share_activity (
 	entry    bytea NOT NULL,
 	PRIMARY KEY (share_id, ts, seq)
 );
+
+-- The unlock limit of the public page, shared by every instance: per
+-- share and client (an IPv4 address or an IPv6 /64), the theoretical
+-- arrival time in ms of a generic cell rate algorithm (burst 5, one
+-- attempt per 12 s). A client with a full bucket has no row.
+CREATE TABLE share_unlocks (
+	share_id bigint NOT NULL REFERENCES shares (id) ON DELETE CASCADE,
+	client   text NOT NULL,
+	tat      bigint NOT NULL,
+	PRIMARY KEY (share_id, client)
+);
