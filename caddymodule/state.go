@@ -240,8 +240,14 @@ func (s *state) provisionAPIs(a *App) error {
 		return err
 	}
 	cs := lifecycle.Contracts()
+	sdb := boltdb.New(s.db)
+	sb, err := share.NewBoltBackend(sdb)
+	if err != nil {
+		return err
+	}
 	ss, err := share.NewStore(share.Config{
-		DB:            s.db,
+		DB:            sdb,
+		Backend:       sb,
 		PublicBaseURL: a.PublicBaseURL,
 		CookieKey:     s.derivedKey("keygate share unlock cookie v1"),
 		Logger:        a.logger.Named("share"),

@@ -117,7 +117,11 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 		return nil, err
 	}
 
-	ss, err := share.NewStore(share.Config{DB: db, CookieKey: masterKey, PublicBaseURL: preparedBaseURL})
+	sb, err := share.NewBoltBackend(sdb)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := share.NewStore(share.Config{DB: sdb, Backend: sb, CookieKey: masterKey, PublicBaseURL: preparedBaseURL})
 	if err != nil {
 		return nil, err
 	}

@@ -2,11 +2,9 @@ package share
 
 import (
 	"context"
-	"encoding/json"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -15,41 +13,6 @@ const (
 	defaultActivityLimit = 100
 	maxActivityLimit     = 1000
 )
-
-// activityKey orders a share's entries by time, then by the order they
-// were written: id | timestamp | sequence.
-func activityKey(id uint64, ts int64, seq uint64) []byte {
-	k := make([]byte, 0, 24)
-	k = append(k, u64(id)...)
-	k = append(k, sortableInt(ts)...)
-	return append(k, u64(seq)...)
-}
-
-// appendActivity stores one entry of share id.
-func appendActivity(tx *bbolt.Tx, id uint64, a Activity) error {
-	b := tx.Bucket(bucketShareActivity)
-	seq, err := b.NextSequence()
-	if err != nil {
-		return err
-	}
-	v, err := json.Marshal(a)
-	if err != nil {
-		return err
-	}
-	return b.Put(activityKey(id, a.Timestamp, seq), v)
-}
-
-// deleteActivity removes every entry of share id.
-func deleteActivity(tx *bbolt.Tx, id uint64) error {
-	c := tx.Bucket(bucketShareActivity).Cursor()
-	prefix := u64(id)
-	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Seek(prefix) {
-		if err := c.Delete(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // Activity returns entries of the share named uuidStr, newest first,
 // skipping offset and returning at most limit (0: the default 100). Page
@@ -72,28 +35,19 @@ func (s *Store) Activity(ctx context.Context, caller *keystore.Identity, uuidStr
 		return nil, err
 	}
 	var out []Activity
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		r, err := loadVisible(tx, caller, uuidStr)
+	err := s.db.View(ctx, func(tx storage.Tx) error {
+		r, err := s.loadVisible(tx, caller, uuidStr)
 		if err != nil {
 			return err
 		}
-		pending := s.views.pendingActivity(tx.ID(), r.ID) // newest first
-		want := offset + limit
-		stored := make([]Activity, 0, min(want, 64))
-		c := tx.Bucket(bucketShareActivity).Cursor()
-		prefix := u64(r.ID)
-		k, v := c.Seek(u64(r.ID + 1))
-		if k == nil {
-			k, v = c.Last()
-		} else {
-			k, v = c.Prev()
+		pending, err := s.pending(tx).activity(r.ID) // newest first
+		if err != nil {
+			return err
 		}
-		for ; k != nil && hasPrefix(k, prefix) && len(stored) < want; k, v = c.Prev() {
-			var a Activity
-			if err := json.Unmarshal(v, &a); err != nil {
-				return err
-			}
-			stored = append(stored, a)
+		want := offset + limit
+		stored, err := s.be.Activity(tx, r.ID, want)
+		if err != nil {
+			return err
 		}
 		merged := mergeNewestFirst(pending, stored, want)
 		if offset < len(merged) {

@@ -5,21 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
-	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -27,18 +21,7 @@ import (
 // opened once, since f.Fuzz's body must be fast.
 func fuzzEnv(tb testing.TB) *env {
 	tb.Helper()
-	db, err := bbolt.Open(filepath.Join(tb.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second, NoSync: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { db.Close() })
-	c := testclock.New(testStart)
-	s, err := NewStore(Config{DB: db, PublicBaseURL: "http://localhost:8080/", CookieKey: bytes.Repeat([]byte{7}, 32),
-		Now: c.Now, PasswordParams: cheapArgon})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &env{db: db, clock: c, store: s, api: NewHandler(s), viewer: NewViewer(s)}
+	return envOn(tb, storetest.OpenBolt(tb))
 }
 
 // fuzzRequest builds a request without httptest.NewRequest's panics on
@@ -101,7 +84,7 @@ func FuzzCreate(f *testing.F) {
 	f.Add("application/json", []byte(`{"type":"JQL","projectId":"P1","jql":"project = P1"}`))
 	f.Add("text/plain", []byte(`{"type":"ISSUE","issueId":"1"}`))
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		before := storetest.Digest(t, boltdb.New(e.db))
+		before := storetest.Digest(t, e.db)
 		w := serve(e.api, fuzzRequest(http.MethodPost, Prefix, "", contentType, body, bob))
 		if w.Code == http.StatusCreated {
 			sh := readBack(t, e, w, bob, body)
@@ -113,13 +96,13 @@ func FuzzCreate(f *testing.F) {
 			if d := serve(e.api, fuzzRequest(http.MethodDelete, Prefix+"/"+sh.UUID, "", "", nil, bob)); d.Code != http.StatusNoContent {
 				t.Fatalf("delete: %d %s", d.Code, d.Body)
 			}
-			if storetest.Digest(t, boltdb.New(e.db)) != before {
+			if storetest.Digest(t, e.db) != before {
 				t.Fatalf("deleting the share of %s left data behind", body)
 			}
 			return
 		}
 		wantFuzzProblem(t, w)
-		if storetest.Digest(t, boltdb.New(e.db)) != before {
+		if storetest.Digest(t, e.db) != before {
 			t.Fatalf("a %d changed the database", w.Code)
 		}
 	})
@@ -138,7 +121,7 @@ func FuzzUpdate(f *testing.F) {
 	f.Add("application/json", []byte(`{"type":"ISSUE","issueId":"1","projectId":"P1"}`))
 	shareID := sh.UUID
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		before := storetest.Digest(t, boltdb.New(e.db))
+		before := storetest.Digest(t, e.db)
 		w := serve(e.api, fuzzRequest(http.MethodPut, Prefix+"/"+shareID, "", contentType, body, alice))
 		if w.Code == http.StatusOK {
 			if sh := readBack(t, e, w, alice, body); sh.UUID != shareID {
@@ -147,7 +130,7 @@ func FuzzUpdate(f *testing.F) {
 			return
 		}
 		wantFuzzProblem(t, w)
-		if storetest.Digest(t, boltdb.New(e.db)) != before {
+		if storetest.Digest(t, e.db) != before {
 			t.Fatalf("a %d changed the database", w.Code)
 		}
 	})
@@ -167,12 +150,12 @@ func FuzzList(f *testing.F) {
 	}
 	f.Add("projectId=P1&sort=created_at&sortOrder=desc&limit=1000")
 	f.Add("limit=1001&offset=-1")
-	before := storetest.Digest(f, boltdb.New(e.db))
+	before := storetest.Digest(f, e.db)
 	f.Fuzz(func(t *testing.T, query string) {
 		_, qerr := url.ParseQuery(query)
 		for _, caller := range []*keystore.Identity{root, bob} {
 			w := serve(e.api, fuzzRequest(http.MethodGet, Prefix, query, "", nil, caller))
-			if storetest.Digest(t, boltdb.New(e.db)) != before {
+			if storetest.Digest(t, e.db) != before {
 				t.Fatalf("a list (%d) changed the database", w.Code)
 			}
 			if qerr != nil && w.Code != http.StatusBadRequest {
@@ -225,7 +208,7 @@ func FuzzUnlock(f *testing.F) {
 		// Page events wait in memory until a flush; flushing around the
 		// request makes what it stored visible.
 		flush(t, e)
-		before := storetest.Digest(t, boltdb.New(e.db))
+		before := storetest.Digest(t, e.db)
 		activity := e.activityEntries()
 		w := serve(e.viewer, r)
 		flush(t, e)
@@ -243,7 +226,7 @@ func FuzzUnlock(f *testing.F) {
 		case w.Code < 400 || w.Code > 499:
 			t.Fatalf("status %d; body %s", w.Code, w.Body)
 		default:
-			if storetest.Digest(t, boltdb.New(e.db)) != before {
+			if storetest.Digest(t, e.db) != before {
 				t.Fatalf("a %d changed the database", w.Code)
 			}
 		}

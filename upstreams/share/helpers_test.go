@@ -6,14 +6,18 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
+	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/pgtest"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
 )
@@ -36,27 +40,49 @@ var cheapArgon = Argon2Params{Memory: 64, Time: 1, Threads: 1}
 
 type env struct {
 	t      *testing.T
-	db     *bbolt.DB
+	db     storage.DB
+	bolt   *bbolt.DB // the bbolt file on bolt, else nil
+	pg     *pgdb.DB  // the database on postgres, else nil
 	clock  *testclock.Clock
 	store  *Store
 	api    http.Handler
 	viewer http.Handler
 }
 
-func newEnv(t *testing.T) *env {
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// newEnv builds the store on db with the Backend of db's backend.
+func newEnv(t *testing.T, db storage.DB) *env {
 	t.Helper()
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
+	e := envOn(t, db)
+	e.t = t
+	return e
+}
+
+func envOn(tb testing.TB, db storage.DB) *env {
+	tb.Helper()
+	e := &env{db: db, clock: testclock.New(testStart)}
+	var be Backend
+	switch d := db.(type) {
+	case *boltdb.DB:
+		d.Bolt.NoSync = true
+		b, err := NewBoltBackend(d)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		be, e.bolt = b, d.Bolt
+	case *pgdb.DB:
+		be, e.pg = NewPostgresBackend(d), d
+	default:
+		tb.Fatalf("no share backend for %s", db.Backend())
 	}
-	t.Cleanup(func() { db.Close() })
-	c := testclock.New(testStart)
-	s, err := NewStore(Config{DB: db, PublicBaseURL: "http://localhost:8080/", CookieKey: bytes.Repeat([]byte{7}, 32),
-		Now: c.Now, PasswordParams: cheapArgon})
+	s, err := NewStore(Config{DB: db, Backend: be, PublicBaseURL: "http://localhost:8080/", CookieKey: bytes.Repeat([]byte{7}, 32),
+		Now: e.clock.Now, PasswordParams: cheapArgon})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return &env{t: t, db: db, clock: c, store: s, api: NewHandler(s), viewer: NewViewer(s)}
+	e.store, e.api, e.viewer = s, NewHandler(s), NewViewer(s)
+	return e
 }
 
 func (e *env) nowMs() int64 { return e.clock.Now().UnixMilli() }
@@ -103,9 +129,9 @@ func (e *env) create(caller *keystore.Identity, in *CreateRequest) *Share {
 func (e *env) stored(uuid string) *record {
 	e.t.Helper()
 	var r *record
-	if err := e.db.View(func(tx *bbolt.Tx) error {
+	if err := e.db.View(context.Background(), func(tx storage.Tx) error {
 		var err error
-		r, err = loadByUUID(tx, uuid)
+		r, err = e.store.loadByUUID(tx, uuid)
 		return err
 	}); err != nil {
 		e.t.Fatal(err)
@@ -161,10 +187,16 @@ func wantProblem(t *testing.T, w *httptest.ResponseRecorder, status int, code st
 }
 
 // checkIndexes rebuilds every index entry and counter from the stored
-// records and compares them with what the buckets hold.
+// records and compares them with what the buckets hold. PostgreSQL keeps
+// its indexes itself: there it checks that the columns agree with the
+// records.
 func (e *env) checkIndexes() {
 	e.t.Helper()
-	err := e.db.View(func(tx *bbolt.Tx) error {
+	if e.pg != nil {
+		e.checkColumns()
+		return
+	}
+	err := e.bolt.View(func(tx *bbolt.Tx) error {
 		want := map[string]string{}
 		counts := map[string]uint64{}
 		uuids := 0
@@ -241,9 +273,64 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 // activityEntries counts the stored activity entries of every share.
 func (e *env) activityEntries() int {
 	n := 0
-	_ = e.db.View(func(tx *bbolt.Tx) error {
+	if e.pg != nil {
+		e.t.Helper()
+		if err := e.pg.Pool.QueryRow(context.Background(), "SELECT count(*) FROM share_activity").Scan(&n); err != nil {
+			e.t.Fatal(err)
+		}
+		return n
+	}
+	_ = e.bolt.View(func(tx *bbolt.Tx) error {
 		n = tx.Bucket(bucketShareActivity).Stats().KeyN
 		return nil
 	})
 	return n
+}
+
+// checkColumns checks, on PostgreSQL, that every row's indexed columns
+// say what its record says.
+func (e *env) checkColumns() {
+	e.t.Helper()
+	rows, err := e.pg.Pool.Query(context.Background(), `SELECT id, uuid::text, type, issue_id, project_id,
+		created_by, created_at, updated_at, expiration, opened_count, record FROM shares`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id uint64
+		var u, typ, issue, project, creator string
+		var created, updated, exp, opened int64
+		var raw []byte
+		if err := rows.Scan(&id, &u, &typ, &issue, &project, &creator, &created, &updated, &exp, &opened, &raw); err != nil {
+			e.t.Fatal(err)
+		}
+		var r record
+		if err := json.Unmarshal(raw, &r); err != nil {
+			e.t.Fatal(err)
+		}
+		if r.ID != id || r.UUID != u || r.Type != typ || r.IssueID != issue || r.ProjectID != project ||
+			r.CreatedBy != creator || r.CreatedAt != created || r.UpdatedAt != updated || r.Expiration != exp {
+			e.t.Fatalf("share %d: columns disagree with its record %s", id, raw)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	// The counters hold what the rows give, and no zero rows.
+	var wrong int
+	err = e.pg.Pool.QueryRow(context.Background(), `WITH want AS (
+		SELECT 'a' AS kind, '' AS a, '' AS b, count(*) AS n FROM shares
+		UNION ALL SELECT 'c', created_by, '', count(*) FROM shares GROUP BY created_by
+		UNION ALL SELECT 'p', project_id, '', count(*) FROM shares WHERE project_id <> '' GROUP BY project_id
+		UNION ALL SELECT 'x', project_id, created_by, count(*) FROM shares WHERE project_id <> '' GROUP BY project_id, created_by
+		UNION ALL SELECT 'i', issue_id, '', count(*) FROM shares WHERE issue_id <> '' GROUP BY issue_id)
+		SELECT count(*) FROM want FULL JOIN share_counts c USING (kind, a, b)
+		WHERE want.n IS DISTINCT FROM c.n AND NOT (want.n = 0 AND c.n IS NULL AND want.kind = 'a')`).Scan(&wrong)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if wrong != 0 {
+		e.t.Fatalf("%d share counters disagree with the rows", wrong)
+	}
 }

@@ -2,6 +2,8 @@ package share
 
 import (
 	"context"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"strings"
 	"sync"
 	"testing"
@@ -12,79 +14,81 @@ import (
 // The unlock limit holds whatever form the client's address takes, however
 // the uuid is spelled and however many tries arrive at once.
 func TestHostileUnlockLimitBypass(t *testing.T) {
-	tests := []struct {
-		name string
-		// first spends the burst; then is refused.
-		first, then string
-	}{
-		{"IPv4, then its IPv4-mapped IPv6 form", "203.0.113.7", "::ffff:203.0.113.7"},
-		{"IPv4-mapped IPv6, then plain IPv4", "::ffff:198.51.100.9", "198.51.100.9"},
-		{"another member of the same /64", "2001:db8:5:6::1", "2001:db8:5:6:ffff:ffff:ffff:fffe"},
-		{"the same /64 written differently", "2001:db8:7:8::1", "2001:0db8:0007:0008:0000:0000:0000:0002"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		tests := []struct {
+			name string
+			// first spends the burst; then is refused.
+			first, then string
+		}{
+			{"IPv4, then its IPv4-mapped IPv6 form", "203.0.113.7", "::ffff:203.0.113.7"},
+			{"IPv4-mapped IPv6, then plain IPv4", "::ffff:198.51.100.9", "198.51.100.9"},
+			{"another member of the same /64", "2001:db8:5:6::1", "2001:db8:5:6:ffff:ffff:ffff:fffe"},
+			{"the same /64 written differently", "2001:db8:7:8::1", "2001:0db8:0007:0008:0000:0000:0000:0002"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				e := newEnv(t, db)
+				in := issueShare("I1", "")
+				in.Password = Password("right")
+				sh := e.create(alice, in)
+				unlock := "/s/" + sh.UUID + "/unlock"
+				for i := range unlockBurst {
+					if w := e.page("POST", unlock, jsonAccept, formType, "password=wrong", tc.first); w.Code != 401 {
+						t.Fatalf("attempt %d: %d", i, w.Code)
+					}
+				}
+				wantProblem(t, e.page("POST", unlock, jsonAccept, formType, "password=wrong", tc.then), 429, "rate_limited")
+			})
+		}
+
+		t.Run("uuid in capitals", func(t *testing.T) {
+			e := newEnv(t, db)
+			in := issueShare("I1", "")
+			in.Password = Password("right")
+			sh := e.create(alice, in)
+			upper := "/s/" + strings.ToUpper(sh.UUID) + "/unlock"
+			// Not the share at all, so no separate budget of tries: 404.
+			wantProblem(t, e.page("POST", upper, jsonAccept, formType, "password=right", "203.0.113.7"), 404, "not_found")
+			if w := e.page("GET", "/s/"+strings.ToUpper(sh.UUID), jsonAccept, "", "", "203.0.113.7"); w.Code != 404 {
+				t.Fatalf("GET in capitals: %d", w.Code)
+			}
+		})
+
+		t.Run("parallel tries", func(t *testing.T) {
+			e := newEnv(t, db)
 			in := issueShare("I1", "")
 			in.Password = Password("right")
 			sh := e.create(alice, in)
 			unlock := "/s/" + sh.UUID + "/unlock"
-			for i := range unlockBurst {
-				if w := e.page("POST", unlock, jsonAccept, formType, "password=wrong", tc.first); w.Code != 401 {
-					t.Fatalf("attempt %d: %d", i, w.Code)
+			const n = 40
+			codes := make([]int, n)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					w := e.page("POST", unlock, jsonAccept, formType, "password=wrong", "203.0.113.50")
+					codes[i] = w.Code
+				}()
+			}
+			close(start)
+			wg.Wait()
+			tried := 0
+			for _, c := range codes {
+				switch c {
+				case 401:
+					tried++
+				case 429:
+				default:
+					t.Fatalf("status %d", c)
 				}
 			}
-			wantProblem(t, e.page("POST", unlock, jsonAccept, formType, "password=wrong", tc.then), 429, "rate_limited")
-		})
-	}
-
-	t.Run("uuid in capitals", func(t *testing.T) {
-		e := newEnv(t)
-		in := issueShare("I1", "")
-		in.Password = Password("right")
-		sh := e.create(alice, in)
-		upper := "/s/" + strings.ToUpper(sh.UUID) + "/unlock"
-		// Not the share at all, so no separate budget of tries: 404.
-		wantProblem(t, e.page("POST", upper, jsonAccept, formType, "password=right", "203.0.113.7"), 404, "not_found")
-		if w := e.page("GET", "/s/"+strings.ToUpper(sh.UUID), jsonAccept, "", "", "203.0.113.7"); w.Code != 404 {
-			t.Fatalf("GET in capitals: %d", w.Code)
-		}
-	})
-
-	t.Run("parallel tries", func(t *testing.T) {
-		e := newEnv(t)
-		in := issueShare("I1", "")
-		in.Password = Password("right")
-		sh := e.create(alice, in)
-		unlock := "/s/" + sh.UUID + "/unlock"
-		const n = 40
-		codes := make([]int, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				w := e.page("POST", unlock, jsonAccept, formType, "password=wrong", "203.0.113.50")
-				codes[i] = w.Code
-			}()
-		}
-		close(start)
-		wg.Wait()
-		tried := 0
-		for _, c := range codes {
-			switch c {
-			case 401:
-				tried++
-			case 429:
-			default:
-				t.Fatalf("status %d", c)
+			if tried != unlockBurst {
+				t.Fatalf("%d of %d parallel wrong passwords were tried, want %d", tried, n, unlockBurst)
 			}
-		}
-		if tried != unlockBurst {
-			t.Fatalf("%d of %d parallel wrong passwords were tried, want %d", tried, n, unlockBurst)
-		}
+		})
 	})
 }
 
@@ -97,7 +101,7 @@ func TestHostileSharePageEscapes(t *testing.T) {
 		img    = `"><img src=x onerror=alert(1)>`
 		jsURL  = `javascript:alert(1)`
 	)
-	e := newEnv(t)
+	e := newEnv(t, storetest.OpenBolt(t))
 	create := func(in *CreateRequest) *Share {
 		t.Helper()
 		sh, err := e.store.Create(context.Background(), alice, in)

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/url"
 	"slices"
 	"strconv"
@@ -69,15 +71,25 @@ func seedShares(e *env, n int) []*Share {
 }
 
 // reference lists what the store must answer, computed the slow way from
-// Get of every share.
-func reference(e *env, all []*Share, caller *keystore.Identity, q ListQuery) []uint64 {
+// every share as Get returns it (see getAll).
+// getAll reads every share of all with Get, as the reference needs them.
+func getAll(e *env, all []*Share) []*Share {
 	e.t.Helper()
-	var rows []*Share
-	for _, s := range all {
+	out := make([]*Share, len(all))
+	for i, s := range all {
 		full, err := e.store.Get(context.Background(), root, s.UUID)
 		if err != nil {
 			e.t.Fatal(err)
 		}
+		out[i] = full
+	}
+	return out
+}
+
+func reference(e *env, all []*Share, caller *keystore.Identity, q ListQuery) []uint64 {
+	e.t.Helper()
+	var rows []*Share
+	for _, full := range all {
 		p := ""
 		if full.ProjectID != nil {
 			p = *full.ProjectID
@@ -172,182 +184,191 @@ func ids(shares []Share) []uint64 {
 // TestListMatchesReference checks every sort in both directions, with
 // each filter and each kind of caller, whole and page by page.
 func TestListMatchesReference(t *testing.T) {
-	e := newEnv(t)
-	all := seedShares(e, 60)
-	e.checkIndexes()
-	scopes := []struct {
-		name   string
-		caller *keystore.Identity
-		q      ListQuery
-	}{
-		{"star admin, everything", root, ListQuery{}},
-		{"star admin, project", root, ListQuery{ProjectID: "P2"}},
-		{"star admin, user and project", root, ListQuery{UserID: "carol", ProjectID: "P3"}},
-		{"star admin, issue", root, ListQuery{IssueID: "I3"}},
-		{"star admin, issue and user", root, ListQuery{IssueID: "I1", UserID: "alice"}},
-		{"project admin, everything it may see", bob, ListQuery{}},
-		{"project admin, its project", bob, ListQuery{ProjectID: "P1"}},
-		{"project admin, other project", bob, ListQuery{ProjectID: "P2"}},
-		{"project admin, other user", bob, ListQuery{UserID: "alice"}},
-		{"project admin, itself", bob, ListQuery{UserID: "bob"}},
-		{"user, itself", alice, ListQuery{UserID: "alice"}},
-		{"user, a project", alice, ListQuery{ProjectID: "P1"}},
-		{"user, another user", alice, ListQuery{UserID: "carol"}},
-		{"user, project and other user", alice, ListQuery{ProjectID: "P1", UserID: "carol"}},
-		{"no rights", dave, ListQuery{UserID: "alice"}},
-	}
-	for _, sc := range scopes {
-		for _, sort := range SortFields {
-			for _, desc := range []bool{false, true} {
-				q := sc.q
-				q.Sort, q.Desc = sort, desc
-				t.Run(fmt.Sprintf("%s/%s/desc=%v", sc.name, sort, desc), func(t *testing.T) {
-					want := reference(e, all, sc.caller, q)
-					w := e.call(sc.caller, "GET", listPath(q), nil)
-					if w.Code != 200 {
-						t.Fatalf("status %d: %s", w.Code, w.Body)
-					}
-					if got := ids(decode[[]Share](t, w)); !slices.Equal(got, want) {
-						t.Fatalf("ids\n got %v\nwant %v", got, want)
-					}
-					if tc := w.Header().Get("X-Total-Count"); tc != strconv.Itoa(len(want)) {
-						t.Fatalf("X-Total-Count %s, want %d", tc, len(want))
-					}
-					var paged []uint64
-					for off := 0; off < len(want)+4; off += 4 {
-						q.Limit, q.Offset = 4, off
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		all := seedShares(e, 60)
+		e.checkIndexes()
+		full := getAll(e, all)
+		scopes := []struct {
+			name   string
+			caller *keystore.Identity
+			q      ListQuery
+		}{
+			{"star admin, everything", root, ListQuery{}},
+			{"star admin, project", root, ListQuery{ProjectID: "P2"}},
+			{"star admin, user and project", root, ListQuery{UserID: "carol", ProjectID: "P3"}},
+			{"star admin, issue", root, ListQuery{IssueID: "I3"}},
+			{"star admin, issue and user", root, ListQuery{IssueID: "I1", UserID: "alice"}},
+			{"project admin, everything it may see", bob, ListQuery{}},
+			{"project admin, its project", bob, ListQuery{ProjectID: "P1"}},
+			{"project admin, other project", bob, ListQuery{ProjectID: "P2"}},
+			{"project admin, other user", bob, ListQuery{UserID: "alice"}},
+			{"project admin, itself", bob, ListQuery{UserID: "bob"}},
+			{"user, itself", alice, ListQuery{UserID: "alice"}},
+			{"user, a project", alice, ListQuery{ProjectID: "P1"}},
+			{"user, another user", alice, ListQuery{UserID: "carol"}},
+			{"user, project and other user", alice, ListQuery{ProjectID: "P1", UserID: "carol"}},
+			{"no rights", dave, ListQuery{UserID: "alice"}},
+		}
+		for _, sc := range scopes {
+			for _, sort := range SortFields {
+				for _, desc := range []bool{false, true} {
+					q := sc.q
+					q.Sort, q.Desc = sort, desc
+					t.Run(fmt.Sprintf("%s/%s/desc=%v", sc.name, sort, desc), func(t *testing.T) {
+						want := reference(e, full, sc.caller, q)
 						w := e.call(sc.caller, "GET", listPath(q), nil)
-						paged = append(paged, ids(decode[[]Share](t, w))...)
-						if tc := w.Header().Get("X-Total-Count"); tc != strconv.Itoa(len(want)) {
-							t.Fatalf("page X-Total-Count %s, want %d", tc, len(want))
+						if w.Code != 200 {
+							t.Fatalf("status %d: %s", w.Code, w.Body)
 						}
-					}
-					if !slices.Equal(paged, want) {
-						t.Fatalf("pages\n got %v\nwant %v", paged, want)
-					}
-				})
+						if got := ids(decode[[]Share](t, w)); !slices.Equal(got, want) {
+							t.Fatalf("ids\n got %v\nwant %v", got, want)
+						}
+						if tc := w.Header().Get("X-Total-Count"); tc != strconv.Itoa(len(want)) {
+							t.Fatalf("X-Total-Count %s, want %d", tc, len(want))
+						}
+						var paged []uint64
+						for off := 0; off < len(want)+4; off += 4 {
+							q.Limit, q.Offset = 4, off
+							w := e.call(sc.caller, "GET", listPath(q), nil)
+							paged = append(paged, ids(decode[[]Share](t, w))...)
+							if tc := w.Header().Get("X-Total-Count"); tc != strconv.Itoa(len(want)) {
+								t.Fatalf("page X-Total-Count %s, want %d", tc, len(want))
+							}
+						}
+						if !slices.Equal(paged, want) {
+							t.Fatalf("pages\n got %v\nwant %v", paged, want)
+						}
+					})
+				}
 			}
 		}
-	}
+	})
 }
 
 func TestListDefaultsAndRecords(t *testing.T) {
-	e := newEnv(t)
-	for range 120 {
-		e.create(alice, issueShare("I", "P1"))
-	}
-	w := e.call(alice, "GET", "/webapi/share?userId=alice", nil)
-	got := decode[[]Share](t, w)
-	if len(got) != 100 || got[0].ID != 1 || got[99].ID != 100 || w.Header().Get("X-Total-Count") != "120" {
-		t.Fatalf("default page: %d shares, first %d, total %s", len(got), got[0].ID, w.Header().Get("X-Total-Count"))
-	}
-	one, _ := e.store.Get(context.Background(), alice, got[5].UUID)
-	if mustJSON(t, got[5]) != mustJSON(t, one) {
-		t.Fatalf("list record differs from get:\n%s\n%s", mustJSON(t, got[5]), mustJSON(t, one))
-	}
-	w = e.call(alice, "GET", "/webapi/share?userId=alice&limit=1000&offset=200", nil)
-	if body := w.Body.String(); body != "[]\n" || w.Header().Get("X-Total-Count") != "120" {
-		t.Fatalf("past the end: %q total %s", body, w.Header().Get("X-Total-Count"))
-	}
-	w = e.call(dave, "GET", "/webapi/share?userId=alice", nil)
-	if w.Body.String() != "[]\n" || w.Header().Get("X-Total-Count") != "0" {
-		t.Fatalf("unseen: %q", w.Body)
-	}
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		for range 120 {
+			e.create(alice, issueShare("I", "P1"))
+		}
+		w := e.call(alice, "GET", "/webapi/share?userId=alice", nil)
+		got := decode[[]Share](t, w)
+		if len(got) != 100 || got[0].ID != 1 || got[99].ID != 100 || w.Header().Get("X-Total-Count") != "120" {
+			t.Fatalf("default page: %d shares, first %d, total %s", len(got), got[0].ID, w.Header().Get("X-Total-Count"))
+		}
+		one, _ := e.store.Get(context.Background(), alice, got[5].UUID)
+		if mustJSON(t, got[5]) != mustJSON(t, one) {
+			t.Fatalf("list record differs from get:\n%s\n%s", mustJSON(t, got[5]), mustJSON(t, one))
+		}
+		w = e.call(alice, "GET", "/webapi/share?userId=alice&limit=1000&offset=200", nil)
+		if body := w.Body.String(); body != "[]\n" || w.Header().Get("X-Total-Count") != "120" {
+			t.Fatalf("past the end: %q total %s", body, w.Header().Get("X-Total-Count"))
+		}
+		w = e.call(dave, "GET", "/webapi/share?userId=alice", nil)
+		if w.Body.String() != "[]\n" || w.Header().Get("X-Total-Count") != "0" {
+			t.Fatalf("unseen: %q", w.Body)
+		}
+	})
 }
 
 func TestListRefusals(t *testing.T) {
-	e := newEnv(t)
-	tests := []struct {
-		name   string
-		caller *keystore.Identity
-		query  string
-		status int
-		code   string
-		fields []string
-	}{
-		{"non-admin without userId or projectId", alice, "", 403, "forbidden", nil},
-		{"non-admin with only issueId", alice, "issueId=1", 403, "forbidden", nil},
-		{"unknown parameters", root, "foo=1&bar=2", 400, "invalid_request", []string{"foo:unknown_parameter", "bar:unknown_parameter"}},
-		{"bad values", root, "sort=issueId&sortOrder=up&limit=0&offset=-1", 400, "invalid_request",
-			[]string{"sort:invalid", "sortOrder:invalid", "limit:out_of_range", "offset:out_of_range"}},
-		{"limit too big and not integers", root, "limit=1001&offset=x", 400, "invalid_request", []string{"limit:out_of_range", "offset:invalid"}},
-		{"empty and repeated filters", root, "projectId=&userId=a&userId=b&issueId=%01", 400, "invalid_request",
-			[]string{"projectId:required", "userId:invalid", "issueId:invalid"}},
-		{"empty sort", root, "sort=", 400, "invalid_request", []string{"sort:invalid"}},
-		// Found by FuzzList: url.Values dropped the broken pair.
-		{"bad escape", root, "limit=%zz", 400, "invalid_request", nil},
-		{"semicolon", root, "projectId=P1;limit=1", 400, "invalid_request", nil},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			wantProblem(t, e.call(tc.caller, "GET", "/webapi/share?"+tc.query, nil), tc.status, tc.code, tc.fields...)
-		})
-	}
-	for _, q := range []string{"sortOrder=DESC", "sortOrder=asc&limit=1000&offset=0"} {
-		if w := e.call(root, "GET", "/webapi/share?"+q, nil); w.Code != 200 {
-			t.Fatalf("%s: %d %s", q, w.Code, w.Body)
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		tests := []struct {
+			name   string
+			caller *keystore.Identity
+			query  string
+			status int
+			code   string
+			fields []string
+		}{
+			{"non-admin without userId or projectId", alice, "", 403, "forbidden", nil},
+			{"non-admin with only issueId", alice, "issueId=1", 403, "forbidden", nil},
+			{"unknown parameters", root, "foo=1&bar=2", 400, "invalid_request", []string{"foo:unknown_parameter", "bar:unknown_parameter"}},
+			{"bad values", root, "sort=issueId&sortOrder=up&limit=0&offset=-1", 400, "invalid_request",
+				[]string{"sort:invalid", "sortOrder:invalid", "limit:out_of_range", "offset:out_of_range"}},
+			{"limit too big and not integers", root, "limit=1001&offset=x", 400, "invalid_request", []string{"limit:out_of_range", "offset:invalid"}},
+			{"empty and repeated filters", root, "projectId=&userId=a&userId=b&issueId=%01", 400, "invalid_request",
+				[]string{"projectId:required", "userId:invalid", "issueId:invalid"}},
+			{"empty sort", root, "sort=", 400, "invalid_request", []string{"sort:invalid"}},
+			// Found by FuzzList: url.Values dropped the broken pair.
+			{"bad escape", root, "limit=%zz", 400, "invalid_request", nil},
+			{"semicolon", root, "projectId=P1;limit=1", 400, "invalid_request", nil},
 		}
-	}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				wantProblem(t, e.call(tc.caller, "GET", "/webapi/share?"+tc.query, nil), tc.status, tc.code, tc.fields...)
+			})
+		}
+		for _, q := range []string{"sortOrder=DESC", "sortOrder=asc&limit=1000&offset=0"} {
+			if w := e.call(root, "GET", "/webapi/share?"+q, nil); w.Code != 200 {
+				t.Fatalf("%s: %d %s", q, w.Code, w.Body)
+			}
+		}
+	})
 }
 
 // TestConcurrentPagesSeeEachShareOnce reads all pages at once, from many
 // goroutines, for several sorts.
 func TestConcurrentPagesSeeEachShareOnce(t *testing.T) {
-	e := newEnv(t)
-	const n = 310
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := e.store.Create(context.Background(), alice, issueShare("I", []string{"P1", "P2"}[i%2])); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	e.checkIndexes()
-	for _, q := range []ListQuery{
-		{Sort: "created_at", Desc: true, UserID: "alice"},
-		{Sort: "uuid", UserID: "alice"},
-		{Sort: "project_id", Desc: true, UserID: "alice"},
-		{Sort: "id", ProjectID: "P1"},
-	} {
-		want := 0
-		if q.ProjectID != "" {
-			want = n / 2
-		} else {
-			want = n
-		}
-		seen := make(map[uint64]int)
-		var mu sync.Mutex
-		for off := 0; off < want; off += 13 {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		const n = 310
+		var wg sync.WaitGroup
+		for i := range n {
 			wg.Add(1)
-			go func(off int) {
+			go func() {
 				defer wg.Done()
-				q := q
-				q.Limit, q.Offset = 13, off
-				w := e.call(alice, "GET", listPath(q), nil)
-				if w.Code != 200 || w.Header().Get("X-Total-Count") != strconv.Itoa(want) {
-					t.Errorf("page %d: %d total %s", off, w.Code, w.Header().Get("X-Total-Count"))
-					return
+				if _, err := e.store.Create(context.Background(), alice, issueShare("I", []string{"P1", "P2"}[i%2])); err != nil {
+					t.Error(err)
 				}
-				page := decode[[]Share](t, w)
-				mu.Lock()
-				for _, s := range page {
-					seen[s.ID]++
-				}
-				mu.Unlock()
-			}(off)
+			}()
 		}
 		wg.Wait()
-		if len(seen) != want {
-			t.Fatalf("%+v: saw %d shares, want %d", q, len(seen), want)
-		}
-		for id, c := range seen {
-			if c != 1 {
-				t.Fatalf("%+v: share %d seen %d times", q, id, c)
+		e.checkIndexes()
+		for _, q := range []ListQuery{
+			{Sort: "created_at", Desc: true, UserID: "alice"},
+			{Sort: "uuid", UserID: "alice"},
+			{Sort: "project_id", Desc: true, UserID: "alice"},
+			{Sort: "id", ProjectID: "P1"},
+		} {
+			want := 0
+			if q.ProjectID != "" {
+				want = n / 2
+			} else {
+				want = n
+			}
+			seen := make(map[uint64]int)
+			var mu sync.Mutex
+			for off := 0; off < want; off += 13 {
+				wg.Add(1)
+				go func(off int) {
+					defer wg.Done()
+					q := q
+					q.Limit, q.Offset = 13, off
+					w := e.call(alice, "GET", listPath(q), nil)
+					if w.Code != 200 || w.Header().Get("X-Total-Count") != strconv.Itoa(want) {
+						t.Errorf("page %d: %d total %s", off, w.Code, w.Header().Get("X-Total-Count"))
+						return
+					}
+					page := decode[[]Share](t, w)
+					mu.Lock()
+					for _, s := range page {
+						seen[s.ID]++
+					}
+					mu.Unlock()
+				}(off)
+			}
+			wg.Wait()
+			if len(seen) != want {
+				t.Fatalf("%+v: saw %d shares, want %d", q, len(seen), want)
+			}
+			for id, c := range seen {
+				if c != 1 {
+					t.Fatalf("%+v: share %d seen %d times", q, id, c)
+				}
 			}
 		}
-	}
+	})
 }

@@ -1,12 +1,65 @@
 package share
 
 import (
+	"context"
 	"net/netip"
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
 	"golang.org/x/time/rate"
+
+	"github.com/keygate/keygate/internal/storage"
 )
+
+// SharedUnlockLimit is implemented by a Backend that several gateway
+// instances share (PostgreSQL): the unlock limit is kept there, so that
+// more instances do not give a client more tries. Without it (bbolt, one
+// process) the store keeps the limit in memory.
+type SharedUnlockLimit interface {
+	// ReserveUnlock takes one attempt of client at share id at nowMs from
+	// a bucket of burst attempts refilled one every everyMs; waitMs is 0
+	// when the attempt may go ahead, else how long the client must wait.
+	ReserveUnlock(tx storage.Tx, id uint64, client string, nowMs, everyMs int64, burst int) (waitMs int64, err error)
+	// CancelUnlock gives back the attempt of a client that succeeded.
+	CancelUnlock(tx storage.Tx, id uint64, client string, nowMs, everyMs int64) error
+}
+
+// reserveUnlock takes one unlock attempt of ip at share id. cancel is nil
+// when the client must wait; else the caller calls it when the attempt
+// succeeds.
+func (s *Store) reserveUnlock(ctx context.Context, id uint64, ip netip.Addr, now time.Time) (cancel func(context.Context, time.Time), wait time.Duration, err error) {
+	shared, ok := s.be.(SharedUnlockLimit)
+	if !ok {
+		res, wait := s.unlocks.reserve(id, ip, now)
+		if res == nil {
+			return nil, wait, nil
+		}
+		return func(_ context.Context, at time.Time) { res.CancelAt(at) }, 0, nil
+	}
+	client := clientNet(ip).String()
+	every := unlockEvery.Milliseconds()
+	var waitMs int64
+	err = s.db.Update(ctx, func(tx storage.Tx) error {
+		var err error
+		waitMs, err = shared.ReserveUnlock(tx, id, client, now.UnixMilli(), every, unlockBurst)
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if waitMs > 0 {
+		return nil, time.Duration(waitMs) * time.Millisecond, nil
+	}
+	return func(ctx context.Context, at time.Time) {
+		err := s.db.Update(ctx, func(tx storage.Tx) error {
+			return shared.CancelUnlock(tx, id, client, at.UnixMilli(), every)
+		})
+		if err != nil {
+			s.log.Warn("share: giving back an unlock attempt", zap.Error(err))
+		}
+	}, 0, nil
+}
 
 // Unlock attempts per (share, client): a burst of 5, then one every 12
 // seconds. Correct passwords give their token back, so only wrong ones

@@ -2,7 +2,6 @@ package share
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/netip"
@@ -11,17 +10,19 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/keystore"
 )
 
 // Config is what the gateway hands the share store.
 type Config struct {
-	// DB is the gateway's one bbolt file; the store creates its buckets.
-	DB *bbolt.DB
+	// DB is the gateway's database, and Backend the share store of its
+	// backend (NewBoltBackend, NewPostgresBackend).
+	DB      storage.DB
+	Backend Backend
 	// PublicBaseURL prefixes a share's url: {PublicBaseURL}/s/{uuid}.
 	// Empty gives a path-only url.
 	PublicBaseURL string
@@ -38,11 +39,11 @@ type Config struct {
 	PasswordParams Argon2Params
 }
 
-// Store keeps shares and their activity in bbolt. Every bbolt access of
-// the package goes through it, so another backend can replace it without
-// touching the handlers.
+// Store keeps shares and their activity through its Backend, on bbolt or
+// PostgreSQL: the handlers and the viewer do not know which.
 type Store struct {
-	db        *bbolt.DB
+	db        storage.DB
+	be        Backend
 	baseURL   string
 	cookieKey []byte
 	now       func() time.Time
@@ -52,10 +53,10 @@ type Store struct {
 	unlocks   *unlockLimiter
 }
 
-// NewStore checks cfg and creates the share buckets.
+// NewStore checks cfg.
 func NewStore(cfg Config) (*Store, error) {
-	if cfg.DB == nil {
-		return nil, errors.New("share: Config.DB is nil")
+	if cfg.DB == nil || cfg.Backend == nil {
+		return nil, errors.New("share: Config.DB or Config.Backend is nil")
 	}
 	if len(cfg.CookieKey) < 32 {
 		return nil, errors.New("share: Config.CookieKey must be at least 32 bytes")
@@ -69,6 +70,7 @@ func NewStore(cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		db:        cfg.DB,
+		be:        cfg.Backend,
 		baseURL:   base,
 		cookieKey: append([]byte(nil), cfg.CookieKey...),
 		now:       cfg.Now,
@@ -83,17 +85,6 @@ func NewStore(cfg Config) (*Store, error) {
 	}
 	s.views = newViews()
 	s.unlocks = newUnlockLimiter()
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range allBuckets() {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
@@ -139,8 +130,8 @@ func canonicalUUID(s string) ([]byte, bool) {
 
 // loadVisible reads the share named uuidStr that caller may see, or
 // answers the 404 a share the caller cannot see gets, as if absent.
-func loadVisible(tx *bbolt.Tx, caller *keystore.Identity, uuidStr string) (*record, error) {
-	r, err := loadByUUID(tx, uuidStr)
+func (s *Store) loadVisible(tx storage.Tx, caller *keystore.Identity, uuidStr string) (*record, error) {
+	r, err := s.loadByUUID(tx, uuidStr)
 	if err != nil {
 		return nil, err
 	}
@@ -150,56 +141,22 @@ func loadVisible(tx *bbolt.Tx, caller *keystore.Identity, uuidStr string) (*reco
 	return r, nil
 }
 
-// loadByUUID reads the share named uuidStr in tx; nil when absent.
-func loadByUUID(tx *bbolt.Tx, uuidStr string) (*record, error) {
-	key, ok := canonicalUUID(uuidStr)
-	if !ok {
+// loadByUUID reads the share named uuidStr in tx; nil when absent or not
+// a canonical uuid.
+func (s *Store) loadByUUID(tx storage.Tx, uuidStr string) (*record, error) {
+	if _, ok := canonicalUUID(uuidStr); !ok {
 		return nil, nil
 	}
-	id := tx.Bucket(bucketShareUUIDs).Get(key)
-	if id == nil {
+	return s.be.ShareByUUID(tx, uuidStr, false)
+}
+
+// loadForUpdate is loadByUUID in a transaction that changes the share:
+// on PostgreSQL the row stays locked until tx ends.
+func (s *Store) loadForUpdate(tx storage.Tx, uuidStr string) (*record, error) {
+	if _, ok := canonicalUUID(uuidStr); !ok {
 		return nil, nil
 	}
-	return loadByID(tx, id)
-}
-
-// loadByID decodes the record stored under idKey; decoding copies it out
-// of the transaction. nil when absent.
-func loadByID(tx *bbolt.Tx, idKey []byte) (*record, error) {
-	v := tx.Bucket(bucketShares).Get(idKey)
-	if v == nil {
-		return nil, nil
-	}
-	r := new(record)
-	if err := json.Unmarshal(v, r); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
-// putShare writes r with its uuid entry and index entries.
-func putShare(tx *bbolt.Tx, r *record) error {
-	v, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	if err := tx.Bucket(bucketShares).Put(u64(r.ID), v); err != nil {
-		return err
-	}
-	return putIndexes(tx, r)
-}
-
-// appendFill is the page fill of buckets whose keys only grow: bbolt's
-// default (half-full pages, for random inserts) would double their size.
-const appendFill = 0.9
-
-// appendOnly sets the fill of the buckets a create appends to: the shares
-// by id and the id- and time-ordered indexes of all shares.
-func appendOnly(tx *bbolt.Tx) {
-	tx.Bucket(bucketShares).FillPercent = appendFill
-	for o := range numOrders {
-		tx.Bucket(indexBuckets[dimAll][o]).FillPercent = appendFill
-	}
+	return s.be.ShareByUUID(tx, uuidStr, true)
 }
 
 // Create validates in, stores the share as caller's and writes the
@@ -234,29 +191,13 @@ func (s *Store) Create(ctx context.Context, caller *keystore.Identity, in *Creat
 	r.setContent(&c)
 	act := Activity{Timestamp: now, Source: activitySource, Action: ActionCreated,
 		User: nonEmpty(caller.Owner), IP: clientIPFrom(ctx)}
-	err := s.db.Batch(func(tx *bbolt.Tx) error {
+	err := s.db.Batch(ctx, func(tx storage.Tx) error {
 		// Batch may run this again after another batched call failed:
 		// everything it sets is set afresh each run.
-		uuids := tx.Bucket(bucketShareUUIDs)
-		if uuids.Get(u[:]) != nil {
-			return errors.New("share: uuid collision")
-		}
-		appendOnly(tx)
-		id, err := tx.Bucket(bucketShares).NextSequence()
-		if err != nil {
+		if err := s.be.CreateShare(tx, r); err != nil {
 			return err
 		}
-		r.ID = id
-		if err := uuids.Put(u[:], u64(id)); err != nil {
-			return err
-		}
-		if err := putShare(tx, r); err != nil {
-			return err
-		}
-		if err := adjustCounts(tx, r, 1); err != nil {
-			return err
-		}
-		return appendActivity(tx, id, act)
+		return s.be.AddActivity(tx, r.ID, act)
 	})
 	if err != nil {
 		return nil, err
@@ -284,12 +225,16 @@ func (s *Store) Get(ctx context.Context, caller *keystore.Identity, uuidStr stri
 		return nil, errNoIdentity
 	}
 	var out *Share
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		r, err := loadVisible(tx, caller, uuidStr)
+	err := s.db.View(ctx, func(tx storage.Tx) error {
+		r, err := s.loadVisible(tx, caller, uuidStr)
 		if err != nil {
 			return err
 		}
-		out = r.toShare(s.baseURL, s.nowMs(), s.views.pendingCount(tx.ID(), r.ID))
+		n, err := s.pending(tx).count(r.ID)
+		if err != nil {
+			return err
+		}
+		out = r.toShare(s.baseURL, s.nowMs(), n)
 		return nil
 	})
 	return out, err
@@ -310,8 +255,8 @@ func (s *Store) Update(ctx context.Context, caller *keystore.Identity, uuidStr s
 	// Read first: an unseen share is a 404 whatever the body says, and the
 	// password is hashed outside any transaction.
 	var cur *record
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		r, err := loadByUUID(tx, uuidStr)
+	err := s.db.View(ctx, func(tx storage.Tx) error {
+		r, err := s.loadByUUID(tx, uuidStr)
 		cur = r
 		return err
 	})
@@ -337,11 +282,9 @@ func (s *Store) Update(ctx context.Context, caller *keystore.Identity, uuidStr s
 	}
 	act := Activity{Timestamp: now, Source: activitySource, Action: ActionUpdated,
 		User: nonEmpty(caller.Owner), IP: clientIPFrom(ctx)}
-	var out *record
-	var txID int
-	err = s.db.Batch(func(tx *bbolt.Tx) error {
-		txID = tx.ID()
-		old, err := loadByUUID(tx, uuidStr)
+	var out *Share
+	err = s.db.Batch(ctx, func(tx storage.Tx) error {
+		old, err := s.loadForUpdate(tx, uuidStr)
 		if err != nil {
 			return err
 		}
@@ -358,19 +301,20 @@ func (s *Store) Update(ctx context.Context, caller *keystore.Identity, uuidStr s
 			r.PasswordHash = hash
 		}
 		r.UpdatedBy, r.UpdatedAt = caller.Owner, now
-		if err := deleteIndexes(tx, old); err != nil {
+		if err := s.be.UpdateShare(tx, old, &r); err != nil {
 			return err
 		}
-		if err := putShare(tx, &r); err != nil {
+		n, err := s.pending(tx).count(r.ID)
+		if err != nil {
 			return err
 		}
-		out = &r
-		return appendActivity(tx, r.ID, act)
+		out = r.toShare(s.baseURL, now, n)
+		return s.be.AddActivity(tx, r.ID, act)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return out.toShare(s.baseURL, now, s.views.pendingCount(txID, out.ID)), nil
+	return out, nil
 }
 
 // checkImmutable reports field when the body changes it, unless the field
@@ -396,8 +340,8 @@ func (s *Store) Delete(ctx context.Context, caller *keystore.Identity, uuidStr s
 	// Refuse an unknown or unseen share before joining a batch: an error
 	// inside db.Batch makes every call of the batch run again.
 	var seen bool
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		r, err := loadByUUID(tx, uuidStr)
+	err := s.db.View(ctx, func(tx storage.Tx) error {
+		r, err := s.loadByUUID(tx, uuidStr)
 		seen = r != nil && visible(caller, r.CreatedBy, r.ProjectID)
 		return err
 	})
@@ -408,8 +352,8 @@ func (s *Store) Delete(ctx context.Context, caller *keystore.Identity, uuidStr s
 		return notFound()
 	}
 	var id uint64
-	err = s.db.Batch(func(tx *bbolt.Tx) error {
-		r, err := loadByUUID(tx, uuidStr)
+	err = s.db.Batch(ctx, func(tx storage.Tx) error {
+		r, err := s.loadForUpdate(tx, uuidStr)
 		if err != nil {
 			return err
 		}
@@ -417,20 +361,7 @@ func (s *Store) Delete(ctx context.Context, caller *keystore.Identity, uuidStr s
 			return notFound() // deleted since it was read
 		}
 		id = r.ID
-		key, _ := canonicalUUID(r.UUID)
-		if err := tx.Bucket(bucketShareUUIDs).Delete(key); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketShares).Delete(u64(r.ID)); err != nil {
-			return err
-		}
-		if err := deleteIndexes(tx, r); err != nil {
-			return err
-		}
-		if err := adjustCounts(tx, r, -1); err != nil {
-			return err
-		}
-		return deleteActivity(tx, r.ID)
+		return s.be.DeleteShare(tx, r)
 	})
 	if err != nil {
 		return err

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/reply"
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -113,9 +113,9 @@ func pageMessage(d *problem.Details) string {
 // is 404, expired 410.
 func (v *viewer) open(r *http.Request, now time.Time) (*record, error) {
 	var rec *record
-	err := v.s.db.View(func(tx *bbolt.Tx) error {
+	err := v.s.db.View(r.Context(), func(tx storage.Tx) error {
 		var err error
-		rec, err = loadByUUID(tx, r.PathValue("uuid"))
+		rec, err = v.s.loadByUUID(tx, r.PathValue("uuid"))
 		return err
 	})
 	switch {
@@ -283,8 +283,12 @@ func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ip := clientip.From(r)
-	res, wait := v.s.unlocks.reserve(rec.ID, ip, now)
-	if res == nil {
+	cancel, wait, err := v.s.reserveUnlock(r.Context(), rec.ID, ip, now)
+	if err != nil {
+		v.fail(w, r, err)
+		return
+	}
+	if cancel == nil {
 		secs := int((wait + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		msg := "too many wrong attempts; try again in " + strconv.Itoa(secs) + " seconds"
@@ -299,7 +303,7 @@ func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
 	if rec.PasswordHash != "" {
 		match, err := v.s.hasher.verify(rec.PasswordHash, in.Password)
 		if err != nil {
-			res.CancelAt(now)
+			cancel(r.Context(), now)
 			v.fail(w, r, err)
 			return
 		}
@@ -315,7 +319,7 @@ func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
 		v.locked(w, r, rec, http.StatusUnauthorized, wrongMessage(rec), in.Email)
 		return
 	}
-	res.CancelAt(now)
+	cancel(r.Context(), now)
 	secure := r.TLS != nil || strings.HasPrefix(v.s.baseURL, "https://")
 	http.SetCookie(w, v.s.unlockCookie(rec, email, now, secure))
 	v.unlocked(w, r, rec, asJSON)

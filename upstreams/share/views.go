@@ -1,11 +1,14 @@
 package share
 
 import (
+	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 
-	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/storage"
 )
 
 // autoFlushAt is the number of unflushed page events after which the
@@ -19,9 +22,10 @@ type viewBatch struct {
 	counts  map[uint64]int64
 	entries map[uint64][]Activity // oldest first
 	n       int
-	// txid is the bbolt transaction writing this batch (0: not begun). A
-	// read transaction with an id at or above it already sees the batch.
-	txid int
+	// mark is Backend.Mark of the transaction writing this batch (0: not
+	// begun); a read transaction that Backend.Sees it has the batch in
+	// what it reads.
+	mark int64
 }
 
 func newViewBatch() *viewBatch {
@@ -55,55 +59,105 @@ func (v *views) add(id uint64, a Activity, count bool) int {
 	return v.cur.n
 }
 
-// includeInflight reports whether a read transaction txid must add the
-// in-flight batch: it does unless that batch was committed before the
-// transaction began. txid 0 is never used by bbolt for a read.
-func (v *views) includeInflight(txid int) bool {
-	return v.inflight != nil && (v.inflight.txid == 0 || txid < v.inflight.txid)
+// pendingView is the unflushed page events as one read transaction must
+// add them: the current batch, and the batch being (or last) written by
+// Flush unless the transaction already sees its commit.
+type pendingView struct {
+	s  *Store
+	tx storage.Tx
+	// seen caches Backend.Sees for the in-flight batch checked last.
+	checked *viewBatch
+	include bool
 }
 
-// pendingCount is the unflushed openings of share id as seen by read
-// transaction txid.
-func (v *views) pendingCount(txid int, id uint64) int64 {
+// pending starts the pending view of read transaction tx.
+func (s *Store) pending(tx storage.Tx) *pendingView { return &pendingView{s: s, tx: tx} }
+
+// batches returns the batches tx must add, with v.mu held on return.
+func (p *pendingView) lock() (cur, inflight *viewBatch, err error) {
+	v := p.s.views
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	n := v.cur.counts[id]
-	if v.includeInflight(txid) {
-		n += v.inflight.counts[id]
+	b := v.inflight
+	if b == nil {
+		return v.cur, nil, nil
 	}
-	return n
+	if b != p.checked {
+		mark := b.mark
+		inc := true
+		if mark != 0 {
+			// A flush's batch with a mark: ask the backend, without the
+			// lock (PostgreSQL answers over the network).
+			v.mu.Unlock()
+			seen, err := p.s.be.Sees(p.tx, mark)
+			if err != nil {
+				return nil, nil, err
+			}
+			inc = !seen
+			v.mu.Lock()
+			if v.inflight != b {
+				// Another flush began meanwhile; its batch was
+				// written after tx began, so tx adds it.
+				p.checked, p.include = v.inflight, true
+				return v.cur, v.inflight, nil
+			}
+		}
+		p.checked, p.include = b, inc
+	}
+	if p.include {
+		return v.cur, b, nil
+	}
+	return v.cur, nil, nil
 }
 
-// pendingCounts copies every unflushed count as seen by txid, for a list
-// sorted by opened_count.
-func (v *views) pendingCounts(txid int) map[uint64]int64 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	out := make(map[uint64]int64, len(v.cur.counts))
-	for id, n := range v.cur.counts {
+// count is the unflushed openings of share id.
+func (p *pendingView) count(id uint64) (int64, error) {
+	cur, in, err := p.lock()
+	if err != nil {
+		return 0, err
+	}
+	defer p.s.views.mu.Unlock()
+	n := cur.counts[id]
+	if in != nil {
+		n += in.counts[id]
+	}
+	return n, nil
+}
+
+// counts copies every unflushed count, for a list sorted by opened_count.
+func (p *pendingView) counts() (map[uint64]int64, error) {
+	cur, in, err := p.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer p.s.views.mu.Unlock()
+	out := make(map[uint64]int64, len(cur.counts))
+	for id, n := range cur.counts {
 		out[id] += n
 	}
-	if v.includeInflight(txid) {
-		for id, n := range v.inflight.counts {
+	if in != nil {
+		for id, n := range in.counts {
 			out[id] += n
 		}
 	}
-	return out
+	return out, nil
 }
 
-// pendingActivity is the unflushed entries of share id, newest first.
-func (v *views) pendingActivity(txid int, id uint64) []Activity {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	var all []Activity
-	if v.includeInflight(txid) {
-		all = append(all, v.inflight.entries[id]...)
+// activity is the unflushed entries of share id, newest first.
+func (p *pendingView) activity(id uint64) ([]Activity, error) {
+	cur, in, err := p.lock()
+	if err != nil {
+		return nil, err
 	}
-	all = append(all, v.cur.entries[id]...)
+	defer p.s.views.mu.Unlock()
+	var all []Activity
+	if in != nil {
+		all = append(all, in.entries[id]...)
+	}
+	all = append(all, cur.entries[id]...)
 	for i, j := 0, len(all)-1; i < j; i, j = i+1, j-1 {
 		all[i], all[j] = all[j], all[i]
 	}
-	return all
+	return all, nil
 }
 
 // forget drops the unflushed events of a deleted share.
@@ -118,7 +172,7 @@ func (v *views) forget(id uint64) {
 }
 
 // Flush writes the page openings and page activity counted in memory to
-// bbolt in one transaction. The gateway calls it every
+// the database in one transaction. The gateway calls it every
 // usage_flush_interval and on stop; the store also calls it by itself
 // when 4096 events are waiting. Events of shares deleted meanwhile are
 // dropped. On error the events are kept for the next Flush.
@@ -136,35 +190,29 @@ func (s *Store) Flush() error {
 	v.inflight = b
 	v.mu.Unlock()
 
-	err := s.db.Update(func(tx *bbolt.Tx) error {
+	err := s.db.Update(context.Background(), func(tx storage.Tx) error {
+		mark, err := s.be.Mark(tx)
+		if err != nil {
+			return err
+		}
 		v.mu.Lock()
-		b.txid = tx.ID()
+		b.mark = mark
 		v.mu.Unlock()
-		ids := make(map[uint64]bool, len(b.entries))
+		ids := make([]uint64, 0, len(b.entries))
 		for id := range b.counts {
-			ids[id] = true
+			ids = append(ids, id)
 		}
 		for id := range b.entries {
-			ids[id] = true
+			if _, ok := b.counts[id]; !ok {
+				ids = append(ids, id)
+			}
 		}
-		for id := range ids {
-			r, err := loadByID(tx, u64(id))
-			if err != nil {
+		// In id order, so that two instances flushing at once lock the
+		// rows of PostgreSQL in the same order.
+		slices.Sort(ids)
+		for _, id := range ids {
+			if err := s.be.AddOpenings(tx, id, b.counts[id], b.entries[id]); err != nil {
 				return err
-			}
-			if r == nil {
-				continue
-			}
-			if n := b.counts[id]; n > 0 {
-				r.OpenedCount += n
-				if err := putShare(tx, r); err != nil {
-					return err
-				}
-			}
-			for _, a := range b.entries[id] {
-				if err := appendActivity(tx, id, a); err != nil {
-					return err
-				}
 			}
 		}
 		return nil

@@ -177,6 +177,9 @@ func migrations() ([]migration, error) {
 		out = append(out, migration{version: v, name: e.Name(), sql: string(b)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	// Numbers are unique and start at 1; a gap is allowed, so that
+	// packages developed apart can each own a number (a later number
+	// never depends on an earlier one being absent).
 	for i := range out {
 		if out[i].version < 1 || (i > 0 && out[i].version == out[i-1].version) {
 			return nil, fmt.Errorf("postgres storage: migration %s: numbers must be positive and unique", out[i].name)
