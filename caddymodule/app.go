@@ -6,6 +6,7 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -43,12 +44,16 @@ type App struct {
 	// ContractValidity is a contract's lifetime when the create request
 	// names no expirationTimestamp. Default 168h.
 	ContractValidity caddy.Duration `json:"contract_validity,omitempty"`
+	// StorageRaw is where the data lives: a webapi.storage.* module,
+	// `bolt` (the file <data_dir>/webapi.db) when absent.
+	StorageRaw json.RawMessage `json:"storage,omitempty" caddy:"namespace=webapi.storage inline_key=module"`
 	// SMTP delivers e-mail; without it, mail is written as .eml files to
 	// <data_dir>/mail/.
 	SMTP *SMTPConfig `json:"smtp,omitempty"`
 	// SMS is the HTTP shipper for one-time passwords by SMS.
 	SMS *SMSConfig `json:"sms,omitempty"`
 
+	storage      Storage
 	state        *state
 	contractsAPI http.Handler
 	signingPages http.Handler
@@ -126,6 +131,18 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
+	}
+	a.storage = new(BoltStorage)
+	if a.StorageRaw != nil {
+		mod, err := ctx.LoadModule(a, "StorageRaw")
+		if err != nil {
+			return fmt.Errorf("loading storage module: %w", err)
+		}
+		a.storage = mod.(Storage)
+	}
+	if _, ok := a.storage.(*BoltStorage); !ok {
+		// TODO(issue 9): open the stores through the module.
+		return errors.New("storage: only bolt is wired yet")
 	}
 	dbPath, err := filepath.Abs(filepath.Join(a.DataDir, "webapi.db"))
 	if err != nil {

@@ -39,6 +39,10 @@ var terminalDirectives = []struct {
 //		public_base_url http://localhost:8080
 //		usage_flush_interval 1s
 //		contract_validity 168h
+//		storage postgres {
+//			dsn {env.KEYGATE_DATABASE_URL}
+//			max_conns 20
+//		}
 //		smtp mail.example.com:587 {
 //			username bot
 //			password_file /run/secrets/smtp
@@ -93,6 +97,16 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			} else {
 				a.ContractValidity = caddy.Duration(dur)
 			}
+		case "storage":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			name := d.Val()
+			unm, err := caddyfile.UnmarshalModule(d, "webapi.storage."+name)
+			if err != nil {
+				return err
+			}
+			a.StorageRaw = caddyconfig.JSONModuleObject(unm, "module", name, nil)
 		case "smtp":
 			a.SMTP = new(SMTPConfig)
 			if err := oneArg(d, &a.SMTP.Address); err != nil {

@@ -1,0 +1,140 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/keygate/keygate/internal/storage/pgdb"
+)
+
+func init() {
+	caddy.RegisterModule(PostgresStorage{})
+}
+
+// PostgresStorage keeps the data in a PostgreSQL database that several
+// gateway instances may share (webapi.storage.postgres, spec storage.md).
+//
+//	storage postgres {
+//		dsn {env.KEYGATE_DATABASE_URL}
+//		dsn_file /run/secrets/keygate-dsn
+//		max_conns 20
+//		schema keygate
+//	}
+type PostgresStorage struct {
+	// DSN is a libpq URL or key/value string; Caddy placeholders such as
+	// {env.KEYGATE_DATABASE_URL} are replaced. It never appears in a log
+	// or an error.
+	DSN string `json:"dsn,omitempty"`
+	// DSNFile holds the DSN instead (a secret file); one of the two.
+	DSNFile string `json:"dsn_file,omitempty"`
+	// MaxConns bounds the connection pool of this instance. Default 20.
+	MaxConns int `json:"max_conns,omitempty"`
+	// Schema holds keygate's tables. Default keygate.
+	Schema string `json:"schema,omitempty"`
+
+	dsn string // resolved at provision
+}
+
+// CaddyModule returns the Caddy module information.
+func (PostgresStorage) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "webapi.storage.postgres",
+		New: func() caddy.Module { return new(PostgresStorage) },
+	}
+}
+
+// Provision resolves the DSN from its placeholder or file.
+func (s *PostgresStorage) Provision(caddy.Context) error {
+	switch {
+	case s.DSN != "" && s.DSNFile != "":
+		return errors.New("storage postgres: give dsn or dsn_file, not both")
+	case s.DSNFile != "":
+		b, err := os.ReadFile(s.DSNFile)
+		if err != nil {
+			return fmt.Errorf("storage postgres: reading dsn_file: %w", err)
+		}
+		s.dsn = strings.TrimSpace(string(b))
+	default:
+		s.dsn = strings.TrimSpace(caddy.NewReplacer().ReplaceKnown(s.DSN, ""))
+	}
+	if s.dsn == "" {
+		return errors.New("storage postgres: the dsn is empty (set dsn or dsn_file)")
+	}
+	if s.Schema == "" {
+		s.Schema = pgdb.DefaultSchema
+	}
+	return nil
+}
+
+// Validate checks the options.
+func (s *PostgresStorage) Validate() error {
+	if s.MaxConns != 0 && s.MaxConns < 2 {
+		return errors.New("storage postgres: max_conns must be at least 2")
+	}
+	if _, err := pgconn.ParseConfig(s.dsn); err != nil {
+		return errors.New("storage postgres: the dsn does not parse as a libpq URL or key/value string")
+	}
+	return nil
+}
+
+// PoolKey implements Storage: the server, database and schema, without
+// credentials, so configs naming the same database share one pool.
+func (s *PostgresStorage) PoolKey(string) (string, error) {
+	pc, err := pgconn.ParseConfig(s.dsn)
+	if err != nil {
+		return "", errors.New("storage postgres: the dsn does not parse as a libpq URL or key/value string")
+	}
+	return fmt.Sprintf("postgres://%s@%s:%d/%s?schema=%s", pc.User, pc.Host, pc.Port, pc.Database, s.Schema), nil
+}
+
+// config is the pgdb configuration of this module.
+func (s *PostgresStorage) config() pgdb.Config {
+	return pgdb.Config{DSN: s.dsn, Schema: s.Schema, MaxConns: int32(s.MaxConns)}
+}
+
+// UnmarshalCaddyfile reads the `storage postgres { ... }` block.
+func (s *PostgresStorage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // module name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		var err error
+		switch d.Val() {
+		case "dsn":
+			err = oneArg(d, &s.DSN)
+		case "dsn_file":
+			err = oneArg(d, &s.DSNFile)
+		case "schema":
+			err = oneArg(d, &s.Schema)
+		case "max_conns":
+			var v string
+			if err = oneArg(d, &v); err == nil {
+				if s.MaxConns, err = strconv.Atoi(v); err != nil {
+					return d.Errf("max_conns: %v", err)
+				}
+			}
+		default:
+			return d.Errf("unknown storage postgres option %q", d.Val())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ Storage               = (*PostgresStorage)(nil)
+	_ caddy.Provisioner     = (*PostgresStorage)(nil)
+	_ caddy.Validator       = (*PostgresStorage)(nil)
+	_ caddyfile.Unmarshaler = (*PostgresStorage)(nil)
+)

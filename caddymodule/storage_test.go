@@ -1,0 +1,112 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+)
+
+// The storage forms of the spec (storage.md, Config): the Caddyfile
+// adapts to exactly the JSON the spec shows, and a bad block is refused
+// with a message.
+func TestStorageCaddyfile(t *testing.T) {
+	tests := []struct {
+		name, block, want, err string
+	}{
+		{"bolt", "storage bolt", `{"module":"bolt"}`, ""},
+		{"postgres with dsn", "storage postgres {\n dsn {env.KEYGATE_DATABASE_URL}\n max_conns 20\n}",
+			`{"dsn":"{env.KEYGATE_DATABASE_URL}","max_conns":20,"module":"postgres"}`, ""},
+		{"postgres with dsn_file and schema", "storage postgres {\n dsn_file /run/secrets/keygate-dsn\n schema kg\n}",
+			`{"dsn_file":"/run/secrets/keygate-dsn","module":"postgres","schema":"kg"}`, ""},
+		{"bolt with options", "storage bolt {\n path x\n}", "", "takes no options"},
+		{"unknown postgres option", "storage postgres {\n password x\n}", "", `unknown storage postgres option "password"`},
+		{"bad max_conns", "storage postgres {\n max_conns many\n}", "", "max_conns"},
+		{"unknown backend", "storage etcd", "", "webapi.storage.etcd"},
+		{"no backend", "storage", "", "argument"},
+	}
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := "{\n webapi {\n" + tt.block + "\n }\n}\n:8080 {\n respond ok\n}\n"
+			out, _, err := adapter.Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v, want one containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg struct {
+				Apps struct {
+					WebAPI struct {
+						Storage json.RawMessage `json:"storage"`
+					} `json:"webapi"`
+				} `json:"apps"`
+			}
+			if err := json.Unmarshal(out, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if got := string(cfg.Apps.WebAPI.Storage); got != tt.want {
+				t.Errorf("storage %s\nwant    %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// The DSN comes from its placeholder or its file, and neither a bad DSN
+// nor its pool key shows the password.
+func TestPostgresStorageDSN(t *testing.T) {
+	const secret = "s3cr3t-Pa55"
+	file := filepath.Join(t.TempDir(), "dsn")
+	if err := os.WriteFile(file, []byte("postgres://kg:"+secret+"@db.example:5433/app\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KEYGATE_TEST_DSN", "host=db.example user=kg password="+secret+" dbname=app")
+	tests := []struct {
+		name    string
+		s       PostgresStorage
+		wantKey string
+		wantErr string
+	}{
+		{"placeholder", PostgresStorage{DSN: "{env.KEYGATE_TEST_DSN}"}, "postgres://kg@db.example:5432/app?schema=keygate", ""},
+		{"file", PostgresStorage{DSNFile: file, Schema: "kg"}, "postgres://kg@db.example:5433/app?schema=kg", ""},
+		{"both", PostgresStorage{DSN: "x", DSNFile: file}, "", "not both"},
+		{"empty placeholder", PostgresStorage{DSN: "{env.KEYGATE_TEST_UNSET}"}, "", "empty"},
+		{"missing file", PostgresStorage{DSNFile: file + ".missing"}, "", "dsn_file"},
+		{"does not parse", PostgresStorage{DSN: "postgres://kg:" + secret + "@[::1/x"}, "", "does not parse"},
+		{"max_conns 1", PostgresStorage{DSN: "postgres://kg@h/app", MaxConns: 1}, "", "max_conns"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.s
+			err := s.Provision(caddy.Context{})
+			if err == nil {
+				err = s.Validate()
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), secret) {
+					t.Fatalf("error shows the password: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, err := s.PoolKey("")
+			if err != nil || key != tt.wantKey {
+				t.Fatalf("PoolKey = %q, %v; want %q", key, err, tt.wantKey)
+			}
+		})
+	}
+}
