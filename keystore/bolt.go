@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/storage/boltdb"
 )
 
 // Buckets of the key store, named once.
@@ -32,15 +34,7 @@ type BoltBackend struct{ db *bbolt.DB }
 
 // NewBoltBackend creates the key buckets in db.
 func NewBoltBackend(db *bbolt.DB) (*BoltBackend, error) {
-	err := db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketKeys, bucketKeyUsage} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := boltdb.New(db).CreateBuckets(bucketKeys, bucketKeyUsage); err != nil {
 		return nil, err
 	}
 	return &BoltBackend{db: db}, nil

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"sort"
 	"sync"
@@ -78,18 +79,9 @@ func randomKey(t testing.TB) []byte {
 // newBackend is the key Backend of db's kind.
 func newBackend(t testing.TB, db storage.DB) Backend {
 	t.Helper()
-	switch d := db.(type) {
-	case *boltdb.DB:
-		b, err := NewBoltBackend(d.Bolt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	case *pgdb.DB:
-		return NewPostgresBackend(d)
-	}
-	t.Fatalf("no key backend for %s", db.Backend())
-	return nil
+	return storetest.Pick[Backend](t, db,
+		func(d *boltdb.DB) (Backend, error) { return NewBoltBackend(d.Bolt) },
+		func(d *pgdb.DB) Backend { return NewPostgresBackend(d) })
 }
 
 func newEnv(t testing.TB, db storage.DB) *env {

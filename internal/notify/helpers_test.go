@@ -35,18 +35,9 @@ var testSealer = func() *seal.Sealer {
 // newBackend is the outbox Backend of db's kind.
 func newBackend(t testing.TB, db storage.DB) Backend {
 	t.Helper()
-	switch d := db.(type) {
-	case *boltdb.DB:
-		b, err := NewBoltBackend(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	case *pgdb.DB:
-		return NewPostgresBackend(d)
-	}
-	t.Fatalf("no outbox backend for %s", db.Backend())
-	return nil
+	return storetest.Pick[Backend](t, db,
+		func(d *boltdb.DB) (Backend, error) { return NewBoltBackend(d) },
+		func(d *pgdb.DB) Backend { return NewPostgresBackend(d) })
 }
 
 // newOutbox prepares the outbox on db, sealing with testSealer.

@@ -25,16 +25,7 @@ type BoltBackend struct{ db *boltdb.DB }
 
 // NewBoltBackend creates the template and contract buckets in db.
 func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
-	err := db.Bolt.Update(func(tx *bbolt.Tx) error {
-		names := append([][]byte{bucketTemplates, bucketTemplateDigests, bucketAttachments}, storeBuckets...)
-		for _, name := range names {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := db.CreateBuckets(append([][]byte{bucketTemplates, bucketTemplateDigests, bucketAttachments}, storeBuckets...)...); err != nil {
 		return nil, err
 	}
 	return &BoltBackend{db: db}, nil

@@ -55,23 +55,17 @@ func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
 }
 
 // newBackend makes the contract backend of db's kind.
-func newBackend(tb testing.TB, db storage.DB) interface {
+func newBackend(tb testing.TB, db storage.DB) contractBackend {
+	tb.Helper()
+	return storetest.Pick[contractBackend](tb, db,
+		func(d *boltdb.DB) (contractBackend, error) { return NewBoltBackend(d) },
+		func(d *pgdb.DB) contractBackend { return NewPostgresBackend(d) })
+}
+
+// contractBackend is what both backends of this package implement.
+type contractBackend interface {
 	Backend
 	TemplateBackend
-} {
-	tb.Helper()
-	switch d := db.(type) {
-	case *boltdb.DB:
-		b, err := NewBoltBackend(d)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return b
-	case *pgdb.DB:
-		return NewPostgresBackend(d)
-	}
-	tb.Fatalf("no contract backend for %s", db.Backend())
-	return nil
 }
 
 // newFixtureOn is newFixture on db.

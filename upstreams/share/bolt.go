@@ -23,15 +23,7 @@ type BoltBackend struct{ db *boltdb.DB }
 
 // NewBoltBackend creates the share buckets in db.
 func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
-	err := db.Bolt.Update(func(tx *bbolt.Tx) error {
-		for _, name := range allBuckets() {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := db.CreateBuckets(allBuckets()...); err != nil {
 		return nil, err
 	}
 	return &BoltBackend{db: db}, nil

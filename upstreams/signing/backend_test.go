@@ -18,18 +18,9 @@ import (
 // newBackend is the signing Backend of db's kind.
 func newBackend(t testing.TB, db storage.DB) Backend {
 	t.Helper()
-	switch d := db.(type) {
-	case *boltdb.DB:
-		b, err := NewBoltBackend(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	case *pgdb.DB:
-		return NewPostgresBackend(d)
-	}
-	t.Fatalf("no signing backend for %s", db.Backend())
-	return nil
+	return storetest.Pick[Backend](t, db,
+		func(d *boltdb.DB) (Backend, error) { return NewBoltBackend(d) },
+		func(d *pgdb.DB) Backend { return NewPostgresBackend(d) })
 }
 
 // TestBackend is the conformance suite of signing.Backend: what one

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
@@ -20,15 +19,7 @@ type BoltBackend struct{}
 
 // NewBoltBackend creates the buckets in db.
 func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
-	err := db.Bolt.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketOTPs, bucketSignatures} {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := db.CreateBuckets(bucketOTPs, bucketSignatures); err != nil {
 		return nil, err
 	}
 	return &BoltBackend{}, nil

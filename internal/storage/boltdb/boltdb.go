@@ -4,6 +4,7 @@ package boltdb
 
 import (
 	"context"
+	"fmt"
 
 	"go.etcd.io/bbolt"
 
@@ -22,6 +23,19 @@ type DB struct {
 
 // New wraps an open bbolt database. Closing the DB closes it.
 func New(db *bbolt.DB) *DB { return &DB{Bolt: db} }
+
+// CreateBuckets creates the top-level buckets a store keeps its data in,
+// those that do not exist yet, in one transaction.
+func (d *DB) CreateBuckets(names ...[]byte) error {
+	return d.Bolt.Update(func(t *bbolt.Tx) error {
+		for _, name := range names {
+			if _, err := t.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("creating bucket %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+}
 
 // tx is a bbolt transaction as a storage.Tx.
 type tx struct{ *bbolt.Tx }

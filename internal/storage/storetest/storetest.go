@@ -140,3 +140,22 @@ func digestTables(ctx context.Context, h hash.Hash, tx pgx.Tx) error {
 	}
 	return nil
 }
+
+// Pick builds a domain package's store for db's backend: onBolt on
+// bbolt, onPostgres on PostgreSQL.
+func Pick[S any](tb testing.TB, db storage.DB, onBolt func(*boltdb.DB) (S, error), onPostgres func(*pgdb.DB) S) S {
+	tb.Helper()
+	switch d := db.(type) {
+	case *boltdb.DB:
+		s, err := onBolt(d)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return s
+	case *pgdb.DB:
+		return onPostgres(d)
+	}
+	tb.Fatalf("storetest: no store for backend %s", db.Backend())
+	var zero S
+	return zero
+}
