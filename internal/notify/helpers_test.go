@@ -145,8 +145,8 @@ func pending(t *testing.T, db storage.DB) int {
 }
 
 // stored is everything the outbox keeps, as bytes: the whole database
-// file on bbolt; on PostgreSQL every row of the outbox tables as text and
-// every bytea column's raw bytes.
+// file on bbolt; on PostgreSQL every row of the outbox tables as text
+// (bytea columns left out) and every bytea column's raw bytes.
 func stored(t *testing.T, db storage.DB) []byte {
 	t.Helper()
 	switch d := db.(type) {
@@ -160,8 +160,10 @@ func stored(t *testing.T, db storage.DB) []byte {
 		var out []byte
 		ctx := context.Background()
 		for _, q := range []string{
-			"SELECT o::text, coalesce(o.sealed, ''::bytea) FROM outbox o",
-			"SELECT c::text, c.data FROM outbox_chunks c",
+			// bytea columns as their raw bytes only: their hex text
+			// would hold any six-digit password by chance now and then.
+			"SELECT (to_jsonb(o) - 'sealed')::text, coalesce(o.sealed, ''::bytea) FROM outbox o",
+			"SELECT (to_jsonb(c) - 'data')::text, c.data FROM outbox_chunks c",
 		} {
 			rows, err := d.Pool.Query(ctx, q)
 			if err != nil {
