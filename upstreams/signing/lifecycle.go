@@ -3,13 +3,10 @@ package signing
 import (
 	"context"
 	"errors"
-	"github.com/keygate/keygate/internal/storage/boltdb"
 	"hash/fnv"
 	"net/http"
 	"sync"
 	"time"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/storage"
 
@@ -85,8 +82,7 @@ func (s *Service) open(ctx context.Context, token string, record bool) (*session
 	if record && c.Signers[i].OpenedTimestamp.IsZero() && !c.Status.Final() {
 		signerID := c.Signers[i].ID
 		now := s.now()
-		c, err = s.store.Update(ctx, c.ID, func(stx storage.Tx, c *contracts.Contract) error {
-			tx := boltdb.Of(stx) // TODO(issue 9): signing.Backend
+		c, err = s.store.Update(ctx, c.ID, func(tx storage.Tx, c *contracts.Contract) error {
 			j := c.SignerByID(signerID)
 			if j < 0 {
 				return problem.NotFound("no signing link with this token")
@@ -132,7 +128,7 @@ func (s *Service) requestOTP(ctx context.Context, token string) (*session, *otpR
 		return nil, nil, err
 	}
 	var rec *otpRecord
-	err = s.db.Update(func(tx *bbolt.Tx) (err error) {
+	err = s.db.Update(ctx, func(tx storage.Tx) (err error) {
 		rec, err = s.issueOTP(tx, c, i, now)
 		return err
 	})
@@ -172,8 +168,7 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 	mu := otpLock(signerID)
 	mu.Lock()
 	defer mu.Unlock()
-	c, err = s.store.Update(ctx, c.ID, func(stx storage.Tx, c *contracts.Contract) error {
-		tx := boltdb.Of(stx) // TODO(issue 9): signing.Backend
+	c, err = s.store.Update(ctx, c.ID, func(tx storage.Tx, c *contracts.Contract) error {
 		j := c.SignerByID(signerID)
 		if j < 0 {
 			return problem.NotFound("no signing link with this token")
@@ -201,7 +196,7 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 		if in.Method == contracts.MethodRender {
 			data = []byte(in.TypedName)
 		}
-		if err := s.backend.PutSignature(boltdb.Wrap(tx), sg.ID, in.Method, data); err != nil {
+		if err := s.backend.PutSignature(tx, sg.ID, in.Method, data); err != nil {
 			return err
 		}
 		if err := s.notifyWatchers(tx, c, KindSigned, sg, nil); err != nil {
@@ -216,7 +211,7 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 		return nil
 	})
 	if errors.Is(err, errWrongOTP) {
-		err = s.countOTPFailure(signerID)
+		err = s.countOTPFailure(ctx, signerID)
 	}
 	if err != nil {
 		return nil, err

@@ -2,14 +2,12 @@ package signing
 
 import (
 	"fmt"
+	"github.com/keygate/keygate/internal/storage"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/keygate/keygate/internal/notify"
-	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -27,7 +25,7 @@ func quoted(name string) string { return "“" + name + "”" }
 
 // invite queues the invitation of signer i of c if they are reached by
 // e-mail; a url signer's turn simply begins.
-func (s *Service) invite(tx *bbolt.Tx, c *contracts.Contract, i int) error {
+func (s *Service) invite(tx storage.Tx, c *contracts.Contract, i int) error {
 	sg := &c.Signers[i]
 	if sg.AccessKind != contracts.AccessEmail {
 		return nil
@@ -43,7 +41,7 @@ func (s *Service) invite(tx *bbolt.Tx, c *contracts.Contract, i int) error {
 	if sg.OTPMethod != contracts.OTPNone {
 		fmt.Fprintf(&b, "To sign, you will ask for a one-time password, sent to you by %s.\n", channelName(sg.OTPMethod))
 	}
-	return s.outbox.Enqueue(boltdb.Wrap(tx), notify.Message{
+	return s.outbox.Enqueue(tx, notify.Message{
 		Channel: notify.Email, To: sg.Email, Ref: c.ID,
 		Subject: "Please sign " + quoted(c.Name),
 		Text:    b.String(),
@@ -96,7 +94,7 @@ func watches(w *contracts.Watcher, kind string) bool {
 // notifyWatchers queues kind to every watcher of c who chose it. sg is the
 // signer who acted, for opened, signed and rejected; pdf is the finalized
 // PDF, attached for completed-contract.
-func (s *Service) notifyWatchers(tx *bbolt.Tx, c *contracts.Contract, kind string, sg *contracts.Signer, pdf *notify.Attachment) error {
+func (s *Service) notifyWatchers(tx storage.Tx, c *contracts.Contract, kind string, sg *contracts.Signer, pdf *notify.Attachment) error {
 	var subject string
 	var b strings.Builder
 	switch kind {
@@ -150,7 +148,7 @@ func (s *Service) notifyWatchers(tx *bbolt.Tx, c *contracts.Contract, kind strin
 		if pdf != nil {
 			m.Attachments = []notify.Attachment{*pdf}
 		}
-		if err := s.outbox.Enqueue(boltdb.Wrap(tx), m); err != nil {
+		if err := s.outbox.Enqueue(tx, m); err != nil {
 			return err
 		}
 	}

@@ -1,17 +1,16 @@
 package signing
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
-	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage"
 	"math/big"
 	"net/http"
 	"strconv"
 	"time"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -49,9 +48,9 @@ func newCode() string {
 // issueOTP stores a new password for signer i of c and queues its
 // delivery, in one transaction. A password sent less than a minute ago
 // refuses a new one (429).
-func (s *Service) issueOTP(tx *bbolt.Tx, c *contracts.Contract, i int, now time.Time) (*otpRecord, error) {
+func (s *Service) issueOTP(tx storage.Tx, c *contracts.Contract, i int, now time.Time) (*otpRecord, error) {
 	sg := &c.Signers[i]
-	old, err := s.backend.OTP(boltdb.Wrap(tx), sg.ID)
+	old, err := s.backend.OTP(tx, sg.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -66,10 +65,10 @@ func (s *Service) issueOTP(tx *bbolt.Tx, c *contracts.Contract, i int, now time.
 	}
 	code := newCode()
 	rec := &otpRecord{Hash: s.otpHash(sg.ID, salt[:], code), Salt: salt[:], Sent: now, Expires: now.Add(otpValidity)}
-	if err := s.backend.PutOTP(boltdb.Wrap(tx), sg.ID, rec); err != nil {
+	if err := s.backend.PutOTP(tx, sg.ID, rec); err != nil {
 		return nil, err
 	}
-	if err := s.outbox.Enqueue(boltdb.Wrap(tx), otpMessage(c, sg, code)); err != nil {
+	if err := s.outbox.Enqueue(tx, otpMessage(c, sg, code)); err != nil {
 		return nil, err
 	}
 	return rec, nil
@@ -100,11 +99,11 @@ var errWrongOTP = problem.Invalid([]problem.FieldError{{Field: "otp", Code: "wro
 
 // checkOTP verifies code for signer id in the decision's transaction and
 // consumes the password when it matches.
-func (s *Service) checkOTP(tx *bbolt.Tx, signerID, code string, now time.Time) error {
+func (s *Service) checkOTP(tx storage.Tx, signerID, code string, now time.Time) error {
 	if code == "" {
 		return problem.Invalid([]problem.FieldError{{Field: "otp", Code: "required", Message: "otp is required: ask for a one-time password first"}})
 	}
-	rec, err := s.backend.OTP(boltdb.Wrap(tx), signerID)
+	rec, err := s.backend.OTP(tx, signerID)
 	if err != nil {
 		return err
 	}
@@ -117,16 +116,16 @@ func (s *Service) checkOTP(tx *bbolt.Tx, signerID, code string, now time.Time) e
 	if !hmac.Equal(s.otpHash(signerID, rec.Salt, code), rec.Hash) {
 		return errWrongOTP
 	}
-	return s.backend.DeleteOTP(boltdb.Wrap(tx), signerID)
+	return s.backend.DeleteOTP(tx, signerID)
 }
 
 // countOTPFailure records a wrong password of signer id. The fifth makes
 // the password void (429); before that each is a 400 that says how many
 // tries are left.
-func (s *Service) countOTPFailure(signerID string) error {
+func (s *Service) countOTPFailure(ctx context.Context, signerID string) error {
 	var out error
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		rec, err := s.backend.OTP(boltdb.Wrap(tx), signerID)
+	err := s.db.Update(ctx, func(tx storage.Tx) error {
+		rec, err := s.backend.OTP(tx, signerID)
 		if err != nil || rec == nil {
 			out = errWrongOTP
 			return err
@@ -139,7 +138,7 @@ func (s *Service) countOTPFailure(signerID string) error {
 			out = problem.Invalid([]problem.FieldError{{Field: "otp", Code: "wrong_otp",
 				Message: fmt.Sprintf("the one-time password is wrong; %d %s left", left, plural(left, "try", "tries"))}})
 		}
-		return s.backend.PutOTP(boltdb.Wrap(tx), signerID, rec)
+		return s.backend.PutOTP(tx, signerID, rec)
 	})
 	if err != nil {
 		return err

@@ -4,10 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage"
 	"strings"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -19,11 +17,11 @@ import (
 // attachments, queues the watchers' completed and completed-contract and
 // the finalized PDF for every signer who receives it, and drops the stored
 // signatures, which the PDF now holds.
-func (s *Service) complete(tx *bbolt.Tx, c *contracts.Contract, title, body string) error {
+func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body string) error {
 	in := contractpdf.Input{ContractID: c.ID, Name: c.Name, TemplateTitle: title, Body: body, Created: c.CreationTimestamp}
 	for i := range c.Signers {
 		sg := &c.Signers[i]
-		method, data, ok, err := s.backend.Signature(boltdb.Wrap(tx), sg.ID)
+		method, data, ok, err := s.backend.Signature(tx, sg.ID)
 		if err != nil {
 			return err
 		}
@@ -52,10 +50,10 @@ func (s *Service) complete(tx *bbolt.Tx, c *contracts.Contract, title, body stri
 		return err
 	}
 	base := fileBase(c.Name)
-	if c.FinalizedPDF, err = s.store.PutAttachment(boltdb.Wrap(tx), c, base+"-signed.pdf", finalized); err != nil {
+	if c.FinalizedPDF, err = s.store.PutAttachment(tx, c, base+"-signed.pdf", finalized); err != nil {
 		return err
 	}
-	if c.CertificatePDF, err = s.store.PutAttachment(boltdb.Wrap(tx), c, base+"-certificate.pdf", certificate); err != nil {
+	if c.CertificatePDF, err = s.store.PutAttachment(tx, c, base+"-certificate.pdf", certificate); err != nil {
 		return err
 	}
 
@@ -69,7 +67,7 @@ func (s *Service) complete(tx *bbolt.Tx, c *contracts.Contract, title, body stri
 	for i := range c.Signers {
 		sg := &c.Signers[i]
 		if sg.ReceivesCompletedContract && sg.Email != "" {
-			if err := s.outbox.Enqueue(boltdb.Wrap(tx), completedMessage(c, sg, pdf)); err != nil {
+			if err := s.outbox.Enqueue(tx, completedMessage(c, sg, pdf)); err != nil {
 				return err
 			}
 		}

@@ -4,19 +4,19 @@
 // they cause, the notifications each change sends through the durable
 // outbox, and the signed PDFs made when the last signer signs.
 //
-// Every change and the notifications it causes are written in one bbolt
-// transaction: decisions through contracts.Store.Update, invitations and
-// the watchers' "created" through contracts.Config.OnCreate, one-time
-// passwords in this package's own bucket. The package knows nothing of
-// Caddy; caddymodule serves Handler as webapi_signing.
+// Every change and the notifications it causes are written in one
+// transaction of the storage backend: decisions through
+// contracts.Store.Update, invitations and the watchers' "created" through
+// contracts.Config.OnCreate, one-time passwords and signatures through
+// this package's Backend. The package knows nothing of Caddy; caddymodule
+// serves Handler as webapi_signing.
 package signing
 
 import (
 	"errors"
 	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
 	"time"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/storage"
 	"go.uber.org/zap"
@@ -55,6 +55,9 @@ type Config struct {
 	// Outbox receives every e-mail and text message, in the transaction of
 	// the change that causes it.
 	Outbox *notify.Outbox
+	// Backend keeps one-time passwords and signatures; when nil, the
+	// backend of contracts.Config.DB's kind.
+	Backend Backend
 	// OTPKey keys the HMAC under which one-time passwords are stored, so a
 	// copy of the database alone does not let anyone test the million
 	// possible codes. At least 32 bytes; derive it from the master key.
@@ -64,7 +67,7 @@ type Config struct {
 // Service runs the signing lifecycle over a contract store.
 type Service struct {
 	store   *contracts.Store
-	db      *bbolt.DB
+	db      storage.DB
 	outbox  *notify.Outbox
 	backend Backend
 	otpKey  []byte
@@ -80,9 +83,6 @@ func New(cc contracts.Config, cfg Config) (*Service, error) {
 	switch {
 	case cc.DB == nil:
 		return nil, errors.New("signing: contracts.Config.DB is required")
-	case cc.DB.Backend() != boltdb.Name:
-		// TODO(issue 9): signing.Backend, so the lifecycle runs on PostgreSQL too.
-		return nil, errors.New("signing: only the bolt storage is supported yet")
 	case cfg.Outbox == nil:
 		return nil, errors.New("signing: Config.Outbox is required")
 	case len(cfg.OTPKey) < 32:
@@ -96,13 +96,16 @@ func New(cc contracts.Config, cfg Config) (*Service, error) {
 	if cc.Logger == nil {
 		cc.Logger = zap.NewNop()
 	}
-	s := &Service{db: cc.DB.(*boltdb.DB).Bolt, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger}
+	s := &Service{db: cc.DB, backend: cfg.Backend, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger}
 	cc.OnCreate = s.onCreate
 	cc.OnDelete = s.onDelete
-	var err error
-	if s.backend, err = NewBoltBackend(cc.DB.(*boltdb.DB)); err != nil { // TODO(issue 9): from the storage module
-		return nil, err
+	if s.backend == nil {
+		var err error
+		if s.backend, err = defaultBackend(cc.DB); err != nil {
+			return nil, err
+		}
 	}
+	var err error
 	if s.store, err = contracts.NewStore(cc); err != nil {
 		return nil, err
 	}
@@ -120,8 +123,7 @@ func (s *Service) now() time.Time {
 
 // onCreate runs in the transaction that stores c: the invitations of the
 // signers whose turn has begun and the watchers' "created".
-func (s *Service) onCreate(stx storage.Tx, c *contracts.Contract) error {
-	tx := boltdb.Of(stx) // TODO(issue 9): signing.Backend
+func (s *Service) onCreate(tx storage.Tx, c *contracts.Contract) error {
 	for i := range c.Signers {
 		if c.SequentialSigning && i > 0 {
 			break
@@ -134,20 +136,30 @@ func (s *Service) onCreate(stx storage.Tx, c *contracts.Contract) error {
 }
 
 // onDelete runs in the transaction that deletes c.
-func (s *Service) onDelete(stx storage.Tx, c *contracts.Contract) error {
-	tx := boltdb.Of(stx) // TODO(issue 9): signing.Backend
+func (s *Service) onDelete(tx storage.Tx, c *contracts.Contract) error {
 	if err := s.forgetSigners(tx, c); err != nil {
 		return err
 	}
-	return s.outbox.DropRef(boltdb.Wrap(tx), c.ID)
+	return s.outbox.DropRef(tx, c.ID)
 }
 
 // forgetSigners deletes the one-time passwords and stored signatures of
 // c's signers: once c is final or gone, nobody needs them.
-func (s *Service) forgetSigners(tx *bbolt.Tx, c *contracts.Contract) error {
+func (s *Service) forgetSigners(tx storage.Tx, c *contracts.Contract) error {
 	ids := make([]string, len(c.Signers))
 	for i := range c.Signers {
 		ids[i] = c.Signers[i].ID
 	}
-	return s.backend.Forget(boltdb.Wrap(tx), ids)
+	return s.backend.Forget(tx, ids)
+}
+
+// defaultBackend is the signing Backend of db's kind.
+func defaultBackend(db storage.DB) (Backend, error) {
+	switch d := db.(type) {
+	case *boltdb.DB:
+		return NewBoltBackend(d)
+	case *pgdb.DB:
+		return NewPostgresBackend(d), nil
+	}
+	return nil, errors.New("signing: no Backend for storage " + db.Backend())
 }
