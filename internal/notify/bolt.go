@@ -56,7 +56,7 @@ type boltRecord struct {
 
 // boltBackend keeps the outbox in a bbolt file. One process owns the file,
 // so Take needs no lease: the Outbox's single worker is the only taker.
-type boltBackend struct{}
+type boltBackend struct{ db *boltdb.DB }
 
 // NewBoltBackend creates the outbox buckets in db if needed.
 func NewBoltBackend(db *boltdb.DB) (Backend, error) {
@@ -75,7 +75,7 @@ func NewBoltBackend(db *boltdb.DB) (Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("notify: create outbox buckets: %w", err)
 	}
-	return boltBackend{}, nil
+	return boltBackend{db: db}, nil
 }
 
 // buckets are the outbox's sub-buckets within one transaction.
@@ -158,26 +158,30 @@ func (boltBackend) DropRef(t storage.Tx, ref string) error {
 	return nil
 }
 
-// Take returns the earliest due message. It writes nothing: the one
-// worker of the one process that opens the file is the only taker.
-func (boltBackend) Take(t storage.Tx, _ string, _ time.Duration) (uint64, time.Time, error) {
-	b, err := openBuckets(t)
-	if err != nil {
-		return 0, time.Time{}, err
-	}
-	now := time.Now().UnixNano()
-	c := b.due.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		if len(k) != 16 {
-			continue
+// Take returns the earliest due message, in a read-only transaction: the
+// one worker of the one process that opens the file is the only taker.
+func (bb boltBackend) Take(ctx context.Context, _ string, _ time.Duration) (id uint64, next time.Time, err error) {
+	err = bb.db.View(ctx, func(t storage.Tx) error {
+		b, err := openBuckets(t)
+		if err != nil {
+			return err
 		}
-		at := int64(binary.BigEndian.Uint64(k[:8]))
-		if at > now {
-			return 0, time.Unix(0, at), nil
+		now := time.Now().UnixNano()
+		c := b.due.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if len(k) != 16 {
+				continue
+			}
+			if at := int64(binary.BigEndian.Uint64(k[:8])); at > now {
+				next = time.Unix(0, at)
+			} else {
+				id = binary.BigEndian.Uint64(k[8:])
+			}
+			return nil
 		}
-		return binary.BigEndian.Uint64(k[8:]), time.Time{}, nil
-	}
-	return 0, time.Time{}, nil
+		return nil
+	})
+	return id, next, err
 }
 
 func (boltBackend) Load(t storage.Tx, id uint64) (*Record, error) {

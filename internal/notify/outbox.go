@@ -35,9 +35,11 @@ type Backend interface {
 	// passed: until then no other holder takes it, and after it, if the
 	// message is still there (its holder died), anyone may. It returns the
 	// message's id, or 0 when none is due, with the time at which the
-	// earliest other message falls due (zero if none). A backend serving
-	// one process only may ignore holder and lease.
-	Take(tx storage.Tx, holder string, lease time.Duration) (id uint64, next time.Time, err error)
+	// earliest other message falls due (zero if none). It runs in a
+	// transaction of its own: a backend serving one process only may
+	// ignore holder and lease and read without writing (no commit, no
+	// disk sync per pass of the worker).
+	Take(ctx context.Context, holder string, lease time.Duration) (id uint64, next time.Time, err error)
 	// Load reads message id as stored; nil, nil when it no longer exists.
 	// An error wrapping ErrCorrupt means the message exists but cannot be
 	// read; the record then holds what could be (its ID at least).

@@ -80,9 +80,15 @@ func (b *pgBackend) DropRef(t storage.Tx, ref string) error {
 // taking (SKIP LOCKED), and moves its next attempt to the lease's end:
 // should its holder die, it falls due again then. Times are the
 // database's, so the instances' clocks need not agree.
-func (b *pgBackend) Take(t storage.Tx, holder string, lease time.Duration) (uint64, time.Time, error) {
-	ctx := context.Background()
-	tx := pgdb.Of(t)
+func (b *pgBackend) Take(ctx context.Context, holder string, lease time.Duration) (id uint64, next time.Time, err error) {
+	err = b.db.Update(ctx, func(t storage.Tx) error {
+		id, next, err = b.take(ctx, pgdb.Of(t), holder, lease)
+		return err
+	})
+	return id, next, err
+}
+
+func (b *pgBackend) take(ctx context.Context, tx pgx.Tx, holder string, lease time.Duration) (uint64, time.Time, error) {
 	var id int64
 	err := tx.QueryRow(ctx, `UPDATE outbox
 		SET lease_holder = $1, lease_until = now() + $2::bigint * interval '1 microsecond', next_attempt = now() + $2::bigint * interval '1 microsecond'

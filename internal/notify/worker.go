@@ -200,12 +200,7 @@ func (w *Worker) pass(ctx context.Context) (time.Duration, error) {
 		if ctx.Err() != nil {
 			return 0, nil
 		}
-		var id uint64
-		var next time.Time
-		err := w.update(ctx, func(tx storage.Tx) (err error) {
-			id, next, err = w.ob.backend.Take(tx, w.ob.holder, w.cfg.Lease)
-			return err
-		})
+		id, next, err := w.ob.backend.Take(ctx, w.ob.holder, w.cfg.Lease)
 		if err != nil {
 			return 0, err
 		}

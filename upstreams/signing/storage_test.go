@@ -11,7 +11,7 @@ import (
 
 // boltContracts wraps db for the contract store: its storage.DB, backend
 // and template registry.
-// TODO(issue 9): signing.Backend, and these tests on both backends.
+// TODO(issue 9): the lifecycle tests run on bbolt only; run them on both backends.
 func boltContracts(tb testing.TB, db *bbolt.DB) (*boltdb.DB, *contracts.BoltBackend, *contracts.Templates) {
 	tb.Helper()
 	sdb := boltdb.New(db)
