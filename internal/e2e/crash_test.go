@@ -130,6 +130,22 @@ func crashCheckDB(t *testing.T, dir string, visit func(tx *bbolt.Tx) error) {
 	}
 }
 
+// stopWithEmptyOutbox stops g cleanly (a clean stop finishes what is in
+// flight) and checks its file, which must then queue no message; after
+// says what had happened before the stop.
+func stopWithEmptyOutbox(t *testing.T, g *gatewayproc.Gateway, after string) {
+	t.Helper()
+	if err := g.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	crashCheckDB(t, g.Dir(), func(tx *bbolt.Tx) error {
+		if n := crashOutboxLen(tx); n != 0 {
+			t.Errorf("%d messages still queued after %s and a clean stop", n, after)
+		}
+		return nil
+	})
+}
+
 // crashAck is a create the client saw answered 201.
 type crashAck struct {
 	id    string // contract id, share uuid or key id
@@ -594,15 +610,7 @@ func crashMailInFlight(t *testing.T, box crashMailbox) {
 		return true
 	})
 	// A clean stop finishes what is in flight; then the outbox is empty.
-	if err := g.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	crashCheckDB(t, g.Dir(), func(tx *bbolt.Tx) error {
-		if n := crashOutboxLen(tx); n != 0 {
-			t.Errorf("%d messages still queued after delivery and a clean stop", n)
-		}
-		return nil
-	})
+	stopWithEmptyOutbox(t, g, "delivery")
 	if left := crashMailLeftovers(g.Dir()); len(left) > 0 {
 		t.Errorf("the mail directory keeps what is not a delivered message: %v", left)
 	}

@@ -344,15 +344,7 @@ func faultDiskFull(t *testing.T, logsToo bool) {
 
 	// After a clean stop the file is consistent, and everything
 	// acknowledged is there with the exact usage count.
-	if err := g.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	crashCheckDB(t, g.Dir(), func(tx *bbolt.Tx) error {
-		if n := crashOutboxLen(tx); n != 0 {
-			t.Errorf("%d messages still queued after the disk had room and a clean stop", n)
-		}
-		return nil
-	})
+	stopWithEmptyOutbox(t, g, "the disk had room")
 	if n := len(ms.To(rcpt, "Please sign")); n != 1 {
 		t.Errorf("the mail queued before the disk filled was delivered %d times", n)
 	}
@@ -676,15 +668,7 @@ func faultSMTPOutage(t *testing.T, mode string) {
 	took := time.Since(back)
 	// A clean stop finishes what is in flight; then nothing is queued
 	// and nothing came twice.
-	if err := g.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	crashCheckDB(t, g.Dir(), func(tx *bbolt.Tx) error {
-		if n := crashOutboxLen(tx); n != 0 {
-			t.Errorf("%d messages still queued after delivery and a clean stop", n)
-		}
-		return nil
-	})
+	stopWithEmptyOutbox(t, g, "delivery")
 	got := count()
 	for p, n := range got {
 		if !expected[p] {
