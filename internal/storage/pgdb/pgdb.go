@@ -253,15 +253,6 @@ func (d *DB) CheckMasterKey(ctx context.Context, masterKey []byte) error {
 // Schema is the schema holding the tables.
 func (d *DB) Schema() string { return d.schema }
 
-// tx is a pgx transaction as a storage.Tx.
-type tx struct{ pgx.Tx }
-
-func (tx) Backend() string { return Name }
-
-// Of unwraps a Tx that a DB of this package handed out. Any other Tx is a
-// programming error (stores of two backends mixed) and panics.
-func Of(t storage.Tx) pgx.Tx { return t.(tx).Tx }
-
 // Backend implements storage.DB.
 func (d *DB) Backend() string { return Name }
 
@@ -275,7 +266,7 @@ func (d *DB) View(ctx context.Context, fn func(storage.Tx) error) error {
 // what they read to change (SELECT ... FOR UPDATE) or change it in one
 // statement. A serialization failure or deadlock runs fn again.
 func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
-	return d.run(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+	return d.run(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadWrite}, fn)
 }
 
 // Batch implements storage.DB. PostgreSQL shares the commits of
@@ -291,8 +282,9 @@ func (d *DB) run(ctx context.Context, opts pgx.TxOptions, fn func(storage.Tx) er
 		ctx, cancel = context.WithTimeout(ctx, d.timeout)
 		defer cancel()
 	}
+	begin := beginSQL(opts)
 	for attempt := 0; ; attempt++ {
-		err := pgx.BeginTxFunc(ctx, d.Pool, opts, func(t pgx.Tx) error { return fn(tx{t}) })
+		err := d.runOnce(ctx, begin, fn)
 		switch {
 		case err == nil:
 			return nil
@@ -304,6 +296,31 @@ func (d *DB) run(ctx context.Context, opts pgx.TxOptions, fn func(storage.Tx) er
 			return err // the store's own answer (a 404, a conflict), or the caller's context
 		}
 	}
+}
+
+// runOnce runs fn in one transaction on a connection of the pool.
+func (d *DB) runOnce(ctx context.Context, begin string, fn func(storage.Tx) error) (err error) {
+	conn, err := d.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	t := &tx{conn: conn.Conn(), begin: begin}
+	defer func() {
+		if p := recover(); p != nil {
+			t.Rollback(ctx)
+			panic(p)
+		}
+	}()
+	if err := fn(t); err != nil {
+		t.Rollback(ctx)
+		return err
+	}
+	return t.Commit(ctx)
+}
+
+func beginSQL(opts pgx.TxOptions) string {
+	return "BEGIN ISOLATION LEVEL " + strings.ToUpper(string(opts.IsoLevel)) + " " + strings.ToUpper(string(opts.AccessMode))
 }
 
 func isDBError(err error) bool {

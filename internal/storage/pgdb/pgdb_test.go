@@ -3,12 +3,16 @@ package pgdb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keygate/keygate/internal/pgtest"
 	"github.com/keygate/keygate/internal/storage"
@@ -174,5 +178,191 @@ func TestSchemaNameChecked(t *testing.T) {
 		if _, err := Open(context.Background(), Config{DSN: "postgres://x@127.0.0.1:1/x", Schema: s}); err == nil || !strings.Contains(err.Error(), "schema") {
 			t.Errorf("schema %q: %v", s, err)
 		}
+	}
+}
+
+// metaNames lists the names in meta, in order.
+func metaNames(t *testing.T, db *DB) string {
+	t.Helper()
+	ctx := context.Background()
+	var names []string
+	if err := db.View(ctx, func(tx storage.Tx) error {
+		rows, err := Of(tx).Query(ctx, "SELECT name FROM meta ORDER BY name")
+		if err != nil {
+			return err
+		}
+		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(names, ",")
+}
+
+// TestQueuedStatements: statements given to Queue run before the next
+// statement that is read (which sees them), or with the commit; one that
+// fails fails the transaction, which then leaves nothing, and the
+// connection goes on serving.
+func TestQueuedStatements(t *testing.T) {
+	db := open(t, pgtest.Shared(t).Schema(t))
+	ctx := context.Background()
+	err := db.Update(ctx, func(tx storage.Tx) error {
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ('a', '\\x01')")
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ($1, $2)", "b", []byte{2})
+		var n int
+		if err := Of(tx).QueryRow(ctx, "SELECT count(*) FROM meta").Scan(&n); err != nil || n != 2 {
+			return fmt.Errorf("the read after two queued inserts sees %d rows, %v", n, err)
+		}
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ('c', '\\x03')")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := metaNames(t, db); got != "a,b,c" {
+		t.Fatalf("stored %s, want a,b,c", got)
+	}
+
+	// A queued statement that fails with the commit: nothing of the
+	// transaction stays, and the error is the statement's.
+	err = db.Update(ctx, func(tx storage.Tx) error {
+		if _, err := Of(tx).Exec(ctx, "INSERT INTO meta (name, value) VALUES ('d', '\\x04')"); err != nil {
+			return err
+		}
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ('a', '\\x05')") // duplicate key
+		return nil
+	})
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" {
+		t.Fatalf("commit after a failing queued insert: %v, want a unique violation", err)
+	}
+	// ... and one that fails before a read: the read reports it.
+	err = db.Update(ctx, func(tx storage.Tx) error {
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ('e', '\\x06')")
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ('b', '\\x07')")
+		rows, err := Of(tx).Query(ctx, "SELECT name FROM meta")
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		return err
+	})
+	if !errors.As(err, &pe) || pe.Code != "23505" {
+		t.Fatalf("read after a failing queued insert: %v, want a unique violation", err)
+	}
+	if got := metaNames(t, db); got != "a,b,c" {
+		t.Fatalf("stored %s after the failed transactions, want a,b,c", got)
+	}
+}
+
+// TestTransactionSnapshots: BEGIN goes out with the first statement, and
+// a repeatable-read transaction still reads one snapshot from its first
+// statement on; a transaction that sends nothing commits.
+func TestTransactionSnapshots(t *testing.T) {
+	db := open(t, pgtest.Shared(t).Schema(t))
+	ctx := context.Background()
+	if err := db.View(ctx, func(storage.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(storage.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	err := db.View(ctx, func(tx storage.Tx) error {
+		var before, after int
+		if err := Of(tx).QueryRow(ctx, "SELECT count(*) FROM meta").Scan(&before); err != nil {
+			return err
+		}
+		if _, err := db.Pool.Exec(ctx, "INSERT INTO meta (name, value) VALUES ('x', '\\x01')"); err != nil {
+			return err
+		}
+		if err := Of(tx).QueryRow(ctx, "SELECT count(*) FROM meta").Scan(&after); err != nil {
+			return err
+		}
+		if after != before {
+			return fmt.Errorf("a read-only transaction saw %d rows, then %d", before, after)
+		}
+		var mode string
+		if err := Of(tx).QueryRow(ctx, "SHOW transaction_isolation").Scan(&mode); err != nil || mode != "repeatable read" {
+			return fmt.Errorf("isolation %q, %v", mode, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A write in a read-only transaction is refused, even queued.
+	err = db.View(ctx, func(tx storage.Tx) error {
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ('y', '\\x01')")
+		return nil
+	})
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "25006" {
+		t.Fatalf("queued write in View: %v, want read_only_sql_transaction", err)
+	}
+}
+
+// TestAfterCommit: the functions run once the transaction has committed,
+// never when it rolls back.
+func TestAfterCommit(t *testing.T) {
+	db := open(t, pgtest.Shared(t).Schema(t))
+	ctx := context.Background()
+	var ran []string
+	err := db.Update(ctx, func(tx storage.Tx) error {
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ('a', '\\x01')")
+		AfterCommit(tx, func() {
+			var n int
+			if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM meta WHERE name = 'a'").Scan(&n); err != nil || n != 1 {
+				t.Errorf("after commit another connection sees %d rows, %v", n, err)
+			}
+			ran = append(ran, "committed")
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := errors.New("refused")
+	if err := db.Update(ctx, func(tx storage.Tx) error {
+		AfterCommit(tx, func() { ran = append(ran, "refused") })
+		return refusal
+	}); err != refusal {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(tx storage.Tx) error {
+		AfterCommit(tx, func() { ran = append(ran, "failed") })
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ('a', '\\x01')")
+		return nil
+	}); err == nil {
+		t.Fatal("duplicate insert committed")
+	}
+	if strings.Join(ran, ",") != "committed" {
+		t.Fatalf("ran %v, want [committed]", ran)
+	}
+}
+
+// TestSavepoint: a savepoint rolled back undoes its statements only.
+func TestSavepoint(t *testing.T) {
+	db := open(t, pgtest.Shared(t).Schema(t))
+	ctx := context.Background()
+	err := db.Update(ctx, func(tx storage.Tx) error {
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ('a', '\\x01')")
+		sp, err := Of(tx).Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := sp.Exec(ctx, "INSERT INTO meta (name, value) VALUES ('a', '\\x01')"); err == nil {
+			return errors.New("duplicate insert in the savepoint succeeded")
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return err
+		}
+		_, err = Of(tx).Exec(ctx, "INSERT INTO meta (name, value) VALUES ('b', '\\x02')")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := metaNames(t, db); got != "a,b" {
+		t.Fatalf("stored %s, want a,b", got)
 	}
 }
