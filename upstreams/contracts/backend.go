@@ -2,6 +2,7 @@ package contracts
 
 import (
 	"context"
+	"crypto/sha256"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,10 +56,12 @@ type Backend interface {
 	// attachments. Its document is released by the Store.
 	Remove(ctx context.Context, tx storage.Tx, c *Contract) error
 
-	// HoldDocument counts one more contract holding the document digest,
-	// storing encode's bytes first if no contract holds it yet. It comes
-	// before the Insert of the contract that holds it.
-	HoldDocument(ctx context.Context, tx storage.Tx, digest []byte, encode func() ([]byte, error)) error
+	// HoldTemplate reads template id (the 404 errNoTemplate if there is
+	// none) with the digest of its document, and holds that document for
+	// a contract about to be inserted in tx: it stores the document if no
+	// contract holds it yet, and counts one more holder. One call, so
+	// that a backend across a network reads and holds in one round trip.
+	HoldTemplate(ctx context.Context, tx storage.Tx, id string) (*Template, [sha256.Size]byte, error)
 	// ReleaseDocument counts one contract fewer holding digest and
 	// deletes the document when none is left. It comes after the Remove
 	// of the contract that held it.

@@ -3,6 +3,7 @@ package contracts
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -218,20 +219,25 @@ func (b *BoltBackend) Remove(_ context.Context, stx storage.Tx, c *Contract) err
 	return tx.Bucket(bucketContracts).Delete(u[:])
 }
 
-// HoldDocument implements Backend.
-func (b *BoltBackend) HoldDocument(_ context.Context, stx storage.Tx, digest []byte, encode func() ([]byte, error)) error {
+// HoldTemplate implements Backend.
+func (b *BoltBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id string) (*Template, [sha256.Size]byte, error) {
+	t, stored, err := b.Template(ctx, stx, id)
+	if err != nil {
+		return nil, [sha256.Size]byte{}, err
+	}
+	digest := templateDigest(t, stored)
 	tx := boltdb.Of(stx)
 	docs := tx.Bucket(bucketDocuments)
-	if docs.Get(digest) == nil {
-		encoded, err := encode()
+	if docs.Get(digest[:]) == nil {
+		encoded, err := encodeDocument(t)
 		if err != nil {
-			return err
+			return nil, digest, err
 		}
-		if err := docs.Put(digest, encoded); err != nil {
-			return err
+		if err := docs.Put(digest[:], encoded); err != nil {
+			return nil, digest, err
 		}
 	}
-	return bump(tx.Bucket(bucketDocumentRefs), digest, 1)
+	return t, digest, bump(tx.Bucket(bucketDocumentRefs), digest[:], 1)
 }
 
 // ReleaseDocument implements Backend.

@@ -180,7 +180,7 @@ func fieldCodes(d problem.Details) []string {
 
 // pgCounts counts on PostgreSQL what a bucket holds on bbolt.
 var pgCounts = map[string]string{
-	string(bucketContracts):         "SELECT count(*) FROM contracts",
+	string(bucketContracts):         "SELECT count(*) FROM contract_records",
 	string(bucketRows):              "SELECT count(*) FROM contracts",
 	string(bucketByTemplate):        "SELECT count(*) FROM contracts",
 	string(bucketByCreator):         "SELECT count(*) FROM contracts",

@@ -1,7 +1,9 @@
 package contracts
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -11,7 +13,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
@@ -19,8 +20,9 @@ import (
 )
 
 // PostgresBackend keeps templates and contracts in the tables of
-// migration 0003_contracts.sql: one row a contract, with the columns that
-// search filters and orders on beside the record's exact bytes.
+// migration 0003_contracts.sql: a narrow row a contract with the columns
+// that search filters and orders on (contracts), and beside it the
+// record's exact bytes (contract_records).
 type PostgresBackend struct{ db *pgdb.DB }
 
 // NewPostgresBackend uses db, already migrated.
@@ -112,7 +114,7 @@ func (b *PostgresBackend) Contract(ctx context.Context, id uuid.UUID) (*Contract
 	ctx, cancel := context.WithTimeout(ctx, pgdb.DefaultTimeout)
 	defer cancel()
 	var raw []byte
-	err := b.db.Pool.QueryRow(ctx, "SELECT record FROM contracts WHERE id = $1", id).Scan(&raw)
+	err := b.db.Pool.QueryRow(ctx, "SELECT record FROM contract_records WHERE id = $1", id).Scan(&raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errNotFound
 	}
@@ -122,9 +124,10 @@ func (b *PostgresBackend) Contract(ctx context.Context, id uuid.UUID) (*Contract
 	return decoded.decode(id, raw)
 }
 
-// Load implements Backend.
+// Load implements Backend. Locking the record locks the contract: every
+// change loads it for update first.
 func (b *PostgresBackend) Load(ctx context.Context, tx storage.Tx, id uuid.UUID, forUpdate bool) (*Contract, error) {
-	q := "SELECT record FROM contracts WHERE id = $1"
+	q := "SELECT record FROM contract_records WHERE id = $1"
 	if forUpdate {
 		q += " FOR UPDATE"
 	}
@@ -143,8 +146,9 @@ func (b *PostgresBackend) Load(ctx context.Context, tx storage.Tx, id uuid.UUID,
 // values separated by U+0001 instead, which no query holds either.
 func pgSearchText(s string) string { return strings.ReplaceAll(s, "\x00", "\x01") }
 
-// Insert implements Backend: the contract and its signing tokens in one
-// statement.
+// Insert implements Backend: the contract's row, record and signing
+// tokens in one statement, queued to go with the commit (nothing reads
+// its result; a failure fails the commit).
 func (b *PostgresBackend) Insert(ctx context.Context, tx storage.Tx, c *Contract, record []byte, searchText string) error {
 	id, err := uuid.Parse(c.ID)
 	if err != nil {
@@ -159,22 +163,24 @@ func (b *PostgresBackend) Insert(ctx context.Context, tx storage.Tx, c *Contract
 		}
 	}
 	folded, _, _ := strings.Cut(searchText, "\x00")
-	_, err = pgdb.Of(tx).Exec(ctx, `WITH c AS (
+	pgdb.Queue(tx, `WITH c AS (
 			INSERT INTO contracts (id, created, template_id, creator_id, name, folded_name, search_text,
-				status, archived, expires, record, document_digest)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $14))
+				status, archived, expires, document_digest)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $14)),
+		r AS (INSERT INTO contract_records (id, record) VALUES ($1, $11))
 		INSERT INTO signing_tokens (token_hash, contract_id, signer_id)
 		SELECT h, $1, s FROM unnest($12::bytea[], $13::uuid[]) AS t(h, s)`,
 		id, c.CreationTimestamp.UnixMilli(), c.TemplateID, c.CreatedByID, c.Name, folded, pgSearchText(searchText),
 		int16(statusByte(c.Status)), c.Placement() == PlacementArchived, c.ExpirationTimestamp.UnixMilli(), record,
 		hashes, signers, c.DocumentDigest)
-	return err
+	return nil
 }
 
 // Replace implements Backend.
 func (b *PostgresBackend) Replace(ctx context.Context, tx storage.Tx, _, c *Contract, record []byte) error {
-	tag, err := pgdb.Of(tx).Exec(ctx, `UPDATE contracts SET status = $2, archived = $3, expires = $4, record = $5
-		WHERE id = $1`, c.ID, int16(statusByte(c.Status)), c.Placement() == PlacementArchived,
+	tag, err := pgdb.Of(tx).Exec(ctx, `WITH r AS (UPDATE contract_records SET record = $5 WHERE id = $1)
+		UPDATE contracts SET status = $2, archived = $3, expires = $4 WHERE id = $1`,
+		c.ID, int16(statusByte(c.Status)), c.Placement() == PlacementArchived,
 		c.ExpirationTimestamp.UnixMilli(), record)
 	if err == nil && tag.RowsAffected() == 0 {
 		return errors.New("contracts: search row missing for " + c.ID)
@@ -185,48 +191,100 @@ func (b *PostgresBackend) Replace(ctx context.Context, tx storage.Tx, _, c *Cont
 // Remove implements Backend in one statement.
 func (b *PostgresBackend) Remove(ctx context.Context, tx storage.Tx, c *Contract) error {
 	_, err := pgdb.Of(tx).Exec(ctx, `WITH t AS (DELETE FROM signing_tokens WHERE contract_id = $1),
-			a AS (DELETE FROM contract_attachments WHERE contract_id = $1)
+			a AS (DELETE FROM contract_attachments WHERE contract_id = $1),
+			r AS (DELETE FROM contract_records WHERE id = $1)
 		DELETE FROM contracts WHERE id = $1`, c.ID)
 	return err
 }
 
-// HoldDocument implements Backend. It takes a shared lock on the
-// document, which creates from one template hold together and a delete of
-// its last holder waits for; the contract's foreign key then keeps it.
-func (b *PostgresBackend) HoldDocument(ctx context.Context, tx storage.Tx, digest []byte, encode func() ([]byte, error)) error {
-	var one int
-	err := pgdb.Of(tx).QueryRow(ctx, "SELECT 1 FROM contract_documents WHERE digest = $1 FOR KEY SHARE", digest).Scan(&one)
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return err
+// documentLock is the arguments of the advisory lock that holds the
+// document whose digest is the SQL expression d: a class of keygate's
+// own, then the digest's first four bytes (another document that shares
+// them only makes a release wait a little longer).
+func documentLock(d string) string {
+	return "1801938031, ('x' || encode(substr(" + d + ", 1, 4), 'hex'))::bit(32)::int"
+}
+
+// HoldTemplate implements Backend in one round trip: the template is
+// read while the lock on its document is taken, shared, and then, in a
+// statement of its own and so on a snapshot taken once the lock is held,
+// whether the document is stored. A release that deletes the document
+// takes the lock exclusive: it waits for the creates that hold it and
+// then sees their contracts, and a create that comes after it sees the
+// document gone and stores it again. Unlike a row lock, the advisory lock
+// writes nothing, however many creates hold it at once.
+func (b *PostgresBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id string) (*Template, [sha256.Size]byte, error) {
+	tx := pgdb.Of(stx)
+	var digest [sha256.Size]byte
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT t.record, t.digest FROM templates t
+		CROSS JOIN LATERAL pg_advisory_xact_lock_shared(`+documentLock("t.digest")+`) WHERE t.id = $1`, id)
+	batch.Queue(`SELECT t.digest, EXISTS (SELECT 1 FROM contract_documents d WHERE d.digest = t.digest)
+		FROM templates t WHERE t.id = $1`, id)
+	br := tx.SendBatch(ctx, batch)
+	var raw, locked, checked []byte
+	var stored bool
+	err := br.QueryRow().Scan(&raw, &locked)
+	if err == nil {
+		err = br.QueryRow().Scan(&checked, &stored)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil // deleted meanwhile: this create holds what it read
+		}
 	}
-	doc, err := encode()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, digest, errNoTemplate
+	}
 	if err != nil {
-		return err
+		return nil, digest, err
 	}
-	_, err = pgdb.Of(tx).Exec(ctx, "INSERT INTO contract_documents (digest, document) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING", digest, doc)
-	return err
+	t := new(Template)
+	if err := json.Unmarshal(raw, t); err != nil {
+		return nil, digest, err
+	}
+	digest = templateDigest(t, locked)
+	if !bytes.Equal(checked, digest[:]) || !bytes.Equal(locked, digest[:]) {
+		// The template changed between the two statements, or its
+		// digest is not stored: hold the document of what was read.
+		batch := &pgx.Batch{}
+		batch.Queue("SELECT 1 FROM pg_advisory_xact_lock_shared("+documentLock("$1::bytea")+")", digest[:])
+		batch.Queue("SELECT EXISTS (SELECT 1 FROM contract_documents WHERE digest = $1)", digest[:])
+		br := tx.SendBatch(ctx, batch)
+		_, err := br.Exec()
+		if err == nil {
+			err = br.QueryRow().Scan(&stored)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, digest, err
+		}
+	}
+	if !stored {
+		doc, err := encodeDocument(t)
+		if err != nil {
+			return nil, digest, err
+		}
+		// Creates that race to store a new document: the second waits for
+		// the first and then finds it there.
+		pgdb.Queue(stx, "INSERT INTO contract_documents (digest, document) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING", digest[:], doc)
+	}
+	return t, digest, nil
 }
 
 // ReleaseDocument implements Backend, after Remove: the document goes
-// when no contract holds it. A contract made meanwhile by a transaction
-// that commits first makes the foreign key refuse the delete; the
-// document then stays, which is right, and the savepoint keeps tx usable.
+// when no contract holds it. The exclusive lock waits for the creates
+// that hold the document (HoldTemplate); the DELETE, a statement of its
+// own, then sees the contracts they committed.
 func (b *PostgresBackend) ReleaseDocument(ctx context.Context, tx storage.Tx, digest []byte) error {
-	sp, err := pgdb.Of(tx).Begin(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = sp.Exec(ctx, `DELETE FROM contract_documents WHERE digest = $1
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT 1 FROM pg_advisory_xact_lock("+documentLock("$1::bytea")+")", digest)
+	batch.Queue(`DELETE FROM contract_documents WHERE digest = $1
 		AND NOT EXISTS (SELECT 1 FROM contracts WHERE document_digest = $1)`, digest)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23503" {
-		return sp.Rollback(ctx)
-	}
-	if err != nil {
-		sp.Rollback(ctx)
-		return err
-	}
-	return sp.Commit(ctx)
+	return pgdb.Of(tx).SendBatch(ctx, batch).Close()
 }
 
 // Document implements Backend.
@@ -281,10 +339,21 @@ func (b *PostgresBackend) Expiring(ctx context.Context, tx storage.Tx, now time.
 	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 }
 
-// Search implements Backend: the count and the page in one round trip,
-// from the transaction's snapshot. The conditions are those of the bbolt
-// filter, the orders compare bytes (COLLATE "C", uuid) as bbolt does.
-func (b *PostgresBackend) Search(ctx context.Context, tx storage.Tx, q *Query, now time.Time) (int, []*Contract, error) {
+// Search implements Backend, from the transaction's snapshot. The
+// conditions are those of the bbolt filter, the orders compare bytes
+// (COLLATE "C", uuid) as bbolt does. The page is chosen on the narrow
+// rows and only its records are read.
+//
+// Without a substring the count and the page go in one round trip. With
+// one, the count comes first, because how to find the page depends on
+// how many match, which the planner cannot know (strpos has no
+// statistics, and a substring's share of the text is hard to guess): when
+// most contracts match, walking an index in the order finds the page
+// after a few rows; when few do, that walk would read most of the index
+// to find them, so the matches are collected (through the trigram index
+// if it can serve) and sorted instead.
+func (b *PostgresBackend) Search(ctx context.Context, stx storage.Tx, q *Query, now time.Time) (int, []*Contract, error) {
+	tx := pgdb.Of(stx)
 	var where []string
 	var args []any
 	arg := func(v any) string {
@@ -368,19 +437,47 @@ func (b *PostgresBackend) Search(ctx context.Context, tx storage.Tx, q *Query, n
 	if q.Order != OrderRandom {
 		offset = (q.Page - 1) * q.PageSize
 	}
-	batch := &pgx.Batch{}
-	batch.Queue("SELECT count(*) FROM contracts"+cond, args...)
-	batch.Queue("SELECT id, record FROM contracts"+cond+" ORDER BY "+order+
-		" LIMIT "+strconv.Itoa(q.PageSize)+" OFFSET "+strconv.Itoa(offset), args...)
-	br := pgdb.Of(tx).SendBatch(ctx, batch)
-	defer br.Close()
-	var total int64
-	if err := br.QueryRow().Scan(&total); err != nil {
-		return 0, nil, err
+	// The page's ids in order, then their records in that order.
+	pageOf := func(ids string) string {
+		return "SELECT r.id, r.record FROM unnest(ARRAY(" + ids + " ORDER BY " + order +
+			" LIMIT " + strconv.Itoa(q.PageSize) + " OFFSET " + strconv.Itoa(offset) + ")) WITH ORDINALITY AS p(id, n)" +
+			" JOIN contract_records r ON r.id = p.id ORDER BY p.n"
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return 0, nil, err
+	direct := pageOf("SELECT id FROM contracts" + cond)
+
+	var total int64
+	var rows pgx.Rows
+	var err error
+	if q.Substring == "" {
+		batch := &pgx.Batch{}
+		batch.Queue("SELECT count(*) FROM contracts"+cond, args...)
+		batch.Queue(direct, args...)
+		br := tx.SendBatch(ctx, batch)
+		defer br.Close()
+		if err := br.QueryRow().Scan(&total); err != nil {
+			return 0, nil, err
+		}
+		if rows, err = br.Query(); err != nil {
+			return 0, nil, err
+		}
+	} else {
+		var estimate float64 // of all contracts; below 1 when unknown
+		if err := tx.QueryRow(ctx, "SELECT count(*), (SELECT reltuples FROM pg_class WHERE oid = 'contracts'::regclass)::float8 FROM contracts"+cond,
+			args...).Scan(&total, &estimate); err != nil {
+			return 0, nil, err
+		}
+		if total == 0 || int64(offset) >= total {
+			return int(total), nil, nil
+		}
+		sql := direct
+		// The walk in order reads about (offset+size)·estimate/total rows.
+		if q.Order != OrderRandom && estimate >= 1 && float64(offset+q.PageSize)*estimate > float64(total)*maxOrderedWalk {
+			sql = "WITH m AS MATERIALIZED (SELECT id, created, folded_name, name, creator_id FROM contracts" + cond + ") " +
+				pageOf("SELECT id FROM m")
+		}
+		if rows, err = tx.Query(ctx, sql, args...); err != nil {
+			return 0, nil, err
+		}
 	}
 	defer rows.Close()
 	var page []*Contract
@@ -401,6 +498,11 @@ func (b *PostgresBackend) Search(ctx context.Context, tx storage.Tx, q *Query, n
 	}
 	return int(total), page, nil
 }
+
+// maxOrderedWalk is how many rows a substring search may expect to read
+// walking an index in its order before it collects and sorts the matches
+// instead: a few milliseconds' worth.
+const maxOrderedWalk = 5000
 
 // trigrams tells whether pg_trgm finds a trigram in s to look up: a run of
 // three letters or digits.

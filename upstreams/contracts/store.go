@@ -171,7 +171,7 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 	st := searchText(c)
 
 	err = s.db.Batch(ctx, func(tx storage.Tx) error {
-		tpl, digest, err := s.cfg.Templates.templateDocument(ctx, tx, in.TemplateID)
+		tpl, digest, err := s.backend.HoldTemplate(ctx, tx, in.TemplateID)
 		if problem.IsNotFound(err) {
 			var f problem.Fields
 			f.Add("templateId", codeUnknownTemplate, "templateId names no registered template")
@@ -184,10 +184,6 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 		c.DocumentDigest = digest[:]
 		record, err := json.Marshal(c)
 		if err != nil {
-			return err
-		}
-		encode := func() ([]byte, error) { return json.Marshal(documentRecord{Title: tpl.Title, Body: tpl.Body}) }
-		if err := s.backend.HoldDocument(ctx, tx, digest[:], encode); err != nil {
 			return err
 		}
 		if err := s.backend.Insert(ctx, tx, c, record, st); err != nil {

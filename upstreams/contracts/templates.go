@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"sort"
 	"unicode/utf8"
@@ -111,20 +112,29 @@ func (s *Templates) Get(id string) (Template, error) {
 var errNoTemplate = problem.NotFound("no template with this id")
 
 // templateDocument reads template id inside tx with the digest of its
-// title and body, computing the digest if the template predates digests,
-// so a contract create copies the template in the transaction that stores
-// the contract.
+// title and body.
 func (s *Templates) templateDocument(ctx context.Context, tx storage.Tx, id string) (*Template, [sha256.Size]byte, error) {
-	var digest [sha256.Size]byte
 	t, d, err := s.backend.Template(ctx, tx, id)
 	if err != nil {
-		return nil, digest, err
+		return nil, [sha256.Size]byte{}, err
 	}
-	if len(d) == sha256.Size {
-		copy(digest[:], d)
-		return t, digest, nil
+	return t, templateDigest(t, d), nil
+}
+
+// templateDigest is the digest of t's document: stored, the one given,
+// else (a template that predates digests) computed.
+func templateDigest(t *Template, stored []byte) [sha256.Size]byte {
+	var digest [sha256.Size]byte
+	if len(stored) == sha256.Size {
+		copy(digest[:], stored)
+		return digest
 	}
-	return t, documentDigest(t.Title, t.Body), nil
+	return documentDigest(t.Title, t.Body)
+}
+
+// encodeDocument is the stored copy of t's title and body.
+func encodeDocument(t *Template) ([]byte, error) {
+	return json.Marshal(documentRecord{Title: t.Title, Body: t.Body})
 }
 
 // documentDigest names a document by its content: the same title and body

@@ -9,17 +9,25 @@ CREATE TABLE templates (
 );
 
 -- The copy of a template's text made at creation, shared by the contracts
--- made from the same text (contracts.document_digest). No counter: a row
--- every create from one template updated would serialise those creates;
--- the foreign key keeps a document that a contract holds.
+-- made from the same text (contracts.document_digest). No counter, and no
+-- foreign key from contracts either: both would make every create from one
+-- template write or lock this one row (a foreign key check locks the row
+-- it finds, and concurrent lockers of one row cost a MultiXact each), which
+-- serialised creates. A create holds the document with an advisory lock on
+-- its digest, shared; the release after a contract's delete takes it
+-- exclusive before it deletes a document no contract holds
+-- (PostgresBackend.HoldTemplate, ReleaseDocument).
 CREATE TABLE contract_documents (
 	digest   bytea PRIMARY KEY,
 	document bytea NOT NULL
 );
 
--- One row a contract: the record and every column search filters and
--- orders on. created and expires are Unix milliseconds, as the API shows
--- them; status is the stored status (0 sent, 1 ongoing, 2 rejected,
+-- One row a contract with every column search filters, orders and counts
+-- on, and nothing else: a search that must look at every contract (a
+-- substring without a trigram to look up, or one that most contracts
+-- hold) reads this narrow table, not the records, as bbolt reads its
+-- compact rows. created and expires are Unix milliseconds, as the API
+-- shows them; status is the stored status (0 sent, 1 ongoing, 2 rejected,
 -- 3 signed, 4 expired), archived the placement; search_text is the folded
 -- text substring search looks in, computed in Go, values separated by
 -- U+0001 (no query holds it).
@@ -34,8 +42,7 @@ CREATE TABLE contracts (
 	status      smallint NOT NULL,
 	archived    boolean NOT NULL,
 	expires     bigint NOT NULL,
-	document_digest bytea NOT NULL REFERENCES contract_documents (digest),
-	record      bytea NOT NULL
+	document_digest bytea NOT NULL
 );
 CREATE INDEX contracts_document ON contracts (document_digest);
 CREATE INDEX contracts_created ON contracts (created, id);
@@ -47,6 +54,14 @@ CREATE INDEX contracts_name ON contracts (folded_name, name, id);
 -- Contracts stored as sent or ongoing, by expiry: the sweep and "expired".
 CREATE INDEX contracts_expiry ON contracts (expires, created, id) WHERE status IN (0, 1);
 CREATE INDEX contracts_search_text ON contracts USING gin (search_text gin_trgm_ops);
+
+-- Each contract's record, the exact bytes the Go code encoded, beside its
+-- row of contracts (same id; the backend writes and deletes both in one
+-- statement).
+CREATE TABLE contract_records (
+	id     uuid PRIMARY KEY,
+	record bytea NOT NULL
+);
 
 -- SHA-256 of a signing-link token → its contract and signer.
 CREATE TABLE signing_tokens (
