@@ -23,7 +23,8 @@ import (
 // (postgres.go).
 type Backend interface {
 	// NewID allocates the id of a message about to be enqueued in tx. Ids
-	// grow in enqueue order and are never reused.
+	// are never reused and grow in enqueue order (on PostgreSQL roughly:
+	// an instance takes them from the sequence in blocks).
 	NewID(tx storage.Tx) (uint64, error)
 	// Enqueue stores r (its ID from NewID, body and chunks sealed), due at
 	// once. committed, if the backend can, is called once tx has

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,22 +22,58 @@ type pgBackend struct {
 	db *pgdb.DB
 	// channel is the LISTEN/NOTIFY channel of this schema's outbox.
 	channel string
+
+	mu sync.Mutex
+	// ids are taken from the sequence in blocks (idBlock at a time), so
+	// that an enqueue costs no round trip for its id.
+	ids []int64
+	// notifying: a NOTIFY is being sent; again: another commit came
+	// meanwhile, so one more is due.
+	notifying, again bool
 }
+
+// idBlock is how many message ids NewID takes from the sequence at once.
+const idBlock = 64
 
 // NewPostgresBackend returns the outbox of db's schema.
 func NewPostgresBackend(db *pgdb.DB) Backend {
 	return &pgBackend{db: db, channel: "keygate_outbox." + db.Schema()}
 }
 
+// NewID takes ids from the sequence a block at a time, on tx's own
+// connection (another one could wait for a pool that transactions like tx
+// hold). Ids are unique and never reused; on several instances, and with
+// blocks taken at once, they grow in enqueue order only roughly.
 func (b *pgBackend) NewID(t storage.Tx) (uint64, error) {
-	var id int64
-	err := pgdb.Of(t).QueryRow(context.Background(), "SELECT nextval(pg_get_serial_sequence('outbox', 'id'))").Scan(&id)
-	return uint64(id), err
+	b.mu.Lock()
+	if len(b.ids) == 0 {
+		b.mu.Unlock()
+		rows, err := pgdb.Of(t).Query(context.Background(),
+			"SELECT nextval(pg_get_serial_sequence('outbox', 'id')) FROM generate_series(1, $1)", idBlock)
+		if err != nil {
+			return 0, err
+		}
+		block, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return 0, err
+		}
+		b.mu.Lock()
+		b.ids = append(b.ids, block...)
+		slices.Sort(b.ids)
+	}
+	id := b.ids[0]
+	b.ids = b.ids[1:]
+	b.mu.Unlock()
+	return uint64(id), nil
 }
 
-func (b *pgBackend) Enqueue(t storage.Tx, r *Record, _ func()) error {
+// Enqueue queues the message's INSERT to go with tx's commit (its chunks,
+// if any, are copied at once). The NOTIFY that wakes every instance's
+// worker is sent after the commit, not in tx: a transaction that notifies
+// holds a lock that serialises every notifying commit, disk flush
+// included, until it ends, which made all creates wait in line.
+func (b *pgBackend) Enqueue(t storage.Tx, r *Record, committed func()) error {
 	ctx := context.Background()
-	tx := pgdb.Of(t)
 	atts, err := json.Marshal(r.Attachments)
 	if err != nil {
 		return err
@@ -43,14 +81,11 @@ func (b *pgBackend) Enqueue(t storage.Tx, r *Record, _ func()) error {
 	if r.Attachments == nil {
 		atts = []byte("[]")
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO outbox (id, channel, recipient, ref, sealed, subject, body_text, body_html,
+	pgdb.Queue(t, `INSERT INTO outbox (id, channel, recipient, ref, sealed, subject, body_text, body_html,
 		attachments, queued, attempts, next_attempt, last_error)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now(), $12)`,
 		int64(r.ID), string(r.Channel), r.To, r.Ref, r.Sealed, r.Subject, r.Text, r.HTML,
 		string(atts), r.Queued, r.Attempts, r.LastError)
-	if err != nil {
-		return err
-	}
 	if len(r.Chunks) > 0 {
 		var rows [][]any
 		for i, chunks := range r.Chunks {
@@ -59,15 +94,56 @@ func (b *pgBackend) Enqueue(t storage.Tx, r *Record, _ func()) error {
 			}
 		}
 		if len(rows) > 0 {
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"outbox_chunks"}, []string{"message_id", "attachment", "chunk", "data"}, pgx.CopyFromRows(rows)); err != nil {
+			if _, err := pgdb.Of(t).CopyFrom(ctx, pgx.Identifier{"outbox_chunks"}, []string{"message_id", "attachment", "chunk", "data"}, pgx.CopyFromRows(rows)); err != nil {
 				return err
 			}
 		}
 	}
-	// Delivered to every instance's Watch when tx commits, never if it
-	// rolls back.
-	_, err = tx.Exec(ctx, "SELECT pg_notify($1, '')", b.channel)
-	return err
+	pgdb.AfterCommit(t, func() {
+		committed()
+		b.notify()
+	})
+	return nil
+}
+
+// notify tells every instance's Watch that messages were enqueued. The
+// commits of many enqueues share one NOTIFY: while one is being sent,
+// later calls only ask for one more.
+func (b *pgBackend) notify() {
+	b.mu.Lock()
+	if b.notifying {
+		b.again = true
+		b.mu.Unlock()
+		return
+	}
+	b.notifying = true
+	b.mu.Unlock()
+	go func() {
+		for {
+			b.sendNotify()
+			b.mu.Lock()
+			if !b.again {
+				b.notifying = false
+				b.mu.Unlock()
+				return
+			}
+			b.again = false
+			b.mu.Unlock()
+		}
+	}()
+}
+
+// sendNotify sends one NOTIFY, in one round trip. Its commit need not wait
+// for the disk: it changes nothing that a crash could lose but the
+// wake-up, and a worker polls anyway. A failure is left to that poll.
+func (b *pgBackend) sendNotify() {
+	ctx, cancel := context.WithTimeout(context.Background(), pgdb.DefaultTimeout)
+	defer cancel()
+	_ = b.db.Update(ctx, func(t storage.Tx) error {
+		pgdb.Queue(t, "SET LOCAL synchronous_commit = off")
+		pgdb.Queue(t, "SELECT pg_notify($1, '')", b.channel)
+		return nil
+	})
 }
 
 func (b *pgBackend) DropRef(t storage.Tx, ref string) error {
