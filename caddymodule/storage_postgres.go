@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,7 +12,12 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+	"github.com/keygate/keygate/upstreams/share"
+	"github.com/keygate/keygate/upstreams/signing"
 )
 
 func init() {
@@ -92,6 +98,39 @@ func (s *PostgresStorage) PoolKey(string) (string, error) {
 		return "", errors.New("storage postgres: the dsn does not parse as a libpq URL or key/value string")
 	}
 	return fmt.Sprintf("postgres://%s@%s:%d/%s?schema=%s", pc.User, pc.Host, pc.Port, pc.Database, s.Schema), nil
+}
+
+// OpenStores implements Storage: it connects, applies the migrations the
+// schema lacks, checks the master key against the one the database was
+// first started with, and opens every store on it. A database that does
+// not answer stops the start with a message naming the server but not
+// the password.
+func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
+	where, err := s.PoolKey(env.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := pgdb.Open(context.Background(), s.config())
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", where, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pgdb.DefaultTimeout)
+	defer cancel()
+	if err := db.CheckMasterKey(ctx, env.MasterKey); err != nil {
+		db.Close()
+		return nil, err
+	}
+	cb := contracts.NewPostgresBackend(db)
+	return &Stores{
+		DB:        db,
+		Keys:      keystore.NewPostgresBackend(db),
+		Templates: cb,
+		Contracts: cb,
+		Signing:   signing.NewPostgresBackend(db),
+		Outbox:    notify.NewPostgresBackend(db),
+		Shares:    share.NewPostgresBackend(db),
+		Where:     where,
+	}, nil
 }
 
 // config is the pgdb configuration of this module.

@@ -2,6 +2,9 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +13,10 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/keygate/keygate/internal/pgtest"
 )
 
 // The storage forms of the spec (storage.md, Config): the Caddyfile
@@ -108,5 +115,67 @@ func TestPostgresStorageDSN(t *testing.T) {
 				t.Fatalf("PoolKey = %q, %v; want %q", key, err, tt.wantKey)
 			}
 		})
+	}
+}
+
+// A gateway opens its stores on PostgreSQL through the module: the start
+// is logged without the DSN's password, a second start with another
+// master key is refused with a message that says so, and a server that
+// does not answer stops the start with an error that names it but not
+// the password.
+func TestPostgresStorageOpens(t *testing.T) {
+	const secret = "s3cr3t-Pa55"
+	srv := pgtest.Shared(t)
+	u, err := url.Parse(srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), secret) // the test server trusts loopback
+	schema := srv.Schema(t)
+	dir := t.TempDir()
+
+	open := func(dsn, masterKey string) (*state, string, error) {
+		core, logs := observer.New(zap.DebugLevel)
+		st := &PostgresStorage{DSN: dsn, Schema: schema}
+		if err := st.Provision(caddy.Context{}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := openState(st, dir, filepath.Join(dir, masterKey), zap.New(core))
+		var all strings.Builder
+		for _, e := range logs.All() {
+			fmt.Fprintf(&all, "%s %v\n", e.Message, e.ContextMap())
+		}
+		return s, all.String(), err
+	}
+
+	s, logs, err := open(u.String(), "master.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs, "database opened") || !strings.Contains(logs, "storage:postgres") {
+		t.Errorf("start not logged: %s", logs)
+	}
+	if strings.Contains(logs, secret) {
+		t.Errorf("the log shows the password: %s", logs)
+	}
+	if err := s.Destruct(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, _, err := open(u.String(), "other.key"); err == nil || !strings.Contains(err.Error(), "master key does not match") {
+		t.Fatalf("another master key: %v", err)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	down := fmt.Sprintf("postgres://kg:%s@%s/app?sslmode=disable", secret, closed)
+	_, _, err = open(down, "master.key")
+	t.Logf("unreachable: %v", err)
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), closed[strings.LastIndex(closed, ":")+1:]) {
+		t.Fatalf("unreachable server: %v", err)
 	}
 }
