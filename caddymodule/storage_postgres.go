@@ -36,7 +36,8 @@ func init() {
 type PostgresStorage struct {
 	// DSN is a libpq URL or key/value string; Caddy placeholders such as
 	// {env.KEYGATE_DATABASE_URL} are replaced. It never appears in a log
-	// or an error.
+	// or an error. Without dsn and dsn_file, the environment variable
+	// KEYGATE_DATABASE_URL holds it.
 	DSN string `json:"dsn,omitempty"`
 	// DSNFile holds the DSN instead (a secret file); one of the two.
 	DSNFile string `json:"dsn_file,omitempty"`
@@ -47,6 +48,11 @@ type PostgresStorage struct {
 
 	dsn string // resolved at provision
 }
+
+// DefaultDSNEnv holds the DSN when the config gives neither dsn nor
+// dsn_file, so that the default Caddyfile runs on PostgreSQL with two
+// environment variables (README).
+const DefaultDSNEnv = "KEYGATE_DATABASE_URL"
 
 // CaddyModule returns the Caddy module information.
 func (PostgresStorage) CaddyModule() caddy.ModuleInfo {
@@ -67,11 +73,13 @@ func (s *PostgresStorage) Provision(caddy.Context) error {
 			return fmt.Errorf("storage postgres: reading dsn_file: %w", err)
 		}
 		s.dsn = strings.TrimSpace(string(b))
-	default:
+	case s.DSN != "":
 		s.dsn = strings.TrimSpace(caddy.NewReplacer().ReplaceKnown(s.DSN, ""))
+	default:
+		s.dsn = strings.TrimSpace(os.Getenv(DefaultDSNEnv))
 	}
 	if s.dsn == "" {
-		return errors.New("storage postgres: the dsn is empty (set dsn or dsn_file)")
+		return errors.New("storage postgres: the dsn is empty (set dsn, dsn_file or the environment variable " + DefaultDSNEnv + ")")
 	}
 	if s.Schema == "" {
 		s.Schema = pgdb.DefaultSchema

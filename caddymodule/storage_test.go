@@ -77,6 +77,7 @@ func TestPostgresStorageDSN(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("KEYGATE_TEST_DSN", "host=db.example user=kg password="+secret+" dbname=app")
+	t.Setenv(DefaultDSNEnv, "postgres://kg:"+secret+"@db.example:6543/env")
 	tests := []struct {
 		name    string
 		s       PostgresStorage
@@ -87,6 +88,7 @@ func TestPostgresStorageDSN(t *testing.T) {
 		{"file", PostgresStorage{DSNFile: file, Schema: "kg"}, "postgres://kg@db.example:5433/app?schema=kg", ""},
 		{"both", PostgresStorage{DSN: "x", DSNFile: file}, "", "not both"},
 		{"empty placeholder", PostgresStorage{DSN: "{env.KEYGATE_TEST_UNSET}"}, "", "empty"},
+		{"from KEYGATE_DATABASE_URL", PostgresStorage{}, "postgres://kg@db.example:6543/env?schema=keygate", ""},
 		{"missing file", PostgresStorage{DSNFile: file + ".missing"}, "", "dsn_file"},
 		{"does not parse", PostgresStorage{DSN: "postgres://kg:" + secret + "@[::1/x"}, "", "does not parse"},
 		{"max_conns 1", PostgresStorage{DSN: "postgres://kg@h/app", MaxConns: 1}, "", "max_conns"},
