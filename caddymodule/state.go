@@ -59,7 +59,7 @@ const keyResync = 30 * time.Second
 
 // openState opens the database of storage and loads what lives in
 // memory: the keys, the templates, the outbox.
-func openState(storage Storage, dataDir, masterKeyPath string, logger *zap.Logger) (*state, error) {
+func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.Duration, logger *zap.Logger) (*state, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data directory: %w", err)
 	}
@@ -90,7 +90,7 @@ func openState(storage Storage, dataDir, masterKeyPath string, logger *zap.Logge
 	} else if n > 0 {
 		logger.Info("removed temporary mail files left by a crash", zap.String("dir", mailDir), zap.Int("files", n))
 	}
-	s.newWorker(logger)
+	s.newWorker(sendTimeout, logger)
 	s.follow(logger)
 	logger.Info("database opened", zap.String("storage", stores.DB.Backend()), zap.String("database", stores.Where),
 		zap.Int("contracts_keys", s.keys.Count(keystore.ServiceContracts)), zap.Int("share_keys", s.keys.Count(keystore.ServiceShare)))
