@@ -23,10 +23,18 @@ import (
 // migration 0003_contracts.sql: a narrow row a contract with the columns
 // that search filters and orders on (contracts), and beside it the
 // record's exact bytes (contract_records).
-type PostgresBackend struct{ db *pgdb.DB }
+type PostgresBackend struct {
+	db *pgdb.DB
+	// records reads the records of Contract, shared by the GETs that
+	// come at once.
+	records *pgdb.Lookup[uuid.UUID]
+}
 
 // NewPostgresBackend uses db, already migrated.
-func NewPostgresBackend(db *pgdb.DB) *PostgresBackend { return &PostgresBackend{db: db} }
+func NewPostgresBackend(db *pgdb.DB) *PostgresBackend {
+	return &PostgresBackend{db: db,
+		records: pgdb.NewLookup[uuid.UUID](db, "a contract", "SELECT id, record FROM contract_records WHERE id = ANY($1)")}
+}
 
 var (
 	_ Backend         = (*PostgresBackend)(nil)
@@ -109,17 +117,15 @@ func (b *PostgresBackend) DeleteTemplate(ctx context.Context, tx storage.Tx, id 
 	return nil
 }
 
-// Contract implements Backend: one statement on the pool, no transaction.
+// Contract implements Backend: no transaction, and one statement for
+// the GETs that come at once (pgdb.Lookup).
 func (b *PostgresBackend) Contract(ctx context.Context, id uuid.UUID) (*Contract, error) {
-	ctx, cancel := context.WithTimeout(ctx, pgdb.DefaultTimeout)
-	defer cancel()
-	var raw []byte
-	err := b.db.Pool.QueryRow(ctx, "SELECT record FROM contract_records WHERE id = $1", id).Scan(&raw)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, errNotFound
-	}
+	raw, found, err := b.records.Get(ctx, id)
 	if err != nil {
-		return nil, b.db.Wrap("reading a contract", err)
+		return nil, err
+	}
+	if !found {
+		return nil, errNotFound
 	}
 	return decoded.decode(id, raw)
 }

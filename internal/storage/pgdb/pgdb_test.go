@@ -418,3 +418,46 @@ func TestListenSurvivesSilenceAndLoss(t *testing.T) {
 	wait("resync after the lost connection", resyncs)
 	notify("after reconnecting")
 }
+
+// TestLookup: many callers at once each get their own key's value (or
+// none), including keys asked by several, and a value committed before a
+// Get is what it reads.
+func TestLookup(t *testing.T) {
+	db := open(t, pgtest.Shared(t).Schema(t))
+	ctx := context.Background()
+	for i := range 50 {
+		if _, err := db.Pool.Exec(ctx, "INSERT INTO meta (name, value) VALUES ($1, $2)", fmt.Sprint("k", i), []byte(fmt.Sprint("v", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := NewLookup[string](db, "a meta value", "SELECT name, value FROM meta WHERE name = ANY($1)")
+	var wg sync.WaitGroup
+	errs := make(chan error, 400)
+	for g := range 400 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			i := g % 60 // k50 to k59 do not exist
+			v, found, err := l.Get(ctx, fmt.Sprint("k", i))
+			switch {
+			case err != nil:
+				errs <- err
+			case i < 50 && (!found || string(v) != fmt.Sprint("v", i)):
+				errs <- fmt.Errorf("k%d: %q, %v", i, v, found)
+			case i >= 50 && found:
+				errs <- fmt.Errorf("k%d found: %q", i, v)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "UPDATE meta SET value = '\\x00' WHERE name = 'k7'"); err != nil {
+		t.Fatal(err)
+	}
+	if v, found, err := l.Get(ctx, "k7"); err != nil || !found || string(v) != "\x00" {
+		t.Fatalf("k7 after the update: %q, %v, %v", v, found, err)
+	}
+}
