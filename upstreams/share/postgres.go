@@ -115,33 +115,26 @@ func adjustPgCounts(tx pgx.Tx, r *record, delta int64) error {
 	return err
 }
 
-// knownTotal reads the number of matches from share_counts when every
-// match is visible and the filters are ones a counter keeps, as the
-// bbolt list does; ok is false when the list has to count.
-func knownTotal(ctx context.Context, tx pgx.Tx, q *ListSpec) (n int, ok bool, err error) {
+// pgCountKey is the counter of share_counts that holds the number of q's
+// matches when every match is visible and the filters are ones a counter
+// keeps, as the bbolt list has it; ok is false when the list has to count.
+func pgCountKey(q *ListSpec) (kind, a, b string, ok bool) {
 	if q.VisibleTo != nil {
-		return 0, false, nil
+		return "", "", "", false
 	}
-	var kind, a, b string
 	switch {
 	case q.IssueID != "" && q.ProjectID == "" && q.CreatedBy == "":
-		kind, a = "i", q.IssueID
+		return "i", q.IssueID, "", true
 	case q.IssueID != "":
-		return 0, false, nil
+		return "", "", "", false
 	case q.ProjectID != "" && q.CreatedBy != "":
-		kind, a, b = "x", q.ProjectID, q.CreatedBy
+		return "x", q.ProjectID, q.CreatedBy, true
 	case q.ProjectID != "":
-		kind, a = "p", q.ProjectID
+		return "p", q.ProjectID, "", true
 	case q.CreatedBy != "":
-		kind, a = "c", q.CreatedBy
-	default:
-		kind = "a"
+		return "c", q.CreatedBy, "", true
 	}
-	err = tx.QueryRow(ctx, "SELECT n FROM share_counts WHERE kind = $1 AND a = $2 AND b = $3", kind, a, b).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, true, nil
-	}
-	return n, err == nil, err
+	return "a", "", "", true
 }
 
 // UpdateShare implements Backend. The opening count is left as it is:
@@ -283,22 +276,17 @@ func (*PostgresBackend) List(ctx context.Context, t storage.Tx, q *ListSpec) ([]
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	total, known, err := knownTotal(ctx, tx, q)
-	if err != nil {
-		return nil, 0, err
-	}
-	if !known {
-		if err := tx.QueryRow(ctx, "SELECT count(*) FROM shares s"+cond, args...).Scan(&total); err != nil {
-			return nil, 0, err
-		}
-	}
-	out := []*record{}
-	if q.Offset >= total {
-		return out, total, nil
-	}
 	col, ok := sortColumns[q.Sort]
 	if !ok {
 		return nil, 0, errors.New("share: unknown sort " + q.Sort)
+	}
+	// The total (from its counter, or counted) and the page go in one
+	// round trip; a page past the end is empty either way.
+	count := "SELECT count(*) FROM shares s" + cond
+	countArgs := args
+	if kind, a, b, ok := pgCountKey(q); ok {
+		count = "SELECT coalesce((SELECT n FROM share_counts WHERE kind = $1 AND a = $2 AND b = $3), 0)"
+		countArgs = []any{kind, a, b}
 	}
 	from := "shares s"
 	key := "s." + col
@@ -320,13 +308,23 @@ func (*PostgresBackend) List(ctx context.Context, t storage.Tx, q *ListSpec) ([]
 	if q.Sort != "id" && q.Sort != "uuid" { // both unique
 		order += ", s.id" + dir
 	}
-	sql := "SELECT s.opened_count, s.record FROM " + from + cond + " ORDER BY " + order +
+	page := "SELECT s.opened_count, s.record FROM " + from + cond + " ORDER BY " + order +
 		" LIMIT " + arg(q.Limit) + " OFFSET " + arg(q.Offset)
-	rows, err := tx.Query(ctx, sql, args...)
+	batch := &pgx.Batch{}
+	batch.Queue(count, countArgs...)
+	batch.Queue(page, args...)
+	br := tx.SendBatch(ctx, batch)
+	defer br.Close()
+	var total int
+	if err := br.QueryRow().Scan(&total); err != nil {
+		return nil, 0, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, 0, err
 	}
 	defer rows.Close()
+	out := []*record{}
 	for rows.Next() {
 		r, err := scanShare(rows)
 		if err != nil {
