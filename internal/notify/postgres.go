@@ -155,36 +155,32 @@ func (b *pgBackend) DropRef(t storage.Tx, ref string) error {
 // Take leases the earliest due message that no other transaction is
 // taking (SKIP LOCKED), and moves its next attempt to the lease's end:
 // should its holder die, it falls due again then. Times are the
-// database's, so the instances' clocks need not agree.
-func (b *pgBackend) Take(ctx context.Context, holder string, lease time.Duration) (id uint64, next time.Time, err error) {
-	err = b.db.Update(ctx, func(t storage.Tx) error {
-		id, next, err = b.take(ctx, pgdb.Of(t), holder, lease)
-		return err
-	})
-	return id, next, err
-}
-
-func (b *pgBackend) take(ctx context.Context, tx pgx.Tx, holder string, lease time.Duration) (uint64, time.Time, error) {
-	var id int64
-	err := tx.QueryRow(ctx, `UPDATE outbox
-		SET lease_holder = $1, lease_until = now() + $2::bigint * interval '1 microsecond', next_attempt = now() + $2::bigint * interval '1 microsecond'
-		WHERE id = (SELECT id FROM outbox WHERE next_attempt <= now()
-			ORDER BY next_attempt, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-		RETURNING id`, holder, lease.Microseconds()).Scan(&id)
-	if err == nil {
-		return uint64(id), time.Time{}, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return 0, time.Time{}, err
-	}
+// database's, so the instances' clocks need not agree. It is one
+// statement, a transaction of its own, so one round trip: when nothing is
+// due, it tells when the earliest message falls due.
+func (b *pgBackend) Take(ctx context.Context, holder string, lease time.Duration) (uint64, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, pgdb.DefaultTimeout)
+	defer cancel()
+	var id *int64
 	var next *time.Time
-	if err := tx.QueryRow(ctx, "SELECT min(next_attempt) FROM outbox").Scan(&next); err != nil {
-		return 0, time.Time{}, err
+	err := b.db.Pool.QueryRow(ctx, `WITH taken AS (
+			UPDATE outbox SET lease_holder = $1, lease_until = now() + $2::bigint * interval '1 microsecond',
+				next_attempt = now() + $2::bigint * interval '1 microsecond'
+			WHERE id = (SELECT id FROM outbox WHERE next_attempt <= now()
+				ORDER BY next_attempt, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+			RETURNING id)
+		SELECT (SELECT id FROM taken),
+			CASE WHEN NOT EXISTS (SELECT 1 FROM taken) THEN (SELECT min(next_attempt) FROM outbox) END`,
+		holder, lease.Microseconds()).Scan(&id, &next)
+	switch {
+	case err != nil:
+		return 0, time.Time{}, b.db.Wrap("taking a message", err)
+	case id != nil:
+		return uint64(*id), time.Time{}, nil
+	case next != nil:
+		return 0, *next, nil
 	}
-	if next == nil {
-		return 0, time.Time{}, nil
-	}
-	return 0, *next, nil
+	return 0, time.Time{}, nil
 }
 
 func (b *pgBackend) Load(t storage.Tx, id uint64) (*Record, error) {
@@ -231,17 +227,19 @@ func (b *pgBackend) Load(t storage.Tx, id uint64) (*Record, error) {
 
 // Reschedule records the failed attempt only if holder still holds the
 // message: after its lease ended, another instance may have taken it.
+// Reschedule queues its UPDATE with the commit: nothing reads its result.
 func (b *pgBackend) Reschedule(t storage.Tx, id uint64, holder string, delay time.Duration, lastErr string) error {
-	_, err := pgdb.Of(t).Exec(context.Background(), `UPDATE outbox
+	pgdb.Queue(t, `UPDATE outbox
 		SET attempts = attempts + 1, next_attempt = now() + $3::bigint * interval '1 microsecond', last_error = $4,
 			lease_holder = NULL, lease_until = NULL
 		WHERE id = $1 AND lease_holder = $2`, int64(id), holder, delay.Microseconds(), lastErr)
-	return err
+	return nil
 }
 
+// Delete queues its DELETE with the commit.
 func (b *pgBackend) Delete(t storage.Tx, id uint64) error {
-	_, err := pgdb.Of(t).Exec(context.Background(), "DELETE FROM outbox WHERE id = $1", int64(id))
-	return err
+	pgdb.Queue(t, "DELETE FROM outbox WHERE id = $1", int64(id))
+	return nil
 }
 
 // Watch listens for the commits that enqueue, from any instance; it wakes
