@@ -27,8 +27,11 @@ test: test-deps
 test-deps:
 	@./scripts/test-deps.sh
 
+# BACKEND=postgres runs the gateway on a throwaway PostgreSQL of the
+# bench's own (durable, on this machine), as the tests start theirs.
+BACKEND ?= bolt
 bench: build
-	$(GO) run ./cmd/keygate-bench --caddy ./$(BIN)
+	$(GO) run ./cmd/keygate-bench --caddy ./$(BIN) -backend $(BACKEND)
 
 # A mixed load for SOAK_DURATION while the gateway's RSS, goroutines and
 # open files are sampled; fails on any 5xx or a leak (not part of `make test`).

@@ -51,21 +51,25 @@ type loadSpec struct {
 // no stale process outlives it.
 var running *gatewayProc
 
-// fatalf stops the running gateway and exits.
+// stopBackend stops the bench's PostgreSQL, if it started one.
+var stopBackend = func() {}
+
+// fatalf stops the running gateway and the backend and exits.
 func fatalf(format string, args ...any) {
 	if running != nil {
 		running.stop()
 	}
+	stopBackend()
 	log.Fatalf(format, args...)
 }
 
-// startGateway runs bin on dir's store with the bench's sites, the audit
+// startGateway runs bin on st's store with the bench's sites, the audit
 // log through buffered_file as in the default Caddyfile, and the default
 // log at WARN.
-func startGateway(bin, dir string) (*gatewayProc, error) {
+func startGateway(bin string, st store) (*gatewayProc, error) {
 	g, err := gatewayproc.Start(gatewayproc.Options{
-		Bin: bin, Dir: dir, Site: benchSite, ExtraSites: benchExtraSites,
-		AuditOutput: "buffered_file", LogLevel: "WARN",
+		Bin: bin, Dir: st.dir, Site: benchSite, ExtraSites: benchExtraSites,
+		AuditOutput: "buffered_file", LogLevel: "WARN", WebAPI: st.webapi,
 	})
 	if err != nil {
 		return nil, err

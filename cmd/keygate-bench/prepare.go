@@ -7,9 +7,10 @@ import (
 	"path/filepath"
 	"sync"
 
-	"go.etcd.io/bbolt"
+	"go.uber.org/zap"
 
-	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -28,10 +29,11 @@ type dataset struct {
 	projects                   []string
 }
 
-// prepare fills dir's database through the same packages the gateway
-// uses, from many goroutines so their writes share commits.
-func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) {
-	masterKey, err := keystore.LoadOrCreateMasterKey(filepath.Join(dir, "master.key"))
+// prepare fills st's database through the storage module and the stores
+// the gateway uses, on either backend, from many goroutines so their
+// writes share commits.
+func prepare(st store, keys, contractCount, shareCount int) (*dataset, error) {
+	masterKey, err := keystore.LoadOrCreateMasterKey(filepath.Join(st.dir, "master.key"))
 	if err != nil {
 		return nil, err
 	}
@@ -39,16 +41,12 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 	if err != nil {
 		return nil, err
 	}
-	db, err := bbolt.Open(filepath.Join(dir, "webapi.db"), 0o600, nil)
+	stores, err := st.storage.OpenStores(caddymodule.StorageEnv{DataDir: st.dir, MasterKey: masterKey, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
-	defer db.Close()
-	backend, err := keystore.NewBoltBackend(db)
-	if err != nil {
-		return nil, err
-	}
-	ks, err := keystore.Open(backend, sealer, nil)
+	defer stores.DB.Close()
+	ks, err := keystore.Open(stores.Keys, sealer, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -79,12 +77,7 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 		return nil, err
 	}
 
-	sdb := boltdb.New(db)
-	cb, err := contracts.NewBoltBackend(sdb)
-	if err != nil {
-		return nil, err
-	}
-	templates, err := contracts.NewTemplates(sdb, cb)
+	templates, err := contracts.NewTemplates(stores.DB, stores.Templates)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +86,7 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 			return nil, err
 		}
 	}
-	cs, err := contracts.NewStore(contracts.Config{DB: sdb, Backend: cb, Templates: templates, Sealer: sealer, PublicBaseURL: preparedBaseURL})
+	cs, err := contracts.NewStore(contracts.Config{DB: stores.DB, Backend: stores.Contracts, Templates: templates, Sealer: sealer, PublicBaseURL: preparedBaseURL})
 	if err != nil {
 		return nil, err
 	}
@@ -117,11 +110,7 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 		return nil, err
 	}
 
-	sb, err := share.NewBoltBackend(sdb)
-	if err != nil {
-		return nil, err
-	}
-	ss, err := share.NewStore(share.Config{DB: sdb, Backend: sb, CookieKey: masterKey, PublicBaseURL: preparedBaseURL})
+	ss, err := share.NewStore(share.Config{DB: stores.DB, Backend: stores.Shares, CookieKey: masterKey, PublicBaseURL: preparedBaseURL})
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +136,14 @@ func prepare(dir string, keys, contractCount, shareCount int) (*dataset, error) 
 	}
 	if err := ss.Flush(); err != nil {
 		return nil, err
+	}
+	if db, ok := stores.DB.(*pgdb.DB); ok {
+		// A database in use has its planner statistics and visibility
+		// map from autovacuum; one just filled has not, and autovacuum
+		// would catch up in the middle of the measurements.
+		if _, err := db.Pool.Exec(context.Background(), "VACUUM (ANALYZE)"); err != nil {
+			return nil, err
+		}
 	}
 	return d, nil
 }

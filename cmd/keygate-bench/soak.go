@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keygate/keygate/caddymodule"
 	"github.com/keygate/keygate/internal/gatewayproc"
 )
 
@@ -204,7 +205,7 @@ func runSoak(bin, tmp string) (failed bool) {
 	warmup := min(time.Duration(float64(dur)*warmupShare), maxWarmup)
 	dir := filepath.Join(tmp, "soak")
 	log.Printf("preparing a store with %d keys, contracts and shares", *soakStore)
-	d, err := prepare(dir, *soakStore, *soakStore, *soakStore)
+	d, err := prepare(store{dir: dir, storage: caddymodule.BoltStorage{}}, *soakStore, *soakStore, *soakStore)
 	if err != nil {
 		log.Fatal(err)
 	}
