@@ -65,6 +65,8 @@ type DB struct {
 	secret  string // the DSN's password, cut from any error
 
 	onUnavailable func()
+	// batches gathers the calls of Batch (batch.go).
+	batches batcher
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -272,13 +274,6 @@ func (d *DB) View(ctx context.Context, fn func(storage.Tx) error) error {
 // statement. A serialization failure or deadlock runs fn again.
 func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 	return d.run(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadWrite}, fn)
-}
-
-// Batch implements storage.DB. PostgreSQL shares the commits of
-// concurrent transactions itself (group commit of the WAL flush), so each
-// call is a transaction of its own.
-func (d *DB) Batch(ctx context.Context, fn func(storage.Tx) error) error {
-	return d.Update(ctx, fn)
 }
 
 func (d *DB) run(ctx context.Context, opts pgx.TxOptions, fn func(storage.Tx) error) error {

@@ -461,3 +461,84 @@ func TestLookup(t *testing.T) {
 		t.Fatalf("k7 after the update: %q, %v, %v", v, found, err)
 	}
 }
+
+// TestBatch: concurrent calls share transactions, and what one call's fn
+// does wrong stays its own: a refusal before or after its writes went
+// out undoes its writes only, a write that fails at the commit fails its
+// call only (the others are run again alone), and every other call's
+// writes are committed once.
+func TestBatch(t *testing.T) {
+	db := open(t, pgtest.Shared(t).Schema(t))
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO meta (name, value) VALUES ('taken', '\\x00')"); err != nil {
+		t.Fatal(err)
+	}
+	refusal := errors.New("refused")
+	const calls = 200
+	var wg sync.WaitGroup
+	errs := make([]error, calls)
+	var committed sync.Map
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprint("n", i)
+			errs[i] = db.Batch(ctx, func(tx storage.Tx) error {
+				var n int
+				if err := Of(tx).QueryRow(ctx, "SELECT count(*) FROM meta WHERE name = $1", name).Scan(&n); err != nil {
+					return err
+				}
+				switch i % 5 {
+				case 1: // refused before its write went out
+					Queue(tx, "INSERT INTO meta (name, value) VALUES ($1, '\\x01')", name)
+					return refusal
+				case 2: // refused after its write went out
+					if _, err := Of(tx).Exec(ctx, "INSERT INTO meta (name, value) VALUES ($1, '\\x01')", name); err != nil {
+						return err
+					}
+					return refusal
+				case 3: // a write that fails with the commit
+					Queue(tx, "INSERT INTO meta (name, value) VALUES ('taken', '\\x01')")
+					return nil
+				}
+				Queue(tx, "INSERT INTO meta (name, value) VALUES ($1, '\\x01')", name)
+				AfterCommit(tx, func() {
+					if _, dup := committed.LoadOrStore(name, true); dup {
+						t.Errorf("%s: AfterCommit ran twice", name)
+					}
+				})
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	var pe *pgconn.PgError
+	for i, err := range errs {
+		switch i % 5 {
+		case 1, 2:
+			if err != refusal {
+				t.Errorf("call %d: %v, want the refusal", i, err)
+			}
+		case 3:
+			if !errors.As(err, &pe) || pe.Code != "23505" {
+				t.Errorf("call %d: %v, want a unique violation", i, err)
+			}
+		default:
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+			}
+		}
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM meta WHERE name LIKE 'n%'").Scan(&n); err != nil || n != calls*2/5 {
+		t.Fatalf("%d rows stored, %v; want %d", n, err, calls*2/5)
+	}
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM meta WHERE name LIKE 'n%' AND right(name, 1) NOT IN ('0', '4', '5', '9')").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows of refused or failed calls stored, %v", n, err)
+	}
+	n = 0
+	committed.Range(func(any, any) bool { n++; return true })
+	if n != calls*2/5 {
+		t.Fatalf("AfterCommit ran for %d calls, want %d", n, calls*2/5)
+	}
+}

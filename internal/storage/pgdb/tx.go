@@ -29,6 +29,9 @@ type tx struct {
 	begin  string
 	queued []*pgx.QueuedQuery
 	done   bool
+	// sent counts the round trips, so that Batch can tell whether a call
+	// sent anything.
+	sent int
 	// savepoints counts the savepoints made, for their names.
 	savepoints int
 	// after run once the transaction has committed.
@@ -47,9 +50,10 @@ func Of(t storage.Tx) pgx.Tx { return t.(*tx) }
 // transaction. It is for writes whose result nothing reads (an INSERT of
 // rows the transaction made up), so that they cost no round trip of their
 // own.
-func Queue(t storage.Tx, sql string, args ...any) {
-	p := t.(*tx)
-	p.queued = append(p.queued, &pgx.QueuedQuery{SQL: sql, Arguments: args})
+func Queue(t storage.Tx, sql string, args ...any) { t.(*tx).queue(sql, args...) }
+
+func (t *tx) queue(sql string, args ...any) {
+	t.queued = append(t.queued, &pgx.QueuedQuery{SQL: sql, Arguments: args})
 }
 
 // AfterCommit arranges for fn to run once t has committed, never if it
@@ -99,6 +103,7 @@ func (t *tx) flush(ctx context.Context) error {
 }
 
 func (t *tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	t.sent++
 	if !t.pending() {
 		return t.conn.Exec(ctx, sql, args...)
 	}
@@ -114,6 +119,7 @@ func (t *tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 }
 
 func (t *tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	t.sent++
 	if !t.pending() {
 		return t.conn.Query(ctx, sql, args...)
 	}
@@ -131,6 +137,7 @@ func (t *tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 
 func (t *tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if !t.pending() {
+		t.sent++
 		return t.conn.QueryRow(ctx, sql, args...)
 	}
 	rows, err := t.Query(ctx, sql, args...)
@@ -138,6 +145,7 @@ func (t *tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 }
 
 func (t *tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	t.sent++
 	if !t.pending() {
 		return t.conn.SendBatch(ctx, b)
 	}
@@ -149,6 +157,7 @@ func (t *tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 }
 
 func (t *tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	t.sent++
 	if err := t.flush(ctx); err != nil {
 		return 0, err
 	}
@@ -156,6 +165,7 @@ func (t *tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []strin
 }
 
 func (t *tx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	t.sent++
 	if err := t.flush(ctx); err != nil {
 		return nil, err
 	}
