@@ -274,9 +274,15 @@ func (b *PostgresBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id s
 		if err != nil {
 			return nil, digest, err
 		}
-		// Creates that race to store a new document: the second waits for
-		// the first and then finds it there.
-		pgdb.Queue(stx, "INSERT INTO contract_documents (digest, document) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING", digest[:], doc)
+		// Stored at once, in a transaction of its own: in tx, a second
+		// create storing it would wait for tx to end, and creates that
+		// share a transaction (Batch) and store two documents could wait
+		// for each other. The lock held keeps it until tx has committed
+		// its contract; should tx fail, the document stays, unheld, as
+		// a template's next create would store it anyway.
+		if _, err := b.db.Pool.Exec(ctx, "INSERT INTO contract_documents (digest, document) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING", digest[:], doc); err != nil {
+			return nil, digest, b.db.Wrap("storing a contract document", err)
+		}
 	}
 	return t, digest, nil
 }
