@@ -57,11 +57,12 @@ type Backend interface {
 	Remove(ctx context.Context, tx storage.Tx, c *Contract) error
 
 	// HoldTemplate reads template id (the 404 errNoTemplate if there is
-	// none) with the digest of its document, and holds that document for
-	// a contract about to be inserted in tx: it stores the document if no
-	// contract holds it yet, and counts one more holder. One call, so
-	// that a backend across a network reads and holds in one round trip.
-	HoldTemplate(ctx context.Context, tx storage.Tx, id string) (*Template, [sha256.Size]byte, error)
+	// none): its collection and the digest of its document; and it holds
+	// that document for a contract about to be inserted in tx: it stores
+	// the document if no contract holds it yet, and counts one more
+	// holder. One call, so that a backend across a network can make it
+	// one round trip, or none.
+	HoldTemplate(ctx context.Context, tx storage.Tx, id string) (collection string, digest [sha256.Size]byte, err error)
 	// ReleaseDocument counts one contract fewer holding digest and
 	// deletes the document when none is left. It comes after the Remove
 	// of the contract that held it.

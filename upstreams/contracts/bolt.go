@@ -220,10 +220,10 @@ func (b *BoltBackend) Remove(_ context.Context, stx storage.Tx, c *Contract) err
 }
 
 // HoldTemplate implements Backend.
-func (b *BoltBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id string) (*Template, [sha256.Size]byte, error) {
+func (b *BoltBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id string) (string, [sha256.Size]byte, error) {
 	t, stored, err := b.Template(ctx, stx, id)
 	if err != nil {
-		return nil, [sha256.Size]byte{}, err
+		return "", [sha256.Size]byte{}, err
 	}
 	digest := templateDigest(t, stored)
 	tx := boltdb.Of(stx)
@@ -231,13 +231,13 @@ func (b *BoltBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id strin
 	if docs.Get(digest[:]) == nil {
 		encoded, err := encodeDocument(t)
 		if err != nil {
-			return nil, digest, err
+			return "", digest, err
 		}
 		if err := docs.Put(digest[:], encoded); err != nil {
-			return nil, digest, err
+			return "", digest, err
 		}
 	}
-	return t, digest, bump(tx.Bucket(bucketDocumentRefs), digest[:], 1)
+	return t.CollectionID, digest, bump(tx.Bucket(bucketDocumentRefs), digest[:], 1)
 }
 
 // ReleaseDocument implements Backend.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -28,12 +29,31 @@ type PostgresBackend struct {
 	// records reads the records of Contract, shared by the GETs that
 	// come at once.
 	records *pgdb.Lookup[uuid.UUID]
+
+	// held remembers, by template id, what HoldTemplate last read of a
+	// template whose document was stored, so that the next create from
+	// it checks in its transaction that both are still so instead of
+	// reading them first.
+	heldMu sync.Mutex
+	held   map[string]heldTemplate
 }
+
+// heldTemplate is what a create needs of a template: its collection and
+// document digest, as of version.
+type heldTemplate struct {
+	version    int64
+	collection string
+	digest     [sha256.Size]byte
+}
+
+// maxHeldTemplates bounds PostgresBackend.held.
+const maxHeldTemplates = 10000
 
 // NewPostgresBackend uses db, already migrated.
 func NewPostgresBackend(db *pgdb.DB) *PostgresBackend {
 	return &PostgresBackend{db: db,
-		records: pgdb.NewLookup[uuid.UUID](db, "a contract", "SELECT id, record FROM contract_records WHERE id = ANY($1)")}
+		records: pgdb.NewLookup[uuid.UUID](db, "a contract", "SELECT id, record FROM contract_records WHERE id = ANY($1)"),
+		held:    make(map[string]heldTemplate)}
 }
 
 var (
@@ -61,7 +81,8 @@ func (b *PostgresBackend) PutTemplate(ctx context.Context, tx storage.Tx, t *Tem
 	}
 	var created bool
 	err = pgdb.Of(tx).QueryRow(ctx, `INSERT INTO templates (id, record, digest) VALUES ($1, $2, $3)
-		ON CONFLICT (id) DO UPDATE SET record = excluded.record, digest = excluded.digest
+		ON CONFLICT (id) DO UPDATE SET record = excluded.record, digest = excluded.digest,
+			version = nextval('template_version_seq')
 		RETURNING xmax = 0`, t.ID, val, digest[:]).Scan(&created)
 	return created, err
 }
@@ -211,26 +232,44 @@ func documentLock(d string) string {
 	return "1801938031, ('x' || encode(substr(" + d + ", 1, 4), 'hex'))::bit(32)::int"
 }
 
-// HoldTemplate implements Backend in one round trip: the template is
-// read while the lock on its document is taken, shared, and then, in a
-// statement of its own and so on a snapshot taken once the lock is held,
-// whether the document is stored. A release that deletes the document
-// takes the lock exclusive: it waits for the creates that hold it and
-// then sees their contracts, and a create that comes after it sees the
-// document gone and stores it again. Unlike a row lock, the advisory lock
-// writes nothing, however many creates hold it at once.
-func (b *PostgresBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id string) (*Template, [sha256.Size]byte, error) {
+// HoldTemplate implements Backend. The template is read while the lock on
+// its document is taken, shared, and then, in a statement of its own and
+// so on a snapshot taken once the lock is held, whether the document is
+// stored. A release that deletes the document takes the lock exclusive:
+// it waits for the creates that hold it and then sees their contracts,
+// and a create that comes after it sees the document gone and stores it
+// again. Unlike a row lock, the advisory lock writes nothing, however
+// many creates hold it at once.
+//
+// That costs a round trip, which on a small box shared with the database
+// is much of a create's cost. So a template read once is remembered, and
+// the next create from it only queues the lock and two checks, that the
+// template's version and the stored document are as remembered, to go
+// with its writes: a check that fails fails the transaction as a
+// serialization failure, and the retry reads.
+func (b *PostgresBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id string) (string, [sha256.Size]byte, error) {
+	b.heldMu.Lock()
+	h, ok := b.held[id]
+	b.heldMu.Unlock()
+	if ok && !pgdb.Retried(stx) {
+		pgdb.Queue(stx, "SELECT keygate_check(EXISTS (SELECT 1 FROM templates WHERE id = $1 AND version = $2), 'template') FROM pg_advisory_xact_lock_shared("+
+			documentLock("$3::bytea")+")", id, h.version, h.digest[:])
+		pgdb.Queue(stx, "SELECT keygate_check(EXISTS (SELECT 1 FROM contract_documents WHERE digest = $1), 'contract document')", h.digest[:])
+		return h.collection, h.digest, nil
+	}
+
 	tx := pgdb.Of(stx)
 	var digest [sha256.Size]byte
 	batch := &pgx.Batch{}
-	batch.Queue(`SELECT t.record, t.digest FROM templates t
+	batch.Queue(`SELECT t.record, t.digest, t.version FROM templates t
 		CROSS JOIN LATERAL pg_advisory_xact_lock_shared(`+documentLock("t.digest")+`) WHERE t.id = $1`, id)
 	batch.Queue(`SELECT t.digest, EXISTS (SELECT 1 FROM contract_documents d WHERE d.digest = t.digest)
 		FROM templates t WHERE t.id = $1`, id)
 	br := tx.SendBatch(ctx, batch)
 	var raw, locked, checked []byte
+	var version int64
 	var stored bool
-	err := br.QueryRow().Scan(&raw, &locked)
+	err := br.QueryRow().Scan(&raw, &locked, &version)
 	if err == nil {
 		err = br.QueryRow().Scan(&checked, &stored)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -241,14 +280,17 @@ func (b *PostgresBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id s
 		err = cerr
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, digest, errNoTemplate
+		b.heldMu.Lock()
+		delete(b.held, id)
+		b.heldMu.Unlock()
+		return "", digest, errNoTemplate
 	}
 	if err != nil {
-		return nil, digest, err
+		return "", digest, err
 	}
 	t := new(Template)
 	if err := json.Unmarshal(raw, t); err != nil {
-		return nil, digest, err
+		return "", digest, err
 	}
 	digest = templateDigest(t, locked)
 	if !bytes.Equal(checked, digest[:]) || !bytes.Equal(locked, digest[:]) {
@@ -266,13 +308,14 @@ func (b *PostgresBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id s
 			err = cerr
 		}
 		if err != nil {
-			return nil, digest, err
+			return "", digest, err
 		}
+		version = -1 // not to be remembered
 	}
 	if !stored {
 		doc, err := encodeDocument(t)
 		if err != nil {
-			return nil, digest, err
+			return "", digest, err
 		}
 		// Stored at once, in a transaction of its own: in tx, a second
 		// create storing it would wait for tx to end, and creates that
@@ -281,10 +324,25 @@ func (b *PostgresBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id s
 		// its contract; should tx fail, the document stays, unheld, as
 		// a template's next create would store it anyway.
 		if _, err := b.db.Pool.Exec(ctx, "INSERT INTO contract_documents (digest, document) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING", digest[:], doc); err != nil {
-			return nil, digest, b.db.Wrap("storing a contract document", err)
+			return "", digest, b.db.Wrap("storing a contract document", err)
 		}
 	}
-	return t, digest, nil
+	if version >= 0 {
+		b.remember(id, heldTemplate{version: version, collection: t.CollectionID, digest: digest})
+	}
+	return t.CollectionID, digest, nil
+}
+
+func (b *PostgresBackend) remember(id string, h heldTemplate) {
+	b.heldMu.Lock()
+	defer b.heldMu.Unlock()
+	if _, ok := b.held[id]; !ok && len(b.held) >= maxHeldTemplates {
+		for k := range b.held { // an arbitrary victim: map order is random
+			delete(b.held, k)
+			break
+		}
+	}
+	b.held[id] = h
 }
 
 // ReleaseDocument implements Backend, after Remove: the document goes

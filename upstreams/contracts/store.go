@@ -171,7 +171,7 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 	st := searchText(c)
 
 	err = s.db.Batch(ctx, func(tx storage.Tx) error {
-		tpl, digest, err := s.backend.HoldTemplate(ctx, tx, in.TemplateID)
+		collection, digest, err := s.backend.HoldTemplate(ctx, tx, in.TemplateID)
 		if problem.IsNotFound(err) {
 			var f problem.Fields
 			f.Add("templateId", codeUnknownTemplate, "templateId names no registered template")
@@ -180,7 +180,7 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 		if err != nil {
 			return err
 		}
-		c.CollectionID = tpl.CollectionID
+		c.CollectionID = collection
 		c.DocumentDigest = digest[:]
 		record, err := json.Marshal(c)
 		if err != nil {

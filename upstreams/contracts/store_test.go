@@ -1,8 +1,11 @@
 package contracts
 
 import (
+	"context"
 	"fmt"
 	"github.com/keygate/keygate/internal/storage/storetest"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -148,4 +151,60 @@ func TestSigningTokenLookup(t *testing.T) {
 			t.Errorf("status %s after expiry", got.Status)
 		}
 	})
+}
+
+// TestTemplateChangedByAnotherInstance: an instance that remembers a
+// template from its last create (PostgresBackend.HoldTemplate) still
+// copies what another instance changed since: a new collection and text,
+// a deleted template, a document deleted with its last contract.
+func TestTemplateChangedByAnotherInstance(t *testing.T) {
+	db := storetest.OpenPostgres(t)
+	a, b := newFixtureOn(t, db), newFixtureOn(t, db)
+	ctx := context.Background()
+	document := func(id string) (string, string) {
+		t.Helper()
+		c, err := a.store.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		title, body, err := a.store.Document(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.CollectionID, title + "|" + body
+	}
+
+	first := a.createNamed(alice, "PAGE-1", "first")
+	if coll, doc := document(first); coll != "SPACE-A" || doc != "Lease|The tenant shall pay." {
+		t.Fatalf("first: %s %s", coll, doc)
+	}
+	if _, err := b.templates.Put(Template{ID: "PAGE-1", CollectionID: "SPACE-Z", Title: "Lease", Body: "The tenant shall pay twice."}); err != nil {
+		t.Fatal(err)
+	}
+	second := a.createNamed(alice, "PAGE-1", "second")
+	if coll, doc := document(second); coll != "SPACE-Z" || doc != "Lease|The tenant shall pay twice." {
+		t.Fatalf("after another instance's change: %s %s", coll, doc)
+	}
+
+	// The document of PAGE-2 goes with its only contract, deleted through
+	// the other instance; the next create stores it again.
+	only := a.createNamed(alice, "PAGE-2", "only")
+	if err := b.store.Delete(ctx, only); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.bucketLen(bucketDocuments); got != 2 {
+		t.Fatalf("%d documents after the delete, want PAGE-1's two", got)
+	}
+	again := a.createNamed(alice, "PAGE-2", "again")
+	if coll, doc := document(again); coll != "SPACE-B" || doc != "NDA|Keep it secret." {
+		t.Fatalf("after the document went: %s %s", coll, doc)
+	}
+
+	if err := b.templates.Delete("PAGE-1"); err != nil {
+		t.Fatal(err)
+	}
+	w := a.do(alice, http.MethodPost, Prefix, `{"templateId":"PAGE-1","name":"x","signers":[{"fullName":"S","accessKind":"url"}]}`)
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), codeUnknownTemplate) {
+		t.Fatalf("create from a template deleted by another instance: %d %s", w.Code, w.Body)
+	}
 }

@@ -90,6 +90,10 @@ func (d *DB) runBatch() {
 			t.queue("SAVEPOINT " + batchSavepoint)
 			err := c.fn(t)
 			switch {
+			case err == nil && t.sent == sent:
+				// All of fn is queued: its savepoint is of no use.
+				t.queued = append(t.queued[:queued], t.queued[queued+1:]...)
+				continue
 			case err == nil:
 				t.queue("RELEASE SAVEPOINT " + batchSavepoint)
 				continue

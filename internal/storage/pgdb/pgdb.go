@@ -284,7 +284,7 @@ func (d *DB) run(ctx context.Context, opts pgx.TxOptions, fn func(storage.Tx) er
 	}
 	begin := beginSQL(opts)
 	for attempt := 0; ; attempt++ {
-		err := d.runOnce(ctx, begin, fn)
+		err := d.runOnce(ctx, begin, attempt > 0, fn)
 		switch {
 		case err == nil:
 			return nil
@@ -299,13 +299,13 @@ func (d *DB) run(ctx context.Context, opts pgx.TxOptions, fn func(storage.Tx) er
 }
 
 // runOnce runs fn in one transaction on a connection of the pool.
-func (d *DB) runOnce(ctx context.Context, begin string, fn func(storage.Tx) error) (err error) {
+func (d *DB) runOnce(ctx context.Context, begin string, retry bool, fn func(storage.Tx) error) (err error) {
 	conn, err := d.Pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
-	t := &tx{conn: conn.Conn(), begin: begin}
+	t := &tx{conn: conn.Conn(), begin: begin, retry: retry}
 	defer func() {
 		if p := recover(); p != nil {
 			t.Rollback(ctx)

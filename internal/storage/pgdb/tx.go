@@ -36,6 +36,8 @@ type tx struct {
 	savepoints int
 	// after run once the transaction has committed.
 	after []func()
+	// retry: an earlier attempt of the same transaction failed.
+	retry bool
 }
 
 func (*tx) Backend() string { return Name }
@@ -55,6 +57,12 @@ func Queue(t storage.Tx, sql string, args ...any) { t.(*tx).queue(sql, args...) 
 func (t *tx) queue(sql string, args ...any) {
 	t.queued = append(t.queued, &pgx.QueuedQuery{SQL: sql, Arguments: args})
 }
+
+// Retried reports whether t runs again after an attempt that failed (a
+// serialization failure or deadlock), so that a store that took a short
+// cut on an assumption the failure may have proved wrong does not take it
+// again.
+func Retried(t storage.Tx) bool { return t.(*tx).retry }
 
 // AfterCommit arranges for fn to run once t has committed, never if it
 // rolls back; for effects outside the database that must not announce a

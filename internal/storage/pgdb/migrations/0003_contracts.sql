@@ -2,11 +2,29 @@
 -- is compared or ordered is COLLATE "C", so results and their order are
 -- byte for byte those of the bbolt backend; records are kept as bytea, the
 -- exact bytes the Go code encoded.
+-- version changes with every write of a template (from a sequence, so a
+-- template deleted and added again does not reuse one): an instance that
+-- remembers a template checks, in the create's transaction, that it is
+-- still the one it remembers.
+CREATE SEQUENCE template_version_seq;
 CREATE TABLE templates (
-	id     text COLLATE "C" PRIMARY KEY,
-	record bytea NOT NULL,
-	digest bytea NOT NULL
+	id      text COLLATE "C" PRIMARY KEY,
+	record  bytea NOT NULL,
+	digest  bytea NOT NULL,
+	version bigint NOT NULL DEFAULT nextval('template_version_seq')
 );
+
+-- keygate_check fails the transaction unless ok, as a serialization
+-- failure (which the gateway retries): for a condition a statement checks
+-- without its answer being read before the commit, such as "the template
+-- this create remembers has not changed".
+CREATE FUNCTION keygate_check(ok boolean, what text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	IF ok IS NOT TRUE THEN
+		RAISE EXCEPTION 'keygate: % changed meanwhile', what USING ERRCODE = 'serialization_failure';
+	END IF;
+END
+$$;
 
 -- The copy of a template's text made at creation, shared by the contracts
 -- made from the same text (contracts.document_digest). No counter, and no
