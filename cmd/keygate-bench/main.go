@@ -171,6 +171,10 @@ func (g *gatewayProc) run(spec loadSpec) result {
 
 func (g *gatewayProc) creates(d *dataset, n int) float64 {
 	spec := g.createContract(d)
+	if *profile != "" && spec.name == *profileOf {
+		done := g.captureProfile(*profile, *runFor)
+		defer func() { <-done; *profile = "" }()
+	}
 	res, err := load(spec.addr, n, *runFor, false, spec.next)
 	if err != nil {
 		fatalf("creates: %v", err)
