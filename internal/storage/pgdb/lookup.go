@@ -25,10 +25,11 @@ type Lookup[K comparable] struct {
 	reading int // reads on their way
 }
 
-// maxLookups bounds the reads of one Lookup on their way at once: enough
-// that a slow one does not hold up the rest, few enough that callers who
-// come at once share them.
-const maxLookups = 4
+// maxLookups bounds the reads of one Lookup on their way at once: two,
+// so that one slow read does not hold up every caller, and no more, so
+// that callers who come at once share them (with 4, a bench of 32
+// clients made reads of a few keys each, and lost a quarter of its GETs).
+const maxLookups = 2
 
 type lookupCall[K comparable] struct {
 	key   K
