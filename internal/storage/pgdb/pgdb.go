@@ -234,14 +234,31 @@ func (d *DB) Version(ctx context.Context) (int, error) {
 // start and, on every later one, refuses a key whose check value differs:
 // instances of one deployment must share their master key.
 func (d *DB) CheckMasterKey(ctx context.Context, masterKey []byte) error {
+	return d.checkMasterKey(ctx, d.Pool, masterKey)
+}
+
+// CheckMasterKeyIn is CheckMasterKey inside tx, so that a copy into the
+// schema (caddy webapi migrate) records the check value in the
+// transaction that writes the data, and a failed copy leaves nothing.
+func (d *DB) CheckMasterKeyIn(ctx context.Context, tx storage.Tx, masterKey []byte) error {
+	return d.checkMasterKey(ctx, Of(tx), masterKey)
+}
+
+// querier is what the master key check needs: a pool or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (d *DB) checkMasterKey(ctx context.Context, q querier, masterKey []byte) error {
 	mac := hmac.New(sha256.New, masterKey)
 	mac.Write([]byte("keygate master key check v1"))
 	check := mac.Sum(nil)
-	if _, err := d.Pool.Exec(ctx, "INSERT INTO meta (name, value) VALUES ('master_key_check', $1) ON CONFLICT (name) DO NOTHING", check); err != nil {
+	if _, err := q.Exec(ctx, "INSERT INTO meta (name, value) VALUES ('master_key_check', $1) ON CONFLICT (name) DO NOTHING", check); err != nil {
 		return d.wrap("recording the master key check", err)
 	}
 	var stored []byte
-	if err := d.Pool.QueryRow(ctx, "SELECT value FROM meta WHERE name = 'master_key_check'").Scan(&stored); err != nil {
+	if err := q.QueryRow(ctx, "SELECT value FROM meta WHERE name = 'master_key_check'").Scan(&stored); err != nil {
 		return d.wrap("reading the master key check", err)
 	}
 	if subtle.ConstantTimeCompare(stored, check) != 1 {
