@@ -9,8 +9,10 @@ import (
 	"github.com/keygate/keygate/keystore"
 )
 
-func TestAdminKeys(t *testing.T) {
-	startGateway(t, echoSite)
+func TestAdminKeys(t *testing.T) { eachBackend(t, testAdminKeys) }
+
+func testAdminKeys(t *testing.T, b backend) {
+	startGateway(t, b, echoSite)
 	keysURL := adminURL + "/webapi/keys"
 
 	t.Run("create answers the key with its token once", func(t *testing.T) {
@@ -135,8 +137,10 @@ func TestAdminKeys(t *testing.T) {
 	})
 }
 
-func TestAdminTemplates(t *testing.T) {
-	startGateway(t, echoSite)
+func TestAdminTemplates(t *testing.T) { eachBackend(t, testAdminTemplates) }
+
+func testAdminTemplates(t *testing.T, b backend) {
+	startGateway(t, b, echoSite)
 	url := adminURL + "/webapi/templates"
 	tpl := map[string]any{"id": "PAGE-1", "collectionId": "SPACE", "title": "NDA", "body": "Keep it secret."}
 	if r := do(t, "POST", url, tpl); r.status != 201 {

@@ -25,10 +25,11 @@ func init() {
 	caddy.RegisterModule(App{})
 }
 
-// App is the `webapi` app: it owns the bbolt database, the key store and
-// the background work (usage flush, expiry sweep, notification delivery).
-// The database, key store and delivery worker outlive config reloads: they
-// sit in a usage pool keyed by the database's path.
+// App is the `webapi` app: it owns the database (its storage module's),
+// the key store and the background work (usage flush, expiry sweep,
+// notification delivery). The database, key store and delivery worker
+// outlive config reloads: they sit in a usage pool keyed by the storage's
+// PoolKey (the bbolt file's path, or PostgreSQL's server and schema).
 type App struct {
 	// DataDir holds webapi.db, master.key and mail/. Default ./data.
 	DataDir string `json:"data_dir,omitempty"`
@@ -140,11 +141,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 		a.storage = mod.(Storage)
 	}
-	if _, ok := a.storage.(*BoltStorage); !ok {
-		// TODO(issue 9): open the stores through the module.
-		return errors.New("storage: only bolt is wired yet")
+	poolKey, err := a.storage.PoolKey(a.DataDir)
+	if err != nil {
+		return err
 	}
-	dbPath, err := filepath.Abs(filepath.Join(a.DataDir, "webapi.db"))
+	dataDir, err := filepath.Abs(a.DataDir)
 	if err != nil {
 		return err
 	}
@@ -152,13 +153,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	val, _, err := states.LoadOrNew(dbPath, func() (caddy.Destructor, error) {
-		return openState(dbPath, keyPath, a.logger)
+	val, _, err := states.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
+		return openState(a.storage, dataDir, keyPath, a.logger)
 	})
 	if err != nil {
 		return err
 	}
-	a.poolKey = dbPath
+	a.poolKey = poolKey
 	a.state = val.(*state)
 	if a.state.masterKeyPath != keyPath {
 		return fmt.Errorf("master_key_file changed from %s to %s: the database stays open across reloads, so restart to change it", a.state.masterKeyPath, keyPath)

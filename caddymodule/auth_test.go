@@ -21,8 +21,10 @@ const echoSite = `
 	}
 `
 
-func TestKeyCheck(t *testing.T) {
-	g := startGateway(t, echoSite)
+func TestKeyCheck(t *testing.T) { eachBackend(t, testKeyCheck) }
+
+func testKeyCheck(t *testing.T, b backend) {
+	g := startGateway(t, b, echoSite)
 	now := time.Now().UTC()
 	full := createKey(t, map[string]any{"service": "contracts", "name": "full", "owner": "alice",
 		"privileges": []string{"get", "search", "create", "archive", "delete"}})
@@ -138,8 +140,10 @@ func TestKeyCheck(t *testing.T) {
 	})
 }
 
-func TestDeletedKeyStopsAtOnce(t *testing.T) {
-	startGateway(t, echoSite)
+func TestDeletedKeyStopsAtOnce(t *testing.T) { eachBackend(t, testDeletedKeyStopsAtOnce) }
+
+func testDeletedKeyStopsAtOnce(t *testing.T, b backend) {
+	startGateway(t, b, echoSite)
 	k := createKey(t, map[string]any{"service": "contracts", "name": "doomed", "owner": "alice", "privileges": []string{"get"}})
 	url := siteURL + "/webapi/contracts/x"
 	if r := do(t, "GET", url, nil, bearer(k.Token)...); r.status != 200 {
@@ -165,7 +169,7 @@ func TestBehindReverseProxy(t *testing.T) {
 		w.WriteHeader(http.StatusTeapot)
 	}))
 	defer upstream.Close()
-	startGateway(t, `
+	startGateway(t, bolt, `
 	handle /webapi/contracts* {
 		webapi_auth contracts
 		reverse_proxy `+strings.TrimPrefix(upstream.URL, "http://")+`

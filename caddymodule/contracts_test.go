@@ -137,9 +137,9 @@ const ctrURL = "/webapi/contracts"
 
 // ctrSetup starts a gateway with the default routing and registers two
 // templates through the admin API.
-func ctrSetup(t *testing.T) *gateway {
+func ctrSetup(t *testing.T, b backend) *gateway {
 	t.Helper()
-	g := startGateway(t, defaultSite)
+	g := startGateway(t, b, defaultSite)
 	for _, tpl := range []map[string]any{
 		{"id": "TPL-1", "collectionId": "SPACE-A", "title": "Mutual NDA", "body": "Both parties keep it secret."},
 		{"id": "TPL-2", "collectionId": "SPACE-B", "title": "Supply agreement", "body": "Goods against money."},
@@ -200,8 +200,10 @@ func ctrIDs(cs []ctrContract) []string {
 	return out
 }
 
-func TestContractsCreate(t *testing.T) {
-	ctrSetup(t)
+func TestContractsCreate(t *testing.T) { eachBackend(t, testContractsCreate) }
+
+func testContractsCreate(t *testing.T, b backend) {
+	ctrSetup(t, b)
 	alice := ctrKey(t, "alice", ctrAllPrivileges...)
 	countAll := func() int {
 		p, _ := ctrSearch(t, alice, "placement=any&statuses=any")
@@ -425,8 +427,10 @@ func TestContractsCreate(t *testing.T) {
 	}
 }
 
-func TestContractsGetArchiveDelete(t *testing.T) {
-	ctrSetup(t)
+func TestContractsGetArchiveDelete(t *testing.T) { eachBackend(t, testContractsGetArchiveDelete) }
+
+func testContractsGetArchiveDelete(t *testing.T, b backend) {
+	ctrSetup(t, b)
 	alice := ctrKey(t, "alice", ctrAllPrivileges...)
 	bob := ctrKey(t, "bob", ctrAllPrivileges...)
 	c := ctrCreate(t, alice, ctrSimple("TPL-1", "Lease", map[string]any{"fullName": "Erika", "accessKind": "email", "email": "erika@example.com"},
@@ -540,8 +544,10 @@ func TestContractsGetArchiveDelete(t *testing.T) {
 	})
 }
 
-func TestContractsSearch(t *testing.T) {
-	ctrSetup(t)
+func TestContractsSearch(t *testing.T) { eachBackend(t, testContractsSearch) }
+
+func testContractsSearch(t *testing.T, b backend) {
+	ctrSetup(t, b)
 	alice := ctrKey(t, "alice", ctrAllPrivileges...)
 	bob := ctrKey(t, "bob", ctrAllPrivileges...)
 	email := func(name, addr string) map[string]any {
@@ -777,8 +783,10 @@ func TestContractsSearch(t *testing.T) {
 	})
 }
 
-func TestContractsPrivileges(t *testing.T) {
-	ctrSetup(t)
+func TestContractsPrivileges(t *testing.T) { eachBackend(t, testContractsPrivileges) }
+
+func testContractsPrivileges(t *testing.T, b backend) {
+	ctrSetup(t, b)
 	full := ctrKey(t, "alice", ctrAllPrivileges...)
 	c := ctrCreate(t, full, ctrSimple("TPL-1", "Guarded"))
 	path := siteURL + ctrURL + "/" + c.ID

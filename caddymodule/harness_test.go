@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/internal/pgtest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 )
@@ -24,11 +25,41 @@ var (
 	siteURL  = fmt.Sprintf("http://localhost:%d", caddymodule.TestSitePort)
 )
 
-// gateway is one loaded test config with its data directory.
+// gateway is one loaded test config with its data directory and storage.
 type gateway struct {
 	t      *testing.T
 	tester *caddytest.Tester
 	dir    string
+	// storage are the webapi block's lines that choose the backend.
+	storage string
+}
+
+// backend is a storage the API tests run on.
+type backend struct {
+	name string
+	// storage makes the webapi block's lines for a fresh, empty database
+	// of this backend, dropped when t ends; empty for the default bbolt
+	// file in the data directory.
+	storage func(t *testing.T) string
+}
+
+// backends: every API test runs on each, one suite for both.
+var backends = []backend{
+	{name: "bolt", storage: func(*testing.T) string { return "" }},
+	{name: "postgres", storage: func(t *testing.T) string {
+		srv := pgtest.Shared(t)
+		return fmt.Sprintf("storage postgres {\n\t\t\tdsn %q\n\t\t\tschema %s\n\t\t}", srv.DSN, srv.Schema(t))
+	}},
+}
+
+// bolt is the backend of the tests that are about Caddy, not storage.
+var bolt = backends[0]
+
+// eachBackend runs fn once per backend, as subtests named after them.
+func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { fn(t, b) })
+	}
 }
 
 // globalOptions are every test config's global block; %[1]s is the data
@@ -62,9 +93,11 @@ const globalOptions = `{
 
 // startGateway loads a config made of the test global options and site, a
 // Caddyfile site block body served on the test site port.
-func startGateway(t *testing.T, site string) *gateway {
+func startGateway(t *testing.T, b backend, site string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, tester: newTester(t), dir: t.TempDir()}
+	// The database is made first, so that it is dropped after the
+	// cleanup below has closed it.
+	g := &gateway{t: t, tester: newTester(t), dir: t.TempDir(), storage: b.storage(t)}
 	// Cleanups run last-in first-out: this one, before the data directory
 	// is removed, loads a config without the webapi app, so the database
 	// closes and the notification worker stops writing into the directory.
@@ -75,7 +108,7 @@ func startGateway(t *testing.T, site string) *gateway {
 	return g
 }
 
-func (g *gateway) config(site string) string { return testConfig(g.dir, "", site) }
+func (g *gateway) config(site string) string { return testConfig(g.dir, g.storage, site) }
 
 // testConfig is a test Caddyfile: the global options on data directory
 // dir with webapiExtra added to the webapi block, and site served on the

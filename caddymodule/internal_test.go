@@ -13,6 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/pgtest"
 )
 
 // TestMain lets the test binary play a second gateway process that opens
@@ -20,20 +22,20 @@ import (
 func TestMain(m *testing.M) {
 	if path := os.Getenv("KEYGATE_TEST_OPEN_DB"); path != "" {
 		start := time.Now()
-		_, err := openState(path, filepath.Join(filepath.Dir(path), "master.key"), zap.NewNop())
+		_, err := openState(BoltStorage{}, filepath.Dir(path), filepath.Join(filepath.Dir(path), "master.key"), zap.NewNop())
 		fmt.Printf("elapsed=%s err=%v\n", time.Since(start).Round(time.Millisecond), err)
 		if err != nil {
 			os.Exit(3)
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(pgtest.Main(m))
 }
 
 func TestSecondProcessFailsClearly(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "webapi.db")
-	s, err := openState(db, filepath.Join(dir, "master.key"), zap.NewNop())
+	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "master.key"), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +61,7 @@ func TestSecondProcessFailsClearly(t *testing.T) {
 
 func TestMasterKeyFileMode(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openState(filepath.Join(dir, "webapi.db"), filepath.Join(dir, "keys", "master.key"), zap.NewNop())
+	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "keys", "master.key"), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +163,7 @@ http://localhost:%[3]d {
 // of the config still running; a config replaced normally changes nothing.
 func TestSendersAcrossReloads(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openState(filepath.Join(dir, "webapi.db"), filepath.Join(dir, "master.key"), zap.NewNop())
+	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "master.key"), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

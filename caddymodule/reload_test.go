@@ -10,7 +10,7 @@ import (
 )
 
 func TestMetricsSurviveReload(t *testing.T) {
-	g := startGateway(t, echoSite)
+	g := startGateway(t, bolt, echoSite)
 	k := createKey(t, map[string]any{"service": "contracts", "name": "m", "owner": "alice", "privileges": []string{"get"}})
 	do(t, "GET", siteURL+"/webapi/contracts/x", nil, bearer(k.Token)...)
 	do(t, "GET", siteURL+"/webapi/contracts/x", nil)
@@ -56,7 +56,7 @@ func TestMetricsSurviveReload(t *testing.T) {
 // TestReloadUnderLoad reloads the config while clients call the API: no
 // request fails, none hangs, and the usage of every call is counted.
 func TestReloadUnderLoad(t *testing.T) {
-	g := startGateway(t, echoSite)
+	g := startGateway(t, bolt, echoSite)
 	k := createKey(t, map[string]any{"service": "contracts", "name": "load", "owner": "alice", "privileges": []string{"get"}})
 
 	var ok, failed atomic.Int64
@@ -107,20 +107,22 @@ func TestReloadUnderLoad(t *testing.T) {
 }
 
 // TestUsagePersists proves counts reach the database: after the state is
-// released (another data_dir loaded) and taken up again, they are back.
-func TestUsagePersists(t *testing.T) {
-	g := startGateway(t, echoSite)
+// released (another database loaded) and taken up again, they are back.
+func TestUsagePersists(t *testing.T) { eachBackend(t, testUsagePersists) }
+
+func testUsagePersists(t *testing.T, b backend) {
+	g := startGateway(t, b, echoSite)
 	k := createKey(t, map[string]any{"service": "contracts", "name": "p", "owner": "alice", "privileges": []string{"get"}})
 	for i := 0; i < 5; i++ {
 		do(t, "GET", siteURL+"/webapi/contracts/x", nil, bearer(k.Token)...)
 	}
-	first := g.dir
-	g.dir = t.TempDir()
+	first, firstStorage := g.dir, g.storage
+	g.dir, g.storage = t.TempDir(), b.storage(t)
 	g.load(echoSite)
 	if r := do(t, "GET", siteURL+"/webapi/contracts/x", nil, bearer(k.Token)...); r.status != 401 {
-		t.Fatalf("key of another data_dir: %d", r.status)
+		t.Fatalf("key of another database: %d", r.status)
 	}
-	g.dir = first
+	g.dir, g.storage = first, firstStorage
 	g.load(echoSite)
 	r := do(t, "GET", adminURL+"/webapi/keys/"+k.ID, nil)
 	if !strings.Contains(string(r.body), `"usageCount": 5`) || strings.Contains(string(r.body), `"lastUsageTime": null`) {

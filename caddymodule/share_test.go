@@ -157,8 +157,10 @@ func shrOr0(p *string) string {
 	return *p
 }
 
-func TestShareCreate(t *testing.T) {
-	startGateway(t, defaultSite)
+func TestShareCreate(t *testing.T) { eachBackend(t, testShareCreate) }
+
+func testShareCreate(t *testing.T, b backend) {
+	startGateway(t, b, defaultSite)
 	alice := shrKey(t, "alice", nil, shrAllPrivileges...)
 	future := time.Now().Add(72*time.Hour).UnixMilli() + 123
 
@@ -325,8 +327,10 @@ func TestShareCreate(t *testing.T) {
 	}
 }
 
-func TestShareUpdateDelete(t *testing.T) {
-	startGateway(t, defaultSite)
+func TestShareUpdateDelete(t *testing.T) { eachBackend(t, testShareUpdateDelete) }
+
+func testShareUpdateDelete(t *testing.T, b backend) {
+	startGateway(t, b, defaultSite)
 	alice := shrKey(t, "alice", nil, shrAllPrivileges...)
 	root := shrKey(t, "root", []string{"*"}, shrAllPrivileges...)
 	bob := shrKey(t, "bob", []string{"P2"}, shrAllPrivileges...)
@@ -513,8 +517,10 @@ func TestShareUpdateDelete(t *testing.T) {
 	})
 }
 
-func TestShareList(t *testing.T) {
-	startGateway(t, defaultSite)
+func TestShareList(t *testing.T) { eachBackend(t, testShareList) }
+
+func testShareList(t *testing.T, b backend) {
+	startGateway(t, b, defaultSite)
 	alice := shrKey(t, "alice", nil, shrAllPrivileges...)
 	bob := shrKey(t, "bob", []string{"P1"}, shrAllPrivileges...)
 	carol := shrKey(t, "carol", nil, shrAllPrivileges...)
@@ -730,8 +736,10 @@ func shrCmpInt(a, b int64) int {
 	return 0
 }
 
-func TestSharePrivileges(t *testing.T) {
-	startGateway(t, defaultSite)
+func TestSharePrivileges(t *testing.T) { eachBackend(t, testSharePrivileges) }
+
+func testSharePrivileges(t *testing.T, b backend) {
+	startGateway(t, b, defaultSite)
 	full := shrKey(t, "alice", nil, shrAllPrivileges...)
 	s, _ := shrCreate(t, full, map[string]any{"type": "ISSUE", "issueId": "1", "projectId": "P1"})
 	path := siteURL + shrURL + "/" + s.UUID
@@ -796,8 +804,10 @@ func TestSharePrivileges(t *testing.T) {
 	}
 }
 
-func TestSharePublicPage(t *testing.T) {
-	g := startGateway(t, defaultSite)
+func TestSharePublicPage(t *testing.T) { eachBackend(t, testSharePublicPage) }
+
+func testSharePublicPage(t *testing.T, b backend) {
+	g := startGateway(t, b, defaultSite)
 	alice := shrKey(t, "alice", nil, shrAllPrivileges...)
 	open, _ := shrCreate(t, alice, map[string]any{"type": "ISSUE", "issueId": "DEMO-42", "projectId": "P1",
 		"fieldsConfig": map[string]any{"fieldConfigs": map[string]any{

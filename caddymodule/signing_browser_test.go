@@ -18,14 +18,15 @@ import (
 )
 
 // signingConfig is a gateway with the contracts API and the signing
-// pages on data directory dir. With smtpAddr it mails through that SMTP
-// server, else it writes .eml files to dir/mail.
-func signingConfig(dir, smtpAddr string) string {
-	smtp := ""
+// pages on data directory dir and storage (backend.storage's lines).
+// With smtpAddr it mails through that SMTP server, else it writes .eml
+// files to dir/mail.
+func signingConfig(dir, storage, smtpAddr string) string {
+	webapi := storage
 	if smtpAddr != "" {
-		smtp = fmt.Sprintf("smtp %s {\n\t\t\tfrom \"Contracts <contracts@example.com>\"\n\t\t\ttls none\n\t\t}", smtpAddr)
+		webapi += fmt.Sprintf("\n\t\tsmtp %s {\n\t\t\tfrom \"Contracts <contracts@example.com>\"\n\t\t\ttls none\n\t\t}", smtpAddr)
 	}
-	return testConfig(dir, smtp, `
+	return testConfig(dir, webapi, `
 	handle /webapi/contracts* {
 		webapi_auth contracts
 		webapi_contracts
@@ -53,10 +54,12 @@ var passwordLine = regexp.MustCompile(`(?m)^\s+(\d{6})\s*$`)
 // password, which the test reads from its SMTP server, draws a signature
 // on the canvas with the mouse and signs. The contract is then signed,
 // with its PDFs downloadable through the API.
-func TestSigningInBrowser(t *testing.T) {
+func TestSigningInBrowser(t *testing.T) { eachBackend(t, testSigningInBrowser) }
+
+func testSigningInBrowser(t *testing.T, b backend) {
 	browser := chromium(t)
 	mails := mailtest.Start(t)
-	newTester(t).InitServer(signingConfig(t.TempDir(), mails.Addr), "caddyfile")
+	newTester(t).InitServer(signingConfig(t.TempDir(), b.storage(t), mails.Addr), "caddyfile")
 
 	if r := do(t, http.MethodPost, adminURL+"/webapi/templates", map[string]any{"id": "PAGE-7", "collectionId": "SPACE-7",
 		"title": "Service agreement", "body": "The provider shall provide the service.\nThe client shall pay for it."}); r.status != http.StatusCreated {

@@ -59,11 +59,13 @@ func emailsSent(t *testing.T) int {
 // in keygate_notifications_total, a reload that configures smtp moves
 // delivery to the SMTP server without a second worker, decisions record
 // Caddy's client address, and delete takes the signing links.
-func TestSigningThroughCaddy(t *testing.T) {
-	dir := t.TempDir()
+func TestSigningThroughCaddy(t *testing.T) { eachBackend(t, testSigningThroughCaddy) }
+
+func testSigningThroughCaddy(t *testing.T, b backend) {
+	dir, storage := t.TempDir(), b.storage(t)
 	mails := mailtest.Start(t)
 	tester := newTester(t)
-	tester.InitServer(signingConfig(dir, ""), "caddyfile")
+	tester.InitServer(signingConfig(dir, storage, ""), "caddyfile")
 	sentBefore := emailsSent(t)
 
 	if r := do(t, http.MethodPost, adminURL+"/webapi/templates", map[string]any{"id": "PAGE-8", "collectionId": "SPACE-8",
@@ -112,7 +114,7 @@ func TestSigningThroughCaddy(t *testing.T) {
 
 	// A reload that configures smtp: the same database, the same worker,
 	// now delivering through the SMTP server.
-	tester.InitServer(signingConfig(dir, mails.Addr), "caddyfile")
+	tester.InitServer(signingConfig(dir, storage, mails.Addr), "caddyfile")
 	r = do(t, http.MethodPost, link+"/decision", map[string]string{"decision": "signed", "method": "render", "signature": "Eli", "otp": code})
 	if r.status != http.StatusOK {
 		t.Fatalf("decision: %d %s", r.status, r.body)

@@ -1,5 +1,16 @@
 package caddymodule
 
+import (
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+	"github.com/keygate/keygate/upstreams/share"
+	"github.com/keygate/keygate/upstreams/signing"
+)
+
 // Storage is a webapi.storage.* guest module: where the webapi app keeps
 // its data, loaded the way Caddy loads its own `storage` modules
 // (`"storage": {"module": "bolt"}`), so a third backend can be a plugin.
@@ -8,4 +19,31 @@ package caddymodule
 type Storage interface {
 	// PoolKey names the database for the usage pool; it holds no secret.
 	PoolKey(dataDir string) (string, error)
+	// OpenStores opens the database and every store's backend on it,
+	// once per PoolKey (a reload joins the open one). The stores above
+	// see only the interfaces of Stores.
+	OpenStores(env StorageEnv) (*Stores, error)
+}
+
+// StorageEnv is what a Storage may use to open.
+type StorageEnv struct {
+	// DataDir is the app's data_dir, absolute.
+	DataDir string
+	// MasterKey is the key that seals tokens; a shared database records
+	// its check value and refuses another key.
+	MasterKey []byte
+	Logger    *zap.Logger
+}
+
+// Stores are one open database and the backend of every store on it.
+type Stores struct {
+	DB        storage.DB
+	Keys      keystore.Backend
+	Templates contracts.TemplateBackend
+	Contracts contracts.Backend
+	Signing   signing.Backend
+	Outbox    notify.Backend
+	Shares    share.Backend
+	// Where names the database in logs and errors, without a secret.
+	Where string
 }

@@ -1,10 +1,24 @@
 package caddymodule
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+	"github.com/keygate/keygate/upstreams/share"
+	"github.com/keygate/keygate/upstreams/signing"
 )
 
 func init() {
@@ -28,6 +42,117 @@ func (BoltStorage) CaddyModule() caddy.ModuleInfo {
 // PoolKey implements Storage: the file's absolute path.
 func (BoltStorage) PoolKey(dataDir string) (string, error) {
 	return filepath.Abs(filepath.Join(dataDir, "webapi.db"))
+}
+
+// lockTimeout bounds the wait for another process's lock on the database.
+const lockTimeout = 5 * time.Second
+
+// OpenStores implements Storage: it opens (or creates) the file, refuses
+// one that is cut short, damaged or another program's, and opens every
+// store on it.
+func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
+	path, err := s.PoolKey(env.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockTimeout})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return nil, fmt.Errorf("database %s is locked by another process (waited %s): stop the other gateway or give this one another data_dir", path, lockTimeout)
+	}
+	if errors.Is(err, bbolt.ErrInvalid) || errors.Is(err, bbolt.ErrChecksum) || errors.Is(err, bbolt.ErrVersionMismatch) {
+		return nil, fmt.Errorf("database %s is not a bbolt file or its header is damaged (%w): restore it from a backup, or give keygate a data_dir of its own", path, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening database %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			db.Close()
+		}
+	}()
+	var st *Stores
+	err = whileReadingPages(path, func() error {
+		if err := checkWhole(db, path); err != nil {
+			return fmt.Errorf("database %s %w: restore it from a backup", path, err)
+		}
+		if err := checkOwnDatabase(db); err != nil {
+			return fmt.Errorf("database %s: %w", path, err)
+		}
+		var openErr error
+		st, openErr = boltStores(db, path)
+		return openErr
+	})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// boltStores opens every store's backend on db, creating their buckets.
+func boltStores(db *bbolt.DB, path string) (st *Stores, err error) {
+	bdb := boltdb.New(db)
+	st = &Stores{DB: bdb, Where: path}
+	if st.Keys, err = keystore.NewBoltBackend(db); err != nil {
+		return nil, err
+	}
+	cb, err := contracts.NewBoltBackend(bdb)
+	if err != nil {
+		return nil, err
+	}
+	st.Contracts, st.Templates = cb, cb
+	if st.Signing, err = signing.NewBoltBackend(bdb); err != nil {
+		return nil, err
+	}
+	if st.Outbox, err = notify.NewBoltBackend(bdb); err != nil {
+		return nil, err
+	}
+	if st.Shares, err = share.NewBoltBackend(bdb); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// checkWhole refuses a file shorter than the pages its last commit
+// counts (a cut copy, a disk that lost its tail): reading such a page
+// through the memory map is a fault, not an error.
+func checkWhole(db *bbolt.DB, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	return db.View(func(tx *bbolt.Tx) error {
+		if want := tx.Size(); st.Size() < want {
+			return fmt.Errorf("is truncated: %d bytes, its pages need %d", st.Size(), want)
+		}
+		return nil
+	})
+}
+
+// ownBucket is the bucket that keygate creates first, in the first
+// transaction it ever commits to a file: a keygate database without it
+// is empty.
+var ownBucket = []byte("keys")
+
+// checkOwnDatabase refuses a bbolt file of another program: one that holds
+// buckets, none of them keygate's, which keygate would otherwise fill
+// with its own buckets beside the other program's data.
+func checkOwnDatabase(db *bbolt.DB) error {
+	return db.View(func(tx *bbolt.Tx) error {
+		if tx.Bucket(ownBucket) != nil {
+			return nil
+		}
+		var names []string
+		err := tx.ForEach(func(name []byte, _ *bbolt.Bucket) error {
+			if len(names) < 5 {
+				names = append(names, strconv.Quote(string(name)))
+			}
+			return nil
+		})
+		if err != nil || len(names) == 0 {
+			return err
+		}
+		return fmt.Errorf("not a keygate database: it holds buckets of another program (%s) and none of keygate's; give keygate a data_dir of its own", strings.Join(names, ", "))
+	})
 }
 
 // UnmarshalCaddyfile reads `storage bolt`, which takes no options.

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,7 +12,12 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+	"github.com/keygate/keygate/upstreams/share"
+	"github.com/keygate/keygate/upstreams/signing"
 )
 
 func init() {
@@ -30,7 +36,8 @@ func init() {
 type PostgresStorage struct {
 	// DSN is a libpq URL or key/value string; Caddy placeholders such as
 	// {env.KEYGATE_DATABASE_URL} are replaced. It never appears in a log
-	// or an error.
+	// or an error. Without dsn and dsn_file, the environment variable
+	// KEYGATE_DATABASE_URL holds it.
 	DSN string `json:"dsn,omitempty"`
 	// DSNFile holds the DSN instead (a secret file); one of the two.
 	DSNFile string `json:"dsn_file,omitempty"`
@@ -41,6 +48,11 @@ type PostgresStorage struct {
 
 	dsn string // resolved at provision
 }
+
+// DefaultDSNEnv holds the DSN when the config gives neither dsn nor
+// dsn_file, so that the default Caddyfile runs on PostgreSQL with two
+// environment variables (README).
+const DefaultDSNEnv = "KEYGATE_DATABASE_URL"
 
 // CaddyModule returns the Caddy module information.
 func (PostgresStorage) CaddyModule() caddy.ModuleInfo {
@@ -61,11 +73,13 @@ func (s *PostgresStorage) Provision(caddy.Context) error {
 			return fmt.Errorf("storage postgres: reading dsn_file: %w", err)
 		}
 		s.dsn = strings.TrimSpace(string(b))
-	default:
+	case s.DSN != "":
 		s.dsn = strings.TrimSpace(caddy.NewReplacer().ReplaceKnown(s.DSN, ""))
+	default:
+		s.dsn = strings.TrimSpace(os.Getenv(DefaultDSNEnv))
 	}
 	if s.dsn == "" {
-		return errors.New("storage postgres: the dsn is empty (set dsn or dsn_file)")
+		return errors.New("storage postgres: the dsn is empty (set dsn, dsn_file or the environment variable " + DefaultDSNEnv + ")")
 	}
 	if s.Schema == "" {
 		s.Schema = pgdb.DefaultSchema
@@ -92,6 +106,39 @@ func (s *PostgresStorage) PoolKey(string) (string, error) {
 		return "", errors.New("storage postgres: the dsn does not parse as a libpq URL or key/value string")
 	}
 	return fmt.Sprintf("postgres://%s@%s:%d/%s?schema=%s", pc.User, pc.Host, pc.Port, pc.Database, s.Schema), nil
+}
+
+// OpenStores implements Storage: it connects, applies the migrations the
+// schema lacks, checks the master key against the one the database was
+// first started with, and opens every store on it. A database that does
+// not answer stops the start with a message naming the server but not
+// the password.
+func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
+	where, err := s.PoolKey(env.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := pgdb.Open(context.Background(), s.config())
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", where, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pgdb.DefaultTimeout)
+	defer cancel()
+	if err := db.CheckMasterKey(ctx, env.MasterKey); err != nil {
+		db.Close()
+		return nil, err
+	}
+	cb := contracts.NewPostgresBackend(db)
+	return &Stores{
+		DB:        db,
+		Keys:      keystore.NewPostgresBackend(db),
+		Templates: cb,
+		Contracts: cb,
+		Signing:   signing.NewPostgresBackend(db),
+		Outbox:    notify.NewPostgresBackend(db),
+		Shares:    share.NewPostgresBackend(db),
+		Where:     where,
+	}, nil
 }
 
 // config is the pgdb configuration of this module.

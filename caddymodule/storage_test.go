@@ -2,6 +2,9 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +13,10 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/keygate/keygate/internal/pgtest"
 )
 
 // The storage forms of the spec (storage.md, Config): the Caddyfile
@@ -70,6 +77,7 @@ func TestPostgresStorageDSN(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("KEYGATE_TEST_DSN", "host=db.example user=kg password="+secret+" dbname=app")
+	t.Setenv(DefaultDSNEnv, "postgres://kg:"+secret+"@db.example:6543/env")
 	tests := []struct {
 		name    string
 		s       PostgresStorage
@@ -80,6 +88,7 @@ func TestPostgresStorageDSN(t *testing.T) {
 		{"file", PostgresStorage{DSNFile: file, Schema: "kg"}, "postgres://kg@db.example:5433/app?schema=kg", ""},
 		{"both", PostgresStorage{DSN: "x", DSNFile: file}, "", "not both"},
 		{"empty placeholder", PostgresStorage{DSN: "{env.KEYGATE_TEST_UNSET}"}, "", "empty"},
+		{"from KEYGATE_DATABASE_URL", PostgresStorage{}, "postgres://kg@db.example:6543/env?schema=keygate", ""},
 		{"missing file", PostgresStorage{DSNFile: file + ".missing"}, "", "dsn_file"},
 		{"does not parse", PostgresStorage{DSN: "postgres://kg:" + secret + "@[::1/x"}, "", "does not parse"},
 		{"max_conns 1", PostgresStorage{DSN: "postgres://kg@h/app", MaxConns: 1}, "", "max_conns"},
@@ -108,5 +117,67 @@ func TestPostgresStorageDSN(t *testing.T) {
 				t.Fatalf("PoolKey = %q, %v; want %q", key, err, tt.wantKey)
 			}
 		})
+	}
+}
+
+// A gateway opens its stores on PostgreSQL through the module: the start
+// is logged without the DSN's password, a second start with another
+// master key is refused with a message that says so, and a server that
+// does not answer stops the start with an error that names it but not
+// the password.
+func TestPostgresStorageOpens(t *testing.T) {
+	const secret = "s3cr3t-Pa55"
+	srv := pgtest.Shared(t)
+	u, err := url.Parse(srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), secret) // the test server trusts loopback
+	schema := srv.Schema(t)
+	dir := t.TempDir()
+
+	open := func(dsn, masterKey string) (*state, string, error) {
+		core, logs := observer.New(zap.DebugLevel)
+		st := &PostgresStorage{DSN: dsn, Schema: schema}
+		if err := st.Provision(caddy.Context{}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := openState(st, dir, filepath.Join(dir, masterKey), zap.New(core))
+		var all strings.Builder
+		for _, e := range logs.All() {
+			fmt.Fprintf(&all, "%s %v\n", e.Message, e.ContextMap())
+		}
+		return s, all.String(), err
+	}
+
+	s, logs, err := open(u.String(), "master.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs, "database opened") || !strings.Contains(logs, "storage:postgres") {
+		t.Errorf("start not logged: %s", logs)
+	}
+	if strings.Contains(logs, secret) {
+		t.Errorf("the log shows the password: %s", logs)
+	}
+	if err := s.Destruct(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, _, err := open(u.String(), "other.key"); err == nil || !strings.Contains(err.Error(), "master key does not match") {
+		t.Fatalf("another master key: %v", err)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	down := fmt.Sprintf("postgres://kg:%s@%s/app?sslmode=disable", secret, closed)
+	_, _, err = open(down, "master.key")
+	t.Logf("unreachable: %v", err)
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), closed[strings.LastIndex(closed, ":")+1:]) {
+		t.Fatalf("unreachable server: %v", err)
 	}
 }

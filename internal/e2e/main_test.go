@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/gatewayproc"
+	"github.com/keygate/keygate/internal/pgtest"
 )
 
 // bin is the keygate binary built for this test run.
@@ -34,7 +35,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return m.Run()
+	return pgtest.Main(m)
 }
 
 // start runs a gateway on a fresh data directory, stopped when the test

@@ -37,8 +37,11 @@ import (
 // it: a token in the reply that creates or reveals it, a signing link in
 // the creator's contract replies and the mail to its signer, a one-time
 // password in the mail or text message to its signer, an unlock cookie in
-// the unlock reply.
-func TestSecretsStayWhereTheSpecAllows(t *testing.T) {
+// the unlock reply. On PostgreSQL the database's rows are swept too, and
+// the DSN's password may be nowhere.
+func TestSecretsStayWhereTheSpecAllows(t *testing.T) { eachBackend(t, testSecrets) }
+
+func testSecrets(t *testing.T, db *database) {
 	sw := &secretSweep{t: t, client: &http.Client{
 		Timeout:       30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -58,7 +61,14 @@ func TestSecretsStayWhereTheSpecAllows(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(shipperToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g := start(t, gatewayproc.Options{WebAPI: fmt.Sprintf("sms %s {\n\t\t\ttoken_file %s\n\t\t\tfrom +15550100\n\t\t}", shipper.URL, tokenFile)})
+	if db.password != "" {
+		sw.add(&secretItem{kind: "database password", value: db.password})
+	}
+	// Caddy's autosave.json (the config as loaded) goes into the data
+	// directory, so that the sweep reads it too.
+	dir := t.TempDir()
+	env := append([]string{"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"), "XDG_DATA_HOME=" + filepath.Join(dir, "share")}, db.env...)
+	g := start(t, gatewayproc.Options{Dir: dir, Env: env, WebAPI: db.storage + fmt.Sprintf("\n\t\tsms %s {\n\t\t\ttoken_file %s\n\t\t\tfrom +15550100\n\t\t}", shipper.URL, tokenFile)})
 	master, err := os.ReadFile(filepath.Join(g.Dir(), "master.key"))
 	if err != nil {
 		t.Fatal(err)
@@ -240,6 +250,7 @@ func TestSecretsStayWhereTheSpecAllows(t *testing.T) {
 
 	// Mails sent at completion, then a clean stop, then the sweep.
 	sw.waitMail(g, "legal@example.com", "Signed contract")
+	sw.do("config", "GET", g.Admin+"/config/", "", nil)
 	metrics := sw.do("metrics", "GET", g.Admin+"/metrics", "", nil)
 	if !bytes.Contains(metrics.body, []byte(`keygate_notifications_total{channel="sms",outcome="retry"}`)) {
 		t.Fatalf("metrics count no SMS retry, so nothing is known to wait in the outbox")
@@ -247,7 +258,7 @@ func TestSecretsStayWhereTheSpecAllows(t *testing.T) {
 	if err := g.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	sw.sweep(g.Dir(), sms)
+	sw.sweep(g.Dir(), db, sms)
 }
 
 // secretItem is one secret and the places it may be found.
@@ -416,7 +427,7 @@ func (sw *secretSweep) waitOTPMail(g *gatewayproc.Gateway, to string) string {
 
 // sweep looks for every secret in every place and reports each one found
 // where it is not allowed.
-func (sw *secretSweep) sweep(dir string, sms *secretShipper) {
+func (sw *secretSweep) sweep(dir string, db *database, sms *secretShipper) {
 	t := sw.t
 	check := func(place string, data []byte, allowed func(*secretItem) bool) {
 		for _, s := range sw.secrets {
@@ -467,6 +478,14 @@ func (sw *secretSweep) sweep(dir string, sms *secretShipper) {
 	}
 	if len(mails) == 0 {
 		t.Error("no .eml file was written")
+	}
+
+	if db.dump != nil {
+		rows := db.dump(t)
+		if !bytes.Contains(rows, []byte("contracts:")) || !bytes.Contains(rows, []byte("shares:")) {
+			t.Fatalf("the database dump holds no contract or share: %.200q", rows)
+		}
+		check("the database", rows, none)
 	}
 
 	for i, r := range sw.replies {
