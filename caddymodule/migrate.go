@@ -114,6 +114,9 @@ func runMigrate(c *cobra.Command, _ []string) error {
 		if ctx.Err() != nil {
 			return errors.New("interrupted: nothing was copied")
 		}
+		if errors.Is(err, pgdb.ErrNotEmpty) {
+			err = fmt.Errorf("%w; a copy goes into an empty schema only: give --schema another name, or drop this schema if what it holds is not needed", err)
+		}
 		return withoutSecret(err, dsn, pc.Password)
 	}
 	out := c.OutOrStdout()

@@ -14,8 +14,6 @@ import (
 	"errors"
 	"time"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
@@ -105,9 +103,9 @@ func BoltToPostgres(ctx context.Context, cfg Config) (*Report, error) {
 			return err
 		}
 		return boltdb.Guard(cfg.BoltPath, func() error {
-			return src.View(func(btx *bbolt.Tx) error {
+			return src.View(ctx, func(from storage.Tx) error {
 				var err error
-				rep.Copied, err = copyStores(ctx, boltdb.Wrap(btx), to, sealer, cfg.Now())
+				rep.Copied, err = copyStores(ctx, from, to, sealer, cfg.Now())
 				return err
 			})
 		})

@@ -23,7 +23,7 @@ var ErrLocked = errors.New("database is locked by another process")
 // and then fails with an error wrapping ErrLocked; while it is open, a
 // gateway that starts on the file waits in turn. The file must be whole
 // and keygate's (Check); a damaged one is an error naming it.
-func OpenReadOnly(path string, lockTimeout time.Duration) (*bbolt.DB, error) {
+func OpenReadOnly(path string, lockTimeout time.Duration) (*DB, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("database %s: %w", path, err)
@@ -54,7 +54,7 @@ func OpenReadOnly(path string, lockTimeout time.Duration) (*bbolt.DB, error) {
 		db.Close()
 		return nil, err
 	}
-	return db, nil
+	return New(db), nil
 }
 
 // Guard runs fn, which reads the database at path, turning a fault of a

@@ -18,8 +18,23 @@ import (
 
 // ErrNotEmpty marks a schema that holds data already: a copy goes into an
 // empty schema only, so that it never mixes with, or overwrites, what a
-// deployment on PostgreSQL has stored.
+// deployment on PostgreSQL has stored. ClaimEmpty's error, a
+// *NotEmptyError, names what is there.
 var ErrNotEmpty = errors.New("the schema is not empty")
+
+// NotEmptyError is a schema that holds data, with the tables that hold
+// rows and how many ("keys (5 rows)").
+type NotEmptyError struct {
+	Schema string
+	Tables []string
+}
+
+func (e *NotEmptyError) Error() string {
+	return "schema " + e.Schema + " is not empty: it holds " + strings.Join(e.Tables, ", ")
+}
+
+// Is makes errors.Is(err, ErrNotEmpty) hold.
+func (e *NotEmptyError) Is(target error) bool { return target == ErrNotEmpty }
 
 // ClaimEmpty makes tx the one copy into the schema: it holds a lock that
 // another copy into the same schema waits for until tx ends, and answers
@@ -62,7 +77,7 @@ func (d *DB) ClaimEmpty(ctx context.Context, tx storage.Tx) error {
 		}
 	}
 	if len(held) > 0 {
-		return fmt.Errorf("%w: schema %s holds %s", ErrNotEmpty, d.schema, strings.Join(held, ", "))
+		return &NotEmptyError{Schema: d.schema, Tables: held}
 	}
 	return nil
 }
