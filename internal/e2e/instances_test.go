@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,5 +180,238 @@ func TestSeveralInstances(t *testing.T) {
 			t.Fatalf("stored count %d, want %d", n, before+60)
 		}
 	})
+
+	t.Run("every notification is sent once, by one of the instances", func(t *testing.T) {
+		key := clusterKey(t, c, "mailer", "get", "create")
+		var want []string
+		for i := range 6 {
+			name := fmt.Sprintf("Mail test %d", i)
+			createContract(t, c.gws[i%3], key, name, fmt.Sprintf("watcher%d@example.com", i), fmt.Sprintf("signer%d@example.com", i))
+			want = append(want, fmt.Sprintf("watcher%d@example.com Contract created: “%s”", i, name), fmt.Sprintf("signer%d@example.com Please sign “%s”", i, name))
+		}
+		c.expectMails(t, want, 0)
+	})
+
+	t.Run("kill -9 of one instance during creates loses no acknowledged create and no mail", func(t *testing.T) {
+		key := clusterKey(t, c, "crash", "get", "create")
+		// The SMTP server answers slowly, so that the kill catches a send.
+		c.mails.SetDelay(50 * time.Millisecond)
+		defer c.mails.SetDelay(0)
+		var mu sync.Mutex
+		acked := map[string]string{} // contract id -> name
+		stop := make(chan struct{})
+		wg := crashLoad(9, stop, func(worker, seq int) {
+			name := fmt.Sprintf("Kill %d-%d", worker, seq)
+			r, err := crashDo("POST", c.gws[worker%3].Site+"/webapi/contracts", key, contractBody(name, fmt.Sprintf("w%d-%d@example.com", worker, seq), ""))
+			if err != nil || r.status != http.StatusCreated {
+				return // unacknowledged: the instance died under it
+			}
+			mu.Lock()
+			acked[crashObject(t, r.body)["id"].(string)] = name
+			mu.Unlock()
+		})
+		time.Sleep(700 * time.Millisecond)
+		c.gws[2].Kill()
+		time.Sleep(700 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		if err := c.gws[2].Restart(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d creates acknowledged", len(acked))
+		var want []string
+		for id, name := range acked {
+			r := crashMust(t, "GET", c.gws[0].Site+"/webapi/contracts/"+id, key, nil, http.StatusOK, nil)
+			if got := crashObject(t, r.body)["name"]; got != name {
+				t.Errorf("contract %s: name %v, want %s", id, got, name)
+			}
+		}
+		for _, name := range acked {
+			var worker, seq int
+			fmt.Sscanf(name, "Kill %d-%d", &worker, &seq)
+			want = append(want, fmt.Sprintf("w%d-%d@example.com Contract created: “%s”", worker, seq, name))
+		}
+		// A mail in flight at the kill may go out twice: sent, but not
+		// yet removed from the outbox when the process died.
+		c.expectMails(t, want, 1)
+	})
+
+	t.Run("a database outage answers 503 and heals without a restart", func(t *testing.T) {
+		key := clusterKey(t, c, "outage", "get", "create")
+		uses := 0
+		get := func(g *gatewayproc.Gateway, path string) crashReply {
+			t.Helper()
+			uses++
+			r, err := crashDo("GET", g.Site+path, key, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		id := crashObject(t, createContract(t, c.gws[0], key, "Outage", "", "").body)["id"].(string)
+		// Uses from here on are counted; those before are stored first.
+		time.Sleep(2 * time.Second)
+		base := c.usage(t, keyID(t, c, key))
+		if err := c.pg.Halt(); err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range c.gws {
+			start := time.Now()
+			r := get(g, "/webapi/contracts/"+id)
+			took := time.Since(start)
+			faultProblem(t, fmt.Sprintf("instance %d with the database down", i), r, http.StatusServiceUnavailable, "unavailable")
+			if took > 5*time.Second {
+				t.Errorf("instance %d answered after %s, want within 5 s", i, took)
+			}
+			t.Logf("instance %d: 503 after %s", i, took)
+			// The key check answers from memory.
+			if r := status(t, g, "kg_"+strings.Repeat("A", 43), "/webapi/contracts/"+id); r != http.StatusUnauthorized {
+				t.Errorf("instance %d: an unknown key got %d with the database down", i, r)
+			}
+		}
+		r, err := crashDo("GET", c.gws[0].Admin+"/metrics", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics := string(r.body)
+		if !strings.Contains(metrics, "keygate_database_unavailable_total") || strings.Contains(metrics, "keygate_database_unavailable_total 0\n") {
+			t.Errorf("the metrics do not show the outage:\n%s", grepLines(metrics, "keygate_database"))
+		}
+		if err := c.pg.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "serving again", func() bool { return get(c.gws[0], "/webapi/contracts/"+id).status == http.StatusOK })
+
+		// A database that does not answer at all (a lost network): the
+		// request gives up within 5 s instead of hanging.
+		if err := c.pg.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		r = get(c.gws[1], "/webapi/contracts/"+id)
+		took := time.Since(start)
+		if err := c.pg.Thaw(); err != nil {
+			t.Fatal(err)
+		}
+		faultProblem(t, "a database that does not answer", r, http.StatusServiceUnavailable, "unavailable")
+		if took > 5*time.Second {
+			t.Errorf("answered after %s, want within 5 s", took)
+		}
+		t.Logf("frozen database: 503 after %s", took)
+		for i, g := range c.gws {
+			eventually(t, 30*time.Second, fmt.Sprintf("instance %d serving again", i), func() bool {
+				return get(g, "/webapi/contracts/"+id).status == http.StatusOK
+			})
+			createContract(t, g, key, fmt.Sprintf("After the outage %d", i), "", "")
+			uses++
+		}
+		// Uses counted while the database was down were kept and written.
+		eventually(t, 10*time.Second, "every use stored", func() bool { return c.usage(t, keyID(t, c, key)) == base+int64(uses) })
+		// Each instance listens again: a key change reaches the others.
+		time.Sleep(2 * time.Second)
+		k, err := c.gws[1].CreateKey("contracts", "after outage", "alice", []string{"get"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range c.gws {
+			within(t, time.Second, fmt.Sprintf("key created after the outage on instance %d", i), func() bool {
+				return status(t, g, k.Token, missing) == http.StatusNotFound
+			})
+		}
+	})
 }
 
+// clusterKey creates a contracts key on the first instance and waits
+// until every instance checks it; it returns the token.
+func clusterKey(t *testing.T, c *cluster, name string, privileges ...string) string {
+	t.Helper()
+	k, err := c.gws[0].CreateKey("contracts", name, "alice", privileges, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range c.gws {
+		within(t, time.Second, fmt.Sprintf("key %s on instance %d", name, i), func() bool {
+			r, err := crashDo("GET", g.Site+"/webapi/contracts/00000000-0000-4000-8000-000000000000", k.Token, nil)
+			return err == nil && r.status == http.StatusNotFound
+		})
+	}
+	keyIDs.Store(k.Token, k.ID)
+	return k.Token
+}
+
+// keyIDs maps the tokens clusterKey made to their key ids.
+var keyIDs sync.Map
+
+func keyID(t *testing.T, _ *cluster, token string) string {
+	t.Helper()
+	id, ok := keyIDs.Load(token)
+	if !ok {
+		t.Fatal("not a token of clusterKey")
+	}
+	return id.(string)
+}
+
+// contractBody is a contract of template PAGE-1 named name, with a
+// watcher told of its creation and a signer invited by e-mail when their
+// addresses are given, else one signer by link.
+func contractBody(name, watcher, signer string) map[string]any {
+	body := map[string]any{"templateId": "PAGE-1", "name": name,
+		"signers": []map[string]any{{"fullName": "Sam Signer", "accessKind": "url"}}}
+	if signer != "" {
+		body["signers"] = []map[string]any{{"fullName": "Sam Signer", "accessKind": "email", "email": signer}}
+	}
+	if watcher != "" {
+		body["watchers"] = []map[string]any{{"name": "Legal", "email": watcher, "notificationKinds": "created"}}
+	}
+	return body
+}
+
+func createContract(t *testing.T, g *gatewayproc.Gateway, token, name, watcher, signer string) crashReply {
+	t.Helper()
+	return crashMust(t, "POST", g.Site+"/webapi/contracts", token, contractBody(name, watcher, signer), http.StatusCreated, nil)
+}
+
+// expectMails waits until every mail of want ("recipient subject") has
+// arrived, then a while longer, and fails on any that is missing or sent
+// more often than once, allowing dups extra copies in all.
+func (c *cluster) expectMails(t *testing.T, want []string, dups int) {
+	t.Helper()
+	wanted := map[string]bool{}
+	for _, w := range want {
+		wanted[w] = true
+	}
+	count := func() map[string]int {
+		got := map[string]int{}
+		for _, m := range c.mails.All() {
+			if k := m.To + " " + m.Subject; wanted[k] {
+				got[k]++
+			}
+		}
+		return got
+	}
+	// A message taken by an instance that died is sent once its lease
+	// (twice send_timeout) has passed.
+	eventually(t, 30*time.Second, fmt.Sprintf("%d mails", len(want)), func() bool { return len(count()) == len(wanted) })
+	time.Sleep(2 * instancesSendTimeout)
+	extra := 0
+	for k, n := range count() {
+		if n > 1 {
+			t.Logf("%q sent %d times", k, n)
+			extra += n - 1
+		}
+	}
+	if extra > dups {
+		t.Errorf("%d mails sent more than once, at most %d allowed", extra, dups)
+	}
+}
+
+// grepLines are the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -216,6 +216,21 @@ func (s *Server) Halt() error {
 	}
 }
 
+// Freeze stops every process of a throwaway server (SIGSTOP) without
+// closing a connection: a database that does not answer, as behind a
+// lost network. Thaw lets it go on.
+func (s *Server) Freeze() error { return s.signal(syscall.SIGSTOP) }
+
+// Thaw ends Freeze.
+func (s *Server) Thaw() error { return s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	if s.cmd == nil {
+		return errors.New("pgtest: only a throwaway server can be signalled")
+	}
+	return syscall.Kill(-s.cmd.Process.Pid, sig)
+}
+
 // Resume starts a halted server again with its data, on its port.
 func (s *Server) Resume() error {
 	if s.cmd == nil {
