@@ -236,6 +236,97 @@ func TestSeveralInstances(t *testing.T) {
 		c.expectMails(t, want, 1)
 	})
 
+	t.Run("share pages: one unlock limit, cookies and openings across instances", func(t *testing.T) {
+		k, err := c.gws[0].CreateKey("share", "pages", "alice", []string{"get", "create"}, map[string]any{"adminProjects": []string{"*"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range c.gws {
+			within(t, time.Second, fmt.Sprintf("share key on instance %d", i), func() bool {
+				r, err := crashDo("GET", g.Site+"/webapi/share/00000000-0000-4000-8000-000000000000", k.Token, nil)
+				return err == nil && r.status == http.StatusNotFound
+			})
+		}
+		newShare := func(password string) string {
+			body := map[string]any{"type": "ISSUE", "issueId": "10001", "projectId": "10000", "customFields": []map[string]any{{"id": "summary"}}}
+			if password != "" {
+				body["password"] = password
+			}
+			r := crashMust(t, "POST", c.gws[0].Site+"/webapi/share", k.Token, body, http.StatusCreated, nil)
+			return crashObject(t, r.body)["uuid"].(string)
+		}
+		page := func(g *gatewayproc.Gateway, method, uuid, body string, cookies []*http.Cookie) *http.Response {
+			t.Helper()
+			target := g.Site + "/s/" + uuid
+			if method == "POST" {
+				target += "/unlock"
+			}
+			req, err := http.NewRequest(method, target, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Accept", "application/json")
+			req.Header.Set("Content-Type", "application/json")
+			for _, ck := range cookies {
+				req.AddCookie(ck)
+			}
+			resp, err := crashClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp
+		}
+
+		// Wrong passwords spread over the instances spend one allowance:
+		// five, then 429 on whichever instance.
+		guarded := newShare("s3cret-one")
+		for i := range 5 {
+			if r := page(c.gws[i%3], "POST", guarded, `{"password":"wrong"}`, nil); r.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("wrong password %d: %d", i+1, r.StatusCode)
+			}
+		}
+		for i, g := range c.gws {
+			if r := page(g, "POST", guarded, `{"password":"s3cret-one"}`, nil); r.StatusCode != http.StatusTooManyRequests {
+				t.Errorf("instance %d after five wrong passwords: %d, want 429", i, r.StatusCode)
+			}
+		}
+
+		// An unlock cookie of one instance opens the page on every other.
+		open := newShare("s3cret-two")
+		r := page(c.gws[1], "POST", open, `{"password":"s3cret-two"}`, nil)
+		if r.StatusCode != http.StatusNoContent || len(r.Cookies()) == 0 {
+			t.Fatalf("unlock: %d, cookies %v", r.StatusCode, r.Cookies())
+		}
+		cookies := r.Cookies()
+		for i, g := range c.gws {
+			if r := page(g, "GET", open, "", cookies); r.StatusCode != http.StatusOK {
+				t.Errorf("instance %d with the cookie: %d", i, r.StatusCode)
+			}
+			if r := page(g, "GET", open, "", nil); r.StatusCode != http.StatusUnauthorized {
+				t.Errorf("instance %d without a cookie: %d", i, r.StatusCode)
+			}
+		}
+
+		// Openings through every instance add up exactly (the three above
+		// with the cookie included).
+		for i := range 27 {
+			if r := page(c.gws[i%3], "GET", open, "", cookies); r.StatusCode != http.StatusOK {
+				t.Fatalf("opening %d: %d", i, r.StatusCode)
+			}
+		}
+		opened := func() float64 {
+			r := crashMust(t, "GET", c.gws[2].Site+"/webapi/share/"+open, k.Token, nil, http.StatusOK, nil)
+			n, _ := crashObject(t, r.body)["openedCount"].(float64)
+			return n
+		}
+		eventually(t, 10*time.Second, "30 openings counted", func() bool { return opened() >= 30 })
+		time.Sleep(2 * time.Second)
+		if n := opened(); n != 30 {
+			t.Errorf("openedCount %v, want 30", n)
+		}
+	})
+
 	t.Run("a database outage answers 503 and heals without a restart", func(t *testing.T) {
 		key := clusterKey(t, c, "outage", "get", "create")
 		uses := 0
