@@ -53,6 +53,12 @@ type App struct {
 	SMTP *SMTPConfig `json:"smtp,omitempty"`
 	// SMS is the HTTP shipper for one-time passwords by SMS.
 	SMS *SMSConfig `json:"sms,omitempty"`
+	// SendTimeout bounds one delivery attempt of a notification. Where
+	// instances share a database, a message taken by an instance that
+	// died is sent by another once this and a margin (as long, at most
+	// 30 s) have passed. Default 2m. Read when the database is opened,
+	// not at a reload.
+	SendTimeout caddy.Duration `json:"send_timeout,omitempty"`
 
 	storage      Storage
 	state        *state
@@ -154,7 +160,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return err
 	}
 	val, _, err := states.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
-		return openState(a.storage, dataDir, keyPath, a.logger)
+		return openState(a.storage, dataDir, keyPath, time.Duration(a.SendTimeout), a.logger)
 	})
 	if err != nil {
 		return err

@@ -18,7 +18,7 @@ import (
 // time per authorized request), without network or Caddy routing.
 func BenchmarkAuthServeHTTP(b *testing.B) {
 	dir := b.TempDir()
-	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "master.key"), zap.NewNop())
+	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "master.key"), 0, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 // only for a live key's exact token.
 func FuzzAuthServeHTTP(f *testing.F) {
 	dir := f.TempDir()
-	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "master.key"), zap.NewNop())
+	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "master.key"), 0, zap.NewNop())
 	if err != nil {
 		f.Fatal(err)
 	}

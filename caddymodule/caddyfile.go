@@ -82,7 +82,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &a.PublicBaseURL); err != nil {
 				return err
 			}
-		case "usage_flush_interval", "contract_validity":
+		case "usage_flush_interval", "contract_validity", "send_timeout":
 			name := d.Val()
 			var s string
 			if err := oneArg(d, &s); err != nil {
@@ -92,10 +92,13 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return d.Errf("%s: %v", name, err)
 			}
-			if name == "usage_flush_interval" {
+			switch name {
+			case "usage_flush_interval":
 				a.UsageFlushInterval = caddy.Duration(dur)
-			} else {
+			case "contract_validity":
 				a.ContractValidity = caddy.Duration(dur)
+			default:
+				a.SendTimeout = caddy.Duration(dur)
 			}
 		case "storage":
 			if !d.NextArg() {

@@ -22,7 +22,7 @@ import (
 func TestMain(m *testing.M) {
 	if path := os.Getenv("KEYGATE_TEST_OPEN_DB"); path != "" {
 		start := time.Now()
-		_, err := openState(BoltStorage{}, filepath.Dir(path), filepath.Join(filepath.Dir(path), "master.key"), zap.NewNop())
+		_, err := openState(BoltStorage{}, filepath.Dir(path), filepath.Join(filepath.Dir(path), "master.key"), 0, zap.NewNop())
 		fmt.Printf("elapsed=%s err=%v\n", time.Since(start).Round(time.Millisecond), err)
 		if err != nil {
 			os.Exit(3)
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 func TestSecondProcessFailsClearly(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "webapi.db")
-	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "master.key"), zap.NewNop())
+	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "master.key"), 0, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestSecondProcessFailsClearly(t *testing.T) {
 
 func TestMasterKeyFileMode(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "keys", "master.key"), zap.NewNop())
+	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "keys", "master.key"), 0, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ http://localhost:%[3]d {
 // of the config still running; a config replaced normally changes nothing.
 func TestSendersAcrossReloads(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "master.key"), zap.NewNop())
+	s, err := openState(BoltStorage{}, dir, filepath.Join(dir, "master.key"), 0, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ var metrics = struct {
 	keys          *prometheus.GaugeVec
 	usageFlush    prometheus.Histogram
 	notifications *prometheus.CounterVec
+	dbErrors      prometheus.Counter
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_requests_total",
@@ -44,6 +45,10 @@ var metrics = struct {
 		Name: "keygate_notifications_total",
 		Help: "Notification delivery attempts, by channel and outcome.",
 	}, []string{"channel", "outcome"}),
+	dbErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "keygate_database_unavailable_total",
+		Help: "Database operations that failed because the database could not be reached (PostgreSQL storage).",
+	}),
 }
 
 func init() {
@@ -61,7 +66,7 @@ func init() {
 func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.duration, metrics.refusals,
-		metrics.keys, metrics.usageFlush, metrics.notifications,
+		metrics.keys, metrics.usageFlush, metrics.notifications, metrics.dbErrors,
 	} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError

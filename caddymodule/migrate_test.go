@@ -22,7 +22,7 @@ import (
 // what it copied, once.
 func TestMigrateCommand(t *testing.T) {
 	dataDir := t.TempDir()
-	s, err := openState(BoltStorage{}, dataDir, filepath.Join(dataDir, "master.key"), zap.NewNop())
+	s, err := openState(BoltStorage{}, dataDir, filepath.Join(dataDir, "master.key"), 0, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

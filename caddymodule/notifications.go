@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -54,10 +55,11 @@ func (d delegate) Send(ctx context.Context, m notify.Message) error {
 
 // newWorker makes the state's delivery worker, counting every attempt in
 // keygate_notifications_total. It starts with the first installed senders.
-func (s *state) newWorker(logger *zap.Logger) {
+func (s *state) newWorker(sendTimeout time.Duration, logger *zap.Logger) {
 	s.worker = notify.NewWorker(s.outbox, notify.WorkerConfig{
-		Email: delegate{st: s, channel: notify.Email},
-		SMS:   delegate{st: s, channel: notify.SMS},
+		SendTimeout: sendTimeout,
+		Email:       delegate{st: s, channel: notify.Email},
+		SMS:         delegate{st: s, channel: notify.SMS},
 		OnOutcome: func(channel, outcome string) {
 			metrics.notifications.WithLabelValues(channel, outcome).Inc()
 		},

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"fmt"
@@ -44,11 +45,21 @@ type state struct {
 	senders     atomic.Pointer[senders]
 	startWorker sync.Once
 	workerDone  chan struct{}
+
+	// stopFollow ends keys.Follow, the following of other instances'
+	// key changes on a shared database; followDone closes when it has.
+	stopFollow context.CancelFunc
+	followDone chan struct{}
 }
+
+// keyResync is how often the keys are read again whole from a shared
+// database, in case a change notification was lost; the notifications
+// themselves bring changes within a second.
+const keyResync = 30 * time.Second
 
 // openState opens the database of storage and loads what lives in
 // memory: the keys, the templates, the outbox.
-func openState(storage Storage, dataDir, masterKeyPath string, logger *zap.Logger) (*state, error) {
+func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.Duration, logger *zap.Logger) (*state, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data directory: %w", err)
 	}
@@ -79,7 +90,8 @@ func openState(storage Storage, dataDir, masterKeyPath string, logger *zap.Logge
 	} else if n > 0 {
 		logger.Info("removed temporary mail files left by a crash", zap.String("dir", mailDir), zap.Int("files", n))
 	}
-	s.newWorker(logger)
+	s.newWorker(sendTimeout, logger)
+	s.follow(logger)
 	logger.Info("database opened", zap.String("storage", stores.DB.Backend()), zap.String("database", stores.Where),
 		zap.Int("contracts_keys", s.keys.Count(keystore.ServiceContracts)), zap.Int("share_keys", s.keys.Count(keystore.ServiceShare)))
 	return s, nil
@@ -99,6 +111,19 @@ func whileReadingPages(where string, fn func() error) (err error) {
 		}
 	}()
 	return fn()
+}
+
+// follow keeps the keys in step with other instances' changes (only a
+// shared database reports them).
+func (s *state) follow(logger *zap.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopFollow, s.followDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.followDone)
+		s.keys.Follow(ctx, keyResync, func(err error) {
+			logger.Warn("following key changes of other instances", zap.Error(err))
+		})
+	}()
 }
 
 // load reads the keys, the templates and the outbox into memory.
@@ -134,6 +159,8 @@ func (s *state) updateKeyGauges() {
 // Destruct stops delivery, flushes what is pending and closes the
 // database, when the last config using it goes away.
 func (s *state) Destruct() error {
+	s.stopFollow()
+	<-s.followDone
 	s.stopWorker()
 	if _, err := s.keys.FlushUsage(); err != nil {
 		s.stores.DB.Close()

@@ -143,7 +143,7 @@ func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
 
 // config is the pgdb configuration of this module.
 func (s *PostgresStorage) config() pgdb.Config {
-	return pgdb.Config{DSN: s.dsn, Schema: s.Schema, MaxConns: int32(s.MaxConns)}
+	return pgdb.Config{DSN: s.dsn, Schema: s.Schema, MaxConns: int32(s.MaxConns), OnUnavailable: metrics.dbErrors.Inc}
 }
 
 // UnmarshalCaddyfile reads the `storage postgres { ... }` block.

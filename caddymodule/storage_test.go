@@ -142,7 +142,7 @@ func TestPostgresStorageOpens(t *testing.T) {
 		if err := st.Provision(caddy.Context{}); err != nil {
 			t.Fatal(err)
 		}
-		s, err := openState(st, dir, filepath.Join(dir, masterKey), zap.New(core))
+		s, err := openState(st, dir, filepath.Join(dir, masterKey), 0, zap.New(core))
 		var all strings.Builder
 		for _, e := range logs.All() {
 			fmt.Fprintf(&all, "%s %v\n", e.Message, e.ContextMap())
@@ -179,5 +179,20 @@ func TestPostgresStorageOpens(t *testing.T) {
 	t.Logf("unreachable: %v", err)
 	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), closed[strings.LastIndex(closed, ":")+1:]) {
 		t.Fatalf("unreachable server: %v", err)
+	}
+}
+
+// send_timeout adapts to its JSON field, and a bad duration is refused.
+func TestSendTimeoutCaddyfile(t *testing.T) {
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	adapt := func(line string) (string, error) {
+		out, _, err := adapter.Adapt([]byte("{\n webapi {\n"+line+"\n }\n}\n:8080 {\n respond ok\n}\n"), map[string]any{"filename": "Caddyfile"})
+		return string(out), err
+	}
+	if out, err := adapt("send_timeout 10s"); err != nil || !strings.Contains(out, `"send_timeout":10000000000`) {
+		t.Errorf("send_timeout 10s: %v %s", err, out)
+	}
+	if _, err := adapt("send_timeout soon"); err == nil || !strings.Contains(err.Error(), "send_timeout") {
+		t.Errorf("send_timeout soon: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -19,14 +20,29 @@ var (
 )
 
 // Backend is where keys persist. Keys keeps every key in memory and only
-// writes through a Backend, so another one (etcd, for several gateway
-// instances) can replace bbolt without touching the key check.
+// writes through a Backend, so that the key check never waits on storage.
 type Backend interface {
-	// Load calls fn for every stored key with its last flushed usage.
+	// Load calls fn for every stored key with its stored usage.
 	Load(fn func(rec *record, u Usage) error) error
+	// Key reads key id with its stored usage; nil when there is none.
+	Key(id string) (*record, Usage, error)
 	Put(rec *record) error
 	Delete(id string) error
-	PutUsage(batch []Usage) error
+	// AddUsage adds each entry's Count to its key's stored count and keeps
+	// the later of the two last uses, in one transaction: instances that
+	// share a database each add their own uses. It then sets each entry to
+	// its key's stored totals; a key deleted meanwhile gets no row back
+	// and its entry becomes zero.
+	AddUsage(batch []Usage) error
+}
+
+// Watcher is a Backend that other gateway instances write to as well:
+// Watch calls changed with the id of each key that any instance creates,
+// changes or deletes, soon after the commit, and resync whenever it may
+// have missed one (when it starts listening, and again after a lost
+// connection). It returns when ctx ends.
+type Watcher interface {
+	Watch(ctx context.Context, changed func(id string), resync func())
 }
 
 // BoltBackend keeps keys in a bbolt database shared with the APIs.
@@ -57,14 +73,7 @@ func (b *BoltBackend) Load(fn func(rec *record, u Usage) error) error {
 			if err := json.Unmarshal(v, rec); err != nil {
 				return fmt.Errorf("key %x: %w", k, err)
 			}
-			u := Usage{KeyID: rec.ID}
-			if uv := usage.Get(k); len(uv) == 16 {
-				u.Count = binary.BigEndian.Uint64(uv[:8])
-				if ns := int64(binary.BigEndian.Uint64(uv[8:])); ns != 0 {
-					u.LastUsage = time.Unix(0, ns).UTC()
-				}
-			}
-			return fn(rec, u)
+			return fn(rec, boltUsage(rec.ID, usage.Get(k)))
 		})
 	})
 }
@@ -98,24 +107,63 @@ func (b *BoltBackend) Delete(id string) error {
 	})
 }
 
-// PutUsage implements Backend: one transaction for the whole batch. Usage
-// of a key deleted meanwhile is not written back.
-func (b *BoltBackend) PutUsage(batch []Usage) error {
+// Key implements Backend.
+func (b *BoltBackend) Key(id string) (rec *record, u Usage, err error) {
+	k, err := idBytes(id)
+	if err != nil {
+		return nil, Usage{}, nil
+	}
+	err = b.db.View(func(tx *bbolt.Tx) error {
+		v := tx.Bucket(bucketKeys).Get(k)
+		if v == nil {
+			return nil
+		}
+		rec = new(record)
+		if err := json.Unmarshal(v, rec); err != nil {
+			return fmt.Errorf("key %x: %w", k, err)
+		}
+		u = boltUsage(rec.ID, tx.Bucket(bucketKeyUsage).Get(k))
+		return nil
+	})
+	return rec, u, err
+}
+
+// boltUsage decodes a key_usage value.
+func boltUsage(id string, v []byte) Usage {
+	u := Usage{KeyID: id}
+	if len(v) == 16 {
+		u.Count = binary.BigEndian.Uint64(v[:8])
+		if ns := int64(binary.BigEndian.Uint64(v[8:])); ns != 0 {
+			u.LastUsage = time.Unix(0, ns).UTC()
+		}
+	}
+	return u
+}
+
+// AddUsage implements Backend: one transaction for the whole batch.
+func (b *BoltBackend) AddUsage(batch []Usage) error {
 	return b.db.Update(func(tx *bbolt.Tx) error {
 		keys, usage := tx.Bucket(bucketKeys), tx.Bucket(bucketKeyUsage)
-		for _, u := range batch {
+		for i, u := range batch {
 			k, err := idBytes(u.KeyID)
 			if err != nil || keys.Get(k) == nil {
+				batch[i] = Usage{KeyID: u.KeyID}
 				continue
 			}
+			sum := boltUsage(u.KeyID, usage.Get(k))
+			sum.Count += u.Count
+			if u.LastUsage.After(sum.LastUsage) {
+				sum.LastUsage = u.LastUsage.UTC()
+			}
 			var v [16]byte
-			binary.BigEndian.PutUint64(v[:8], u.Count)
-			if !u.LastUsage.IsZero() {
-				binary.BigEndian.PutUint64(v[8:], uint64(u.LastUsage.UnixNano()))
+			binary.BigEndian.PutUint64(v[:8], sum.Count)
+			if !sum.LastUsage.IsZero() {
+				binary.BigEndian.PutUint64(v[8:], uint64(sum.LastUsage.UnixNano()))
 			}
 			if err := usage.Put(k, v[:]); err != nil {
 				return err
 			}
+			batch[i] = sum
 		}
 		return nil
 	})

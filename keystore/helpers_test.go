@@ -292,16 +292,39 @@ func (m *memBackend) Delete(id string) error {
 	return nil
 }
 
-func (m *memBackend) PutUsage(batch []Usage) error {
+func (m *memBackend) Key(id string) (*record, Usage, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return nil, Usage{}, m.fail
+	}
+	v, ok := m.recs[id]
+	if !ok {
+		return nil, Usage{}, nil
+	}
+	r := new(record)
+	return r, m.usage[id], json.Unmarshal(v, r)
+}
+
+func (m *memBackend) AddUsage(batch []Usage) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail != nil {
 		return m.fail
 	}
-	for _, u := range batch {
-		if _, ok := m.recs[u.KeyID]; ok {
-			m.usage[u.KeyID] = u
+	for i, u := range batch {
+		if _, ok := m.recs[u.KeyID]; !ok {
+			batch[i] = Usage{KeyID: u.KeyID}
+			continue
 		}
+		sum := m.usage[u.KeyID]
+		sum.KeyID = u.KeyID
+		sum.Count += u.Count
+		if u.LastUsage.After(sum.LastUsage) {
+			sum.LastUsage = u.LastUsage
+		}
+		m.usage[u.KeyID] = sum
+		batch[i] = sum
 	}
 	return nil
 }

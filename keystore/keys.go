@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sort"
@@ -16,7 +17,9 @@ import (
 // Keys is the key registry: every key in memory, indexed by the SHA-256 of
 // its token for an O(1) check with no disk read, written through to a
 // Backend on change. Usage counts live in memory and reach the backend only
-// through FlushUsage.
+// through FlushUsage, which adds them to what is stored. With a backend
+// that other instances share (a Watcher), Follow keeps the memory in step
+// with their changes.
 type Keys struct {
 	backend Backend
 	sealer  *Sealer
@@ -26,22 +29,63 @@ type Keys struct {
 	byHash map[TokenHash]*Entry
 	byID   map[string]*Entry
 
-	flushMu sync.Mutex // one flush at a time; guards Entry.flushed
+	flushMu sync.Mutex // one flush or resync at a time; guards Entry.flushedT
 
-	// writeMu serializes Update and Delete, so that an update can never
-	// write a key back that a delete has just removed. The key check never
-	// takes it, and no disk write happens under mu.
+	// writeMu serializes changes (update, delete, and those read back from
+	// other instances), so that an update can never write a key back that
+	// a delete has just removed. The key check never takes it, and no disk
+	// write happens under mu. Creates do not take it, so that concurrent
+	// creates share commits.
 	writeMu sync.Mutex
+	// resyncs counts the resyncs begun; an entry made after the n-th began
+	// is not among what it read.
+	resyncs atomic.Uint64
 }
 
 // Entry is one key in memory: an immutable snapshot swapped on update, and
 // usage counters updated atomically by requests.
 type Entry struct {
-	snap     atomic.Pointer[compiled]
+	snap atomic.Pointer[compiled]
+	// stored is the count the backend held at the last load, flush or
+	// resync (every instance's flushed uses); uses are this process's
+	// since then.
+	stored   atomic.Uint64
 	uses     atomic.Uint64
 	lastUse  atomic.Int64 // unix ns; 0: never
-	flushed  uint64       // uses already written; guarded by Keys.flushMu
-	flushedT int64        // lastUse already written
+	flushedT int64        // lastUse already written; guarded by Keys.flushMu
+	born     uint64       // Keys.resyncs when this entry was made
+}
+
+// newEntry is rec in memory with its stored usage u.
+func newEntry(rec *record, u Usage) *Entry {
+	e := &Entry{}
+	e.snap.Store(compile(rec))
+	e.setStored(u)
+	return e
+}
+
+// setStored takes the stored usage u: its count, and its last use when
+// that is later than the one known here.
+func (e *Entry) setStored(u Usage) {
+	e.stored.Store(u.Count)
+	if u.LastUsage.IsZero() {
+		return
+	}
+	ns := u.LastUsage.UnixNano()
+	e.laterUse(ns)
+	if ns > e.flushedT {
+		e.flushedT = ns
+	}
+}
+
+// laterUse makes ns the last use unless a later one is known.
+func (e *Entry) laterUse(ns int64) {
+	for {
+		old := e.lastUse.Load()
+		if old >= ns || e.lastUse.CompareAndSwap(old, ns) {
+			return
+		}
+	}
 }
 
 // Service is the entry's service.
@@ -58,13 +102,7 @@ func Open(backend Backend, sealer *Sealer, now func() time.Time) (*Keys, error) 
 	k := &Keys{backend: backend, sealer: sealer, now: now,
 		byHash: make(map[TokenHash]*Entry), byID: make(map[string]*Entry)}
 	err := backend.Load(func(rec *record, u Usage) error {
-		e := &Entry{flushed: u.Count}
-		e.snap.Store(compile(rec))
-		e.uses.Store(u.Count)
-		if !u.LastUsage.IsZero() {
-			e.lastUse.Store(u.LastUsage.UnixNano())
-			e.flushedT = u.LastUsage.UnixNano()
-		}
+		e := newEntry(rec, u)
 		k.byHash[e.snap.Load().hash] = e
 		k.byID[rec.ID] = e
 		return nil
@@ -89,13 +127,7 @@ func (k *Keys) Lookup(h TokenHash) *Entry {
 // Use counts one authorized use of e at now.
 func (k *Keys) Use(e *Entry, now time.Time) {
 	e.uses.Add(1)
-	ns := now.UnixNano()
-	for {
-		old := e.lastUse.Load()
-		if old >= ns || e.lastUse.CompareAndSwap(old, ns) {
-			return
-		}
-	}
+	e.laterUse(now.UnixNano())
 }
 
 // Create validates in, stores a new key and returns it with its token,
@@ -115,8 +147,10 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	if err := k.backend.Put(rec); err != nil {
 		return Key{}, err
 	}
-	e := &Entry{}
-	e.snap.Store(compile(rec))
+	e := newEntry(rec, Usage{})
+	// Read after the commit: a resync whose read began before it cannot
+	// take the new key for one deleted elsewhere.
+	e.born = k.resyncs.Load()
 	k.mu.Lock()
 	k.byHash[h] = e
 	k.byID[key.ID] = e
@@ -248,7 +282,7 @@ func (k *Keys) view(e *Entry) Key {
 		t := *key.NotValidAfter
 		key.NotValidAfter = &t
 	}
-	key.UsageCount = e.uses.Load()
+	key.UsageCount = e.stored.Load() + e.uses.Load()
 	if ns := e.lastUse.Load(); ns != 0 {
 		t := time.Unix(0, ns).UTC().Truncate(time.Millisecond)
 		key.LastUsageTime = &t
@@ -256,8 +290,9 @@ func (k *Keys) view(e *Entry) Key {
 	return key
 }
 
-// FlushUsage writes the usage of every key used since the last flush in
-// one transaction. It returns how many keys it wrote.
+// FlushUsage adds the uses of every key used since the last flush to the
+// stored counts, in one transaction, and takes the stored totals back
+// (other instances' uses included). It returns how many keys it wrote.
 func (k *Keys) FlushUsage() (int, error) {
 	k.flushMu.Lock()
 	defer k.flushMu.Unlock()
@@ -271,7 +306,7 @@ func (k *Keys) FlushUsage() (int, error) {
 	k.mu.RLock()
 	for id, e := range k.byID {
 		uses, last := e.uses.Load(), e.lastUse.Load()
-		if uses == e.flushed && last == e.flushedT {
+		if uses == 0 && last == e.flushedT {
 			continue
 		}
 		dirty = append(dirty, pending{e, uses, last})
@@ -285,11 +320,127 @@ func (k *Keys) FlushUsage() (int, error) {
 	if len(batch) == 0 {
 		return 0, nil
 	}
-	if err := k.backend.PutUsage(batch); err != nil {
+	if err := k.backend.AddUsage(batch); err != nil {
 		return 0, err
 	}
-	for _, d := range dirty {
-		d.e.flushed, d.e.flushedT = d.uses, d.last
+	for i, d := range dirty {
+		// Uses counted while the flush ran stay for the next one.
+		d.e.uses.Add(-d.uses)
+		d.e.flushedT = d.last
+		d.e.setStored(batch[i])
 	}
 	return len(batch), nil
+}
+
+// Follow keeps the keys in step with the changes that other instances
+// make to a shared backend, until ctx ends: each change that Watch
+// reports is read back at once, and everything is read again every
+// resync interval in case a notification was lost. Without a Watcher
+// (bbolt: one process) it returns at once.
+func (k *Keys) Follow(ctx context.Context, resync time.Duration, onErr func(error)) {
+	w, ok := k.backend.(Watcher)
+	if !ok {
+		return
+	}
+	report := func(err error) {
+		if err != nil && ctx.Err() == nil {
+			onErr(err)
+		}
+	}
+	go func() {
+		t := time.NewTicker(resync)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				report(k.Resync())
+			}
+		}
+	}()
+	w.Watch(ctx, func(id string) { report(k.Refresh(id)) }, func() { report(k.Resync()) })
+}
+
+// Refresh reads key id back from the backend after another instance
+// changed it: a key gone there is gone here, at once.
+func (k *Keys) Refresh(id string) error {
+	// flushMu before the read: a flush between the read and apply would
+	// make the stored count read here stale.
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	k.flushMu.Lock()
+	defer k.flushMu.Unlock()
+	rec, u, err := k.backend.Key(id)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.apply(id, rec, u, true)
+	return nil
+}
+
+// Resync reads every key back from the backend: what other instances
+// created, changed or deleted, and their flushed usage.
+func (k *Keys) Resync() error {
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	k.flushMu.Lock()
+	defer k.flushMu.Unlock()
+	gen := k.resyncs.Add(1)
+	type stored struct {
+		rec *record
+		u   Usage
+	}
+	all := make(map[string]stored)
+	if err := k.backend.Load(func(rec *record, u Usage) error {
+		all[rec.ID] = stored{rec, u}
+		return nil
+	}); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for id, e := range k.byID {
+		if _, ok := all[id]; !ok && e.born < gen {
+			k.apply(id, nil, Usage{}, false)
+		}
+	}
+	for id, s := range all {
+		k.apply(id, s.rec, s.u, false)
+	}
+	return nil
+}
+
+// apply makes key id in memory what the backend holds: rec with usage u,
+// or nothing when rec is nil. Without force, a key whose modification
+// time is unchanged keeps its snapshot (a resync of many keys allocates
+// only for what changed; notifications, which force, catch two changes
+// within a millisecond). The caller holds writeMu, flushMu and mu.
+func (k *Keys) apply(id string, rec *record, u Usage, force bool) {
+	e := k.byID[id]
+	if rec == nil {
+		if e != nil {
+			delete(k.byID, id)
+			delete(k.byHash, e.snap.Load().hash)
+		}
+		return
+	}
+	if e == nil {
+		e = newEntry(rec, u)
+		e.born = k.resyncs.Load()
+		k.byID[id] = e
+		k.byHash[e.snap.Load().hash] = e
+		return
+	}
+	if old := e.snap.Load(); force || !old.key.LastModificationTime.Equal(rec.LastModificationTime) {
+		next := compile(rec)
+		e.snap.Store(next)
+		if next.hash != old.hash {
+			delete(k.byHash, old.hash)
+			k.byHash[next.hash] = e
+		}
+	}
+	e.setStored(u)
 }

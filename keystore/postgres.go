@@ -3,7 +3,9 @@ package keystore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,38 +15,56 @@ import (
 )
 
 // PostgresBackend keeps keys in the `keys` table of a PostgreSQL schema
-// (migration 0002_keys.sql).
-type PostgresBackend struct{ db *pgdb.DB }
+// (migration 0002_keys.sql) that several gateway instances share: each
+// commit that changes a key notifies every instance (Watch), and usage is
+// added, never overwritten.
+type PostgresBackend struct {
+	db      *pgdb.DB
+	channel string
+}
 
 // NewPostgresBackend uses db, already migrated.
-func NewPostgresBackend(db *pgdb.DB) *PostgresBackend { return &PostgresBackend{db: db} }
+func NewPostgresBackend(db *pgdb.DB) *PostgresBackend {
+	return &PostgresBackend{db: db, channel: db.Channel("keys")}
+}
+
+const selectKey = "SELECT id, record, usage_count, last_usage FROM keys"
+
+// scanKey reads a row of selectKey.
+func scanKey(row pgx.Row) (*record, Usage, error) {
+	var (
+		id    [16]byte
+		raw   []byte
+		count int64
+		last  *time.Time
+	)
+	if err := row.Scan(&id, &raw, &count, &last); err != nil {
+		return nil, Usage{}, err
+	}
+	rec := new(record)
+	if err := json.Unmarshal(raw, rec); err != nil {
+		return nil, Usage{}, fmt.Errorf("key %x: %w", id, err)
+	}
+	u := Usage{KeyID: rec.ID, Count: uint64(count)}
+	if last != nil {
+		u.LastUsage = last.UTC()
+	}
+	return rec, u, nil
+}
 
 // Load implements Backend.
 func (b *PostgresBackend) Load(fn func(rec *record, u Usage) error) error {
 	ctx := context.Background()
 	return b.db.View(ctx, func(tx storage.Tx) error {
-		rows, err := pgdb.Of(tx).Query(ctx, "SELECT id, record, usage_count, last_usage FROM keys ORDER BY id")
+		rows, err := pgdb.Of(tx).Query(ctx, selectKey+" ORDER BY id")
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var (
-				id    [16]byte
-				raw   []byte
-				count int64
-				last  *time.Time
-			)
-			if err := rows.Scan(&id, &raw, &count, &last); err != nil {
+			rec, u, err := scanKey(rows)
+			if err != nil {
 				return err
-			}
-			rec := new(record)
-			if err := json.Unmarshal(raw, rec); err != nil {
-				return fmt.Errorf("key %x: %w", id, err)
-			}
-			u := Usage{KeyID: rec.ID, Count: uint64(count)}
-			if last != nil {
-				u.LastUsage = last.UTC()
 			}
 			if err := fn(rec, u); err != nil {
 				return err
@@ -52,6 +72,23 @@ func (b *PostgresBackend) Load(fn func(rec *record, u Usage) error) error {
 		}
 		return rows.Err()
 	})
+}
+
+// Key implements Backend.
+func (b *PostgresBackend) Key(id string) (rec *record, u Usage, err error) {
+	k, err := idBytes(id)
+	if err != nil {
+		return nil, Usage{}, nil
+	}
+	ctx := context.Background()
+	err = b.db.View(ctx, func(tx storage.Tx) error {
+		rec, u, err = scanKey(pgdb.Of(tx).QueryRow(ctx, selectKey+" WHERE id = $1", k))
+		if errors.Is(err, pgx.ErrNoRows) {
+			rec, err = nil, nil
+		}
+		return err
+	})
+	return rec, u, err
 }
 
 // Put implements Backend.
@@ -70,8 +107,17 @@ func (b *PostgresBackend) Put(rec *record) error {
 			ON CONFLICT (id) DO UPDATE SET service = excluded.service, token_hash = excluded.token_hash,
 				record = excluded.record, updated_at = now()`,
 			id, string(rec.Service), rec.TokenHash, v)
-		return err
+		if err != nil {
+			return err
+		}
+		return b.notify(ctx, tx, rec.ID)
 	})
+}
+
+// notify tells every instance's Watch of key id once tx commits.
+func (b *PostgresBackend) notify(ctx context.Context, tx storage.Tx, id string) error {
+	_, err := pgdb.Of(tx).Exec(ctx, "SELECT pg_notify($1, $2)", b.channel, id)
+	return err
 }
 
 // Delete implements Backend: the key and its usage go together.
@@ -82,18 +128,31 @@ func (b *PostgresBackend) Delete(id string) error {
 	}
 	ctx := context.Background()
 	return b.db.Update(ctx, func(tx storage.Tx) error {
-		_, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM keys WHERE id = $1", k)
-		return err
+		if _, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM keys WHERE id = $1", k); err != nil {
+			return err
+		}
+		return b.notify(ctx, tx, id)
 	})
 }
 
-// PutUsage implements Backend: one statement batch in one transaction.
-// Usage of a key deleted meanwhile updates no row.
-func (b *PostgresBackend) PutUsage(batch []Usage) error {
+// AddUsage implements Backend: one statement batch in one transaction,
+// each adding to what other instances added. Rows are updated in key
+// order, so that two instances flushing the same keys cannot deadlock.
+func (b *PostgresBackend) AddUsage(batch []Usage) error {
+	order := make([]int, len(batch))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(i, j int) bool { return batch[order[i]].KeyID < batch[order[j]].KeyID })
 	ctx := context.Background()
-	return b.db.Update(ctx, func(tx storage.Tx) error {
+	// The totals are kept apart until the commit: a retried transaction
+	// adds the same deltas again.
+	totals := make([]Usage, len(batch))
+	err := b.db.Update(ctx, func(tx storage.Tx) error {
 		var q pgx.Batch
-		for _, u := range batch {
+		for _, i := range order {
+			u := batch[i]
+			totals[i] = Usage{KeyID: u.KeyID}
 			k, err := idBytes(u.KeyID)
 			if err != nil {
 				continue
@@ -103,10 +162,41 @@ func (b *PostgresBackend) PutUsage(batch []Usage) error {
 				t := u.LastUsage.UTC()
 				last = &t
 			}
-			q.Queue("UPDATE keys SET usage_count = $2, last_usage = $3 WHERE id = $1", k, int64(u.Count), last)
+			q.Queue(`UPDATE keys SET usage_count = usage_count + $2,
+					last_usage = greatest(last_usage, $3::timestamptz)
+				WHERE id = $1 RETURNING usage_count, last_usage`, k, int64(u.Count), last).
+				QueryRow(func(row pgx.Row) error {
+					var count int64
+					var last *time.Time
+					err := row.Scan(&count, &last)
+					if errors.Is(err, pgx.ErrNoRows) {
+						return nil // deleted meanwhile
+					}
+					if err != nil {
+						return err
+					}
+					totals[i].Count = uint64(count)
+					if last != nil {
+						totals[i].LastUsage = last.UTC()
+					}
+					return nil
+				})
 		}
 		return pgdb.Of(tx).SendBatch(ctx, &q).Close()
 	})
+	if err != nil {
+		return err
+	}
+	copy(batch, totals)
+	return nil
 }
 
-var _ Backend = (*PostgresBackend)(nil)
+// Watch implements Watcher.
+func (b *PostgresBackend) Watch(ctx context.Context, changed func(id string), resync func()) {
+	b.db.Listen(ctx, b.channel, changed, resync)
+}
+
+var (
+	_ Backend = (*PostgresBackend)(nil)
+	_ Watcher = (*PostgresBackend)(nil)
+)

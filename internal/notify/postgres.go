@@ -24,7 +24,7 @@ type pgBackend struct {
 
 // NewPostgresBackend returns the outbox of db's schema.
 func NewPostgresBackend(db *pgdb.DB) Backend {
-	return &pgBackend{db: db, channel: "keygate_outbox." + db.Schema()}
+	return &pgBackend{db: db, channel: db.Channel("outbox")}
 }
 
 func (b *pgBackend) NewID(t storage.Tx) (uint64, error) {
@@ -168,37 +168,8 @@ func (b *pgBackend) Delete(t storage.Tx, id uint64) error {
 	return err
 }
 
-// Watch listens for the commits that enqueue, from any instance, on a
-// connection of its own; after losing it, it wakes the worker (a
-// notification may have been missed) and listens again.
+// Watch listens for the commits that enqueue, from any instance; it wakes
+// the worker as well whenever a notification may have been missed.
 func (b *pgBackend) Watch(ctx context.Context, wake func()) {
-	for ctx.Err() == nil {
-		b.listen(ctx, wake)
-		wake()
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (b *pgBackend) listen(ctx context.Context, wake func()) {
-	pc, err := b.db.Pool.Acquire(ctx)
-	if err != nil {
-		return
-	}
-	// A listening connection never goes back to the pool.
-	conn := pc.Hijack()
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{b.channel}.Sanitize()); err != nil {
-		return
-	}
-	// What was enqueued before LISTEN took effect is due already.
-	wake()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return
-		}
-		wake()
-	}
+	b.db.Listen(ctx, b.channel, func(string) { wake() }, wake)
 }

@@ -40,7 +40,7 @@ type WorkerConfig struct {
 	// Lease is how long a message taken for an attempt stays reserved to
 	// this worker where several processes deliver from one database: a
 	// message whose process died is taken again once it has passed. At
-	// least SendTimeout plus a margin [SendTimeout + 30s].
+	// least SendTimeout plus a margin [SendTimeout + min(SendTimeout, 30s)].
 	Lease time.Duration
 	// OnOutcome, when set, is called with the channel and OutcomeSent,
 	// OutcomeRetry or OutcomeFailed after each attempt (for the
@@ -96,7 +96,7 @@ func NewWorker(ob *Outbox, cfg WorkerConfig) *Worker {
 		cfg.SendTimeout = 2 * time.Minute
 	}
 	if cfg.Lease <= cfg.SendTimeout {
-		cfg.Lease = cfg.SendTimeout + 30*time.Second
+		cfg.Lease = cfg.SendTimeout + min(cfg.SendTimeout, 30*time.Second)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

@@ -55,6 +55,12 @@ type Server struct {
 	dir  string    // temporary directory of a throwaway server
 	cmd  *exec.Cmd // its postmaster; nil for an external server
 	done chan struct{}
+
+	// What Resume needs to start the postmaster again.
+	bin  string
+	cred *syscall.Credential
+	opts Options
+	port int
 }
 
 // Start starts a throwaway server. Stop it when done.
@@ -93,7 +99,7 @@ func Start(o Options) (*Server, error) {
 	// try a few.
 	var lastErr error
 	for range 5 {
-		s, err := launch(bin, dir, cred, o)
+		s, err := launch(bin, dir, cred, o, 0)
 		if err == nil {
 			return s, nil
 		}
@@ -103,17 +109,20 @@ func Start(o Options) (*Server, error) {
 	return nil, lastErr
 }
 
-func launch(bin, dir string, cred *syscall.Credential, o Options) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+// launch starts the postmaster of dir on port, or on a free one if 0.
+func launch(bin, dir string, cred *syscall.Credential, o Options, port int) (*Server, error) {
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
 	}
 	durable := "off"
 	if o.Durable {
 		durable = "on"
 	}
 	logPath := filepath.Join(dir, "postgres.log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o666)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666)
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +151,7 @@ func launch(bin, dir string, cred *syscall.Credential, o Options) (*Server, erro
 		dir:  dir,
 		cmd:  cmd,
 		done: make(chan struct{}),
+		bin:  bin, cred: cred, opts: o, port: port,
 	}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	if err := s.waitReady(30 * time.Second); err != nil {
@@ -188,6 +198,50 @@ func (s *Server) kill() {
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		<-s.done
 	}
+}
+
+// Halt shuts a throwaway server down and keeps its data, for tests of a
+// database outage; Resume starts it again on the same port.
+func (s *Server) Halt() error {
+	if s.cmd == nil {
+		return errors.New("pgtest: only a throwaway server can be halted")
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.done:
+		return nil
+	case <-time.After(30 * time.Second):
+		s.kill()
+		return errors.New("pgtest: the postmaster did not stop within 30 s")
+	}
+}
+
+// Freeze stops every process of a throwaway server (SIGSTOP) without
+// closing a connection: a database that does not answer, as behind a
+// lost network. Thaw lets it go on.
+func (s *Server) Freeze() error { return s.signal(syscall.SIGSTOP) }
+
+// Thaw ends Freeze.
+func (s *Server) Thaw() error { return s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	if s.cmd == nil {
+		return errors.New("pgtest: only a throwaway server can be signalled")
+	}
+	return syscall.Kill(-s.cmd.Process.Pid, sig)
+}
+
+// Resume starts a halted server again with its data, on its port.
+func (s *Server) Resume() error {
+	if s.cmd == nil {
+		return errors.New("pgtest: only a throwaway server can be resumed")
+	}
+	n, err := launch(s.bin, s.dir, s.cred, s.opts, s.port)
+	if err != nil {
+		return err
+	}
+	*s = *n
+	return nil
 }
 
 // Stop shuts a throwaway server down (fast shutdown: its data is thrown

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"syscall"
+
+	"github.com/keygate/keygate/internal/storage"
 )
 
 // The stable codes of gateway.md. Clients switch on these; never rename one.
@@ -108,8 +110,9 @@ func Unavailable() *Details {
 
 // FromError is the one mapping of an error to its problem: a problem is
 // itself; a full disk or quota (ENOSPC, EDQUOT anywhere in the chain) is
-// the 507; any other failure of the operating system (an errno: EIO,
-// EROFS, ...) is the 503; anything else is the 500. None of them says
+// the 507; a database that cannot be reached (storage.ErrUnavailable)
+// and any other failure of the operating system (an errno: EIO, EROFS,
+// ...) are the 503; anything else is the 500. None of them says
 // more than its code: the cause (paths, errno text) is for the log.
 func FromError(err error) *Details {
 	var d *Details
@@ -118,6 +121,11 @@ func FromError(err error) *Details {
 	}
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		return InsufficientStorage()
+	}
+	if errors.Is(err, storage.ErrUnavailable) {
+		d := Unavailable()
+		d.Detail = "the database cannot be reached now; try again later"
+		return d
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {

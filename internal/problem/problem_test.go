@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/keygate/keygate/internal/storage"
 )
 
 func TestDecodeJSON(t *testing.T) {
@@ -106,6 +108,7 @@ func TestFromError(t *testing.T) {
 		{wrap(syscall.EDQUOT), http.StatusInsufficientStorage, CodeInsufficientStorage, true},
 		{wrap(syscall.EIO), http.StatusServiceUnavailable, CodeUnavailable, true},
 		{wrap(syscall.EROFS), http.StatusServiceUnavailable, CodeUnavailable, true},
+		{errors.Join(errors.New("postgres storage: connecting to /srv/keygate: refused"), storage.ErrUnavailable), http.StatusServiceUnavailable, CodeUnavailable, true},
 		{errors.New("/srv/keygate/data/webapi.db: something"), http.StatusInternalServerError, CodeInternal, false},
 		{fmt.Errorf("wrapped: %w", NotFound("no such thing")), http.StatusNotFound, CodeNotFound, false},
 	}

@@ -34,8 +34,10 @@ const Name = "postgres"
 const DefaultSchema = "keygate"
 
 // DefaultTimeout bounds a transaction of a request: a database that does
-// not answer makes a 503 within it instead of a hanging request.
-const DefaultTimeout = 5 * time.Second
+// not answer makes a 503 instead of a hanging request, within the 5 s the
+// spec promises (storage.md) with a second to spare for the rest of the
+// request.
+const DefaultTimeout = 4 * time.Second
 
 // Config says which database to use and how.
 type Config struct {
@@ -49,6 +51,9 @@ type Config struct {
 	// Timeout bounds each transaction; DefaultTimeout if 0, none if < 0
 	// (the migrate command's long copies).
 	Timeout time.Duration
+	// OnUnavailable, when set, is called for each operation that fails
+	// because the database cannot be reached (a metric of the outage).
+	OnUnavailable func()
 }
 
 // DB is a PostgreSQL database as a storage.DB.
@@ -60,6 +65,8 @@ type DB struct {
 	schema  string
 	timeout time.Duration
 	secret  string // the DSN's password, cut from any error
+
+	onUnavailable func()
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -86,7 +93,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		return nil, errors.New("postgres storage: the dsn does not parse as a libpq URL or key/value string")
 	}
-	d := &DB{schema: cfg.Schema, timeout: cfg.Timeout, secret: pc.ConnConfig.Password}
+	d := &DB{schema: cfg.Schema, timeout: cfg.Timeout, secret: pc.ConnConfig.Password, onUnavailable: cfg.OnUnavailable}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.ConnectTimeout = DefaultTimeout
 	if pc.ConnConfig.RuntimeParams == nil {
@@ -350,6 +357,9 @@ func (d *DB) wrap(what string, err error) error {
 		return nil
 	}
 	if unreachable(err) {
+		if d.onUnavailable != nil {
+			d.onUnavailable()
+		}
 		return &dbError{what: what, err: err, secret: d.secret, unavailable: true}
 	}
 	return &dbError{what: what, err: err, secret: d.secret}

@@ -176,3 +176,55 @@ func TestSchemaNameChecked(t *testing.T) {
 		}
 	}
 }
+
+// Listen hears notifications across its pings, and after its connection
+// is cut it listens again and resyncs, since it may have missed some.
+func TestListenSurvivesSilenceAndLoss(t *testing.T) {
+	d := open(t, pgtest.Shared(t).Schema(t))
+	defer func(p time.Duration) { listenPing = p }(listenPing)
+	listenPing = 50 * time.Millisecond
+
+	channel := d.Channel("test")
+	payloads, resyncs := make(chan string, 10), make(chan struct{}, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Listen(ctx, channel, func(p string) { payloads <- p }, func() { resyncs <- struct{}{} })
+	}()
+	defer func() { cancel(); <-done }()
+
+	wait := func(what string, c <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s", what)
+		}
+	}
+	notify := func(payload string) {
+		t.Helper()
+		if _, err := d.Pool.Exec(context.Background(), "SELECT pg_notify($1, $2)", channel, payload); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-payloads:
+			if got != payload {
+				t.Fatalf("payload %q, want %q", got, payload)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("notification %q never arrived", payload)
+		}
+	}
+	wait("first resync", resyncs)
+	time.Sleep(300 * time.Millisecond) // several pings
+	notify("after silence")
+
+	// Cut the listening connection from the server's side.
+	if _, err := d.Pool.Exec(context.Background(),
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE (query LIKE 'LISTEN%' OR query = '-- ping') AND pid <> pg_backend_pid() AND datname = current_database()"); err != nil {
+		t.Fatal(err)
+	}
+	wait("resync after the lost connection", resyncs)
+	notify("after reconnecting")
+}

@@ -1,0 +1,158 @@
+package keystore
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
+)
+
+// Two key stores on one database behave as two gateway instances: each
+// adds its own uses, so the stored count is the sum, and the later last
+// use wins; a resync brings the other's changes and counts.
+func TestInstancesAddUsage(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		other := e.reopen(t)
+		k := mustCreate(t, e.keys, `{`+validContracts+`}`)
+		if err := other.Resync(); err != nil {
+			t.Fatal(err)
+		}
+		ea, eb := e.keys.Lookup(HashToken(k.Token)), other.Lookup(HashToken(k.Token))
+		if ea == nil || eb == nil {
+			t.Fatal("the key is not on both instances")
+		}
+		later := t0.Add(time.Hour)
+		for i := 0; i < 3; i++ {
+			e.keys.Use(ea, later)
+		}
+		for i := 0; i < 4; i++ {
+			other.Use(eb, t0.Add(time.Minute))
+		}
+		for _, ks := range []*Keys{e.keys, other} {
+			if n, err := ks.FlushUsage(); err != nil || n != 1 {
+				t.Fatalf("FlushUsage = %d, %v", n, err)
+			}
+		}
+		// The second flush took back the sum; the first learns it by resync.
+		if g, _ := other.Get(k.ID); g.UsageCount != 7 || !g.LastUsageTime.Equal(later) {
+			t.Errorf("flushed second: count %d, last %v; want 7, %v", g.UsageCount, g.LastUsageTime, later)
+		}
+		if err := e.keys.Resync(); err != nil {
+			t.Fatal(err)
+		}
+		if g, _ := e.keys.Get(k.ID); g.UsageCount != 7 || !g.LastUsageTime.Equal(later) {
+			t.Errorf("after resync: count %d, last %v; want 7, %v", g.UsageCount, g.LastUsageTime, later)
+		}
+		// A use counted while nothing is flushed shows beside the stored sum.
+		other.Use(eb, t0)
+		if g, _ := other.Get(k.ID); g.UsageCount != 8 {
+			t.Errorf("unflushed use: count %d, want 8", g.UsageCount)
+		}
+		if g, _ := e.reopen(t).Get(k.ID); g.UsageCount != 7 {
+			t.Errorf("stored: count %d, want 7", g.UsageCount)
+		}
+	})
+}
+
+// Resync makes memory what the database holds after another instance
+// created, changed and deleted keys, without any notification.
+func TestResyncFollowsOtherInstance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		other := e.reopen(t)
+		gone := mustCreate(t, e.keys, `{`+validContracts+`}`)
+		changed := mustCreate(t, e.keys, `{`+validContracts+`}`)
+		if err := other.Resync(); err != nil {
+			t.Fatal(err)
+		}
+		added := mustCreate(t, e.keys, `{`+validShare+`}`)
+		e.clock.Advance(time.Second)
+		if _, err := e.keys.Update(changed.ID, mustInput(t, `{"privileges":["get","search"]}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.keys.Delete(gone.ID); err != nil {
+			t.Fatal(err)
+		}
+		// Before the resync, the other instance still has the old state.
+		if other.Lookup(HashToken(gone.Token)) == nil || other.Lookup(HashToken(added.Token)) != nil {
+			t.Fatal("the other instance changed without a resync")
+		}
+		if err := other.Resync(); err != nil {
+			t.Fatal(err)
+		}
+		if other.Lookup(HashToken(gone.Token)) != nil {
+			t.Error("a key deleted elsewhere still checks here")
+		}
+		if other.Lookup(HashToken(added.Token)) == nil {
+			t.Error("a key created elsewhere is unknown here")
+		}
+		if g, err := other.Get(changed.ID); err != nil || len(g.Privileges) != 2 {
+			t.Errorf("changed key here: %+v, %v", g.Privileges, err)
+		}
+	})
+}
+
+// On PostgreSQL an instance that follows the database hears each change
+// of another, on its own pool, without waiting for a resync.
+func TestFollowHearsOtherInstance(t *testing.T) {
+	db := storetest.OpenPostgres(t)
+	e := newEnv(t, db)
+	db2, err := pgdb.Open(context.Background(), pgdb.Config{DSN: pgtest.Shared(t).DSN, Schema: db.(*pgdb.DB).Schema(), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	other, err := Open(NewPostgresBackend(db2), e.sealer, e.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// An hour: only the notifications can bring the changes in time.
+		other.Follow(ctx, time.Hour, func(err error) { t.Errorf("follow: %v", err) })
+	}()
+	defer func() { cancel(); <-done }()
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the other instance never saw %s", what)
+			}
+		}
+	}
+	// The first resync runs once LISTEN is in place; a key created before
+	// arrives through it, one created after through a notification.
+	before := mustCreate(t, e.keys, `{`+validContracts+`}`)
+	waitFor("a key created before it listened", func() bool { return other.Lookup(HashToken(before.Token)) != nil })
+	k := mustCreate(t, e.keys, `{`+validContracts+`}`)
+	waitFor("the create", func() bool { return other.Lookup(HashToken(k.Token)) != nil })
+	if _, err := e.keys.Update(k.ID, mustInput(t, `{"privileges":["get","search"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the update", func() bool {
+		g, _ := other.Get(k.ID)
+		return len(g.Privileges) == 2
+	})
+	if err := e.keys.Delete(k.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the delete", func() bool { return other.Lookup(HashToken(k.Token)) == nil })
+}
+
+func mustInput(t *testing.T, body string) *KeyInput {
+	t.Helper()
+	in := new(KeyInput)
+	if err := json.Unmarshal([]byte(body), in); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
