@@ -179,6 +179,18 @@ func TestSeveralInstances(t *testing.T) {
 		if n := c.usage(t, k.ID); n != before+60 {
 			t.Fatalf("stored count %d, want %d", n, before+60)
 		}
+		// Every admin endpoint shows the sum, whichever instance counted.
+		for i, g := range c.gws {
+			var got struct {
+				UsageCount int64 `json:"usageCount"`
+			}
+			if err := g.AdminJSON("GET", "/webapi/keys/"+k.ID, nil, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.UsageCount != before+60 {
+				t.Errorf("instance %d shows usageCount %d, want %d", i, got.UsageCount, before+60)
+			}
+		}
 	})
 
 	t.Run("every notification is sent once, by one of the instances", func(t *testing.T) {
