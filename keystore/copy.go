@@ -3,7 +3,6 @@ package keystore
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -47,16 +46,14 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *Sealer) ([
 		if _, err := sealer.Open(rec.SealedToken, []byte(rec.ID)); err != nil {
 			return fmt.Errorf("key %s: its sealed token does not open with this master key (give the gateway's master key file)", rec.ID)
 		}
-		var count uint64
-		var last *time.Time
+		var u Usage
 		if usage != nil {
-			if uv := usage.Get(k); len(uv) == 16 {
-				count = binary.BigEndian.Uint64(uv[:8])
-				if ns := int64(binary.BigEndian.Uint64(uv[8:])); ns != 0 {
-					t := time.Unix(0, ns).UTC()
-					last = &t
-				}
-			}
+			u = boltUsage(rec.ID, usage.Get(k))
+		}
+		count := u.Count
+		var last *time.Time
+		if !u.LastUsage.IsZero() {
+			last = &u.LastUsage
 		}
 		if count > 1<<63-1 {
 			return fmt.Errorf("key %s: usage count %d out of range", rec.ID, count)
@@ -74,6 +71,15 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *Sealer) ([
 	}
 	n, err := out.Close()
 	if err != nil {
+		return nil, err
+	}
+	// Gateways already running on the schema read every key again once
+	// the copy commits.
+	var schema string
+	if err := pgdb.Of(to).QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return nil, err
+	}
+	if _, err := pgdb.Of(to).Exec(ctx, "SELECT pg_notify($1, $2)", pgdb.Channel(schema, keysTopic), resyncAll); err != nil {
 		return nil, err
 	}
 	note := fmt.Sprintf("%d contracts, %d share; %d used", perService[ServiceContracts], perService[ServiceShare], used)

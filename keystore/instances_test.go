@@ -146,6 +146,19 @@ func TestFollowHearsOtherInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("the delete", func() bool { return other.Lookup(HashToken(k.Token)) == nil })
+
+	// A change of many keys at once (caddy webapi migrate) notifies "*":
+	// every key is read again. The key is stored by a backend that
+	// notifies elsewhere, so only the "*" can bring it.
+	quiet, err := Open(&PostgresBackend{db: db.(*pgdb.DB), channel: "keygate_keys.elsewhere"}, e.sealer, e.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := mustCreate(t, quiet, `{`+validContracts+`}`)
+	if _, err := db.(*pgdb.DB).Pool.Exec(context.Background(), "SELECT pg_notify($1, $2)", db.(*pgdb.DB).Channel(keysTopic), resyncAll); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a key announced by \"*\"", func() bool { return other.Lookup(HashToken(silent.Token)) != nil })
 }
 
 func mustInput(t *testing.T, body string) *KeyInput {
