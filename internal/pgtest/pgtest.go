@@ -309,15 +309,24 @@ func Shared(tb testing.TB) *Server {
 		switch env := os.Getenv(EnvDSN); env {
 		case "off":
 			shared.skip = true
+			return
 		case "":
-			shared.srv, shared.err = Start(Options{})
+			if shared.srv, shared.err = Start(Options{}); shared.err != nil {
+				return
+			}
 		default:
 			shared.srv = &Server{DSN: env}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := shared.srv.Exec(ctx, "SELECT 1"); err != nil {
-				shared.err = fmt.Errorf("pgtest: %s: %w", EnvDSN, err)
-			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// pg_trgm in the database's public schema, which no test drops:
+		// else the first test schema to be migrated creates it in itself,
+		// the other schemas' trigram indexes depend on it there, and
+		// dropping that schema while parallel tests run drops their
+		// indexes mid-test (or deadlocks with them), and two schemas
+		// migrated at once both try to create it.
+		if err := shared.srv.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_trgm WITH SCHEMA public"); err != nil {
+			shared.err = fmt.Errorf("pgtest: creating pg_trgm in %s: %w", serverName(), err)
 		}
 	})
 	if shared.skip {
@@ -327,6 +336,14 @@ func Shared(tb testing.TB) *Server {
 		tb.Fatalf("%v", shared.err)
 	}
 	return shared.srv
+}
+
+// serverName names the shared server in errors.
+func serverName() string {
+	if os.Getenv(EnvDSN) != "" {
+		return "the server of " + EnvDSN
+	}
+	return "the throwaway server"
 }
 
 // Main runs a package's tests and then stops the shared server, if one

@@ -135,24 +135,43 @@ func (d *DB) prepare(ctx context.Context, conn *pgx.Conn) (string, error) {
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{d.schema}.Sanitize()); err != nil {
 		return "", d.wrap("creating schema "+d.schema, err)
 	}
-	var trgm string
-	err := conn.QueryRow(ctx, "SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_trgm'").Scan(&trgm)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_trgm WITH SCHEMA "+pgx.Identifier{d.schema}.Sanitize()); err != nil {
-			return "", d.wrap("creating extension pg_trgm (needs a superuser, or PostgreSQL 13+ where it is trusted, with CREATE on the database)", err)
-		}
-		trgm = d.schema
-	} else if err != nil {
-		return "", d.wrap("looking up pg_trgm", err)
+	trgm, err := d.trgmSchema(ctx, conn)
+	if err != nil {
+		return "", err
 	}
 	path := pgx.Identifier{d.schema}.Sanitize()
-	if trgm = strings.Trim(trgm, `"`); trgm != d.schema {
+	if trgm != d.schema {
 		path += ", " + pgx.Identifier{trgm}.Sanitize()
 	}
 	if _, err := conn.Exec(ctx, "SET search_path = "+path); err != nil {
 		return "", d.wrap("setting search_path", err)
 	}
 	return path, d.migrate(ctx, conn)
+}
+
+// trgmSchema returns the schema that holds pg_trgm, creating the
+// extension in d's schema when the database lacks it. The extension is
+// the database's, not the schema's: deployments whose schemas share a
+// database and start at once must not both create it (the second would
+// fail on pg_extension's unique name), so this runs under a lock of its
+// own, in the two-key space that no schema's migration lock shares.
+func (d *DB) trgmSchema(ctx context.Context, conn *pgx.Conn) (string, error) {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext('keygate'), hashtext('pg_trgm'))"); err != nil {
+		return "", d.wrap("locking for pg_trgm", err)
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock(hashtext('keygate'), hashtext('pg_trgm'))")
+	var trgm string
+	err := conn.QueryRow(ctx, "SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_trgm'").Scan(&trgm)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_trgm WITH SCHEMA "+pgx.Identifier{d.schema}.Sanitize()); err != nil {
+			return "", d.wrap("creating extension pg_trgm (needs a superuser, or PostgreSQL 13+ where it is trusted, with CREATE on the database)", err)
+		}
+		return d.schema, nil
+	}
+	if err != nil {
+		return "", d.wrap("looking up pg_trgm", err)
+	}
+	return strings.Trim(trgm, `"`), nil
 }
 
 //go:embed migrations/*.sql
