@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -81,6 +83,12 @@ func startCluster(t *testing.T, n int) *cluster {
 // usage is key id's stored count, read from the database.
 func (c *cluster) usage(t *testing.T, id string) int64 {
 	t.Helper()
+	return c.query(t, "SELECT usage_count FROM keygate.keys WHERE id = $1", id)
+}
+
+// query reads one integer from the database.
+func (c *cluster) query(t *testing.T, sql string, args ...any) int64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, c.pg.DSN)
@@ -89,7 +97,7 @@ func (c *cluster) usage(t *testing.T, id string) int64 {
 	}
 	defer conn.Close(context.Background())
 	var n int64
-	if err := conn.QueryRow(ctx, "SELECT usage_count FROM keygate.keys WHERE id = $1", id).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -246,6 +254,87 @@ func TestSeveralInstances(t *testing.T) {
 		// A mail in flight at the kill may go out twice: sent, but not
 		// yet removed from the outbox when the process died.
 		c.expectMails(t, want, 1)
+	})
+
+	t.Run("signing: the resend rule and the five tries hold across instances", func(t *testing.T) {
+		key := clusterKey(t, c, "signing", "get", "create")
+		r := createContract(t, c.gws[0], key, "Signed across", "", "eve@example.com")
+		var created struct {
+			Signers []struct {
+				ID        string `json:"id"`
+				AccessURL string `json:"accessUrl"`
+			} `json:"signers"`
+		}
+		crashMust(t, "GET", c.gws[0].Site+"/webapi/contracts/"+crashObject(t, r.body)["id"].(string), key, nil, http.StatusOK, &created)
+		u, err := url.Parse(created.Signers[0].AccessURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		link := u.Path // the same page on every instance
+		sign := func(g *gatewayproc.Gateway, path string, body any) crashReply {
+			r, err := crashDo("POST", g.Site+link+path, "", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		if r := sign(c.gws[0], "/otp", nil); r.status != http.StatusAccepted {
+			t.Fatalf("password request: %d %s", r.status, r.body)
+		}
+		for i, g := range c.gws[1:] {
+			if r := sign(g, "/otp", nil); r.status != http.StatusTooManyRequests {
+				t.Errorf("a second request within 60 s on instance %d: %d", i+1, r.status)
+			}
+		}
+		var code string
+		eventually(t, 20*time.Second, "the password mail", func() bool {
+			for _, m := range c.mails.To("eve@example.com", "Your one-time password") {
+				if f := strings.Fields(m.Text); len(f) > 0 {
+					for _, w := range f {
+						if len(w) == 6 && strings.Trim(w, "0123456789") == "" {
+							code = w
+						}
+					}
+				}
+			}
+			return code != ""
+		})
+		if n := len(c.mails.To("eve@example.com", "Your one-time password")); n != 1 {
+			t.Errorf("%d password mails, want 1", n)
+		}
+		wrong := fmt.Sprintf("%06d", (mustAtoi(t, code)+1)%1000000)
+		// Thirty wrong tries at once over the three instances: five are
+		// checked (four say how many are left, the fifth voids the
+		// password), the rest find it void.
+		statuses := make([]int, 30)
+		var wg sync.WaitGroup
+		for i := range statuses {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := crashDo("POST", c.gws[i%3].Site+link+"/decision", "",
+					map[string]any{"decision": "signed", "otp": wrong, "method": "render", "signature": "Eve"})
+				if err == nil {
+					statuses[i] = r.status
+				}
+			}()
+		}
+		wg.Wait()
+		count := map[int]int{}
+		for _, st := range statuses {
+			count[st]++
+		}
+		if count[http.StatusBadRequest] != 4 || count[http.StatusTooManyRequests] != len(statuses)-4 {
+			t.Errorf("%d parallel wrong tries over three instances: %v, want 4 × 400 and the rest 429", len(statuses), count)
+		}
+		// Checked tries are counted; one more than five would have been a
+		// sixth guess.
+		if n := c.query(t, "SELECT failures FROM keygate.signing_otps WHERE signer_id = $1", created.Signers[0].ID); n != 5 {
+			t.Errorf("%d tries checked, want 5", n)
+		}
+		if r := sign(c.gws[2], "/decision", map[string]any{"decision": "signed", "otp": code, "method": "render", "signature": "Eve"}); r.status != http.StatusTooManyRequests {
+			t.Errorf("the right password after five wrong ones: %d, want 429", r.status)
+		}
 	})
 
 	t.Run("share pages: one unlock limit, cookies and openings across instances", func(t *testing.T) {
@@ -517,4 +606,13 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
