@@ -19,6 +19,7 @@ import (
 	"github.com/keygate/keygate/internal/gatewayproc"
 	"github.com/keygate/keygate/internal/mailtest"
 	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // cluster is several gateway processes on one PostgreSQL database, with
@@ -113,20 +114,6 @@ func status(t *testing.T, g *gatewayproc.Gateway, token, path string) int {
 	return r.status
 }
 
-// within polls cond every 10 ms and fails unless it holds within limit,
-// the promise of the spec under test; it reports how long it took.
-func within(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("%s: not within %s", what, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 func TestSeveralInstances(t *testing.T) {
 	c := startCluster(t, 3)
 	if err := c.gws[0].AddTemplate("PAGE-1", "LEGAL", "NDA", "Keep each other's secrets."); err != nil {
@@ -140,7 +127,7 @@ func TestSeveralInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, g := range c.gws {
-			took := within(t, time.Second, fmt.Sprintf("created key on instance %d", i), func() bool {
+			took := testwait.For(t, time.Second, fmt.Sprintf("created key on instance %d", i), func() bool {
 				return status(t, g, k.Token, missing) == http.StatusNotFound
 			})
 			t.Logf("created: instance %d after %s", i, took)
@@ -149,7 +136,7 @@ func TestSeveralInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, g := range c.gws {
-			took := within(t, time.Second, fmt.Sprintf("restricted key on instance %d", i), func() bool {
+			took := testwait.For(t, time.Second, fmt.Sprintf("restricted key on instance %d", i), func() bool {
 				return status(t, g, k.Token, "/webapi/contracts?substring=x") == http.StatusForbidden
 			})
 			t.Logf("restricted: instance %d after %s", i, took)
@@ -158,7 +145,7 @@ func TestSeveralInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, g := range c.gws {
-			took := within(t, time.Second, fmt.Sprintf("deleted key on instance %d", i), func() bool {
+			took := testwait.For(t, time.Second, fmt.Sprintf("deleted key on instance %d", i), func() bool {
 				return status(t, g, k.Token, missing) == http.StatusUnauthorized
 			})
 			t.Logf("deleted: instance %d after %s", i, took)
@@ -171,10 +158,10 @@ func TestSeveralInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, g := range c.gws {
-			within(t, time.Second, "key known", func() bool { return status(t, g, k.Token, missing) == http.StatusNotFound })
+			testwait.For(t, time.Second, "key known", func() bool { return status(t, g, k.Token, missing) == http.StatusNotFound })
 		}
 		// The polls above were uses too; count from what is stored now.
-		eventually(t, 10*time.Second, "the polls' uses flushed", func() bool { return c.usage(t, k.ID) > 0 })
+		testwait.For(t, 10*time.Second, "the polls' uses flushed", func() bool { return c.usage(t, k.ID) > 0 })
 		time.Sleep(2 * time.Second) // every instance's flush interval has passed
 		before := c.usage(t, k.ID)
 		for i := range 60 {
@@ -182,7 +169,7 @@ func TestSeveralInstances(t *testing.T) {
 				t.Fatalf("use %d: %d", i, s)
 			}
 		}
-		eventually(t, 10*time.Second, "60 uses stored", func() bool { return c.usage(t, k.ID) >= before+60 })
+		testwait.For(t, 10*time.Second, "60 uses stored", func() bool { return c.usage(t, k.ID) >= before+60 })
 		time.Sleep(2 * time.Second)
 		if n := c.usage(t, k.ID); n != before+60 {
 			t.Fatalf("stored count %d, want %d", n, before+60)
@@ -287,7 +274,7 @@ func TestSeveralInstances(t *testing.T) {
 			}
 		}
 		var code string
-		eventually(t, 20*time.Second, "the password mail", func() bool {
+		testwait.For(t, 20*time.Second, "the password mail", func() bool {
 			for _, m := range c.mails.To("eve@example.com", "Your one-time password") {
 				if f := strings.Fields(m.Text); len(f) > 0 {
 					for _, w := range f {
@@ -343,7 +330,7 @@ func TestSeveralInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, g := range c.gws {
-			within(t, time.Second, fmt.Sprintf("share key on instance %d", i), func() bool {
+			testwait.For(t, time.Second, fmt.Sprintf("share key on instance %d", i), func() bool {
 				r, err := crashDo("GET", g.Site+"/webapi/share/00000000-0000-4000-8000-000000000000", k.Token, nil)
 				return err == nil && r.status == http.StatusNotFound
 			})
@@ -421,7 +408,7 @@ func TestSeveralInstances(t *testing.T) {
 			n, _ := crashObject(t, r.body)["openedCount"].(float64)
 			return n
 		}
-		eventually(t, 10*time.Second, "30 openings counted", func() bool { return opened() >= 30 })
+		testwait.For(t, 10*time.Second, "30 openings counted", func() bool { return opened() >= 30 })
 		time.Sleep(2 * time.Second)
 		if n := opened(); n != 30 {
 			t.Errorf("openedCount %v, want 30", n)
@@ -472,7 +459,7 @@ func TestSeveralInstances(t *testing.T) {
 		if err := c.pg.Resume(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "serving again", func() bool { return get(c.gws[0], "/webapi/contracts/"+id).status == http.StatusOK })
+		testwait.For(t, 30*time.Second, "serving again", func() bool { return get(c.gws[0], "/webapi/contracts/"+id).status == http.StatusOK })
 
 		// A database that does not answer at all (a lost network): the
 		// request gives up within 5 s instead of hanging.
@@ -491,14 +478,14 @@ func TestSeveralInstances(t *testing.T) {
 		}
 		t.Logf("frozen database: 503 after %s", took)
 		for i, g := range c.gws {
-			eventually(t, 30*time.Second, fmt.Sprintf("instance %d serving again", i), func() bool {
+			testwait.For(t, 30*time.Second, fmt.Sprintf("instance %d serving again", i), func() bool {
 				return get(g, "/webapi/contracts/"+id).status == http.StatusOK
 			})
 			createContract(t, g, key, fmt.Sprintf("After the outage %d", i), "", "")
 			uses++
 		}
 		// Uses counted while the database was down were kept and written.
-		eventually(t, 10*time.Second, "every use stored", func() bool { return c.usage(t, keyID(t, c, key)) == base+int64(uses) })
+		testwait.For(t, 10*time.Second, "every use stored", func() bool { return c.usage(t, keyID(t, c, key)) == base+int64(uses) })
 		// Each instance listens again: a key change reaches the others.
 		time.Sleep(2 * time.Second)
 		k, err := c.gws[1].CreateKey("contracts", "after outage", "alice", []string{"get"}, nil)
@@ -506,7 +493,7 @@ func TestSeveralInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, g := range c.gws {
-			within(t, time.Second, fmt.Sprintf("key created after the outage on instance %d", i), func() bool {
+			testwait.For(t, time.Second, fmt.Sprintf("key created after the outage on instance %d", i), func() bool {
 				return status(t, g, k.Token, missing) == http.StatusNotFound
 			})
 		}
@@ -522,7 +509,7 @@ func clusterKey(t *testing.T, c *cluster, name string, privileges ...string) str
 		t.Fatal(err)
 	}
 	for i, g := range c.gws {
-		within(t, time.Second, fmt.Sprintf("key %s on instance %d", name, i), func() bool {
+		testwait.For(t, time.Second, fmt.Sprintf("key %s on instance %d", name, i), func() bool {
 			r, err := crashDo("GET", g.Site+"/webapi/contracts/00000000-0000-4000-8000-000000000000", k.Token, nil)
 			return err == nil && r.status == http.StatusNotFound
 		})
@@ -583,7 +570,7 @@ func (c *cluster) expectMails(t *testing.T, want []string, dups int) {
 	}
 	// A message taken by an instance that died is sent once its lease
 	// (twice send_timeout) has passed.
-	eventually(t, 30*time.Second, fmt.Sprintf("%d mails", len(want)), func() bool { return len(count()) == len(wanted) })
+	testwait.For(t, 30*time.Second, fmt.Sprintf("%d mails", len(want)), func() bool { return len(count()) == len(wanted) })
 	time.Sleep(2 * instancesSendTimeout)
 	extra := 0
 	for k, n := range count() {

@@ -20,6 +20,7 @@ import (
 	"github.com/keygate/keygate/internal/gatewayproc"
 	"github.com/keygate/keygate/internal/mailtest"
 	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // migrateReply is what a client sees of one answer.
@@ -200,7 +201,7 @@ func TestMigrateBoltToPostgres(t *testing.T) {
 		return out
 	}
 	pagesBefore := pages()
-	eventually(t, 10*time.Second, "the contract to expire", func() bool {
+	testwait.For(t, 10*time.Second, "the contract to expire", func() bool {
 		return time.Now().After(expires.Add(100 * time.Millisecond))
 	})
 
@@ -346,7 +347,7 @@ func TestMigrateBoltToPostgres(t *testing.T) {
 	migrateCompare(t, pagesBefore, pages())
 
 	// The mail that waited goes out, once each; the password in it signs.
-	eventually(t, 60*time.Second, fmt.Sprintf("the %d waiting messages to be delivered", pending), func() bool { return len(ms.All()) >= pending })
+	testwait.For(t, 60*time.Second, fmt.Sprintf("the %d waiting messages to be delivered", pending), func() bool { return len(ms.All()) >= pending })
 	seen := map[string]bool{}
 	code := ""
 	for _, m := range ms.All() {

@@ -25,6 +25,7 @@ import (
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/internal/testwait"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -265,7 +266,7 @@ func (w *world) deliverUntil(done func(map[uint64]notify.Message) bool) map[uint
 		BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond})
 	go worker.Run(context.Background())
 	defer worker.Stop()
-	waitFor(w.t, "the outbox to deliver its messages", func() bool {
+	testwait.For(w.t, testwait.Generous, "the outbox to deliver its messages", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return done(c.msgs)
@@ -273,17 +274,6 @@ func (w *world) deliverUntil(done func(map[uint64]notify.Message) bool) map[uint
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.msgs)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // openBolt opens (creating) the bbolt file at path as a storage.DB.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // TestDeliveryRetried checks that an e-mail and a text the servers refuse
@@ -21,7 +22,7 @@ func TestDeliveryRetried(t *testing.T) {
 
 		c := f.create(`{"templateId":"PAGE-1","name":"Retry","signers":[
 			{"fullName":"Rae","accessKind":"email","email":"rae@example.com","phone":"+14155552671"}]}`)
-		waitFor(t, "the invitation", func() bool { return len(f.smtp.To("rae@example.com", "Please sign")) == 1 })
+		testwait.For(t, testwait.Generous, "the invitation", func() bool { return len(f.smtp.To("rae@example.com", "Please sign")) == 1 })
 		if n := f.smtp.Attempts(); n != 3 {
 			t.Errorf("%d SMTP attempts, want 2 refused and 1 accepted", n)
 		}

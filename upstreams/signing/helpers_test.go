@@ -25,6 +25,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/storetest"
 	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/internal/testwait"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
@@ -249,7 +250,7 @@ func (f *fixture) count(kind storedKind) int {
 // settle waits until every queued message is delivered.
 func (f *fixture) settle() {
 	f.t.Helper()
-	waitFor(f.t, "the outbox to drain", f.outboxEmpty)
+	testwait.For(f.t, testwait.Generous, "the outbox to drain", f.outboxEmpty)
 }
 
 // digest is storetest.Digest of the fixture's database once the worker
@@ -270,17 +271,6 @@ func (f *fixture) unchanged(t *testing.T, before [32]byte, what string) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 var otpPattern = regexp.MustCompile(`\b(\d{6})\b`)
 
 // otpMail waits for a one-time password e-mail to addr beyond the first
@@ -288,7 +278,7 @@ var otpPattern = regexp.MustCompile(`\b(\d{6})\b`)
 func (f *fixture) otpMail(addr string, seen int) string {
 	f.t.Helper()
 	var code string
-	waitFor(f.t, "a password e-mail to "+addr, func() bool {
+	testwait.For(f.t, testwait.Generous, "a password e-mail to "+addr, func() bool {
 		ms := f.smtp.To(addr, "Your one-time password")
 		if len(ms) <= seen {
 			return false
@@ -302,7 +292,7 @@ func (f *fixture) otpMail(addr string, seen int) string {
 func (f *fixture) otpSMS(phone string, seen int) string {
 	f.t.Helper()
 	var code string
-	waitFor(f.t, "a password text to "+phone, func() bool {
+	testwait.For(f.t, testwait.Generous, "a password text to "+phone, func() bool {
 		ms := f.sms.to(phone)
 		if len(ms) <= seen {
 			return false
