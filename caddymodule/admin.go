@@ -180,10 +180,21 @@ func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	a.sync(r, "")
 	writeJSON(w, http.StatusOK, appOf(r).state.keys.List(svc))
 }
 
+// sync brings key id (every key when empty) up to date with the other
+// instances of a shared database before it is shown; without the
+// database the view in memory is shown, which the key check uses too.
+func (a *Admin) sync(r *http.Request, id string) {
+	if err := appOf(r).state.keys.Sync(id); err != nil {
+		appOf(r).logger.Warn("reading keys back from the database", zap.Error(err))
+	}
+}
+
 func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
+	a.sync(r, r.PathValue("id"))
 	k, err := appOf(r).state.keys.Get(r.PathValue("id"))
 	if err != nil {
 		a.fail(w, r, err)

@@ -27,11 +27,12 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "webapi",
-		Usage: "keys|templates <command> [flags]",
-		Short: "Manages keygate API keys and contract templates",
+		Usage: "keys|templates|migrate <command> [flags]",
+		Short: "Manages keygate API keys and contract templates; moves data to PostgreSQL",
 		Long: `
 Manages keygate API keys and contract templates through the admin endpoint
 of a running gateway (--address, default localhost:2019, as caddy reload).
+"migrate" copies a stopped gateway's bbolt data into PostgreSQL.
 
 "keys create" and "keys reveal" print the token alone on standard output,
 so TOKEN=$(caddy webapi keys create ...) works; --json prints the whole
@@ -43,7 +44,7 @@ object. Errors go to standard error with a non-zero exit status.`,
 // setupWebapiCommand adds the subcommands and the --address flag.
 func setupWebapiCommand(cmd *cobra.Command) {
 	cmd.PersistentFlags().String("address", "", "The address of the admin endpoint (default localhost:2019)")
-	cmd.AddCommand(keysCommand(), templatesCommand())
+	cmd.AddCommand(keysCommand(), templatesCommand(), migrateCommand())
 }
 
 // keyFlags are the flags of keys create and keys update.

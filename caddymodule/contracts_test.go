@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // kgSend sends body as it is, with contentType when not empty, through
@@ -572,7 +573,7 @@ func testContractsSearch(t *testing.T, b backend) {
 	expiring := ctrCreate(t, alice, map[string]any{"templateId": "TPL-2", "name": "zeta short-lived",
 		"signers":             []map[string]any{{"fullName": "Ursula", "accessKind": "url"}},
 		"expirationTimestamp": time.Now().UTC().Add(1500 * time.Millisecond).Format(time.RFC3339Nano)})
-	eventually(t, "the contract to expire", func() bool {
+	testwait.For(t, testwait.Generous, "the contract to expire", func() bool {
 		var c ctrContract
 		do(t, "GET", siteURL+ctrURL+"/"+expiring.ID, nil, bearer(alice)...).json(t, &c)
 		return c.Status == "expired"

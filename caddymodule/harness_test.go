@@ -270,15 +270,3 @@ func (g *gateway) auditEntries(t *testing.T, wantCount int) []map[string]any {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-// eventually polls cond until it holds or 5 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

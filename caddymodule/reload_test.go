@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 func TestMetricsSurviveReload(t *testing.T) {
@@ -27,7 +29,7 @@ func TestMetricsSurviveReload(t *testing.T) {
 	check := func(stage string) string {
 		var body string
 		missing := ""
-		eventually(t, stage+" metrics", func() bool {
+		testwait.For(t, testwait.Generous, stage+" metrics", func() bool {
 			r := do(t, "GET", adminURL+"/metrics", nil)
 			body = string(r.body)
 			for _, w := range want {
@@ -98,7 +100,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if failed.Load() != 0 || ok.Load() == 0 {
 		t.Fatalf("%d requests failed, %d succeeded across reloads", failed.Load(), ok.Load())
 	}
-	eventually(t, "usage of every call", func() bool {
+	testwait.For(t, testwait.Generous, "usage of every call", func() bool {
 		r := do(t, "GET", adminURL+"/webapi/keys/"+k.ID, nil)
 		var got struct{ UsageCount int64 }
 		r.json(t, &got)

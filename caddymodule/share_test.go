@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 const shrURL = "/webapi/share"
@@ -618,7 +620,7 @@ func testShareList(t *testing.T, b backend) {
 	for _, u := range all {
 		records[u] = shrGet(t, root, u)
 	}
-	eventually(t, "openings counted", func() bool {
+	testwait.For(t, testwait.Generous, "openings counted", func() bool {
 		return shrGet(t, root, bJQLP1).OpenedCount == 3 && shrGet(t, root, aBoardP2).OpenedCount == 2
 	})
 	for _, u := range all {
@@ -858,7 +860,7 @@ func testSharePublicPage(t *testing.T, b backend) {
 				t.Errorf("the public JSON shows %s", k)
 			}
 		}
-		eventually(t, "two openings", func() bool { return openings(open.UUID) == 2 })
+		testwait.For(t, testwait.Generous, "two openings", func() bool { return openings(open.UUID) == 2 })
 		acts := shrActivities(t, alice, open.UUID, "")
 		if len(acts) != 3 || acts[0].Action != "viewed" || acts[1].Action != "viewed" || acts[2].Action != "created" ||
 			shrStr(acts[0].IP) != "127.0.0.1" || acts[0].User != nil || acts[0].Email != nil {
@@ -890,7 +892,7 @@ func testSharePublicPage(t *testing.T, b backend) {
 		if r.status != 401 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") || !strings.Contains(string(r.body), "password is wrong") {
 			t.Errorf("wrong password by form: %d %s", r.status, r.body)
 		}
-		eventually(t, "unlock-failed entries", func() bool {
+		testwait.For(t, testwait.Generous, "unlock-failed entries", func() bool {
 			acts := shrActivities(t, alice, locked.UUID, "")
 			n := 0
 			for _, a := range acts {
@@ -935,7 +937,7 @@ func testSharePublicPage(t *testing.T, b backend) {
 		if r := do(t, "GET", page(locked.UUID), nil, tampered...); r.status != 401 {
 			t.Errorf("a tampered cookie opens the share: %d", r.status)
 		}
-		eventually(t, "one opening", func() bool { return openings(locked.UUID) == 1 })
+		testwait.For(t, testwait.Generous, "one opening", func() bool { return openings(locked.UUID) == 1 })
 
 		// A person: the form posts, is sent back to the page, and the
 		// browser's cookie opens it.
@@ -949,7 +951,7 @@ func testSharePublicPage(t *testing.T, b backend) {
 			!strings.Contains(string(r.body), "board") {
 			t.Errorf("after the form: %d %s", r.status, r.body)
 		}
-		eventually(t, "two openings", func() bool { return openings(locked.UUID) == 2 })
+		testwait.For(t, testwait.Generous, "two openings", func() bool { return openings(locked.UUID) == 2 })
 	})
 
 	t.Run("a share for selected users", func(t *testing.T) {
@@ -971,7 +973,7 @@ func testSharePublicPage(t *testing.T, b backend) {
 		if r := do(t, "GET", page(selected.UUID), nil, append(hdr, asJSON...)...); r.status != 200 {
 			t.Fatalf("with the cookie: %d %s", r.status, r.body)
 		}
-		eventually(t, "viewed and unlock-failed entries with e-mails", func() bool {
+		testwait.For(t, testwait.Generous, "viewed and unlock-failed entries with e-mails", func() bool {
 			acts := shrActivities(t, alice, selected.UUID, "")
 			if len(acts) != 3 {
 				return false
@@ -1017,7 +1019,7 @@ func testSharePublicPage(t *testing.T, b backend) {
 		if r := do(t, "GET", page(s.UUID), nil, asJSON...); r.status != 401 {
 			t.Fatalf("before expiry: %d", r.status)
 		}
-		eventually(t, "the share to expire", func() bool {
+		testwait.For(t, testwait.Generous, "the share to expire", func() bool {
 			return do(t, "GET", page(s.UUID), nil, asJSON...).status == http.StatusGone
 		})
 		kgWantProblem(t, do(t, "GET", page(s.UUID), nil, asJSON...), 410, "gone")

@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/keygate/keygate/internal/mailtest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // signingConfig is a gateway with the contracts API and the signing
@@ -79,7 +80,7 @@ func testSigningInBrowser(t *testing.T, b backend) {
 	}
 	r.json(t, &created)
 	link := created.Signers[0].AccessURL
-	eventually(t, "the invitation", func() bool { return len(mails.To("bea@example.com", "Please sign")) == 1 })
+	testwait.For(t, testwait.Generous, "the invitation", func() bool { return len(mails.To("bea@example.com", "Please sign")) == 1 })
 	if inv := mails.To("bea@example.com", "Please sign")[0]; !strings.Contains(inv.Text, link) {
 		t.Fatalf("the invitation does not carry the link %s:\n%s", link, inv.Text)
 	}
@@ -125,7 +126,7 @@ func testSigningInBrowser(t *testing.T, b backend) {
 	}
 
 	var code string
-	eventually(t, "the password e-mail", func() bool {
+	testwait.For(t, testwait.Generous, "the password e-mail", func() bool {
 		ms := mails.To("bea@example.com", "Your one-time password")
 		if len(ms) == 0 {
 			return false
@@ -195,7 +196,7 @@ func testSigningInBrowser(t *testing.T, b backend) {
 			t.Errorf("GET %s: %d %s", a, pdf.status, pdf.header)
 		}
 	}
-	eventually(t, "the signed contract e-mail", func() bool {
+	testwait.For(t, testwait.Generous, "the signed contract e-mail", func() bool {
 		ms := mails.To("bea@example.com", "Your signed contract")
 		return len(ms) == 1 && len(ms[0].Attachments) == 1
 	})

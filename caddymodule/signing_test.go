@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/internal/mailtest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // emlMails reads the .eml files of dir/mail.
@@ -88,14 +89,14 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 	r.json(t, &created)
 	link := created.Signers[0].AccessURL
 
-	eventually(t, "the invitation and the created notice as .eml files", func() bool { return len(emlMails(t, dir)) == 2 })
+	testwait.For(t, testwait.Generous, "the invitation and the created notice as .eml files", func() bool { return len(emlMails(t, dir)) == 2 })
 	if inv := withSubject(emlMails(t, dir), "eli@example.com", "Please sign"); len(inv) != 1 || !strings.Contains(inv[0].Text, link) {
 		t.Fatalf("invitation files: %+v", inv)
 	}
 	if len(withSubject(emlMails(t, dir), "wendy@example.com", "Contract created")) != 1 {
 		t.Fatal("no created notice")
 	}
-	eventually(t, "the sent counter", func() bool { return emailsSent(t) >= sentBefore+2 })
+	testwait.For(t, testwait.Generous, "the sent counter", func() bool { return emailsSent(t) >= sentBefore+2 })
 
 	if r := do(t, http.MethodGet, link, nil, "Accept", "application/json"); r.status != http.StatusOK || !strings.Contains(string(r.body), `"canDecide":true`) {
 		t.Fatalf("page: %d %s", r.status, r.body)
@@ -104,7 +105,7 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 		t.Fatalf("otp: %d %s", r.status, r.body)
 	}
 	var code string
-	eventually(t, "the password file", func() bool {
+	testwait.For(t, testwait.Generous, "the password file", func() bool {
 		ms := withSubject(emlMails(t, dir), "eli@example.com", "Your one-time password")
 		if len(ms) == 1 {
 			code = passwordLine.FindStringSubmatch(ms[0].Text)[1]
@@ -119,7 +120,7 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 	if r.status != http.StatusOK {
 		t.Fatalf("decision: %d %s", r.status, r.body)
 	}
-	eventually(t, "the signed contract by SMTP", func() bool {
+	testwait.For(t, testwait.Generous, "the signed contract by SMTP", func() bool {
 		return len(mails.To("eli@example.com", "Your signed contract")) == 1 && len(mails.To("wendy@example.com", "Completed")) == 1
 	})
 	if n := len(emlMails(t, dir)); n != 3 {

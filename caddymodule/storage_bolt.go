@@ -3,10 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -72,11 +69,8 @@ func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
 	}()
 	var st *Stores
 	err = whileReadingPages(path, func() error {
-		if err := checkWhole(db, path); err != nil {
-			return fmt.Errorf("database %s %w: restore it from a backup", path, err)
-		}
-		if err := checkOwnDatabase(db); err != nil {
-			return fmt.Errorf("database %s: %w", path, err)
+		if err := boltdb.Check(db, path); err != nil {
+			return err
 		}
 		var openErr error
 		st, openErr = boltStores(db, path)
@@ -110,49 +104,6 @@ func boltStores(db *bbolt.DB, path string) (st *Stores, err error) {
 		return nil, err
 	}
 	return st, nil
-}
-
-// checkWhole refuses a file shorter than the pages its last commit
-// counts (a cut copy, a disk that lost its tail): reading such a page
-// through the memory map is a fault, not an error.
-func checkWhole(db *bbolt.DB, path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	return db.View(func(tx *bbolt.Tx) error {
-		if want := tx.Size(); st.Size() < want {
-			return fmt.Errorf("is truncated: %d bytes, its pages need %d", st.Size(), want)
-		}
-		return nil
-	})
-}
-
-// ownBucket is the bucket that keygate creates first, in the first
-// transaction it ever commits to a file: a keygate database without it
-// is empty.
-var ownBucket = []byte("keys")
-
-// checkOwnDatabase refuses a bbolt file of another program: one that holds
-// buckets, none of them keygate's, which keygate would otherwise fill
-// with its own buckets beside the other program's data.
-func checkOwnDatabase(db *bbolt.DB) error {
-	return db.View(func(tx *bbolt.Tx) error {
-		if tx.Bucket(ownBucket) != nil {
-			return nil
-		}
-		var names []string
-		err := tx.ForEach(func(name []byte, _ *bbolt.Bucket) error {
-			if len(names) < 5 {
-				names = append(names, strconv.Quote(string(name)))
-			}
-			return nil
-		})
-		if err != nil || len(names) == 0 {
-			return err
-		}
-		return fmt.Errorf("not a keygate database: it holds buckets of another program (%s) and none of keygate's; give keygate a data_dir of its own", strings.Join(names, ", "))
-	})
 }
 
 // UnmarshalCaddyfile reads `storage bolt`, which takes no options.

@@ -10,6 +10,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // Two key stores on one database behave as two gateway instances: each
@@ -121,31 +122,36 @@ func TestFollowHearsOtherInstance(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the other instance never saw %s", what)
-			}
-		}
-	}
 	// The first resync runs once LISTEN is in place; a key created before
 	// arrives through it, one created after through a notification.
 	before := mustCreate(t, e.keys, `{`+validContracts+`}`)
-	waitFor("a key created before it listened", func() bool { return other.Lookup(HashToken(before.Token)) != nil })
+	testwait.For(t, testwait.Generous, "a key created before it listened", func() bool { return other.Lookup(HashToken(before.Token)) != nil })
 	k := mustCreate(t, e.keys, `{`+validContracts+`}`)
-	waitFor("the create", func() bool { return other.Lookup(HashToken(k.Token)) != nil })
+	testwait.For(t, testwait.Generous, "the create", func() bool { return other.Lookup(HashToken(k.Token)) != nil })
 	if _, err := e.keys.Update(k.ID, mustInput(t, `{"privileges":["get","search"]}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the update", func() bool {
+	testwait.For(t, testwait.Generous, "the update", func() bool {
 		g, _ := other.Get(k.ID)
 		return len(g.Privileges) == 2
 	})
 	if err := e.keys.Delete(k.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the delete", func() bool { return other.Lookup(HashToken(k.Token)) == nil })
+	testwait.For(t, testwait.Generous, "the delete", func() bool { return other.Lookup(HashToken(k.Token)) == nil })
+
+	// A change of many keys at once (caddy webapi migrate) notifies "*":
+	// every key is read again. The key is stored by a backend that
+	// notifies elsewhere, so only the "*" can bring it.
+	quiet, err := Open(&PostgresBackend{db: db.(*pgdb.DB), channel: "keygate_keys.elsewhere"}, e.sealer, e.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := mustCreate(t, quiet, `{`+validContracts+`}`)
+	if _, err := db.(*pgdb.DB).Pool.Exec(context.Background(), "SELECT pg_notify($1, $2)", db.(*pgdb.DB).Channel(keysTopic), resyncAll); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, testwait.Generous, "a key announced by \"*\"", func() bool { return other.Lookup(HashToken(silent.Token)) != nil })
 }
 
 func mustInput(t *testing.T, body string) *KeyInput {

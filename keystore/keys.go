@@ -362,6 +362,20 @@ func (k *Keys) Follow(ctx context.Context, resync time.Duration, onErr func(erro
 	w.Watch(ctx, func(id string) { report(k.Refresh(id)) }, func() { report(k.Resync()) })
 }
 
+// Sync reads key id (every key when id is empty) back from a backend that
+// other instances share, so that an administrator sees their changes and
+// flushed uses at once rather than after the next notification or
+// resync. With a backend of this process alone it does nothing.
+func (k *Keys) Sync(id string) error {
+	if _, ok := k.backend.(Watcher); !ok {
+		return nil
+	}
+	if id == "" {
+		return k.Resync()
+	}
+	return k.Refresh(id)
+}
+
 // Refresh reads key id back from the backend after another instance
 // changed it: a key gone there is gone here, at once.
 func (k *Keys) Refresh(id string) error {

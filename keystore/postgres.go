@@ -25,8 +25,16 @@ type PostgresBackend struct {
 
 // NewPostgresBackend uses db, already migrated.
 func NewPostgresBackend(db *pgdb.DB) *PostgresBackend {
-	return &PostgresBackend{db: db, channel: db.Channel("keys")}
+	return &PostgresBackend{db: db, channel: db.Channel(keysTopic)}
 }
+
+// keysTopic names the notification channel of key changes; its payload
+// is a key id, or resyncAll after a change of many keys at once (caddy
+// webapi migrate).
+const (
+	keysTopic = "keys"
+	resyncAll = "*"
+)
 
 const selectKey = "SELECT id, record, usage_count, last_usage FROM keys"
 
@@ -193,7 +201,13 @@ func (b *PostgresBackend) AddUsage(batch []Usage) error {
 
 // Watch implements Watcher.
 func (b *PostgresBackend) Watch(ctx context.Context, changed func(id string), resync func()) {
-	b.db.Listen(ctx, b.channel, changed, resync)
+	b.db.Listen(ctx, b.channel, func(payload string) {
+		if payload == resyncAll {
+			resync()
+			return
+		}
+		changed(payload)
+	}, resync)
 }
 
 var (

@@ -102,19 +102,9 @@ func NewSealer(masterKey []byte) (*Sealer, error) { return seal.New(masterKey) }
 // with a private key, it refuses a file that group or others may read or
 // write.
 func LoadOrCreateMasterKey(path string) ([]byte, error) {
-	key, err := readMasterKey(path)
-	if err == nil {
-		if len(key) != 32 {
-			return nil, fmt.Errorf("master key file %s holds %d bytes, want 32", path, len(key))
-		}
-		return key, nil
-	}
+	key, err := LoadMasterKey(path)
 	if !errors.Is(err, os.ErrNotExist) {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("reading master key: %w", err)
-		}
-		return nil, err // names the file already
+		return key, err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("creating master key directory: %w", err)
@@ -142,6 +132,25 @@ func LoadOrCreateMasterKey(path string) ([]byte, error) {
 		// A short file would stop every later start; leave none.
 		os.Remove(path)
 		return nil, fmt.Errorf("writing master key: %w", err)
+	}
+	return key, nil
+}
+
+// LoadMasterKey reads the 32-byte master key at path, which must exist,
+// under the rules of LoadOrCreateMasterKey; an error for a missing file
+// wraps os.ErrNotExist. Tools that work on a gateway's data (caddy webapi
+// migrate) use it: a new key would open nothing that gateway sealed.
+func LoadMasterKey(path string) ([]byte, error) {
+	key, err := readMasterKey(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("reading master key: %w", err)
+		}
+		return nil, err // names the file already
+	}
+	if len(key) != 32 {
+		return nil, fmt.Errorf("master key file %s holds %d bytes, want 32", path, len(key))
 	}
 	return key, nil
 }

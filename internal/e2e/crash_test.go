@@ -22,6 +22,7 @@ import (
 
 	"github.com/keygate/keygate/internal/gatewayproc"
 	"github.com/keygate/keygate/internal/mailtest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // crashClient is the clients' HTTP client: bounded, so that a request
@@ -246,7 +247,7 @@ func TestCrashUnderCreates(t *testing.T) {
 	// Kill mid-load, once every kind has been acknowledged a few times, so
 	// that the kill cannot land before the load has started.
 	time.Sleep(1500 * time.Millisecond)
-	eventually(t, 20*time.Second, "some creates of every kind", func() bool {
+	testwait.For(t, 20*time.Second, "some creates of every kind", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(acked["contract"]) >= 10 && len(acked["share"]) >= 10 && len(acked["key"]) >= 10
@@ -569,7 +570,7 @@ func crashMailInFlight(t *testing.T, box crashMailbox) {
 	// Kill as soon as 20 messages have been offered (for SMTP the 20th is
 	// then inside the server), or, for a mailbox that shows it, as soon
 	// after as a message is seen in flight.
-	eventually(t, 30*time.Second, "20 messages offered", func() bool { return box.offered(g.Dir()) >= 20 })
+	testwait.For(t, 30*time.Second, "20 messages offered", func() bool { return box.offered(g.Dir()) >= 20 })
 	for deadline := time.Now().Add(300 * time.Millisecond); box.inFlight != nil && !box.inFlight(g.Dir()) && time.Now().Before(deadline); {
 	}
 	g.Kill()
@@ -600,7 +601,7 @@ func crashMailInFlight(t *testing.T, box crashMailbox) {
 		}
 		return got
 	}
-	eventually(t, 40*time.Second, "every queued mail delivered", func() bool {
+	testwait.For(t, 40*time.Second, "every queued mail delivered", func() bool {
 		got := count()
 		for p := range expected {
 			if len(got[p]) == 0 {

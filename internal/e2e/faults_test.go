@@ -19,6 +19,7 @@ import (
 
 	"github.com/keygate/keygate/internal/gatewayproc"
 	"github.com/keygate/keygate/internal/mailtest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // faultMountTmpfs mounts a tmpfs of size bytes on dir for the test, or
@@ -202,7 +203,7 @@ func faultDiskFull(t *testing.T, logsToo bool) {
 	if err != nil || len(mailed.Signers) != 1 {
 		t.Fatalf("accessUrl of %s", r.body)
 	}
-	eventually(t, 10*time.Second, "a first attempt at the mail", func() bool { return ms.Attempts() > 0 })
+	testwait.For(t, 10*time.Second, "a first attempt at the mail", func() bool { return ms.Attempts() > 0 })
 
 	ballast := faultFill(t, data)
 	ms.FailNext(0)
@@ -299,7 +300,7 @@ func faultDiskFull(t *testing.T, logsToo bool) {
 	}
 	// The queued mail goes out while the disk is full, and only once,
 	// though its removal from the outbox may fail meanwhile.
-	eventually(t, 20*time.Second, "the queued mail delivered on a full disk", func() bool { return len(ms.To(rcpt, "Please sign")) > 0 })
+	testwait.For(t, 20*time.Second, "the queued mail delivered on a full disk", func() bool { return len(ms.To(rcpt, "Please sign")) > 0 })
 	time.Sleep(3 * time.Second)
 	if n := len(ms.To(rcpt, "Please sign")); n != 1 {
 		t.Errorf("the mail queued before the disk filled was delivered %d times while it was full", n)
@@ -335,7 +336,7 @@ func faultDiskFull(t *testing.T, logsToo bool) {
 		t.Fatal(err)
 	}
 	crashMust(t, "GET", g.Site+"/webapi/contracts?page-size=1", ak.Token, nil, http.StatusOK, nil)
-	eventually(t, 5*time.Second, "the audit log writes again once the disk has room", func() bool {
+	testwait.For(t, 5*time.Second, "the audit log writes again once the disk has room", func() bool {
 		b, _ := os.ReadFile(filepath.Join(o.Dir, "audit.log"))
 		return strings.Contains(string(b), `"key_id":"`+ak.ID+`"`)
 	})
@@ -634,7 +635,7 @@ func faultSMTPOutage(t *testing.T, mode string) {
 	if n := len(delivered()); n != 0 {
 		t.Fatalf("%d mails delivered while the server was down", n)
 	}
-	eventually(t, 10*time.Second, "the gateway tried and failed to deliver", func() bool { return retries() > 0 })
+	testwait.For(t, 10*time.Second, "the gateway tried and failed to deliver", func() bool { return retries() > 0 })
 	time.Sleep(2 * time.Second) // down for a while
 	if n := len(delivered()); n != 0 {
 		t.Fatalf("%d mails delivered while the server was down", n)
@@ -656,7 +657,7 @@ func faultSMTPOutage(t *testing.T, mode string) {
 		}
 		return got
 	}
-	eventually(t, 40*time.Second, "every mail delivered once the server is back", func() bool {
+	testwait.For(t, 40*time.Second, "every mail delivered once the server is back", func() bool {
 		got := count()
 		for p := range expected {
 			if got[p] == 0 {

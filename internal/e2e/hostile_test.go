@@ -34,12 +34,13 @@ func hostileDefaultSite(t *testing.T) string {
 		t.Fatal(err)
 	}
 	s := string(raw)
-	i := strings.Index(s, "\n:8080 {\n")
+	const site = "\n:{$KEYGATE_PORT:8080} {\n"
+	i := strings.Index(s, site)
 	j := strings.LastIndex(s, "\n}")
 	if i < 0 || j < i {
-		t.Fatal("the default Caddyfile has no :8080 site block")
+		t.Fatal("the default Caddyfile has no site block on {$KEYGATE_PORT:8080}")
 	}
-	return s[i+len("\n:8080 {\n") : j]
+	return s[i+len(site) : j]
 }
 
 type hostileReply struct {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/keygate/keygate/internal/gatewayproc"
 	"github.com/keygate/keygate/internal/pgtest"
@@ -59,16 +58,4 @@ func start(t *testing.T, o gatewayproc.Options) *gatewayproc.Gateway {
 		}
 	})
 	return g
-}
-
-// eventually polls cond every 20 ms until it holds or limit passes.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/keygate/keygate/internal/gatewayproc"
 	"github.com/keygate/keygate/internal/mailtest"
 	"github.com/keygate/keygate/internal/pdftest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // TestSecretsStayWhereTheSpecAllows runs the README's flow against the real
@@ -401,7 +402,7 @@ func (sw *secretSweep) mails(dir string) map[string]mailtest.Mail {
 func (sw *secretSweep) waitMail(g *gatewayproc.Gateway, to, subject string) mailtest.Mail {
 	sw.t.Helper()
 	var found mailtest.Mail
-	eventually(sw.t, 30*time.Second, "a mail to "+to+" about "+subject, func() bool {
+	testwait.For(sw.t, 30*time.Second, "a mail to "+to+" about "+subject, func() bool {
 		for _, m := range sw.mails(g.Dir()) {
 			if m.To == to && strings.HasPrefix(m.Subject, subject) {
 				found = m
@@ -570,7 +571,7 @@ var secretOTPInSMS = regexp.MustCompile(`^([0-9]{6}) is your password`)
 func (s *secretShipper) waitOTP(t *testing.T, to string, delivered bool) string {
 	t.Helper()
 	var otp string
-	eventually(t, 30*time.Second, "a text message to "+to, func() bool {
+	testwait.For(t, 30*time.Second, "a text message to "+to, func() bool {
 		for _, m := range s.all() {
 			if match := secretOTPInSMS.FindStringSubmatch(m.Text); m.To == to && m.Delivered == delivered && match != nil {
 				otp = match[1]

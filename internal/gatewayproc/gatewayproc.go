@@ -127,6 +127,9 @@ type Gateway struct {
 	// Extra are the base URLs of Options.ExtraSites, in their order.
 	Extra []string
 
+	// ports are the admin, site and extra sites' ports, in that order.
+	ports []int
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -242,6 +245,7 @@ func Start(o Options) (*Gateway, error) {
 		Site:   "http://127.0.0.1:" + strconv.Itoa(sitePort),
 		Config: filepath.Join(o.Dir, "Caddyfile"),
 		Output: filepath.Join(o.Dir, "stderr.log"),
+		ports:  ports,
 	}
 	for _, p := range extraPorts {
 		g.Extra = append(g.Extra, "http://127.0.0.1:"+strconv.Itoa(p))
@@ -250,6 +254,33 @@ func Start(o Options) (*Gateway, error) {
 		return nil, err
 	}
 	return g, g.Restart()
+}
+
+// Reconfigure makes the next Restart run o's config on the gateway's
+// ports, as an operator changes a stopped gateway's Caddyfile: its
+// addresses, and so the links it gave out (public_base_url), stay the
+// same. Bin and Dir are the gateway's when o leaves them empty; Dir keeps
+// the Caddyfile, the logs and the output.
+func (g *Gateway) Reconfigure(o Options) error {
+	if o.Bin == "" {
+		o.Bin = g.opts.Bin
+	}
+	if o.Dir == "" {
+		o.Dir = g.opts.Dir
+	}
+	if o.Dir != g.opts.Dir {
+		return errors.New("gatewayproc: Reconfigure keeps the gateway's Dir")
+	}
+	if len(o.ExtraSites) != len(g.ports)-2 {
+		return errors.New("gatewayproc: Reconfigure keeps the number of extra sites")
+	}
+	if err := os.WriteFile(g.Config, []byte(o.Caddyfile(g.ports[0], g.ports[1], g.ports[2:]...)), 0o600); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.opts = o
+	g.mu.Unlock()
+	return nil
 }
 
 // Restart starts the process again on the same ports and config, after

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // TestEMLFiles: without SMTP, each message becomes one .eml file that
@@ -28,7 +30,7 @@ func TestEMLFiles(t *testing.T) {
 			Attachments: []Attachment{{Name: "NDA – signed.pdf", MediaType: "application/pdf", Data: pdf}}},
 		Message{Channel: Email, To: "dmitry@example.org", Subject: "Invitation", Text: "Дмитрий, please sign."},
 	)
-	waitFor(t, "delivery", func() bool { return pending(t, db) == 0 })
+	testwait.For(t, testwait.Generous, "delivery", func() bool { return pending(t, db) == 0 })
 
 	files, err := filepath.Glob(filepath.Join(dir, "*"))
 	if err != nil {

@@ -187,19 +187,6 @@ func stored(t *testing.T, db storage.DB) []byte {
 	return nil
 }
 
-// waitFor polls cond until it holds or a generous deadline passes; no
-// timing is asserted.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // outcomes records OnOutcome calls.
 type outcomes struct {
 	mu sync.Mutex

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // slowSender takes a while over each message and records which instance
@@ -77,7 +78,7 @@ func TestLeaseTwoInstances(t *testing.T) {
 			enqueue(t, db2, ob2, msgs...)
 		}
 	}
-	waitFor(t, "delivery", func() bool { return pending(t, db1) == 0 })
+	testwait.For(t, testwait.Generous, "delivery", func() bool { return pending(t, db1) == 0 })
 
 	t.Logf("%d messages delivered in %v", n, time.Since(start))
 	sent := log.snapshot()
@@ -144,11 +145,11 @@ func TestLeaseOfDeadInstance(t *testing.T) {
 	cfg = fastConfig(WorkerConfig{Email: &email})
 	cfg.SendTimeout, cfg.Lease = lease/2, lease
 	runWorker(t, NewWorker(ob2, cfg))
-	waitFor(t, "delivery by the other instance", func() bool { return len(email.all()) == 1 })
+	testwait.For(t, testwait.Generous, "delivery by the other instance", func() bool { return len(email.all()) == 1 })
 	if waited := time.Since(taken); waited < lease-100*time.Millisecond {
 		t.Errorf("the other instance sent the message %v after it was taken, before the %v lease ended", waited, lease)
 	}
-	waitFor(t, "removal", func() bool { return pending(t, db2) == 0 })
+	testwait.For(t, testwait.Generous, "removal", func() bool { return pending(t, db2) == 0 })
 
 	// The dead instance's send fails at last: its reschedule must not
 	// bring the message back, nor may it be sent again.

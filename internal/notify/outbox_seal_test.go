@@ -12,6 +12,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // captured records what it is asked to send.
@@ -61,7 +62,7 @@ func testOutboxSealsContent(t *testing.T, db storage.DB) {
 	ob = newOutbox(t, db)
 	var email, text captured
 	runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: &email, SMS: &text})))
-	waitFor(t, "delivery", func() bool { return len(email.all()) == 1 && len(text.all()) == 1 })
+	testwait.For(t, testwait.Generous, "delivery", func() bool { return len(email.all()) == 1 && len(text.all()) == 1 })
 	got := email.all()[0]
 	if got.Subject != sent.Subject || got.Text != sent.Text || got.HTML != sent.HTML || got.To != sent.To ||
 		len(got.Attachments) != 1 || !bytes.Equal(got.Attachments[0].Data, pdf) {
@@ -122,7 +123,7 @@ func testOutboxDeliversClearRecords(t *testing.T, db storage.DB) {
 	}
 	var email captured
 	runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: &email})))
-	waitFor(t, "delivery", func() bool { return pending(t, db) == 0 })
+	testwait.For(t, testwait.Generous, "delivery", func() bool { return pending(t, db) == 0 })
 	got := email.all()
 	if len(got) != 1 || got[0].Subject != "Please sign" || got[0].Text != old["text"] || got[0].HTML != "<a>x</a>" ||
 		len(got[0].Attachments) != 1 || string(got[0].Attachments[0].Data) != "%PDF" {
@@ -152,7 +153,7 @@ func testOutboxOtherMasterKey(t *testing.T, db storage.DB) {
 	var oc outcomes
 	w := NewWorker(wrong, fastConfig(WorkerConfig{Email: &email, OnOutcome: oc.record, MaxAttempts: 1000}))
 	go w.Run(context.Background())
-	waitFor(t, "a retry", func() bool { return oc.get("email/retry") > 0 })
+	testwait.For(t, testwait.Generous, "a retry", func() bool { return oc.get("email/retry") > 0 })
 	w.Stop()
 	if len(email.all()) != 0 || pending(t, db) != 1 {
 		t.Fatalf("under another key: sent %d, pending %d; want 0 and 1", len(email.all()), pending(t, db))
@@ -161,7 +162,7 @@ func testOutboxOtherMasterKey(t *testing.T, db storage.DB) {
 	db = reopen(t, db)
 	ob = newOutbox(t, db)
 	runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: &email})))
-	waitFor(t, "delivery", func() bool { return len(email.all()) == 1 })
+	testwait.For(t, testwait.Generous, "delivery", func() bool { return len(email.all()) == 1 })
 	if got := email.all()[0].Text; got != "123456" {
 		t.Errorf("delivered %q", got)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // TestDropRef removes the pending messages of a deleted contract, with
@@ -41,7 +42,7 @@ func testDropRef(t *testing.T, db storage.DB) {
 	// Only the others are delivered.
 	ts := startSMTP(t, smtpSetup{mode: TLSNone})
 	runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: smtpSender(t, ts, TLSNone, "", "")})))
-	waitFor(t, "delivery", func() bool { return pending(t, db) == 0 })
+	testwait.For(t, testwait.Generous, "delivery", func() bool { return pending(t, db) == 0 })
 	var to []string
 	for _, r := range ts.mails() {
 		to = append(to, r.to...)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // smsShipper is a real HTTP endpoint that records the messages it accepts.
@@ -77,7 +79,7 @@ func TestSMSDelivery(t *testing.T) {
 				Message{Channel: SMS, To: "+15550100123", Text: "Your keygate code: 123456"},
 				Message{Channel: SMS, To: "+4915112345678", Text: "Дмитрий, code 654321"},
 			)
-			waitFor(t, "delivery", func() bool { return pending(t, db) == 0 })
+			testwait.For(t, testwait.Generous, "delivery", func() bool { return pending(t, db) == 0 })
 
 			shipper.mu.Lock()
 			defer shipper.mu.Unlock()

@@ -11,6 +11,8 @@ import (
 	"net/mail"
 	"strings"
 	"testing"
+
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 func smtpSender(t *testing.T, ts *testSMTP, mode TLSMode, user, password string) *SMTPSender {
@@ -58,7 +60,7 @@ func TestSMTPDeliversEachMessageOnce(t *testing.T) {
 				}
 				enqueue(t, db, ob, m)
 			}
-			waitFor(t, "outbox to empty", func() bool { return pending(t, db) == 0 })
+			testwait.For(t, testwait.Generous, "outbox to empty", func() bool { return pending(t, db) == 0 })
 
 			got := ts.mails()
 			if len(got) != n {

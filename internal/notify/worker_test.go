@@ -13,6 +13,7 @@ import (
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testwait"
 )
 
 // TestWorkerRetriesFailedDelivery: a server that refuses a message once,
@@ -29,7 +30,7 @@ func TestWorkerRetriesFailedDelivery(t *testing.T) {
 				runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: smtpSender(t, ts, TLSNone, "", ""), OnOutcome: oc.record})))
 
 				enqueue(t, db, ob, Message{Channel: Email, To: "zoe@example.org", Subject: "Invitation", Text: "Sign here"})
-				waitFor(t, "delivery", func() bool { return pending(t, db) == 0 })
+				testwait.For(t, testwait.Generous, "delivery", func() bool { return pending(t, db) == 0 })
 
 				if got := len(ts.mails()); got != 1 {
 					t.Fatalf("received %d copies, want 1", got)
@@ -70,8 +71,8 @@ func TestWorkerGivesUp(t *testing.T) {
 
 				enqueue(t, db, ob, tt.msg)
 				ch := string(tt.msg.Channel)
-				waitFor(t, "give-up", func() bool { return oc.get(ch+"/failed") == 1 })
-				waitFor(t, "removal", func() bool { return pending(t, db) == 0 })
+				testwait.For(t, testwait.Generous, "give-up", func() bool { return oc.get(ch+"/failed") == 1 })
+				testwait.For(t, testwait.Generous, "removal", func() bool { return pending(t, db) == 0 })
 				if got := oc.get(ch + "/retry"); got != 2 {
 					t.Errorf("retries = %d, want 2", got)
 				}
@@ -153,7 +154,7 @@ func testRestartDeliversPendingOnce(t *testing.T, db storage.DB) {
 	db = reopen(t, db)
 	ob = newOutbox(t, db)
 	runWorker(t, NewWorker(ob, fastConfig(WorkerConfig{Email: smtpSender(t, ts, TLSStartTLS, "bot", "pw")})))
-	waitFor(t, "remaining deliveries", func() bool { return pending(t, db) == 0 })
+	testwait.For(t, testwait.Generous, "remaining deliveries", func() bool { return pending(t, db) == 0 })
 
 	seen := map[string]int{}
 	for _, r := range ts.mails() {
@@ -199,7 +200,7 @@ func testWorkerRunStop(t *testing.T, db storage.DB) {
 	w := NewWorker(ob, WorkerConfig{})
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(context.Background()) }()
-	waitFor(t, "worker start", func() bool { return ob.running.Load() })
+	testwait.For(t, testwait.Generous, "worker start", func() bool { return ob.running.Load() })
 
 	other := NewWorker(ob, WorkerConfig{})
 	if err := other.Run(context.Background()); !errors.Is(err, ErrWorkerRunning) {
@@ -217,7 +218,7 @@ func testWorkerRunStop(t *testing.T, db storage.DB) {
 	// Ending the context also ends Run, and frees the outbox for another worker.
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { errc <- other.Run(ctx) }()
-	waitFor(t, "second worker start", func() bool { return ob.running.Load() })
+	testwait.For(t, testwait.Generous, "second worker start", func() bool { return ob.running.Load() })
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
@@ -273,7 +274,7 @@ func testWorkerFullDiskAfterSend(t *testing.T, db storage.DB) {
 	}
 	runWorker(t, w)
 	enqueue(t, db, ob, Message{Channel: Email, To: "zoe@example.org", Subject: "Invitation", Text: "Sign here"})
-	waitFor(t, "removal once the disk has room", func() bool { return pending(t, db) == 0 })
+	testwait.For(t, testwait.Generous, "removal once the disk has room", func() bool { return pending(t, db) == 0 })
 	if n := len(sent.all()); n != 1 {
 		t.Fatalf("sent %d times, want once", n)
 	}

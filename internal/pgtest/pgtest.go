@@ -216,6 +216,21 @@ func (s *Server) Halt() error {
 	}
 }
 
+// Freeze stops every process of a throwaway server (SIGSTOP) without
+// closing a connection: a database that does not answer, as behind a
+// lost network. Thaw lets it go on.
+func (s *Server) Freeze() error { return s.signal(syscall.SIGSTOP) }
+
+// Thaw ends Freeze.
+func (s *Server) Thaw() error { return s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	if s.cmd == nil {
+		return errors.New("pgtest: only a throwaway server can be signalled")
+	}
+	return syscall.Kill(-s.cmd.Process.Pid, sig)
+}
+
 // Resume starts a halted server again with its data, on its port.
 func (s *Server) Resume() error {
 	if s.cmd == nil {
@@ -294,15 +309,24 @@ func Shared(tb testing.TB) *Server {
 		switch env := os.Getenv(EnvDSN); env {
 		case "off":
 			shared.skip = true
+			return
 		case "":
-			shared.srv, shared.err = Start(Options{})
+			if shared.srv, shared.err = Start(Options{}); shared.err != nil {
+				return
+			}
 		default:
 			shared.srv = &Server{DSN: env}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := shared.srv.Exec(ctx, "SELECT 1"); err != nil {
-				shared.err = fmt.Errorf("pgtest: %s: %w", EnvDSN, err)
-			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// pg_trgm in the database's public schema, which no test drops:
+		// else the first test schema to be migrated creates it in itself,
+		// the other schemas' trigram indexes depend on it there, and
+		// dropping that schema while parallel tests run drops their
+		// indexes mid-test (or deadlocks with them), and two schemas
+		// migrated at once both try to create it.
+		if err := shared.srv.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_trgm WITH SCHEMA public"); err != nil {
+			shared.err = fmt.Errorf("pgtest: creating pg_trgm in %s: %w", serverName(), err)
 		}
 	})
 	if shared.skip {
@@ -312,6 +336,14 @@ func Shared(tb testing.TB) *Server {
 		tb.Fatalf("%v", shared.err)
 	}
 	return shared.srv
+}
+
+// serverName names the shared server in errors.
+func serverName() string {
+	if os.Getenv(EnvDSN) != "" {
+		return "the server of " + EnvDSN
+	}
+	return "the throwaway server"
 }
 
 // Main runs a package's tests and then stops the shared server, if one

@@ -17,11 +17,27 @@ import (
 	"github.com/keygate/keygate/keystore"
 )
 
-// fuzzEnv is newEnv for a fuzz function: one database for every input,
-// opened once, since f.Fuzz's body must be fast.
-func fuzzEnv(tb testing.TB) *env {
-	tb.Helper()
-	return envOn(tb, storetest.OpenBolt(tb))
+// fuzzEnvs is newEnv for a fuzz function: a database on each backend an
+// input runs on (storetest.FuzzBackends), each opened once for every
+// input, since f.Fuzz's body must be fast.
+func fuzzEnvs(f *testing.F) []*env {
+	f.Helper()
+	var out []*env
+	for _, b := range storetest.FuzzBackends() {
+		out = append(out, envOn(f, b.Open(f)))
+	}
+	return out
+}
+
+// eachEnv runs fn on each env, as subtests named after the backends; the
+// env's helpers report to the subtest.
+func eachEnv(t *testing.T, envs []*env, fn func(t *testing.T, e *env)) {
+	for _, e := range envs {
+		t.Run(e.db.Backend(), func(t *testing.T) {
+			e.t = t
+			fn(t, e)
+		})
+	}
 }
 
 // fuzzRequest builds a request without httptest.NewRequest's panics on
@@ -79,32 +95,34 @@ func readBack(t *testing.T, e *env, w *httptest.ResponseRecorder, caller *keysto
 // Property: no panic; a 201 whose share reads back, or a 4xx problem
 // body with the database unchanged.
 func FuzzCreate(f *testing.F) {
-	e := fuzzEnv(f)
+	envs := fuzzEnvs(f)
 	f.Add("application/json", []byte(`{"type":"ISSUE","issueId":"10001","projectId":"P1","password":"s3cret","expirationExpression":{"days":30}}`))
 	f.Add("application/json", []byte(`{"type":"JQL","projectId":"P1","jql":"project = P1"}`))
 	f.Add("text/plain", []byte(`{"type":"ISSUE","issueId":"1"}`))
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		before := storetest.Digest(t, e.db)
-		w := serve(e.api, fuzzRequest(http.MethodPost, Prefix, "", contentType, body, bob))
-		if w.Code == http.StatusCreated {
-			sh := readBack(t, e, w, bob, body)
-			if w.Header().Get("Location") != Prefix+"/"+sh.UUID {
-				t.Fatalf("Location %q for %s", w.Header().Get("Location"), sh.UUID)
+		eachEnv(t, envs, func(t *testing.T, e *env) {
+			before := storetest.Digest(t, e.db)
+			w := serve(e.api, fuzzRequest(http.MethodPost, Prefix, "", contentType, body, bob))
+			if w.Code == http.StatusCreated {
+				sh := readBack(t, e, w, bob, body)
+				if w.Header().Get("Location") != Prefix+"/"+sh.UUID {
+					t.Fatalf("Location %q for %s", w.Header().Get("Location"), sh.UUID)
+				}
+				// Keep the database small so the fuzzer stays fast; what a
+				// share stored goes with it.
+				if d := serve(e.api, fuzzRequest(http.MethodDelete, Prefix+"/"+sh.UUID, "", "", nil, bob)); d.Code != http.StatusNoContent {
+					t.Fatalf("delete: %d %s", d.Code, d.Body)
+				}
+				if storetest.Digest(t, e.db) != before {
+					t.Fatalf("deleting the share of %s left data behind", body)
+				}
+				return
 			}
-			// Keep the database small so the fuzzer stays fast; what a
-			// share stored goes with it.
-			if d := serve(e.api, fuzzRequest(http.MethodDelete, Prefix+"/"+sh.UUID, "", "", nil, bob)); d.Code != http.StatusNoContent {
-				t.Fatalf("delete: %d %s", d.Code, d.Body)
-			}
+			wantFuzzProblem(t, w)
 			if storetest.Digest(t, e.db) != before {
-				t.Fatalf("deleting the share of %s left data behind", body)
+				t.Fatalf("a %d changed the database", w.Code)
 			}
-			return
-		}
-		wantFuzzProblem(t, w)
-		if storetest.Digest(t, e.db) != before {
-			t.Fatalf("a %d changed the database", w.Code)
-		}
+		})
 	})
 }
 
@@ -112,27 +130,32 @@ func FuzzCreate(f *testing.F) {
 // panic; a 200 whose share reads back, or a 4xx problem body with the
 // database unchanged.
 func FuzzUpdate(f *testing.F) {
-	e := fuzzEnv(f)
-	sh, err := e.store.Create(context.Background(), alice, &CreateRequest{Type: TypeJQL, ProjectID: str("P1"), JQL: str("project = P1")})
-	if err != nil {
-		f.Fatal(err)
+	envs := fuzzEnvs(f)
+	shareIDs := map[*env]string{}
+	for _, e := range envs {
+		sh, err := e.store.Create(context.Background(), alice, &CreateRequest{Type: TypeJQL, ProjectID: str("P1"), JQL: str("project = P1")})
+		if err != nil {
+			f.Fatal(err)
+		}
+		shareIDs[e] = sh.UUID
 	}
 	f.Add("application/json", []byte(`{"type":"JQL","projectId":"P1","jql":"project = P1 ORDER BY key","password":"pw"}`))
 	f.Add("application/json", []byte(`{"type":"ISSUE","issueId":"1","projectId":"P1"}`))
-	shareID := sh.UUID
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		before := storetest.Digest(t, e.db)
-		w := serve(e.api, fuzzRequest(http.MethodPut, Prefix+"/"+shareID, "", contentType, body, alice))
-		if w.Code == http.StatusOK {
-			if sh := readBack(t, e, w, alice, body); sh.UUID != shareID {
-				t.Fatalf("updated %s, replied with %s", shareID, sh.UUID)
+		eachEnv(t, envs, func(t *testing.T, e *env) {
+			before := storetest.Digest(t, e.db)
+			w := serve(e.api, fuzzRequest(http.MethodPut, Prefix+"/"+shareIDs[e], "", contentType, body, alice))
+			if w.Code == http.StatusOK {
+				if sh := readBack(t, e, w, alice, body); sh.UUID != shareIDs[e] {
+					t.Fatalf("updated %s, replied with %s", shareIDs[e], sh.UUID)
+				}
+				return
 			}
-			return
-		}
-		wantFuzzProblem(t, w)
-		if storetest.Digest(t, e.db) != before {
-			t.Fatalf("a %d changed the database", w.Code)
-		}
+			wantFuzzProblem(t, w)
+			if storetest.Digest(t, e.db) != before {
+				t.Fatalf("a %d changed the database", w.Code)
+			}
+		})
 	})
 }
 
@@ -141,39 +164,44 @@ func FuzzUpdate(f *testing.F) {
 // X-Total-Count at least its length, or a 4xx problem body; a query
 // string that does not decode is a 400; nothing is stored.
 func FuzzList(f *testing.F) {
-	e := fuzzEnv(f)
-	for _, in := range []*CreateRequest{issueShare("10001", "P1"), issueShare("10002", "P2"),
-		{Type: TypeJQL, ProjectID: str("P1"), JQL: str("x")}} {
-		if _, err := e.store.Create(context.Background(), root, in); err != nil {
-			f.Fatal(err)
+	envs := fuzzEnvs(f)
+	befores := map[*env][32]byte{}
+	for _, e := range envs {
+		for _, in := range []*CreateRequest{issueShare("10001", "P1"), issueShare("10002", "P2"),
+			{Type: TypeJQL, ProjectID: str("P1"), JQL: str("x")}} {
+			if _, err := e.store.Create(context.Background(), root, in); err != nil {
+				f.Fatal(err)
+			}
 		}
+		befores[e] = storetest.Digest(f, e.db)
 	}
 	f.Add("projectId=P1&sort=created_at&sortOrder=desc&limit=1000")
 	f.Add("limit=1001&offset=-1")
-	before := storetest.Digest(f, e.db)
 	f.Fuzz(func(t *testing.T, query string) {
-		_, qerr := url.ParseQuery(query)
-		for _, caller := range []*keystore.Identity{root, bob} {
-			w := serve(e.api, fuzzRequest(http.MethodGet, Prefix, query, "", nil, caller))
-			if storetest.Digest(t, e.db) != before {
-				t.Fatalf("a list (%d) changed the database", w.Code)
+		eachEnv(t, envs, func(t *testing.T, e *env) {
+			_, qerr := url.ParseQuery(query)
+			for _, caller := range []*keystore.Identity{root, bob} {
+				w := serve(e.api, fuzzRequest(http.MethodGet, Prefix, query, "", nil, caller))
+				if storetest.Digest(t, e.db) != befores[e] {
+					t.Fatalf("a list (%d) changed the database", w.Code)
+				}
+				if qerr != nil && w.Code != http.StatusBadRequest {
+					t.Fatalf("query %q (%v) answered %d %s", query, qerr, w.Code, w.Body)
+				}
+				if w.Code != http.StatusOK {
+					wantFuzzProblem(t, w)
+					return
+				}
+				var list []json.RawMessage
+				if err := json.Unmarshal(w.Body.Bytes(), &list); err != nil {
+					t.Fatalf("200 body %s: %v", w.Body, err)
+				}
+				var total int
+				if _, err := fmt.Sscan(w.Header().Get("X-Total-Count"), &total); err != nil || total < len(list) || total > 3 {
+					t.Fatalf("X-Total-Count %q for %d shares", w.Header().Get("X-Total-Count"), len(list))
+				}
 			}
-			if qerr != nil && w.Code != http.StatusBadRequest {
-				t.Fatalf("query %q (%v) answered %d %s", query, qerr, w.Code, w.Body)
-			}
-			if w.Code != http.StatusOK {
-				wantFuzzProblem(t, w)
-				return
-			}
-			var list []json.RawMessage
-			if err := json.Unmarshal(w.Body.Bytes(), &list); err != nil {
-				t.Fatalf("200 body %s: %v", w.Body, err)
-			}
-			var total int
-			if _, err := fmt.Sscan(w.Header().Get("X-Total-Count"), &total); err != nil || total < len(list) || total > 3 {
-				t.Fatalf("X-Total-Count %q for %d shares", w.Header().Get("X-Total-Count"), len(list))
-			}
-		}
+		})
 	})
 }
 
@@ -184,12 +212,16 @@ func FuzzList(f *testing.F) {
 // for, and only a wrong password or e-mail (401) stores anything, its
 // unlock-failed activity entry.
 func FuzzUnlock(f *testing.F) {
-	e := fuzzEnv(f)
-	sh, err := e.store.Create(context.Background(), alice, &CreateRequest{Type: TypeIssue, IssueID: str("10001"), ProjectID: str("P1"),
-		Password:            OptionalString{Set: true, Value: str("s3cret")},
-		SelectedUsersConfig: &SelectedUsersConfig{Allowed: true, List: []SelectedUser{{Email: "Ann@Example.com"}}}})
-	if err != nil {
-		f.Fatal(err)
+	envs := fuzzEnvs(f)
+	shares := map[*env]string{}
+	for _, e := range envs {
+		sh, err := e.store.Create(context.Background(), alice, &CreateRequest{Type: TypeIssue, IssueID: str("10001"), ProjectID: str("P1"),
+			Password:            OptionalString{Set: true, Value: str("s3cret")},
+			SelectedUsersConfig: &SelectedUsersConfig{Allowed: true, List: []SelectedUser{{Email: "Ann@Example.com"}}}})
+		if err != nil {
+			f.Fatal(err)
+		}
+		shares[e] = sh.UUID
 	}
 	f.Add("application/x-www-form-urlencoded", false, []byte("password=s3cret&email=ann%40example.com"))
 	f.Add("application/json", false, []byte(`{"password":"s3cret","email":"ann@example.com"}`))
@@ -200,41 +232,43 @@ func FuzzUnlock(f *testing.F) {
 		// of wrong tries does not turn every later input into a 429.
 		n++
 		ip := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
-		r := fuzzRequest(http.MethodPost, "/s/"+sh.UUID+"/unlock", "", contentType, body, nil)
-		r.RemoteAddr = ip.String() + ":40000"
-		if acceptJSON {
-			r.Header.Set("Accept", "application/json")
-		}
-		// Page events wait in memory until a flush; flushing around the
-		// request makes what it stored visible.
-		flush(t, e)
-		before := storetest.Digest(t, e.db)
-		activity := e.activityEntries()
-		w := serve(e.viewer, r)
-		flush(t, e)
-		switch {
-		case w.Code == http.StatusNoContent || w.Code == http.StatusSeeOther:
-			in := unlockFields(contentType, body)
-			if in.Password != "s3cret" || !strings.EqualFold(strings.TrimSpace(in.Email), "ann@example.com") {
-				t.Fatalf("%d for %q", w.Code, body)
+		eachEnv(t, envs, func(t *testing.T, e *env) {
+			r := fuzzRequest(http.MethodPost, "/s/"+shares[e]+"/unlock", "", contentType, body, nil)
+			r.RemoteAddr = ip.String() + ":40000"
+			if acceptJSON {
+				r.Header.Set("Accept", "application/json")
 			}
-			return
-		case w.Code == http.StatusUnauthorized:
-			if got := e.activityEntries(); got != activity+1 {
-				t.Fatalf("401 wrote %d activity entries", got-activity)
+			// Page events wait in memory until a flush; flushing around the
+			// request makes what it stored visible.
+			flush(t, e)
+			before := storetest.Digest(t, e.db)
+			activity := e.activityEntries()
+			w := serve(e.viewer, r)
+			flush(t, e)
+			switch {
+			case w.Code == http.StatusNoContent || w.Code == http.StatusSeeOther:
+				in := unlockFields(contentType, body)
+				if in.Password != "s3cret" || !strings.EqualFold(strings.TrimSpace(in.Email), "ann@example.com") {
+					t.Fatalf("%d for %q", w.Code, body)
+				}
+				return
+			case w.Code == http.StatusUnauthorized:
+				if got := e.activityEntries(); got != activity+1 {
+					t.Fatalf("401 wrote %d activity entries", got-activity)
+				}
+			case w.Code < 400 || w.Code > 499:
+				t.Fatalf("status %d; body %s", w.Code, w.Body)
+			default:
+				if storetest.Digest(t, e.db) != before {
+					t.Fatalf("a %d changed the database", w.Code)
+				}
 			}
-		case w.Code < 400 || w.Code > 499:
-			t.Fatalf("status %d; body %s", w.Code, w.Body)
-		default:
-			if storetest.Digest(t, e.db) != before {
-				t.Fatalf("a %d changed the database", w.Code)
+			if acceptJSON || problem.IsJSON(r.Header.Get("Content-Type")) {
+				wantFuzzProblem(t, w)
+			} else if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+				t.Fatalf("%d page with Content-Type %q", w.Code, ct)
 			}
-		}
-		if acceptJSON || problem.IsJSON(r.Header.Get("Content-Type")) {
-			wantFuzzProblem(t, w)
-		} else if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
-			t.Fatalf("%d page with Content-Type %q", w.Code, ct)
-		}
+		})
 	})
 }
 

@@ -96,50 +96,52 @@ func TestHostileUnlockLimitBypass(t *testing.T) {
 // element content, in attribute values and in the title; nothing a share's
 // creator or a visitor writes becomes markup or a script.
 func TestHostileSharePageEscapes(t *testing.T) {
-	const (
-		script = `<script>alert(1)</script>`
-		img    = `"><img src=x onerror=alert(1)>`
-		jsURL  = `javascript:alert(1)`
-	)
-	e := newEnv(t, storetest.OpenBolt(t))
-	create := func(in *CreateRequest) *Share {
-		t.Helper()
-		sh, err := e.store.Create(context.Background(), alice, in)
-		if err != nil {
-			t.Fatalf("create: %+v", err.(*problem.Details).Errors)
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		const (
+			script = `<script>alert(1)</script>`
+			img    = `"><img src=x onerror=alert(1)>`
+			jsURL  = `javascript:alert(1)`
+		)
+		e := newEnv(t, db)
+		create := func(in *CreateRequest) *Share {
+			t.Helper()
+			sh, err := e.store.Create(context.Background(), alice, in)
+			if err != nil {
+				t.Fatalf("create: %+v", err.(*problem.Details).Errors)
+			}
+			return sh
 		}
-		return sh
-	}
-	issue := create(&CreateRequest{Type: TypeIssue, IssueID: str(img + jsURL), ProjectID: str(script),
-		FieldsConfig: &FieldsConfig{FieldConfigs: map[string]FieldConfig{img: {FieldPermissions: []string{PermView}}}}})
-	jql := create(&CreateRequest{Type: TypeJQL, ProjectID: str(img), JQL: str(`project = X AND summary ~ "` + script + img + `"`)})
-	gated := create(&CreateRequest{Type: TypeIssue, IssueID: str("I1"),
-		SelectedUsersConfig: &SelectedUsersConfig{Allowed: true, List: []SelectedUser{{Email: "ann@example.com"}}}})
+		issue := create(&CreateRequest{Type: TypeIssue, IssueID: str(img + jsURL), ProjectID: str(script),
+			FieldsConfig: &FieldsConfig{FieldConfigs: map[string]FieldConfig{img: {FieldPermissions: []string{PermView}}}}})
+		jql := create(&CreateRequest{Type: TypeJQL, ProjectID: str(img), JQL: str(`project = X AND summary ~ "` + script + img + `"`)})
+		gated := create(&CreateRequest{Type: TypeIssue, IssueID: str("I1"),
+			SelectedUsersConfig: &SelectedUsersConfig{Allowed: true, List: []SelectedUser{{Email: "ann@example.com"}}}})
 
-	pages := []struct {
-		name, method, path, contentType, body string
-	}{
-		{"issue with hostile ids", "GET", "/s/" + issue.UUID, "", ""},
-		{"jql share", "GET", "/s/" + jql.UUID, "", ""},
-		// The e-mail a visitor typed is shown again in the form.
-		{"reflected e-mail", "POST", "/s/" + gated.UUID + "/unlock", formType, "email=" + strings.ReplaceAll(img+script, "&", "%26")},
-	}
-	for _, p := range pages {
-		t.Run(p.name, func(t *testing.T) {
-			w := e.page(p.method, p.path, htmlAccept, p.contentType, p.body, "203.0.113.9")
-			body := w.Body.String()
-			if !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
-				t.Fatalf("%d %s", w.Code, w.Header())
-			}
-			// The share page has no script of its own, and no image.
-			for _, bad := range []string{"<script", "<img", `="javascript:`} {
-				if strings.Contains(body, bad) {
-					t.Errorf("page holds %q unescaped:\n%s", bad, body)
+		pages := []struct {
+			name, method, path, contentType, body string
+		}{
+			{"issue with hostile ids", "GET", "/s/" + issue.UUID, "", ""},
+			{"jql share", "GET", "/s/" + jql.UUID, "", ""},
+			// The e-mail a visitor typed is shown again in the form.
+			{"reflected e-mail", "POST", "/s/" + gated.UUID + "/unlock", formType, "email=" + strings.ReplaceAll(img+script, "&", "%26")},
+		}
+		for _, p := range pages {
+			t.Run(p.name, func(t *testing.T) {
+				w := e.page(p.method, p.path, htmlAccept, p.contentType, p.body, "203.0.113.9")
+				body := w.Body.String()
+				if !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
+					t.Fatalf("%d %s", w.Code, w.Header())
 				}
-			}
-			if !strings.Contains(body, "&lt;") {
-				t.Errorf("hostile text not shown escaped:\n%s", body)
-			}
-		})
-	}
+				// The share page has no script of its own, and no image.
+				for _, bad := range []string{"<script", "<img", `="javascript:`} {
+					if strings.Contains(body, bad) {
+						t.Errorf("page holds %q unescaped:\n%s", bad, body)
+					}
+				}
+				if !strings.Contains(body, "&lt;") {
+					t.Errorf("hostile text not shown escaped:\n%s", body)
+				}
+			})
+		}
+	})
 }

@@ -13,7 +13,10 @@ import (
 // transaction of the change it belongs to, so a password and the mail
 // that carries it, or a decision and its signature, commit together.
 type Backend interface {
-	// OTP returns signer's current password record, nil when none.
+	// OTP returns signer's current password record, nil when none, and
+	// holds signer's password (present or not) against every other OTP
+	// call for signer until tx ends, so that a read and the write it
+	// decides are one step. Call it in a write transaction (Update).
 	OTP(tx storage.Tx, signerID string) (*OTPRecord, error)
 	// PutOTP stores signer's password record, replacing any.
 	PutOTP(tx storage.Tx, signerID string, rec *OTPRecord) error

@@ -3,6 +3,7 @@ package signing
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ func newBackend(t testing.TB, db storage.DB) Backend {
 // TestBackend is the conformance suite of signing.Backend: what one
 // backend stores, reads back and forgets, the other does the same.
 func TestBackend(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		b := newBackend(t, db)
 		ctx := context.Background()
@@ -115,6 +117,59 @@ func TestBackend(t *testing.T) {
 		}
 		if err := db.Update(ctx, func(tx storage.Tx) error { return b.Forget(tx, []string{"not-a-uuid"}) }); err == nil {
 			t.Error("Forget accepted a signer id that is not a uuid")
+		}
+	})
+}
+
+// TestBackendOTPHolds checks that OTP holds a signer's password, even
+// when there is none yet, until its transaction ends: a second
+// transaction's OTP waits, then sees what the first stored. Else two
+// first requests for a password would each find none and each send one.
+func TestBackendOTPHolds(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		b := newBackend(t, db)
+		ctx := context.Background()
+		id := uuid.NewString()
+		rec := &OTPRecord{Hash: bytes.Repeat([]byte{1}, 32), Salt: bytes.Repeat([]byte{2}, 16), Sent: t0, Expires: t0.Add(otpValidity)}
+
+		held, release, firstDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			firstDone <- db.Update(ctx, func(tx storage.Tx) error {
+				old, err := b.OTP(tx, id)
+				if err != nil || old != nil {
+					close(held)
+					return fmt.Errorf("first read: %+v, %v", old, err)
+				}
+				close(held)
+				<-release
+				return b.PutOTP(tx, id, rec)
+			})
+		}()
+		<-held
+		var seen *OTPRecord
+		secondDone := make(chan error, 1)
+		go func() {
+			secondDone <- db.Update(ctx, func(tx storage.Tx) (err error) {
+				seen, err = b.OTP(tx, id)
+				return err
+			})
+		}()
+		select {
+		case err := <-secondDone:
+			t.Errorf("a second OTP returned (%+v, %v) while the first transaction held the password", seen, err)
+			secondDone <- nil
+		case <-time.After(100 * time.Millisecond):
+		}
+		close(release)
+		if err := <-firstDone; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-secondDone; err != nil {
+			t.Fatal(err)
+		}
+		if seen == nil || !bytes.Equal(seen.Hash, rec.Hash) {
+			t.Fatalf("the second OTP read %+v, want what the first stored", seen)
 		}
 	})
 }

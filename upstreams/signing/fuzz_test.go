@@ -5,8 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"github.com/keygate/keygate/internal/storage/boltdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
 	"hash/crc32"
 	"image"
 	"image/color"
@@ -18,14 +16,13 @@ import (
 	"net/http/httptest"
 	"net/textproto"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -33,13 +30,15 @@ import (
 
 // fuzzFixture is a database with the lifecycle and the signing pages but
 // no delivery worker: queued notifications stay in the outbox, where the
-// fuzz functions count them. One per fuzz function, since f.Fuzz's body
-// must be fast.
+// fuzz functions count them. One per fuzz function and backend, since
+// f.Fuzz's body must be fast.
 type fuzzFixture struct {
-	db    *bbolt.DB
-	svc   *Service
-	api   http.Handler
-	pages http.Handler
+	name    string // the backend's
+	db      storage.DB
+	backend Backend
+	svc     *Service
+	api     http.Handler
+	pages   http.Handler
 	// token is the signing token of the first signer of the contract the
 	// inputs go to; a decision that succeeds moves it to a new contract.
 	token, id string
@@ -48,14 +47,32 @@ type fuzzFixture struct {
 	decided, lastID string
 }
 
-func newFuzzFixture(tb testing.TB) *fuzzFixture {
-	tb.Helper()
-	db, err := bbolt.Open(filepath.Join(tb.TempDir(), "webapi.db"), 0o600, &bbolt.Options{Timeout: time.Second, NoSync: true})
-	if err != nil {
-		tb.Fatal(err)
+// newFuzzFixtures opens a fixture on each backend an input runs on
+// (storetest.FuzzBackends).
+func newFuzzFixtures(f *testing.F) []*fuzzFixture {
+	f.Helper()
+	var out []*fuzzFixture
+	for _, b := range storetest.FuzzBackends() {
+		out = append(out, newFuzzFixture(f, b.Name, b.Open(f)))
 	}
-	tb.Cleanup(func() { db.Close() })
-	sdb, cb, tpl := boltContracts(tb, db)
+	return out
+}
+
+// runFuzz runs fn on each fixture, as subtests named after the backends.
+func runFuzz(t *testing.T, fxs []*fuzzFixture, fn func(t *testing.T, fx *fuzzFixture)) {
+	t.Helper()
+	for _, fx := range fxs {
+		t.Run(fx.name, func(t *testing.T) { fn(t, fx) })
+	}
+}
+
+func newFuzzFixture(tb testing.TB, name string, db storage.DB) *fuzzFixture {
+	tb.Helper()
+	if d, ok := db.(*boltdb.DB); ok {
+		// A crash of the test loses nothing worth keeping.
+		d.Bolt.NoSync = true
+	}
+	cb, tpl := contractStores(tb, db)
 	if _, err := tpl.Put(contracts.Template{ID: "PAGE-1", CollectionID: "SPACE-A", Title: "Lease", Body: "The tenant shall pay."}); err != nil {
 		tb.Fatal(err)
 	}
@@ -63,16 +80,13 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	outbox, err := newBoltOutbox(db, sealer)
+	backend := newBackend(tb, db)
+	svc, err := New(contracts.Config{DB: db, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
+		SMSConfigured: true, Now: testclock.New(t0).Now}, Config{Outbox: newOutbox(tb, db, sealer), Backend: backend, OTPKey: []byte(testOTPKey)})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	svc, err := New(contracts.Config{DB: sdb, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
-		SMSConfigured: true, Now: testclock.New(t0).Now}, Config{Outbox: outbox, OTPKey: []byte(testOTPKey)})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	f := &fuzzFixture{db: db, svc: svc, api: contracts.NewHandler(svc.Contracts()), pages: svc.Handler()}
+	f := &fuzzFixture{name: name, db: db, backend: backend, svc: svc, api: contracts.NewHandler(svc.Contracts()), pages: svc.Handler()}
 	f.next(tb)
 	return f
 }
@@ -120,7 +134,7 @@ func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acce
 	if acceptJSON {
 		r.Header.Set("Accept", "application/json")
 	}
-	before := storetest.Digest(t, boltdb.New(f.db))
+	before := storetest.Digest(t, f.db)
 	w := httptest.NewRecorder()
 	f.pages.ServeHTTP(w, r)
 	if w.Code == http.StatusOK || w.Code == http.StatusSeeOther {
@@ -131,7 +145,7 @@ func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acce
 		if d := c.Signers[0].Decision; d != contracts.DecisionSigned && d != contracts.DecisionRejected {
 			t.Fatalf("%d, but the decision stored is %q", w.Code, d)
 		}
-		if storetest.Digest(t, boltdb.New(f.db)) == before {
+		if storetest.Digest(t, f.db) == before {
 			t.Fatalf("%d, but nothing was stored", w.Code)
 		}
 		f.decided, f.lastID = c.Signers[0].ID, f.id
@@ -141,7 +155,7 @@ func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acce
 	if w.Code < 400 || w.Code > 499 {
 		t.Fatalf("status %d; body %s", w.Code, w.Body)
 	}
-	if storetest.Digest(t, boltdb.New(f.db)) != before {
+	if storetest.Digest(t, f.db) != before {
 		t.Fatalf("a %d changed the database; body %s", w.Code, w.Body)
 	}
 	if jsonMode(r) {
@@ -161,25 +175,27 @@ func (f *fuzzFixture) decide(t *testing.T, contentType string, body []byte, acce
 // FuzzDecision posts arbitrary decision bodies under arbitrary media
 // types (JSON, urlencoded and multipart forms among the seeds).
 func FuzzDecision(f *testing.F) {
-	fx := newFuzzFixture(f)
+	fxs := newFuzzFixtures(f)
 	f.Add("application/json", []byte(`{"decision":"signed","method":"render","signature":"Sam Signer"}`), true)
 	f.Add("application/json", []byte(`{"decision":"rejected","reason":"no"}`), false)
 	f.Add("application/x-www-form-urlencoded", []byte("decision=signed&method=render&signature=Sam"), false)
 	mt, body := multipartBody(map[string]string{"decision": "signed", "method": "upload"}, sigPNG(f, true))
 	f.Add(mt, body, false)
 	f.Fuzz(func(t *testing.T, contentType string, body []byte, acceptJSON bool) {
-		w := fx.decide(t, contentType, body, acceptJSON)
-		if w.Code != http.StatusOK && w.Code != http.StatusSeeOther {
-			return
-		}
-		// What was recorded is what was sent.
-		c, err := fx.svc.Contracts().Get(t.Context(), fx.lastID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sent := sentDecision(contentType, body); c.Signers[0].Decision != sent {
-			t.Fatalf("sent decision %q, recorded %q", sent, c.Signers[0].Decision)
-		}
+		runFuzz(t, fxs, func(t *testing.T, fx *fuzzFixture) {
+			w := fx.decide(t, contentType, body, acceptJSON)
+			if w.Code != http.StatusOK && w.Code != http.StatusSeeOther {
+				return
+			}
+			// What was recorded is what was sent.
+			c, err := fx.svc.Contracts().Get(t.Context(), fx.lastID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sent := sentDecision(contentType, body); c.Signers[0].Decision != sent {
+				t.Fatalf("sent decision %q, recorded %q", sent, c.Signers[0].Decision)
+			}
+		})
 	})
 }
 
@@ -204,7 +220,7 @@ func sentDecision(contentType string, body []byte) string {
 // a PNG or JPEG of at most 4096×4096 that decodes (and, drawn, is not
 // blank) may be recorded, and what is recorded is the image as sent.
 func FuzzSignatureImage(f *testing.F) {
-	fx := newFuzzFixture(f)
+	fxs := newFuzzFixtures(f)
 	for _, img := range [][]byte{sigPNG(f, true), sigPNG(f, false), sigJPEG(f), pngBomb(f, 60000, 60000), []byte("GIF89a")} {
 		for mode := range uint8(3) {
 			f.Add(mode, img)
@@ -215,25 +231,27 @@ func FuzzSignatureImage(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, mode uint8, img []byte) {
 		ct, body, method := imageDecision(mode, img)
-		w := fx.decide(t, ct, body, true)
-		if w.Code != http.StatusOK {
-			return
-		}
-		cfg, format, err := image.DecodeConfig(bytes.NewReader(img))
-		if err != nil || (format != "png" && format != "jpeg") || cfg.Width > 4096 || cfg.Height > 4096 {
-			t.Fatalf("recorded a signature that is not a PNG or JPEG within 4096×4096: %v %s %v", err, format, cfg)
-		}
-		var stored []byte
-		var storedMethod string
-		if err := fx.db.View(func(tx *bbolt.Tx) (err error) {
-			storedMethod, stored, _, err = BoltBackend{}.Signature(boltdb.Wrap(tx), fx.decided)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if storedMethod != method || !bytes.Equal(stored, img) {
-			t.Fatalf("sent a %d-byte %s signature, stored a %d-byte %s one", len(img), method, len(stored), storedMethod)
-		}
+		runFuzz(t, fxs, func(t *testing.T, fx *fuzzFixture) {
+			w := fx.decide(t, ct, body, true)
+			if w.Code != http.StatusOK {
+				return
+			}
+			cfg, format, err := image.DecodeConfig(bytes.NewReader(img))
+			if err != nil || (format != "png" && format != "jpeg") || cfg.Width > 4096 || cfg.Height > 4096 {
+				t.Fatalf("recorded a signature that is not a PNG or JPEG within 4096×4096: %v %s %v", err, format, cfg)
+			}
+			var stored []byte
+			var storedMethod string
+			if err := fx.db.View(t.Context(), func(tx storage.Tx) (err error) {
+				storedMethod, stored, _, err = fx.backend.Signature(tx, fx.decided)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if storedMethod != method || !bytes.Equal(stored, img) {
+				t.Fatalf("sent a %d-byte %s signature, stored a %d-byte %s one", len(img), method, len(stored), storedMethod)
+			}
+		})
 	})
 }
 

@@ -12,21 +12,20 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/keygate/keygate/internal/mailtest"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/pdftest"
 	"github.com/keygate/keygate/internal/problem"
-	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/storetest"
 	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/internal/testwait"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
@@ -38,26 +37,31 @@ var t0 = time.Date(2026, 11, 22, 10, 15, 0, 0, time.UTC)
 // signing pages, a real SMTP server and SMS endpoint, and a delivery
 // worker sending to them.
 type fixture struct {
-	t      *testing.T
-	dbPath string
-	db     *bbolt.DB
-	svc    *Service
-	api    http.Handler
-	pages  http.Handler
-	clock  *testclock.Clock
-	outbox *notify.Outbox
-	worker *notify.Worker
-	smtp   *mailtest.Server
-	sms    *testSMS
+	t       *testing.T
+	db      storage.DB
+	svc     *Service
+	backend Backend // the signing records' backend of db
+	tpl     *contracts.Templates
+	api     http.Handler
+	pages   http.Handler
+	clock   *testclock.Clock
+	outbox  *notify.Outbox
+	worker  *notify.Worker
+	smtp    *mailtest.Server
+	sms     *testSMS
 	// senders are the worker's, kept to restart it after a reopen.
 	email, text notify.Sender
+	// closed is set once close has stopped the worker and closed db.
+	closed bool
 }
 
 const testOTPKey = "0123456789abcdef0123456789abcdef"
 
-func newFixture(t *testing.T) *fixture {
+// newFixture runs the lifecycle on db, a fresh database of one backend
+// (storetest.Run hands one of each).
+func newFixture(t *testing.T, db storage.DB) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dbPath: filepath.Join(t.TempDir(), "webapi.db"), clock: testclock.New(t0)}
+	f := &fixture{t: t, db: db, clock: testclock.New(t0)}
 	f.smtp = mailtest.Start(t)
 	f.sms = startSMS(t)
 	var err error
@@ -72,16 +76,13 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// open opens the database and starts the lifecycle and the worker.
+// open builds the lifecycle on f.db and starts the worker.
 func (f *fixture) open() {
 	t := f.t
 	t.Helper()
-	db, err := bbolt.Open(f.dbPath, 0o600, &bbolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.db = db
-	sdb, cb, tpl := boltContracts(t, db)
+	f.closed = false
+	cb, tpl := contractStores(t, f.db)
+	f.tpl = tpl
 	if _, err := tpl.Put(contracts.Template{ID: "PAGE-1", CollectionID: "SPACE-A", Title: "Lease agreement",
 		Body: "The tenant shall pay the rent on the first day of each month.\nThe landlord shall keep the roof sound."}); err != nil {
 		t.Fatal(err)
@@ -90,11 +91,10 @@ func (f *fixture) open() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.outbox, err = newBoltOutbox(db, sealer); err != nil {
-		t.Fatal(err)
-	}
-	f.svc, err = New(contracts.Config{DB: sdb, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
-		SMSConfigured: true, Now: f.clock.Now}, Config{Outbox: f.outbox, OTPKey: []byte(testOTPKey)})
+	f.outbox = newOutbox(t, f.db, sealer)
+	f.backend = newBackend(t, f.db)
+	f.svc, err = New(contracts.Config{DB: f.db, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
+		SMSConfigured: true, Now: f.clock.Now}, Config{Outbox: f.outbox, Backend: f.backend, OTPKey: []byte(testOTPKey)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,13 +109,27 @@ func (f *fixture) startWorker() {
 	go f.worker.Run(context.Background())
 }
 
+// close stops the worker and closes the database, as the process does
+// when it ends.
 func (f *fixture) close() {
-	if f.db == nil {
+	if f.closed {
 		return
 	}
 	f.worker.Stop()
 	f.db.Close()
-	f.db = nil
+	f.closed = true
+}
+
+// restart stops the worker, closes the database and opens it again with
+// a new lifecycle and worker, as a restarted process does.
+func (f *fixture) restart() {
+	f.t.Helper()
+	f.worker.Stop()
+	f.db = reopen(f.t, f.db)
+	f.open()
+	// After reopen's cleanup, so that it runs first: the worker stops
+	// before its database closes.
+	f.t.Cleanup(f.close)
 }
 
 // api sends a request to the contracts API as the key of owner alice.
@@ -225,29 +239,35 @@ func (f *fixture) view(token string) pageView {
 }
 
 // outboxEmpty reports whether nothing waits for delivery.
-func (f *fixture) outboxEmpty() bool {
-	n := -1
-	_ = f.db.View(func(tx *bbolt.Tx) error {
-		n = tx.Bucket([]byte("notify_outbox")).Bucket([]byte("msg")).Stats().KeyN
-		return nil
-	})
-	return n == 0
+func (f *fixture) outboxEmpty() bool { return f.count(storedMessages) == 0 }
+
+// count counts the records of kind in the fixture's database.
+func (f *fixture) count(kind storedKind) int {
+	f.t.Helper()
+	return count(f.t, f.db, kind)
 }
 
 // settle waits until every queued message is delivered.
 func (f *fixture) settle() {
 	f.t.Helper()
-	waitFor(f.t, "the outbox to drain", f.outboxEmpty)
+	testwait.For(f.t, testwait.Generous, "the outbox to drain", f.outboxEmpty)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// digest is storetest.Digest of the fixture's database once the worker
+// has delivered what was queued: delivery changes the outbox, a refused
+// request must not change anything.
+func (f *fixture) digest() [32]byte {
+	f.t.Helper()
+	f.settle()
+	return storetest.Digest(f.t, f.db)
+}
+
+// unchanged fails t unless the database is as it was when before was
+// taken (f.digest).
+func (f *fixture) unchanged(t *testing.T, before [32]byte, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if f.digest() != before {
+		t.Errorf("%s changed the database", what)
 	}
 }
 
@@ -258,7 +278,7 @@ var otpPattern = regexp.MustCompile(`\b(\d{6})\b`)
 func (f *fixture) otpMail(addr string, seen int) string {
 	f.t.Helper()
 	var code string
-	waitFor(f.t, "a password e-mail to "+addr, func() bool {
+	testwait.For(f.t, testwait.Generous, "a password e-mail to "+addr, func() bool {
 		ms := f.smtp.To(addr, "Your one-time password")
 		if len(ms) <= seen {
 			return false
@@ -272,7 +292,7 @@ func (f *fixture) otpMail(addr string, seen int) string {
 func (f *fixture) otpSMS(phone string, seen int) string {
 	f.t.Helper()
 	var code string
-	waitFor(f.t, "a password text to "+phone, func() bool {
+	testwait.For(f.t, testwait.Generous, "a password text to "+phone, func() bool {
 		ms := f.sms.to(phone)
 		if len(ms) <= seen {
 			return false
@@ -380,12 +400,22 @@ func countBy(ms []mailtest.Mail) map[string]int {
 	return out
 }
 
-// newBoltOutbox is the notification outbox on the bbolt database db.
-func newBoltOutbox(db *bbolt.DB, sealer *keystore.Sealer) (*notify.Outbox, error) {
-	sdb := boltdb.New(db)
-	backend, err := notify.NewBoltBackend(sdb)
-	if err != nil {
-		return nil, err
+// otp reads signer's stored one-time password through the backend, nil
+// when none. Backend.OTP locks the record, so it reads in a write
+// transaction (that writes nothing).
+func (f *fixture) otp(signerID string) *OTPRecord {
+	f.t.Helper()
+	return readOTP(f.t, f.db, f.backend, signerID)
+}
+
+func readOTP(tb testing.TB, db storage.DB, b Backend, signerID string) *OTPRecord {
+	tb.Helper()
+	var rec *OTPRecord
+	if err := db.Update(context.Background(), func(tx storage.Tx) (err error) {
+		rec, err = b.OTP(tx, signerID)
+		return err
+	}); err != nil {
+		tb.Fatal(err)
 	}
-	return notify.NewOutbox(sdb, backend, sealer)
+	return rec
 }

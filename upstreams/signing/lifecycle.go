@@ -2,10 +2,7 @@ package signing
 
 import (
 	"context"
-	"errors"
-	"hash/fnv"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/keygate/keygate/internal/storage"
@@ -162,12 +159,11 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 		return nil, err
 	}
 	signerID := c.Signers[i].ID
-	// Checking the password and counting a wrong one are two
-	// transactions; without the lock, parallel tries would all be checked
-	// before any was counted, and get more than otpMaxFailures guesses.
-	mu := otpLock(signerID)
-	mu.Lock()
-	defer mu.Unlock()
+	if c.Signers[i].OTPMethod != contracts.OTPNone {
+		if err := s.verifyOTP(ctx, signerID, in.OTP, now); err != nil {
+			return nil, err
+		}
+	}
 	c, err = s.store.Update(ctx, c.ID, func(tx storage.Tx, c *contracts.Contract) error {
 		j := c.SignerByID(signerID)
 		if j < 0 {
@@ -210,9 +206,6 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 		}
 		return nil
 	})
-	if errors.Is(err, errWrongOTP) {
-		err = s.countOTPFailure(ctx, signerID)
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -221,16 +214,4 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 	}
 	ss.c = c
 	return ss, nil
-}
-
-// otpLocks serialize the decisions of each signer (see decide). They are
-// striped by signer id, so that memory stays fixed whatever the number
-// of signers, and shared by every Service of the process, which a reload
-// may briefly run two of on one database.
-var otpLocks [256]sync.Mutex
-
-func otpLock(signerID string) *sync.Mutex {
-	h := fnv.New32a()
-	h.Write([]byte(signerID))
-	return &otpLocks[h.Sum32()%uint32(len(otpLocks))]
 }

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/storetest"
 )
 
 const threeSigners = `{"templateId":"PAGE-1","name":"Lease","signers":[
@@ -28,199 +31,211 @@ const threeSigners = `{"templateId":"PAGE-1","name":"Lease","signers":[
 // statuses, the PDFs' contents, and that every notification reaches the
 // right recipients exactly once.
 func TestParallelSigning(t *testing.T) {
-	f := newFixture(t)
-	c := f.create(threeSigners)
-	ann, bob, cleo := c.token(0), c.token(1), c.token(2)
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixture(t, db)
+		c := f.create(threeSigners)
+		ann, bob, cleo := c.token(0), c.token(1), c.token(2)
 
-	// Ann opens her page: the document, her name, the forms of her methods.
-	w := f.page(http.MethodGet, "/sign/"+ann, "", "", "Accept", "text/html")
-	if w.Code != http.StatusOK || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
-		t.Fatalf("page: %d %s", w.Code, w.Header())
-	}
-	html := w.Body.String()
-	for _, want := range []string{"Lease agreement", "The tenant shall pay the rent", "For Ann Email", `id="otp-request"`,
-		`id="form-draw"`, `id="form-render"`, `<canvas id="pad"`, `id="form-reject"`, `action="` + ann + `/decision"`} {
-		if !strings.Contains(html, want) {
-			t.Errorf("page lacks %q", want)
+		// Ann opens her page: the document, her name, the forms of her methods.
+		w := f.page(http.MethodGet, "/sign/"+ann, "", "", "Accept", "text/html")
+		if w.Code != http.StatusOK || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
+			t.Fatalf("page: %d %s", w.Code, w.Header())
 		}
-	}
-	if strings.Contains(html, `id="form-upload"`) {
-		t.Error("page offers upload, which Ann may not use")
-	}
-	for h, want := range map[string]string{"Referrer-Policy": "no-referrer", "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"} {
-		if got := w.Header().Get(h); got != want {
-			t.Errorf("%s = %q, want %q", h, got, want)
-		}
-	}
-	if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'nonce-") {
-		t.Errorf("Content-Security-Policy %q", csp)
-	}
-	v := f.view(ann)
-	if v.Contract.Status != "sent" || !v.CanDecide || v.Signer.FullName != "Ann Email" || v.Signer.OTPMethod != "email" ||
-		v.Signer.OTPDestination != "a•••@example.com" || v.Signer.OpenedTimestamp != "2026-11-22T10:15:00.000Z" {
-		t.Fatalf("view %+v", v)
-	}
-	opened := f.contract(c.ID)["signers"].([]any)[0].(map[string]any)["openedTimestamp"]
-	if opened != "2026-11-22T10:15:00.000Z" {
-		t.Errorf("openedTimestamp %v", opened)
-	}
-
-	// A password by e-mail; asking again within a minute is refused.
-	w = f.requestOTP(ann)
-	if w.Code != http.StatusAccepted || !strings.Contains(w.Body.String(), `"sentTo":"a•••@example.com"`) ||
-		!strings.Contains(w.Body.String(), `"expirationTimestamp":"2026-11-22T10:25:00.000Z"`) {
-		t.Fatalf("otp: %d %s", w.Code, w.Body)
-	}
-	first := f.otpMail("ann@example.com", 0)
-	f.clock.Advance(30 * time.Second)
-	w = f.requestOTP(ann)
-	decodeProblem(t, w, http.StatusTooManyRequests, "rate_limited")
-	if ra := w.Header().Get("Retry-After"); ra != "30" {
-		t.Errorf("Retry-After %q, want 30", ra)
-	}
-
-	// Four wrong passwords are 400s, the fifth voids the password (429),
-	// after which even the right one is refused.
-	wrong := "000000"
-	if first == wrong {
-		wrong = "111111"
-	}
-	sign := map[string]string{"decision": "signed", "method": "render", "signature": "Ann Email", "otp": wrong}
-	for i := 1; i <= 4; i++ {
-		d := decodeProblem(t, f.decide(ann, sign), http.StatusBadRequest, "invalid_request")
-		if len(d.Errors) != 1 || d.Errors[0].Field != "otp" || d.Errors[0].Code != "wrong_otp" {
-			t.Fatalf("try %d: %+v", i, d)
-		}
-	}
-	decodeProblem(t, f.decide(ann, sign), http.StatusTooManyRequests, "rate_limited")
-	sign["otp"] = first
-	decodeProblem(t, f.decide(ann, sign), http.StatusTooManyRequests, "rate_limited")
-
-	// A new password after the minute, and Ann signs by typing her name.
-	f.clock.Advance(31 * time.Second)
-	if w := f.requestOTP(ann); w.Code != http.StatusAccepted {
-		t.Fatalf("second otp: %d %s", w.Code, w.Body)
-	}
-	sign["otp"] = f.otpMail("ann@example.com", 1)
-	w = f.decide(ann, sign)
-	if w.Code != http.StatusOK {
-		t.Fatalf("sign: %d %s", w.Code, w.Body)
-	}
-	if v := f.view(ann); v.Signer.Decision != "signed" || v.CanDecide || v.Contract.Status != "ongoing" {
-		t.Fatalf("after signing: %+v", v)
-	}
-	decodeProblem(t, f.decide(ann, sign), http.StatusConflict, "conflict")
-	decodeProblem(t, f.requestOTP(ann), http.StatusConflict, "conflict")
-
-	// Cleo needs no password and uploads an image through the HTML form.
-	f.page(http.MethodGet, "/sign/"+cleo, "", "")
-	decodeProblem(t, f.requestOTP(cleo), http.StatusConflict, "conflict")
-	img, _ := base64.StdEncoding.DecodeString(drawing(t))
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	mw.WriteField("decision", "signed")
-	mw.WriteField("method", "upload")
-	fw, _ := mw.CreateFormFile("signature", "me.png")
-	fw.Write(img)
-	mw.Close()
-	f.clock.Advance(time.Minute)
-	w = f.page(http.MethodPost, "/sign/"+cleo+"/decision", mw.FormDataContentType(), body.String())
-	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "../"+cleo+"?notice=signed" {
-		t.Fatalf("form post: %d %v %s", w.Code, w.Header(), w.Body)
-	}
-	w = f.page(http.MethodGet, "/sign/"+cleo+"?notice=signed", "", "")
-	if !strings.Contains(w.Body.String(), "your signature is recorded") || !strings.Contains(w.Body.String(), "You signed this contract") {
-		t.Errorf("page after signing: %s", w.Body)
-	}
-
-	// Bob gets his password by SMS and draws.
-	f.page(http.MethodGet, "/sign/"+bob, "", "")
-	if w := f.requestOTP(bob); w.Code != http.StatusAccepted || !strings.Contains(w.Body.String(), `"sentTo":"•••671"`) {
-		t.Fatalf("bob otp: %d %s", w.Code, w.Body)
-	}
-	f.clock.Advance(time.Minute)
-	w = f.decide(bob, map[string]string{"decision": "signed", "method": "draw", "signature": "data:image/png;base64," + drawing(t), "otp": f.otpSMS("+14155552671", 0)})
-	if w.Code != http.StatusOK {
-		t.Fatalf("bob signs: %d %s", w.Code, w.Body)
-	}
-
-	// The contract is signed, with both PDFs listed and downloadable.
-	got := f.contract(c.ID)
-	if got["status"] != "signed" {
-		t.Fatalf("status %v", got["status"])
-	}
-	for i, s := range got["signers"].([]any) {
-		s := s.(map[string]any)
-		if s["decision"] != "signed" || s["decisionIp"] != "192.0.2.7" || s["decisionTimestamp"] == nil || s["openedTimestamp"] == nil {
-			t.Errorf("signer %d: %v", i, s)
-		}
-	}
-	finalized := f.download(got["finalizedPdf"].(map[string]any))
-	certificate := f.download(got["certificatePdf"].(map[string]any))
-	sum := sha256.Sum256(finalized)
-
-	ftext := pdfText(t, finalized)
-	for _, want := range []string{"Lease agreement", "The tenant shall pay the rent", "Ann Email", "Bob Phone", "Cleo None", "Signed electronically"} {
-		if !strings.Contains(ftext, want) {
-			t.Errorf("finalized PDF lacks %q:\n%s", want, ftext)
-		}
-	}
-	ctext := pdfText(t, certificate)
-	for _, want := range []string{"Certificate of completion", "Ann Email", "ann@example.com", "Bob Phone", "+14155552671", "Cleo None",
-		"cleo@example.com", "render", "draw", "upload", "192.0.2.7", "2026-11-22", hex.EncodeToString(sum[:])} {
-		if !strings.Contains(ctext, want) {
-			t.Errorf("certificate lacks %q:\n%s", want, ctext)
-		}
-	}
-
-	// Final: no more decisions.
-	decodeProblem(t, f.decide(bob, map[string]string{"decision": "rejected", "otp": "123456"}), http.StatusConflict, "conflict")
-
-	// Every notification reached its recipients once.
-	f.settle()
-	const q = "“Lease”"
-	want := map[string]int{
-		"ann@example.com | Please sign " + q:                1,
-		"cleo@example.com | Please sign " + q:               1,
-		"ann@example.com | Your one-time password for " + q: 2,
-		"ann@example.com | Your signed contract: " + q:      1,
-		"cleo@example.com | Your signed contract: " + q:     1,
-		"wendy@example.com | Contract created: " + q:        1,
-		"wendy@example.com | Ann Email opened " + q:         1,
-		"wendy@example.com | Cleo None opened " + q:         1,
-		"wendy@example.com | Bob Phone opened " + q:         1,
-		"wendy@example.com | Ann Email signed " + q:         1,
-		"wendy@example.com | Cleo None signed " + q:         1,
-		"wendy@example.com | Bob Phone signed " + q:         1,
-		"wendy@example.com | Completed: " + q:               1,
-		"wendy@example.com | Signed contract: " + q:         1,
-		"walt@example.com | Signed contract: " + q:          1,
-	}
-	mails := f.smtp.All()
-	if got := countBy(mails); !maps.Equal(got, want) {
-		t.Errorf("mails:\n%v\nwant\n%v", keys(got), keys(want))
-	}
-	if n := len(f.sms.to("+14155552671")); n != 1 {
-		t.Errorf("%d texts to Bob, want 1", n)
-	}
-	for _, m := range mails {
-		if strings.HasPrefix(m.Subject, "Please sign") {
-			if !strings.Contains(m.Text, "https://sign.example.com/sign/") {
-				t.Errorf("invitation without link: %s", m.Text)
+		html := w.Body.String()
+		for _, want := range []string{"Lease agreement", "The tenant shall pay the rent", "For Ann Email", `id="otp-request"`,
+			`id="form-draw"`, `id="form-render"`, `<canvas id="pad"`, `id="form-reject"`, `action="` + ann + `/decision"`} {
+			if !strings.Contains(html, want) {
+				t.Errorf("page lacks %q", want)
 			}
 		}
-		if strings.Contains(m.Subject, "Signed contract") || strings.HasPrefix(m.Subject, "Your signed contract") {
-			if len(m.Attachments) != 1 || !bytes.Equal(m.Attachments["Lease-signed.pdf"], finalized) {
-				t.Errorf("%s to %s: attachments %v", m.Subject, m.To, slices.Collect(maps.Keys(m.Attachments)))
+		if strings.Contains(html, `id="form-upload"`) {
+			t.Error("page offers upload, which Ann may not use")
+		}
+		for h, want := range map[string]string{"Referrer-Policy": "no-referrer", "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"} {
+			if got := w.Header().Get(h); got != want {
+				t.Errorf("%s = %q, want %q", h, got, want)
 			}
 		}
-	}
-	// Only Ann's own invitation holds Ann's link.
-	for _, m := range mails {
-		if strings.Contains(m.Text, ann) && m.To != "ann@example.com" {
-			t.Errorf("Ann's link went to %s", m.To)
+		if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'nonce-") {
+			t.Errorf("Content-Security-Policy %q", csp)
 		}
-	}
+		v := f.view(ann)
+		if v.Contract.Status != "sent" || !v.CanDecide || v.Signer.FullName != "Ann Email" || v.Signer.OTPMethod != "email" ||
+			v.Signer.OTPDestination != "a•••@example.com" || v.Signer.OpenedTimestamp != "2026-11-22T10:15:00.000Z" {
+			t.Fatalf("view %+v", v)
+		}
+		opened := f.contract(c.ID)["signers"].([]any)[0].(map[string]any)["openedTimestamp"]
+		if opened != "2026-11-22T10:15:00.000Z" {
+			t.Errorf("openedTimestamp %v", opened)
+		}
+
+		// A password by e-mail; asking again within a minute is refused.
+		w = f.requestOTP(ann)
+		if w.Code != http.StatusAccepted || !strings.Contains(w.Body.String(), `"sentTo":"a•••@example.com"`) ||
+			!strings.Contains(w.Body.String(), `"expirationTimestamp":"2026-11-22T10:25:00.000Z"`) {
+			t.Fatalf("otp: %d %s", w.Code, w.Body)
+		}
+		first := f.otpMail("ann@example.com", 0)
+		f.clock.Advance(30 * time.Second)
+		before := f.digest()
+		w = f.requestOTP(ann)
+		decodeProblem(t, w, http.StatusTooManyRequests, "rate_limited")
+		if ra := w.Header().Get("Retry-After"); ra != "30" {
+			t.Errorf("Retry-After %q, want 30", ra)
+		}
+		f.unchanged(t, before, "a password asked for within the minute")
+
+		// Four wrong passwords are 400s, the fifth voids the password (429),
+		// after which even the right one is refused.
+		wrong := "000000"
+		if first == wrong {
+			wrong = "111111"
+		}
+		sign := map[string]string{"decision": "signed", "method": "render", "signature": "Ann Email", "otp": wrong}
+		for i := 1; i <= 4; i++ {
+			d := decodeProblem(t, f.decide(ann, sign), http.StatusBadRequest, "invalid_request")
+			if len(d.Errors) != 1 || d.Errors[0].Field != "otp" || d.Errors[0].Code != "wrong_otp" {
+				t.Fatalf("try %d: %+v", i, d)
+			}
+		}
+		decodeProblem(t, f.decide(ann, sign), http.StatusTooManyRequests, "rate_limited")
+		if rec := f.otp(c.Signers[0].ID); rec == nil || rec.Failures != otpMaxFailures {
+			t.Fatalf("password after five wrong tries: %+v", rec)
+		}
+		before = f.digest()
+		sign["otp"] = first
+		decodeProblem(t, f.decide(ann, sign), http.StatusTooManyRequests, "rate_limited")
+		f.unchanged(t, before, "the right password after the fifth wrong one")
+
+		// A new password after the minute, and Ann signs by typing her name.
+		f.clock.Advance(31 * time.Second)
+		if w := f.requestOTP(ann); w.Code != http.StatusAccepted {
+			t.Fatalf("second otp: %d %s", w.Code, w.Body)
+		}
+		sign["otp"] = f.otpMail("ann@example.com", 1)
+		w = f.decide(ann, sign)
+		if w.Code != http.StatusOK {
+			t.Fatalf("sign: %d %s", w.Code, w.Body)
+		}
+		if v := f.view(ann); v.Signer.Decision != "signed" || v.CanDecide || v.Contract.Status != "ongoing" {
+			t.Fatalf("after signing: %+v", v)
+		}
+		before = f.digest()
+		decodeProblem(t, f.decide(ann, sign), http.StatusConflict, "conflict")
+		decodeProblem(t, f.requestOTP(ann), http.StatusConflict, "conflict")
+		f.unchanged(t, before, "a second decision or password of a signer who signed")
+
+		// Cleo needs no password and uploads an image through the HTML form.
+		f.page(http.MethodGet, "/sign/"+cleo, "", "")
+		decodeProblem(t, f.requestOTP(cleo), http.StatusConflict, "conflict")
+		img, _ := base64.StdEncoding.DecodeString(drawing(t))
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		mw.WriteField("decision", "signed")
+		mw.WriteField("method", "upload")
+		fw, _ := mw.CreateFormFile("signature", "me.png")
+		fw.Write(img)
+		mw.Close()
+		f.clock.Advance(time.Minute)
+		w = f.page(http.MethodPost, "/sign/"+cleo+"/decision", mw.FormDataContentType(), body.String())
+		if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "../"+cleo+"?notice=signed" {
+			t.Fatalf("form post: %d %v %s", w.Code, w.Header(), w.Body)
+		}
+		w = f.page(http.MethodGet, "/sign/"+cleo+"?notice=signed", "", "")
+		if !strings.Contains(w.Body.String(), "your signature is recorded") || !strings.Contains(w.Body.String(), "You signed this contract") {
+			t.Errorf("page after signing: %s", w.Body)
+		}
+
+		// Bob gets his password by SMS and draws.
+		f.page(http.MethodGet, "/sign/"+bob, "", "")
+		if w := f.requestOTP(bob); w.Code != http.StatusAccepted || !strings.Contains(w.Body.String(), `"sentTo":"•••671"`) {
+			t.Fatalf("bob otp: %d %s", w.Code, w.Body)
+		}
+		f.clock.Advance(time.Minute)
+		w = f.decide(bob, map[string]string{"decision": "signed", "method": "draw", "signature": "data:image/png;base64," + drawing(t), "otp": f.otpSMS("+14155552671", 0)})
+		if w.Code != http.StatusOK {
+			t.Fatalf("bob signs: %d %s", w.Code, w.Body)
+		}
+
+		// The contract is signed, with both PDFs listed and downloadable.
+		got := f.contract(c.ID)
+		if got["status"] != "signed" {
+			t.Fatalf("status %v", got["status"])
+		}
+		for i, s := range got["signers"].([]any) {
+			s := s.(map[string]any)
+			if s["decision"] != "signed" || s["decisionIp"] != "192.0.2.7" || s["decisionTimestamp"] == nil || s["openedTimestamp"] == nil {
+				t.Errorf("signer %d: %v", i, s)
+			}
+		}
+		finalized := f.download(got["finalizedPdf"].(map[string]any))
+		certificate := f.download(got["certificatePdf"].(map[string]any))
+		sum := sha256.Sum256(finalized)
+
+		ftext := pdfText(t, finalized)
+		for _, want := range []string{"Lease agreement", "The tenant shall pay the rent", "Ann Email", "Bob Phone", "Cleo None", "Signed electronically"} {
+			if !strings.Contains(ftext, want) {
+				t.Errorf("finalized PDF lacks %q:\n%s", want, ftext)
+			}
+		}
+		ctext := pdfText(t, certificate)
+		for _, want := range []string{"Certificate of completion", "Ann Email", "ann@example.com", "Bob Phone", "+14155552671", "Cleo None",
+			"cleo@example.com", "render", "draw", "upload", "192.0.2.7", "2026-11-22", hex.EncodeToString(sum[:])} {
+			if !strings.Contains(ctext, want) {
+				t.Errorf("certificate lacks %q:\n%s", want, ctext)
+			}
+		}
+
+		// Final: no more decisions.
+		decodeProblem(t, f.decide(bob, map[string]string{"decision": "rejected", "otp": "123456"}), http.StatusConflict, "conflict")
+
+		// Every notification reached its recipients once.
+		f.settle()
+		const q = "“Lease”"
+		want := map[string]int{
+			"ann@example.com | Please sign " + q:                1,
+			"cleo@example.com | Please sign " + q:               1,
+			"ann@example.com | Your one-time password for " + q: 2,
+			"ann@example.com | Your signed contract: " + q:      1,
+			"cleo@example.com | Your signed contract: " + q:     1,
+			"wendy@example.com | Contract created: " + q:        1,
+			"wendy@example.com | Ann Email opened " + q:         1,
+			"wendy@example.com | Cleo None opened " + q:         1,
+			"wendy@example.com | Bob Phone opened " + q:         1,
+			"wendy@example.com | Ann Email signed " + q:         1,
+			"wendy@example.com | Cleo None signed " + q:         1,
+			"wendy@example.com | Bob Phone signed " + q:         1,
+			"wendy@example.com | Completed: " + q:               1,
+			"wendy@example.com | Signed contract: " + q:         1,
+			"walt@example.com | Signed contract: " + q:          1,
+		}
+		mails := f.smtp.All()
+		if got := countBy(mails); !maps.Equal(got, want) {
+			t.Errorf("mails:\n%v\nwant\n%v", keys(got), keys(want))
+		}
+		if n := len(f.sms.to("+14155552671")); n != 1 {
+			t.Errorf("%d texts to Bob, want 1", n)
+		}
+		for _, m := range mails {
+			if strings.HasPrefix(m.Subject, "Please sign") {
+				if !strings.Contains(m.Text, "https://sign.example.com/sign/") {
+					t.Errorf("invitation without link: %s", m.Text)
+				}
+			}
+			if strings.Contains(m.Subject, "Signed contract") || strings.HasPrefix(m.Subject, "Your signed contract") {
+				if len(m.Attachments) != 1 || !bytes.Equal(m.Attachments["Lease-signed.pdf"], finalized) {
+					t.Errorf("%s to %s: attachments %v", m.Subject, m.To, slices.Collect(maps.Keys(m.Attachments)))
+				}
+			}
+		}
+		// Only Ann's own invitation holds Ann's link.
+		for _, m := range mails {
+			if strings.Contains(m.Text, ann) && m.To != "ann@example.com" {
+				t.Errorf("Ann's link went to %s", m.To)
+			}
+		}
+	})
 }
 
 func keys(m map[string]int) []string {
@@ -261,93 +276,101 @@ func (f *fixture) download(a map[string]any) []byte {
 // act, each invitation goes out when the turn comes, a rejection ends
 // the contract for everyone after.
 func TestSequentialSigning(t *testing.T) {
-	f := newFixture(t)
-	c := f.create(`{"templateId":"PAGE-1","name":"Chain","sequentialSigning":true,"signers":[
-		{"fullName":"Uma Url","accessKind":"url","otpMethod":"none"},
-		{"fullName":"Eve Email","accessKind":"email","email":"eve@example.com"},
-		{"fullName":"Finn Email","accessKind":"email","email":"finn@example.com"}],
-		"watchers":[{"name":"Wendy","email":"wendy@example.com","notificationKinds":"rejected|completed"}]}`)
-	uma, eve, finn := c.token(0), c.token(1), c.token(2)
-	f.settle()
-	if n := len(f.smtp.All()); n != 0 {
-		t.Fatalf("%d mails at creation; the first signer is a url signer", n)
-	}
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixture(t, db)
+		c := f.create(`{"templateId":"PAGE-1","name":"Chain","sequentialSigning":true,"signers":[
+			{"fullName":"Uma Url","accessKind":"url","otpMethod":"none"},
+			{"fullName":"Eve Email","accessKind":"email","email":"eve@example.com"},
+			{"fullName":"Finn Email","accessKind":"email","email":"finn@example.com"}],
+			"watchers":[{"name":"Wendy","email":"wendy@example.com","notificationKinds":"rejected|completed"}]}`)
+		uma, eve, finn := c.token(0), c.token(1), c.token(2)
+		f.settle()
+		if n := len(f.smtp.All()); n != 0 {
+			t.Fatalf("%d mails at creation; the first signer is a url signer", n)
+		}
 
-	for _, tok := range []string{eve, finn} {
-		decodeProblem(t, f.requestOTP(tok), http.StatusConflict, "conflict")
-		decodeProblem(t, f.decide(tok, map[string]string{"decision": "rejected", "otp": "123456"}), http.StatusConflict, "conflict")
-	}
-	if v := f.view(eve); v.CanDecide || !strings.Contains(v.Blocked, "Uma Url decides first") {
-		t.Fatalf("eve's view: %+v", v)
-	}
+		before := f.digest()
+		for _, tok := range []string{eve, finn} {
+			decodeProblem(t, f.requestOTP(tok), http.StatusConflict, "conflict")
+			decodeProblem(t, f.decide(tok, map[string]string{"decision": "rejected", "otp": "123456"}), http.StatusConflict, "conflict")
+		}
+		f.unchanged(t, before, "a password or decision out of turn")
+		if v := f.view(eve); v.CanDecide || !strings.Contains(v.Blocked, "Uma Url decides first") {
+			t.Fatalf("eve's view: %+v", v)
+		}
 
-	if w := f.decide(uma, map[string]string{"decision": "signed", "method": "render", "signature": "Uma Url"}); w.Code != http.StatusOK {
-		t.Fatalf("uma signs: %d %s", w.Code, w.Body)
-	}
-	f.settle()
-	if n := len(f.smtp.To("eve@example.com", "Please sign")); n != 1 {
-		t.Fatalf("%d invitations to Eve after Uma signed, want 1", n)
-	}
-	if n := len(f.smtp.To("finn@example.com", "")); n != 0 {
-		t.Fatalf("Finn got %d mails before his turn", n)
-	}
-	decodeProblem(t, f.requestOTP(finn), http.StatusConflict, "conflict")
+		if w := f.decide(uma, map[string]string{"decision": "signed", "method": "render", "signature": "Uma Url"}); w.Code != http.StatusOK {
+			t.Fatalf("uma signs: %d %s", w.Code, w.Body)
+		}
+		f.settle()
+		if n := len(f.smtp.To("eve@example.com", "Please sign")); n != 1 {
+			t.Fatalf("%d invitations to Eve after Uma signed, want 1", n)
+		}
+		if n := len(f.smtp.To("finn@example.com", "")); n != 0 {
+			t.Fatalf("Finn got %d mails before his turn", n)
+		}
+		decodeProblem(t, f.requestOTP(finn), http.StatusConflict, "conflict")
 
-	if w := f.requestOTP(eve); w.Code != http.StatusAccepted {
-		t.Fatalf("eve otp: %d %s", w.Code, w.Body)
-	}
-	w := f.decide(eve, map[string]string{"decision": "rejected", "reason": "The rent is too high.", "otp": f.otpMail("eve@example.com", 0)})
-	if w.Code != http.StatusOK {
-		t.Fatalf("eve rejects: %d %s", w.Code, w.Body)
-	}
-	got := f.contract(c.ID)
-	if got["status"] != "rejected" || got["finalizedPdf"] != nil {
-		t.Fatalf("after the rejection: %v", got)
-	}
-	decodeProblem(t, f.decide(finn, map[string]string{"decision": "signed", "method": "render", "signature": "Finn", "otp": "123456"}), http.StatusConflict, "conflict")
-	if v := f.view(finn); v.CanDecide || v.Contract.Status != "rejected" {
-		t.Fatalf("finn's view: %+v", v)
-	}
+		if w := f.requestOTP(eve); w.Code != http.StatusAccepted {
+			t.Fatalf("eve otp: %d %s", w.Code, w.Body)
+		}
+		w := f.decide(eve, map[string]string{"decision": "rejected", "reason": "The rent is too high.", "otp": f.otpMail("eve@example.com", 0)})
+		if w.Code != http.StatusOK {
+			t.Fatalf("eve rejects: %d %s", w.Code, w.Body)
+		}
+		got := f.contract(c.ID)
+		if got["status"] != "rejected" || got["finalizedPdf"] != nil {
+			t.Fatalf("after the rejection: %v", got)
+		}
+		decodeProblem(t, f.decide(finn, map[string]string{"decision": "signed", "method": "render", "signature": "Finn", "otp": "123456"}), http.StatusConflict, "conflict")
+		if v := f.view(finn); v.CanDecide || v.Contract.Status != "rejected" {
+			t.Fatalf("finn's view: %+v", v)
+		}
 
-	f.settle()
-	rejected := f.smtp.To("wendy@example.com", "Eve Email rejected")
-	if len(rejected) != 1 || !strings.Contains(rejected[0].Text, "The rent is too high.") {
-		t.Fatalf("rejection mails to the watcher: %+v", rejected)
-	}
-	if n := len(f.smtp.To("finn@example.com", "")); n != 0 {
-		t.Errorf("Finn got %d mails; his turn never came", n)
-	}
-	if n := len(f.smtp.To("wendy@example.com", "")); n != 1 {
-		t.Errorf("the watcher got %d mails, want only the rejection", n)
-	}
+		f.settle()
+		rejected := f.smtp.To("wendy@example.com", "Eve Email rejected")
+		if len(rejected) != 1 || !strings.Contains(rejected[0].Text, "The rent is too high.") {
+			t.Fatalf("rejection mails to the watcher: %+v", rejected)
+		}
+		if n := len(f.smtp.To("finn@example.com", "")); n != 0 {
+			t.Errorf("Finn got %d mails; his turn never came", n)
+		}
+		if n := len(f.smtp.To("wendy@example.com", "")); n != 1 {
+			t.Errorf("the watcher got %d mails, want only the rejection", n)
+		}
+	})
 }
 
 // TestSequentialCompletion checks that each signer is invited in turn
 // and that a completed sequential contract is signed.
 func TestSequentialCompletion(t *testing.T) {
-	f := newFixture(t)
-	c := f.create(`{"templateId":"PAGE-1","name":"Two","sequentialSigning":true,"signers":[
-		{"fullName":"Ada","accessKind":"email","email":"ada@example.com","otpMethod":"none"},
-		{"fullName":"Ben","accessKind":"email","email":"ben@example.com","otpMethod":"none"}]}`)
-	f.settle()
-	if a, b := len(f.smtp.To("ada@example.com", "Please sign")), len(f.smtp.To("ben@example.com", "Please sign")); a != 1 || b != 0 {
-		t.Fatalf("invitations at creation: ada %d, ben %d", a, b)
-	}
-	for i, name := range []string{"Ada", "Ben"} {
-		if w := f.decide(c.token(i), map[string]string{"decision": "signed", "method": "render", "signature": name}); w.Code != http.StatusOK {
-			t.Fatalf("%s signs: %d %s", name, w.Code, w.Body)
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixture(t, db)
+		c := f.create(`{"templateId":"PAGE-1","name":"Two","sequentialSigning":true,"signers":[
+			{"fullName":"Ada","accessKind":"email","email":"ada@example.com","otpMethod":"none"},
+			{"fullName":"Ben","accessKind":"email","email":"ben@example.com","otpMethod":"none"}]}`)
+		f.settle()
+		if a, b := len(f.smtp.To("ada@example.com", "Please sign")), len(f.smtp.To("ben@example.com", "Please sign")); a != 1 || b != 0 {
+			t.Fatalf("invitations at creation: ada %d, ben %d", a, b)
 		}
-	}
-	f.settle()
-	if b := len(f.smtp.To("ben@example.com", "Please sign")); b != 1 {
-		t.Fatalf("%d invitations to Ben", b)
-	}
-	if got := f.contract(c.ID); got["status"] != "signed" || got["finalizedPdf"] == nil || got["certificatePdf"] == nil {
-		t.Fatalf("contract %v", got)
-	}
-	for _, to := range []string{"ada@example.com", "ben@example.com"} {
-		if n := len(f.smtp.To(to, "Your signed contract")); n != 1 {
-			t.Errorf("%d signed contracts to %s", n, to)
+		for i, name := range []string{"Ada", "Ben"} {
+			if w := f.decide(c.token(i), map[string]string{"decision": "signed", "method": "render", "signature": name}); w.Code != http.StatusOK {
+				t.Fatalf("%s signs: %d %s", name, w.Code, w.Body)
+			}
 		}
-	}
+		f.settle()
+		if b := len(f.smtp.To("ben@example.com", "Please sign")); b != 1 {
+			t.Fatalf("%d invitations to Ben", b)
+		}
+		if got := f.contract(c.ID); got["status"] != "signed" || got["finalizedPdf"] == nil || got["certificatePdf"] == nil {
+			t.Fatalf("contract %v", got)
+		}
+		for _, to := range []string{"ada@example.com", "ben@example.com"} {
+			if n := len(f.smtp.To(to, "Your signed contract")); n != 1 {
+				t.Errorf("%d signed contracts to %s", n, to)
+			}
+		}
+	})
 }

@@ -93,42 +93,42 @@ type rateLimited struct {
 var errOTPVoid = &rateLimited{Details: problem.New(http.StatusTooManyRequests, problem.CodeRateLimited,
 	"the one-time password is void after 5 wrong tries; ask for a new one")}
 
-// errWrongOTP is returned from inside a decision transaction, which then
-// rolls back; the failure is counted in a transaction of its own.
+// errWrongOTP is a wrong password that verifyOTP has not counted: the
+// password changed between verifyOTP and the decision (a resend).
 var errWrongOTP = problem.Invalid([]problem.FieldError{{Field: "otp", Code: "wrong_otp", Message: "the one-time password is wrong"}})
 
-// checkOTP verifies code for signer id in the decision's transaction and
-// consumes the password when it matches.
-func (s *Service) checkOTP(tx storage.Tx, signerID, code string, now time.Time) error {
-	if code == "" {
-		return problem.Invalid([]problem.FieldError{{Field: "otp", Code: "required", Message: "otp is required: ask for a one-time password first"}})
-	}
-	rec, err := s.backend.OTP(tx, signerID)
-	if err != nil {
-		return err
-	}
+// otpVerdict is what rec says of code at now: nil when it is the
+// password, else the problem (errWrongOTP for a wrong one).
+func (s *Service) otpVerdict(rec *OTPRecord, signerID, code string, now time.Time) error {
 	switch {
+	case code == "":
+		return problem.Invalid([]problem.FieldError{{Field: "otp", Code: "required", Message: "otp is required: ask for a one-time password first"}})
 	case rec == nil || rec.Hash == nil || !now.Before(rec.Expires):
 		return problem.Invalid([]problem.FieldError{{Field: "otp", Code: "otp_expired", Message: "no valid one-time password: ask for a new one"}})
 	case rec.Failures >= otpMaxFailures:
 		return errOTPVoid
-	}
-	if !hmac.Equal(s.otpHash(signerID, rec.Salt, code), rec.Hash) {
+	case !hmac.Equal(s.otpHash(signerID, rec.Salt, code), rec.Hash):
 		return errWrongOTP
 	}
-	return s.backend.DeleteOTP(tx, signerID)
+	return nil
 }
 
-// countOTPFailure records a wrong password of signer id. The fifth makes
-// the password void (429); before that each is a 400 that says how many
-// tries are left.
-func (s *Service) countOTPFailure(ctx context.Context, signerID string) error {
+// verifyOTP checks code for signer id, and counts it when wrong, in one
+// transaction that holds the signer's password from the read to the
+// count (Backend.OTP): tries in parallel, on one gateway instance or
+// several, are checked one after the other, so no more than
+// otpMaxFailures are ever checked. The fifth wrong one makes the password
+// void (429); before that each is a 400 that says how many tries are
+// left. A right one is consumed by the decision (checkOTP).
+func (s *Service) verifyOTP(ctx context.Context, signerID, code string, now time.Time) error {
 	var out error
 	err := s.db.Update(ctx, func(tx storage.Tx) error {
 		rec, err := s.backend.OTP(tx, signerID)
-		if err != nil || rec == nil {
-			out = errWrongOTP
+		if err != nil {
 			return err
+		}
+		if out = s.otpVerdict(rec, signerID, code, now); out != errWrongOTP {
+			return nil
 		}
 		rec.Failures++
 		if rec.Failures >= otpMaxFailures {
@@ -144,6 +144,19 @@ func (s *Service) countOTPFailure(ctx context.Context, signerID string) error {
 		return err
 	}
 	return out
+}
+
+// checkOTP checks code again in the decision's transaction, after
+// verifyOTP, and consumes the password.
+func (s *Service) checkOTP(tx storage.Tx, signerID, code string, now time.Time) error {
+	rec, err := s.backend.OTP(tx, signerID)
+	if err != nil {
+		return err
+	}
+	if err := s.otpVerdict(rec, signerID, code, now); err != nil {
+		return err
+	}
+	return s.backend.DeleteOTP(tx, signerID)
 }
 
 func plural(n int, one, many string) string {

@@ -2,6 +2,7 @@ package signing
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"time"
 
@@ -13,9 +14,13 @@ import (
 )
 
 // PostgresBackend keeps the signing records in the tables signing_otps and
-// signing_signatures (migration 0004_signing.sql). A password is read
-// FOR UPDATE: two instances checking tries of one signer at once count
-// both, as one process does under its per-signer lock.
+// signing_signatures (migration 0004_signing.sql).
+//
+// OTP serialises the transactions that read one signer's password, as
+// bbolt's single writer does: it takes a transaction-level advisory lock
+// on the signer before it reads, then reads the row FOR UPDATE. A row
+// lock alone holds nothing while no password exists, so parallel first
+// requests would each find none, each store one and each send one.
 type PostgresBackend struct{}
 
 // NewPostgresBackend uses db, already migrated.
@@ -29,24 +34,37 @@ func signerUUID(id string) (uuid.UUID, error) {
 	return uuid.UUID(u), nil
 }
 
-// OTP implements Backend.
+// otpLockKey is the advisory lock key of signer id: the first 8 bytes of
+// the random id, so two signers share a key by chance too rarely to
+// matter (and sharing one only makes them wait for each other).
+func otpLockKey(id uuid.UUID) int64 { return int64(binary.BigEndian.Uint64(id[:8])) }
+
+// OTP implements Backend in one round trip: the lock, then the read, each
+// statement with its own snapshot, so the read sees what the previous
+// holder of the lock committed.
 func (PostgresBackend) OTP(tx storage.Tx, signerID string) (*OTPRecord, error) {
 	id, err := signerUUID(signerID)
 	if err != nil {
 		return nil, err
 	}
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT pg_advisory_xact_lock($1)", otpLockKey(id))
+	batch.Queue("SELECT hash, salt, sent, expires, failures FROM signing_otps WHERE signer_id = $1 FOR UPDATE", id)
+	br := pgdb.Of(tx).SendBatch(context.Background(), batch)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
 	rec := new(OTPRecord)
-	err = pgdb.Of(tx).QueryRow(context.Background(),
-		"SELECT hash, salt, sent, expires, failures FROM signing_otps WHERE signer_id = $1 FOR UPDATE", id).
-		Scan(&rec.Hash, &rec.Salt, &rec.Sent, &rec.Expires, &rec.Failures)
+	err = br.QueryRow().Scan(&rec.Hash, &rec.Salt, &rec.Sent, &rec.Expires, &rec.Failures)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+		return nil, br.Close()
 	}
 	if err != nil {
 		return nil, err
 	}
 	rec.Sent, rec.Expires = rec.Sent.UTC(), rec.Expires.UTC()
-	return rec, nil
+	return rec, br.Close()
 }
 
 // PutOTP implements Backend.

@@ -11,13 +11,17 @@ import (
 )
 
 // Channel is the LISTEN/NOTIFY channel of one kind of change (topic) in
-// this schema, so that deployments sharing a database hear only their
-// own. A channel is an identifier of at most 63 bytes (pg_notify refuses
-// a longer one): a long schema name is replaced by its hash.
-func (d *DB) Channel(topic string) string {
-	name := "keygate_" + topic + "." + d.schema
+// this database's schema.
+func (d *DB) Channel(topic string) string { return Channel(d.schema, topic) }
+
+// Channel is the LISTEN/NOTIFY channel of one kind of change (topic) in
+// schema, so that deployments sharing a database hear only their own. A
+// channel is an identifier of at most 63 bytes (pg_notify refuses a
+// longer one): a long schema name is replaced by its hash.
+func Channel(schema, topic string) string {
+	name := "keygate_" + topic + "." + schema
 	if len(name) > 63 {
-		sum := sha256.Sum256([]byte(d.schema))
+		sum := sha256.Sum256([]byte(schema))
 		name = "keygate_" + topic + "." + hex.EncodeToString(sum[:8])
 	}
 	return name

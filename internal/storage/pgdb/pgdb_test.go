@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -540,5 +541,54 @@ func TestBatch(t *testing.T) {
 	committed.Range(func(any, any) bool { n++; return true })
 	if n != calls*2/5 {
 		t.Fatalf("AfterCommit ran for %d calls, want %d", n, calls*2/5)
+	}
+}
+
+// TestConcurrentSchemasCreatePgTrgm opens several schemas of a database
+// without pg_trgm at once, as deployments sharing a database may start:
+// one creates the extension, every one starts and searches by trigram.
+func TestConcurrentSchemasCreatePgTrgm(t *testing.T) {
+	srv := pgtest.Shared(t)
+	ctx := context.Background()
+	name := "kg_trgm_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err := srv.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			t.Skipf("needs a role that may create a database: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("dropping %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	dbs := make([]*DB, 4)
+	errs := make([]error, len(dbs))
+	var wg sync.WaitGroup
+	for i := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dbs[i], errs[i] = Open(ctx, Config{DSN: u.String(), Schema: "kg_s" + string(rune('a'+i))})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("schema %d: %v", i, err)
+		}
+		defer dbs[i].Close()
+	}
+	for i, db := range dbs {
+		var sim float64
+		if err := db.Pool.QueryRow(ctx, "SELECT similarity('keygate', 'keygates')").Scan(&sim); err != nil || sim <= 0 {
+			t.Errorf("schema %d: pg_trgm not on its search_path: %v, %v", i, sim, err)
+		}
 	}
 }

@@ -1,0 +1,87 @@
+package keystore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+)
+
+// CopyToPostgres copies every key from from, a transaction of the bbolt
+// backend, into to, one of the PostgreSQL backend whose keys table is
+// empty (caddy webapi migrate): each record's bytes as stored, with the
+// token hash and service that PostgresBackend keeps beside them, and the
+// key's flushed usage (count and last use). Every sealed token must open
+// with sealer, the master key the copy will be served with, so that every
+// key stays revealable; a key whose token does not open stops the copy.
+func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *Sealer) ([]storage.Copied, error) {
+	btx := boltdb.Of(from)
+	keys := btx.Bucket(bucketKeys)
+	if keys == nil {
+		return []storage.Copied{{Kind: "keys"}}, nil
+	}
+	usage := btx.Bucket(bucketKeyUsage)
+	out := pgdb.NewCopier(ctx, to, "keys", "id", "service", "token_hash", "record", "usage_count", "last_usage")
+	perService := map[Service]int{}
+	used := 0
+	err := keys.ForEach(func(k, v []byte) error {
+		rec := new(record)
+		if err := json.Unmarshal(v, rec); err != nil {
+			return fmt.Errorf("key %x: the stored record does not decode: %w", k, err)
+		}
+		id, err := uuid.Parse(rec.ID)
+		if err != nil || !bytes.Equal(id[:], k) {
+			return fmt.Errorf("key %x: the record names id %q", k, rec.ID)
+		}
+		if len(rec.TokenHash) != len(TokenHash{}) {
+			return fmt.Errorf("key %s: the token hash has %d bytes, want %d", rec.ID, len(rec.TokenHash), len(TokenHash{}))
+		}
+		if _, err := sealer.Open(rec.SealedToken, []byte(rec.ID)); err != nil {
+			return fmt.Errorf("key %s: its sealed token does not open with this master key (give the gateway's master key file)", rec.ID)
+		}
+		var u Usage
+		if usage != nil {
+			u = boltUsage(rec.ID, usage.Get(k))
+		}
+		count := u.Count
+		var last *time.Time
+		if !u.LastUsage.IsZero() {
+			last = &u.LastUsage
+		}
+		if count > 1<<63-1 {
+			return fmt.Errorf("key %s: usage count %d out of range", rec.ID, count)
+		}
+		perService[rec.Service]++
+		if count > 0 {
+			used++
+		}
+		// The record as stored; jsonb keeps its meaning, not its bytes,
+		// as PostgresBackend.Put stores it too.
+		return out.Add(id, string(rec.Service), rec.TokenHash, v, int64(count), last)
+	})
+	if err != nil {
+		return nil, err
+	}
+	n, err := out.Close()
+	if err != nil {
+		return nil, err
+	}
+	// Gateways already running on the schema read every key again once
+	// the copy commits.
+	var schema string
+	if err := pgdb.Of(to).QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return nil, err
+	}
+	if _, err := pgdb.Of(to).Exec(ctx, "SELECT pg_notify($1, $2)", pgdb.Channel(schema, keysTopic), resyncAll); err != nil {
+		return nil, err
+	}
+	note := fmt.Sprintf("%d contracts, %d share; %d used", perService[ServiceContracts], perService[ServiceShare], used)
+	return []storage.Copied{{Kind: "keys", N: n, Note: note}}, nil
+}

@@ -1,0 +1,70 @@
+package signing
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"go.etcd.io/bbolt"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+)
+
+// CopyToPostgres copies the signing records of from, a transaction of the
+// bbolt backend, into to, one of the PostgreSQL backend whose tables are
+// empty (caddy webapi migrate): every signer's current one-time password
+// (hash, salt, times and failed tries, so that a password sent before the
+// move is accepted after it, under the same master key, and the resend
+// and try limits go on) and every stored signature.
+func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied, error) {
+	btx := boltdb.Of(from)
+	otps := pgdb.NewCopier(ctx, to, "signing_otps", "signer_id", "hash", "salt", "sent", "expires", "failures")
+	n, err := copyEach(btx.Bucket(bucketOTPs), otps, func(k, v []byte) error {
+		if len(k) != 16 {
+			return fmt.Errorf("one-time password key %x: %d bytes, want 16", k, len(k))
+		}
+		rec := new(OTPRecord)
+		if err := json.Unmarshal(v, rec); err != nil {
+			return fmt.Errorf("one-time password of signer %s: the stored record does not decode: %w", uuid.UUID(k), err)
+		}
+		// PostgreSQL keeps microseconds, as PostgresBackend.PutOTP writes.
+		return otps.Add(uuid.UUID(k), rec.Hash, rec.Salt, rec.Sent.UTC().Truncate(time.Microsecond),
+			rec.Expires.UTC().Truncate(time.Microsecond), int32(rec.Failures))
+	})
+	if err != nil {
+		return nil, err
+	}
+	report := []storage.Copied{{Kind: "one-time passwords", N: n}}
+
+	sigs := pgdb.NewCopier(ctx, to, "signing_signatures", "signer_id", "method", "data")
+	n, err = copyEach(btx.Bucket(bucketSignatures), sigs, func(k, v []byte) error {
+		if len(k) != 16 || len(v) == 0 {
+			return fmt.Errorf("signature key %x: a 16-byte key and a method byte are needed", k)
+		}
+		for m, b := range methodBytes {
+			if b == v[0] {
+				return sigs.Add(uuid.UUID(k), m, v[1:])
+			}
+		}
+		return fmt.Errorf("signature of signer %s: unknown method byte %q", uuid.UUID(k), v[0])
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(report, storage.Copied{Kind: "signatures", N: n}), nil
+}
+
+// copyEach calls row for every entry of b (none if b is missing) and
+// closes out.
+func copyEach(b *bbolt.Bucket, out *pgdb.Copier, row func(k, v []byte) error) (int64, error) {
+	if b != nil {
+		if err := b.ForEach(row); err != nil {
+			return 0, err
+		}
+	}
+	return out.Close()
+}
