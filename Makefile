@@ -29,9 +29,12 @@ test-deps:
 
 # BACKEND=postgres runs the gateway on a throwaway PostgreSQL of the
 # bench's own (durable, on this machine), as the tests start theirs.
+# INSTANCES=2 (with BACKEND=postgres) compares two gateways on one
+# database, the load spread over both, with one.
 BACKEND ?= bolt
+INSTANCES ?= 1
 bench: build
-	$(GO) run ./cmd/keygate-bench --caddy ./$(BIN) -backend $(BACKEND)
+	$(GO) run ./cmd/keygate-bench --caddy ./$(BIN) -backend $(BACKEND) -instances $(INSTANCES)
 
 # A mixed load for SOAK_DURATION while the gateway's RSS, goroutines and
 # open files are sampled; fails on any 5xx or a leak (not part of `make test`).

@@ -30,6 +30,7 @@ var (
 	profile   = flag.String("profile", "", "write a CPU profile of the gateway during the first run named by -profile-of to this file")
 	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, contract-get, share-get, contract-create")
 	backendOf = flag.String("backend", "bolt", "the storage backend: bolt, or postgres (a throwaway durable PostgreSQL started for the run)")
+	instances = flag.Int("instances", 1, "with -backend postgres and more than 1: only compare that many gateways on one database with one")
 )
 
 func main() {
@@ -77,6 +78,11 @@ func main() {
 	small, err := prepare(smallStore, 1, 1, 1)
 	if err != nil {
 		fatalf("%v", err)
+	}
+	if *instances > 1 {
+		fmt.Printf("keygate benchmark: %d interleaved rounds of %s\nstorage backend: %s\n\n", *rounds, *runFor, be.describe())
+		runInstances(*caddyBin, smallStore, small, *instances)
+		return
 	}
 	log.Printf("preparing a store with %d keys, %d contracts and %d shares (takes a while)", *large, *large, *large)
 	big, err := prepare(largeStore, *large, *large, *large)
