@@ -139,10 +139,14 @@ func prepare(st store, keys, contractCount, shareCount int) (*dataset, error) {
 	}
 	if db, ok := stores.DB.(*pgdb.DB); ok {
 		// A database in use has its planner statistics and visibility
-		// map from autovacuum; one just filled has not, and autovacuum
-		// would catch up in the middle of the measurements.
-		if _, err := db.Pool.Exec(context.Background(), "VACUUM (ANALYZE)"); err != nil {
-			return nil, err
+		// map from autovacuum, and the pages of a bulk load written out
+		// by checkpoints long ago; one just filled has not, and
+		// autovacuum and a checkpoint would catch up in the middle of
+		// the measurements.
+		for _, sql := range []string{"VACUUM (ANALYZE)", "CHECKPOINT"} {
+			if _, err := db.Pool.Exec(context.Background(), sql); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return d, nil

@@ -36,6 +36,15 @@ type PostgresBackend struct {
 	// reading them first.
 	heldMu sync.Mutex
 	held   map[string]heldTemplate
+
+	// maxCollected is how many matches of a substring search are
+	// collected in the scan that counts them; with more, they are
+	// counted apart and the page is found in one of the ways below.
+	// maxOrderedWalk is how many rows a substring search may expect to
+	// read walking an index in its order before it collects and sorts
+	// the matches instead: a few milliseconds' worth. (Tests lower both
+	// to take every way on a small table.)
+	maxCollected, maxOrderedWalk int
 }
 
 // heldTemplate is what a create needs of a template: its collection and
@@ -53,7 +62,7 @@ const maxHeldTemplates = 10000
 func NewPostgresBackend(db *pgdb.DB) *PostgresBackend {
 	return &PostgresBackend{db: db,
 		records: pgdb.NewLookup[uuid.UUID](db, "a contract", "SELECT id, record FROM contract_records WHERE id = ANY($1)"),
-		held:    make(map[string]heldTemplate)}
+		held:    make(map[string]heldTemplate), maxCollected: 1000, maxOrderedWalk: 5000}
 }
 
 var (
@@ -415,13 +424,14 @@ func (b *PostgresBackend) Expiring(ctx context.Context, tx storage.Tx, now time.
 // rows and only its records are read.
 //
 // Without a substring the count and the page go in one round trip. With
-// one, the count comes first, because how to find the page depends on
-// how many match, which the planner cannot know (strpos has no
-// statistics, and a substring's share of the text is hard to guess): when
-// most contracts match, walking an index in the order finds the page
-// after a few rows; when few do, that walk would read most of the index
-// to find them, so the matches are collected (through the trigram index
-// if it can serve) and sorted instead.
+// one, how to find the page depends on how many match, which the planner
+// cannot know (strpos has no statistics, and a substring's share of the
+// text is hard to guess). A first scan collects up to maxCollected
+// matches (through the trigram index if it can serve): if that is all,
+// it counts them and sorts the page out of them in the same statement.
+// Otherwise they are counted, and when many match, walking an index in
+// the order finds the page after a few rows; when few do (of a large
+// table), the matches are collected and sorted instead.
 func (b *PostgresBackend) Search(ctx context.Context, stx storage.Tx, q *Query, now time.Time) (int, []*Contract, error) {
 	tx := pgdb.Of(stx)
 	var where []string
@@ -507,58 +517,58 @@ func (b *PostgresBackend) Search(ctx context.Context, stx storage.Tx, q *Query, 
 	if q.Order != OrderRandom {
 		offset = (q.Page - 1) * q.PageSize
 	}
-	// The page's ids in order, then their records in that order.
-	pageOf := func(ids string) string {
-		return "SELECT r.id, r.record FROM unnest(ARRAY(" + ids + " ORDER BY " + order +
+	// The page's ids in order (ord), then their records in that order.
+	pageRows := func(ids string) string {
+		return "SELECT p.n AS ord, r.id, r.record FROM unnest(ARRAY(" + ids + " ORDER BY " + order +
 			" LIMIT " + strconv.Itoa(q.PageSize) + " OFFSET " + strconv.Itoa(offset) + ")) WITH ORDINALITY AS p(id, n)" +
-			" JOIN contract_records r ON r.id = p.id ORDER BY p.n"
+			" JOIN contract_records r ON r.id = p.id"
+	}
+	pageOf := func(ids string) string {
+		return "SELECT id, record FROM (" + pageRows(ids) + ") r ORDER BY ord"
 	}
 	direct := pageOf("SELECT id FROM contracts" + cond)
 
-	var total int64
-	var rows pgx.Rows
-	var err error
 	if q.Substring == "" {
 		batch := &pgx.Batch{}
 		batch.Queue("SELECT count(*) FROM contracts"+cond, args...)
 		batch.Queue(direct, args...)
 		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
+		var total int
 		if err := br.QueryRow().Scan(&total); err != nil {
 			return 0, nil, err
 		}
-		if rows, err = br.Query(); err != nil {
+		rows, err := br.Query()
+		if err != nil {
 			return 0, nil, err
 		}
-	} else {
-		var estimate float64 // of all contracts; below 1 when unknown
-		if err := tx.QueryRow(ctx, "SELECT count(*), (SELECT reltuples FROM pg_class WHERE oid = 'contracts'::regclass)::float8 FROM contracts"+cond,
-			args...).Scan(&total, &estimate); err != nil {
-			return 0, nil, err
-		}
-		if total == 0 || int64(offset) >= total {
-			return int(total), nil, nil
-		}
-		sql := direct
-		// The walk in order reads about (offset+size)·estimate/total rows.
-		if q.Order != OrderRandom && estimate >= 1 && float64(offset+q.PageSize)*estimate > float64(total)*maxOrderedWalk {
-			sql = "WITH m AS MATERIALIZED (SELECT id, created, folded_name, name, creator_id FROM contracts" + cond + ") " +
-				pageOf("SELECT id FROM m")
-		}
-		if rows, err = tx.Query(ctx, sql, args...); err != nil {
-			return 0, nil, err
-		}
+		page, err := readPage(rows)
+		return total, page, err
 	}
-	defer rows.Close()
+
+	// A few matches are collected in one scan, which counts them and
+	// gives the page from them.
+	rows, err := tx.Query(ctx, "WITH m AS MATERIALIZED (SELECT id, created, folded_name, name, creator_id FROM contracts"+cond+
+		" LIMIT "+strconv.Itoa(b.maxCollected+1)+") SELECT t.n, r.id, r.record FROM (SELECT count(*) AS n FROM m) t"+
+		" LEFT JOIN LATERAL ("+pageRows("SELECT id FROM m")+") r ON t.n <= "+strconv.Itoa(b.maxCollected)+" ORDER BY r.ord", args...)
+	if err != nil {
+		return 0, nil, err
+	}
+	var total int
 	var page []*Contract
 	for rows.Next() {
-		var id uuid.UUID
+		var id *uuid.UUID
 		var raw []byte
-		if err := rows.Scan(&id, &raw); err != nil {
+		if err := rows.Scan(&total, &id, &raw); err != nil {
+			rows.Close()
 			return 0, nil, err
 		}
-		c, err := decoded.decode(id, raw)
+		if id == nil {
+			continue // no page (past the end, or too many to collect)
+		}
+		c, err := decoded.decode(*id, raw)
 		if err != nil {
+			rows.Close()
 			return 0, nil, err
 		}
 		page = append(page, c)
@@ -566,13 +576,50 @@ func (b *PostgresBackend) Search(ctx context.Context, stx storage.Tx, q *Query, 
 	if err := rows.Err(); err != nil {
 		return 0, nil, err
 	}
-	return int(total), page, nil
+	if total <= b.maxCollected {
+		return total, page, nil
+	}
+
+	// Many match: count them all, then find the page.
+	var estimate float64 // of all contracts; below 1 when unknown
+	if err := tx.QueryRow(ctx, "SELECT count(*), (SELECT reltuples FROM pg_class WHERE oid = 'contracts'::regclass)::float8 FROM contracts"+cond,
+		args...).Scan(&total, &estimate); err != nil {
+		return 0, nil, err
+	}
+	if offset >= total {
+		return total, nil, nil
+	}
+	sql := direct
+	// The walk in order reads about (offset+size)·estimate/total rows.
+	if q.Order != OrderRandom && estimate >= 1 && float64(offset+q.PageSize)*estimate > float64(total)*float64(b.maxOrderedWalk) {
+		sql = "WITH m AS MATERIALIZED (SELECT id, created, folded_name, name, creator_id FROM contracts" + cond + ") " +
+			pageOf("SELECT id FROM m")
+	}
+	if rows, err = tx.Query(ctx, sql, args...); err != nil {
+		return 0, nil, err
+	}
+	page, err = readPage(rows)
+	return total, page, err
 }
 
-// maxOrderedWalk is how many rows a substring search may expect to read
-// walking an index in its order before it collects and sorts the matches
-// instead: a few milliseconds' worth.
-const maxOrderedWalk = 5000
+// readPage decodes rows of id and record.
+func readPage(rows pgx.Rows) ([]*Contract, error) {
+	defer rows.Close()
+	var page []*Contract
+	for rows.Next() {
+		var id uuid.UUID
+		var raw []byte
+		if err := rows.Scan(&id, &raw); err != nil {
+			return nil, err
+		}
+		c, err := decoded.decode(id, raw)
+		if err != nil {
+			return nil, err
+		}
+		page = append(page, c)
+	}
+	return page, rows.Err()
+}
 
 // trigrams tells whether pg_trgm finds a trigram in s to look up: a run of
 // three letters or digits.
