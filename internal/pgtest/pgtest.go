@@ -12,6 +12,7 @@
 package pgtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -224,11 +225,37 @@ func (s *Server) Freeze() error { return s.signal(syscall.SIGSTOP) }
 // Thaw ends Freeze.
 func (s *Server) Thaw() error { return s.signal(syscall.SIGCONT) }
 
+// signal sends sig to the postmaster and to each of its children: every
+// backend is a session (and process group) of its own, so a signal to the
+// postmaster's group would leave open connections answering.
 func (s *Server) signal(sig syscall.Signal) error {
 	if s.cmd == nil {
 		return errors.New("pgtest: only a throwaway server can be signalled")
 	}
-	return syscall.Kill(-s.cmd.Process.Pid, sig)
+	pid := s.cmd.Process.Pid
+	pids := []int{pid}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after
+		// its closing parenthesis.
+		rest := b[bytes.LastIndexByte(b, ')')+1:]
+		var state string
+		var ppid int
+		if _, err := fmt.Sscan(string(rest), &state, &ppid); err == nil && ppid == pid {
+			child, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+			pids = append(pids, child)
+		}
+	}
+	for _, p := range pids {
+		if err := syscall.Kill(p, sig); err != nil && p == pid {
+			return err
+		}
+	}
+	return nil
 }
 
 // Resume starts a halted server again with its data, on its port.
