@@ -88,6 +88,6 @@ type Backend interface {
 	// Search runs q at now (which decides effective expiry) and returns
 	// the number of all matches and the page's contracts as stored, in
 	// q's order: ties by ascending id; random gives a sample of the
-	// matches, ignoring page.
+	// matches, ignoring page. It is the whole of tx, which it may end.
 	Search(ctx context.Context, tx storage.Tx, q *Query, now time.Time) (total int, page []*Contract, err error)
 }

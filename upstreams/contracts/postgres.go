@@ -529,6 +529,7 @@ func (b *PostgresBackend) Search(ctx context.Context, stx storage.Tx, q *Query, 
 	direct := pageOf("SELECT id FROM contracts" + cond)
 
 	if q.Substring == "" {
+		pgdb.Last(stx) // [BEGIN, count, page, COMMIT]: one round trip
 		batch := &pgx.Batch{}
 		batch.Queue("SELECT count(*) FROM contracts"+cond, args...)
 		batch.Queue(direct, args...)

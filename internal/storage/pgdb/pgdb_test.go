@@ -592,3 +592,51 @@ func TestConcurrentSchemasCreatePgTrgm(t *testing.T) {
 		}
 	}
 }
+
+// TestLast: COMMIT goes with the round trip declared last; the
+// transaction is then over, a statement after it is refused, and
+// AfterCommit runs.
+func TestLast(t *testing.T) {
+	db := open(t, pgtest.Shared(t).Schema(t))
+	ctx := context.Background()
+	committed := false
+	err := db.Update(ctx, func(tx storage.Tx) error {
+		Queue(tx, "INSERT INTO meta (name, value) VALUES ('a', '\\x01')")
+		AfterCommit(tx, func() { committed = true })
+		Last(tx)
+		var n int
+		if err := Of(tx).QueryRow(ctx, "SELECT count(*) FROM meta").Scan(&n); err != nil || n != 1 {
+			return fmt.Errorf("the last read sees %d rows, %v", n, err)
+		}
+		if status := Of(tx).Conn().PgConn().TxStatus(); status != 'I' {
+			return fmt.Errorf("after the last round trip the connection is in state %c, not idle", status)
+		}
+		if _, err := Of(tx).Exec(ctx, "SELECT 1"); !errors.Is(err, errEnded) {
+			return fmt.Errorf("a statement after the last: %v", err)
+		}
+		return nil
+	})
+	if err != nil || !committed {
+		t.Fatalf("%v, committed %v", err, committed)
+	}
+	err = db.View(ctx, func(tx storage.Tx) error {
+		Last(tx)
+		b := &pgx.Batch{}
+		b.Queue("SELECT count(*) FROM meta")
+		b.Queue("SELECT name FROM meta")
+		br := Of(tx).SendBatch(ctx, b)
+		defer br.Close()
+		var n int
+		var name string
+		if err := br.QueryRow().Scan(&n); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&name); err != nil || n != 1 || name != "a" {
+			return fmt.Errorf("%d %q %v", n, name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,6 +2,7 @@ package pgdb
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,9 @@ type tx struct {
 	after []func()
 	// retry: an earlier attempt of the same transaction failed.
 	retry bool
+	// last: COMMIT goes with the next round trip (Last); committed: it
+	// went.
+	last, committed bool
 }
 
 func (*tx) Backend() string { return Name }
@@ -58,6 +62,13 @@ func (t *tx) queue(sql string, args ...any) {
 	t.queued = append(t.queued, &pgx.QueuedQuery{SQL: sql, Arguments: args})
 }
 
+// Last declares that t's next round trip is its last, so that COMMIT
+// goes with it rather than on its own: for a store's method that is the
+// whole of its transaction and ends with one round trip (a search's count
+// and page, read from one snapshot). A statement after it fails, as the
+// transaction has ended.
+func Last(t storage.Tx) { t.(*tx).last = true }
+
 // Retried reports whether t runs again after an attempt that failed (a
 // serialization failure or deadlock), so that a store that took a short
 // cut on an assumption the failure may have proved wrong does not take it
@@ -72,8 +83,9 @@ func AfterCommit(t storage.Tx, fn func()) {
 	p.after = append(p.after, fn)
 }
 
-// pending reports whether anything waits to be sent.
-func (t *tx) pending() bool { return t.begin != "" || len(t.queued) > 0 }
+// pending reports whether anything waits to be sent with the next
+// statement.
+func (t *tx) pending() bool { return t.begin != "" || len(t.queued) > 0 || t.last }
 
 // send sends what is pending followed by extra in one round trip, reads
 // the answers to what was pending and returns the results positioned at
@@ -88,6 +100,11 @@ func (t *tx) send(ctx context.Context, extra ...*pgx.QueuedQuery) (pgx.BatchResu
 	n := len(b.QueuedQueries)
 	t.queued = nil
 	b.QueuedQueries = append(b.QueuedQueries, extra...)
+	if t.last {
+		// Read by the caller's Close of the results.
+		b.Queue("COMMIT")
+		t.last, t.committed = false, true
+	}
 	br := t.conn.SendBatch(ctx, b)
 	for range n {
 		if _, err := br.Exec(); err != nil {
@@ -110,8 +127,14 @@ func (t *tx) flush(ctx context.Context) error {
 	return br.Close()
 }
 
+// errEnded answers a statement after the last round trip (Last).
+var errEnded = errors.New("postgres storage: a statement after the transaction's last round trip")
+
 func (t *tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	t.sent++
+	if t.committed {
+		return pgconn.CommandTag{}, errEnded
+	}
 	if !t.pending() {
 		return t.conn.Exec(ctx, sql, args...)
 	}
@@ -128,6 +151,9 @@ func (t *tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 
 func (t *tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	t.sent++
+	if t.committed {
+		return errRows{errEnded}, errEnded
+	}
 	if !t.pending() {
 		return t.conn.Query(ctx, sql, args...)
 	}
@@ -144,6 +170,9 @@ func (t *tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 }
 
 func (t *tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.committed {
+		return row{err: errEnded}
+	}
 	if !t.pending() {
 		t.sent++
 		return t.conn.QueryRow(ctx, sql, args...)
@@ -154,6 +183,9 @@ func (t *tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 
 func (t *tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	t.sent++
+	if t.committed {
+		return errBatch{errEnded}
+	}
 	if !t.pending() {
 		return t.conn.SendBatch(ctx, b)
 	}
@@ -166,6 +198,9 @@ func (t *tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 
 func (t *tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
 	t.sent++
+	if t.committed {
+		return 0, errEnded
+	}
 	if err := t.flush(ctx); err != nil {
 		return 0, err
 	}
@@ -202,7 +237,19 @@ func (t *tx) Commit(ctx context.Context) error {
 		return pgx.ErrTxClosed
 	}
 	t.done = true
-	if t.begin != "" && len(t.queued) == 0 {
+	if t.committed {
+		// COMMIT went with the last round trip.
+		if len(t.queued) > 0 {
+			return errEnded
+		}
+		if t.conn.IsClosed() || t.conn.PgConn().TxStatus() != 'I' {
+			t.abandon(ctx)
+			return errors.New("postgres storage: the transaction's last round trip did not commit")
+		}
+		t.runAfter()
+		return nil
+	}
+	if t.begin != "" && len(t.queued) == 0 && !t.last {
 		// Nothing was sent: there is no transaction to end.
 		t.runAfter()
 		return nil
@@ -234,8 +281,8 @@ func (t *tx) Rollback(ctx context.Context) error {
 	}
 	t.done = true
 	t.queued = nil
-	if t.begin != "" {
-		return nil // never begun
+	if t.begin != "" || (t.committed && t.conn.PgConn().TxStatus() == 'I') {
+		return nil // never begun, or over
 	}
 	_, err := t.conn.Exec(ctx, "ROLLBACK")
 	if err != nil {
