@@ -247,13 +247,16 @@ func (g *gateway) readLogs(t *testing.T, wantIn string) string {
 	}
 }
 
-// auditEntries returns the audit log's entries.
-func (g *gateway) auditEntries(t *testing.T, wantCount int) []map[string]any {
+// auditEntries reads the audit log once it holds wantRequests entries of
+// requests (used or refused); entries of administration (keys created by
+// the test's setup) are in the log too but do not count towards it.
+func (g *gateway) auditEntries(t *testing.T, wantRequests int) []map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		b, _ := os.ReadFile(filepath.Join(g.dir, "audit.log"))
 		var out []map[string]any
+		requests := 0
 		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 			if line == "" {
 				continue
@@ -263,8 +266,11 @@ func (g *gateway) auditEntries(t *testing.T, wantCount int) []map[string]any {
 				t.Fatalf("audit line %q: %v", line, err)
 			}
 			out = append(out, e)
+			if e["msg"] == "key used" || e["msg"] == "key refused" {
+				requests++
+			}
 		}
-		if len(out) >= wantCount || time.Now().After(deadline) {
+		if requests >= wantRequests || time.Now().After(deadline) {
 			return out
 		}
 		time.Sleep(20 * time.Millisecond)
