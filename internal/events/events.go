@@ -1,0 +1,69 @@
+// Package events is the seam between the APIs, where things happen, and
+// the webhooks that tell API clients of them (clients.md, Webhooks). The
+// contract, signing and share stores emit an Event into a Sink inside the
+// transaction of the change itself, so that an event is delivered if and
+// only if its change committed; what the Sink does with it (the webhook
+// outbox) is none of theirs.
+package events
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/keygate/keygate/internal/storage"
+)
+
+// The event types of clients.md. Each is also a value of a subscription's
+// `events`.
+const (
+	ContractCreated   = "contract.created"
+	ContractOpened    = "contract.opened"
+	ContractSigned    = "contract.signed" // one signer
+	ContractRejected  = "contract.rejected"
+	ContractCompleted = "contract.completed"
+	ContractExpired   = "contract.expired"
+	ContractArchived  = "contract.archived"
+	ContractDeleted   = "contract.deleted"
+	ShareCreated      = "share.created"
+	ShareUpdated      = "share.updated"
+	ShareDeleted      = "share.deleted"
+	ShareViewed       = "share.viewed"
+	// WebhookTest is queued by the admin API's test call for one
+	// subscription; no store emits it.
+	WebhookTest = "webhook.test"
+)
+
+// Types lists the events a subscription may ask for, in the spec's order.
+var Types = []string{
+	ContractCreated, ContractOpened, ContractSigned, ContractRejected,
+	ContractCompleted, ContractExpired, ContractArchived, ContractDeleted,
+	ShareCreated, ShareUpdated, ShareDeleted, ShareViewed,
+}
+
+// Event is one thing that happened, as a webhook delivers it.
+type Event struct {
+	// Type is one of Types.
+	Type string
+	// Owner is the key owner who created the contract or share, for a
+	// subscription's `owners` filter.
+	Owner string
+	// At is when it happened; the delivery's `timestamp`.
+	At time.Time
+	// Data is the delivery's `data` object: the Contract Object as search
+	// returns it (plus `signerId` for signer events), or the share record.
+	Data json.RawMessage
+}
+
+// Sink takes the events of a change in the change's own transaction. Emit
+// may run more than once for one change when the transaction is retried;
+// only the writes of the run that commits persist.
+type Sink interface {
+	Emit(tx storage.Tx, e Event) error
+}
+
+// Discard is the Sink of a gateway (or a test) without webhooks.
+var Discard Sink = discard{}
+
+type discard struct{}
+
+func (discard) Emit(storage.Tx, Event) error { return nil }
