@@ -41,7 +41,12 @@ func TestSecondProcessFailsClearly(t *testing.T) {
 	}
 	defer s.Destruct()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// os.Executable, not os.Args[0]: the CLI tests set os.Args.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), "KEYGATE_TEST_OPEN_DB="+db)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
