@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -46,6 +47,11 @@ type state struct {
 	startWorker sync.Once
 	workerDone  chan struct{}
 
+	// events receives the webhook events of the contract and share stores
+	// in the transactions of their changes (internal/events); Discard
+	// until webhooks take them.
+	events events.Sink
+
 	// stopFollow ends keys.Follow, the following of other instances'
 	// key changes on a shared database; followDone closes when it has.
 	stopFollow context.CancelFunc
@@ -75,7 +81,8 @@ func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.
 	if err != nil {
 		return nil, err
 	}
-	s := &state{stores: stores, masterKeyPath: masterKeyPath, masterKey: masterKey, sealer: sealer, logger: logger}
+	s := &state{stores: stores, masterKeyPath: masterKeyPath, masterKey: masterKey, sealer: sealer, logger: logger,
+		events: events.Discard}
 	if err := whileReadingPages(stores.Where, s.load); err != nil {
 		stores.DB.Close()
 		return nil, err
@@ -183,6 +190,7 @@ func (s *state) provisionAPIs(a *App) error {
 		ContractValidity: time.Duration(a.ContractValidity),
 		SMSConfigured:    a.SMS != nil,
 		Logger:           a.logger.Named("contracts"),
+		Events:           s.events,
 	}, signing.Config{
 		Outbox:  s.outbox,
 		Backend: s.stores.Signing,
@@ -198,6 +206,7 @@ func (s *state) provisionAPIs(a *App) error {
 		PublicBaseURL: a.PublicBaseURL,
 		CookieKey:     s.derivedKey("keygate share unlock cookie v1"),
 		Logger:        a.logger.Named("share"),
+		Events:        s.events,
 	})
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/text"
@@ -52,6 +53,12 @@ type Config struct {
 	// OnDelete, if set, runs in the transaction that deletes a contract,
 	// so its attachments and pending notifications go with it.
 	OnDelete func(tx storage.Tx, c *Contract) error
+	// Events receives the webhook events of contracts (events.Contract*)
+	// in the transaction of each change: created, archived, expired and
+	// deleted from this store, and opened, signed, rejected and completed
+	// from the changes the signing lifecycle makes through Update, which
+	// takes them from here. nil means events.Discard.
+	Events events.Sink
 }
 
 // Store keeps contracts with their search indexes through its Backend.
@@ -59,6 +66,7 @@ type Store struct {
 	cfg     Config
 	db      storage.DB
 	backend Backend
+	events  events.Sink
 	log     *zap.Logger
 	// newID makes contract ids: uuid.NewV7, time-ordered, so new records
 	// append to the B+tree. Tests that compare two stores set it.
@@ -88,7 +96,10 @@ func NewStore(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Store{cfg: cfg, db: cfg.DB, backend: cfg.Backend, log: cfg.Logger, newID: uuid.NewV7}, nil
+	if cfg.Events == nil {
+		cfg.Events = events.Discard
+	}
+	return &Store{cfg: cfg, db: cfg.DB, backend: cfg.Backend, events: cfg.Events, log: cfg.Logger, newID: uuid.NewV7}, nil
 }
 
 // now is the clock at the millisecond precision that timestamps are shown
@@ -169,6 +180,11 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 		sg.SealedToken = s.cfg.Sealer.Seal([]byte(sg.token), tokenAAD(c.ID, sg.ID))
 	}
 	st := searchText(c)
+	// The event's data depends on the template's collection, read in the
+	// transaction; a rerun of fn (a batch retried) reuses it when the
+	// collection is the same.
+	var data []byte
+	var dataCollection string
 
 	err = s.db.Batch(ctx, func(tx storage.Tx) error {
 		collection, digest, err := s.backend.HoldTemplate(ctx, tx, in.TemplateID)
@@ -190,9 +206,17 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 			return err
 		}
 		if s.cfg.OnCreate != nil {
-			return s.cfg.OnCreate(tx, c)
+			if err := s.cfg.OnCreate(tx, c); err != nil {
+				return err
+			}
 		}
-		return nil
+		if data == nil || dataCollection != collection {
+			if data, err = s.eventData(c, ""); err != nil {
+				return err
+			}
+			dataCollection = collection
+		}
+		return s.events.Emit(tx, events.Event{Type: events.ContractCreated, Owner: owner, At: now, Data: data})
 	})
 	if err != nil {
 		return nil, err
@@ -260,9 +284,10 @@ func (s *Store) Update(ctx context.Context, id string, fn func(tx storage.Tx, c 
 	return out, nil
 }
 
-// rewrite applies fn to c and stores the result, moving its index entries.
-// Template, creator, creation time, name and signers' names and e-mails
-// are fixed at creation, so the search text stays as it is.
+// rewrite applies fn to c and stores the result, moving its index entries,
+// and emits the events of the change (emitChanges). Template, creator,
+// creation time, name and signers' names and e-mails are fixed at
+// creation, so the search text stays as it is.
 func (s *Store) rewrite(ctx context.Context, tx storage.Tx, c *Contract, now time.Time, fn func(tx storage.Tx, c *Contract) error) error {
 	before := c.clone()
 	if fn != nil {
@@ -275,7 +300,10 @@ func (s *Store) rewrite(ctx context.Context, tx storage.Tx, c *Contract, now tim
 	if err != nil {
 		return err
 	}
-	return s.backend.Replace(ctx, tx, before, c, record)
+	if err := s.backend.Replace(ctx, tx, before, c, record); err != nil {
+		return err
+	}
+	return s.emitChanges(tx, before, c)
 }
 
 // Archive moves contract id to the archive. Archiving an archived
@@ -293,7 +321,8 @@ func (s *Store) Archive(ctx context.Context, id string) error {
 
 // Delete removes contract id, its row, index entries, signing links,
 // attachments and (if no other contract holds it) its document copy in one
-// transaction, with whatever Config.OnDelete removes.
+// transaction, with whatever Config.OnDelete removes; the event
+// contract.deleted carries the contract as it was.
 func (s *Store) Delete(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -302,9 +331,15 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if !ok {
 		return errNotFound
 	}
+	now := s.now()
 	return s.db.Update(ctx, func(tx storage.Tx) error {
 		c, err := s.backend.Load(ctx, tx, u, true)
 		if err != nil {
+			return err
+		}
+		gone := *c
+		gone.Status = c.EffectiveStatus(now)
+		if err := s.emit(tx, events.ContractDeleted, &gone, now, ""); err != nil {
 			return err
 		}
 		if s.cfg.OnDelete != nil {

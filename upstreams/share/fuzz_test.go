@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keygate/keygate/internal/events/eventstest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 )
@@ -113,6 +114,12 @@ func FuzzCreate(f *testing.F) {
 				if d := serve(e.api, fuzzRequest(http.MethodDelete, Prefix+"/"+sh.UUID, "", "", nil, bob)); d.Code != http.StatusNoContent {
 					t.Fatalf("delete: %d %s", d.Code, d.Body)
 				}
+				// The events stay, as an outbox keeps them: exactly the
+				// two, then gone for the comparison.
+				if got := strings.Join(eventstest.Types(e.events.Take(t)), " "); got != "share.created share.deleted" {
+					t.Fatalf("events %s", got)
+				}
+				e.events.Reset(t)
 				if storetest.Digest(t, e.db) != before {
 					t.Fatalf("deleting the share of %s left data behind", body)
 				}

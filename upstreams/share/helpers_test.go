@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/events/eventstest"
 	"github.com/keygate/keygate/internal/pgtest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
@@ -47,6 +48,8 @@ type env struct {
 	store  *Store
 	api    http.Handler
 	viewer http.Handler
+	// events records the share events the store emits, in db.
+	events *eventstest.Recorder
 }
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -76,8 +79,9 @@ func envOn(tb testing.TB, db storage.DB) *env {
 	default:
 		tb.Fatalf("no share backend for %s", db.Backend())
 	}
+	e.events = eventstest.New(tb, db)
 	s, err := NewStore(Config{DB: db, Backend: be, PublicBaseURL: "http://localhost:8080/", CookieKey: bytes.Repeat([]byte{7}, 32),
-		Now: e.clock.Now, PasswordParams: cheapArgon})
+		Now: e.clock.Now, PasswordParams: cheapArgon, Events: e.events})
 	if err != nil {
 		tb.Fatal(err)
 	}

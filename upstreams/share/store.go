@@ -2,6 +2,7 @@ package share
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/keystore"
@@ -37,6 +39,10 @@ type Config struct {
 	// PasswordParams are the Argon2id costs for new passwords; zero means
 	// DefaultArgon2Params.
 	PasswordParams Argon2Params
+	// Events receives the webhook events of shares (events.Share*) in the
+	// transaction of each change, a page view's in the transaction of
+	// Flush that writes the view down; nil means events.Discard.
+	Events events.Sink
 }
 
 // Store keeps shares and their activity through its Backend, on bbolt or
@@ -49,6 +55,7 @@ type Store struct {
 	now       func() time.Time
 	log       *zap.Logger
 	hasher    *hasher
+	events    events.Sink
 	views     *views
 	unlocks   *unlockLimiter
 }
@@ -76,6 +83,10 @@ func NewStore(cfg Config) (*Store, error) {
 		now:       cfg.Now,
 		log:       cfg.Logger,
 		hasher:    newHasher(cfg.PasswordParams),
+		events:    cfg.Events,
+	}
+	if s.events == nil {
+		s.events = events.Discard
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -197,12 +208,25 @@ func (s *Store) Create(ctx context.Context, caller *keystore.Identity, in *Creat
 		if err := s.be.CreateShare(tx, r); err != nil {
 			return err
 		}
-		return s.be.AddActivity(tx, r.ID, act)
+		if err := s.be.AddActivity(tx, r.ID, act); err != nil {
+			return err
+		}
+		return s.emit(tx, events.ShareCreated, r.toShare(s.baseURL, now, 0), now)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return r.toShare(s.baseURL, now, 0), nil
+}
+
+// emit hands the event of a change to sh, made at nowMs, to the Sink in
+// tx; its data is sh as the API returns it, which holds no password.
+func (s *Store) emit(tx storage.Tx, typ string, sh *Share, nowMs int64) error {
+	data, err := json.Marshal(sh)
+	if err != nil {
+		return err
+	}
+	return s.events.Emit(tx, events.Event{Type: typ, Owner: sh.CreatedBy, At: time.UnixMilli(nowMs).UTC(), Data: data})
 }
 
 // setContent copies the editable fields of c into r (not the password,
@@ -309,7 +333,10 @@ func (s *Store) Update(ctx context.Context, caller *keystore.Identity, uuidStr s
 			return err
 		}
 		out = r.toShare(s.baseURL, now, n)
-		return s.be.AddActivity(tx, r.ID, act)
+		if err := s.be.AddActivity(tx, r.ID, act); err != nil {
+			return err
+		}
+		return s.emit(tx, events.ShareUpdated, out, now)
 	})
 	if err != nil {
 		return nil, err
@@ -352,6 +379,7 @@ func (s *Store) Delete(ctx context.Context, caller *keystore.Identity, uuidStr s
 		return notFound()
 	}
 	var id uint64
+	now := s.nowMs()
 	err = s.db.Batch(ctx, func(tx storage.Tx) error {
 		r, err := s.loadForUpdate(tx, uuidStr)
 		if err != nil {
@@ -361,6 +389,14 @@ func (s *Store) Delete(ctx context.Context, caller *keystore.Identity, uuidStr s
 			return notFound() // deleted since it was read
 		}
 		id = r.ID
+		// The event shows the share as a get just before would have.
+		n, err := s.pending(tx).count(r.ID)
+		if err != nil {
+			return err
+		}
+		if err := s.emit(tx, events.ShareDeleted, r.toShare(s.baseURL, now, n), now); err != nil {
+			return err
+		}
 		return s.be.DeleteShare(tx, r)
 	})
 	if err != nil {

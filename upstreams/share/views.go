@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/storage"
 )
 
@@ -214,6 +215,9 @@ func (s *Store) Flush() error {
 			if err := s.be.AddOpenings(tx, id, b.counts[id], b.entries[id]); err != nil {
 				return err
 			}
+			if err := s.emitViews(tx, id, b.counts[id], b.entries[id]); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -230,6 +234,34 @@ func (s *Store) Flush() error {
 		v.mu.Unlock()
 	}
 	return err
+}
+
+// emitViews emits share.viewed for each view among entries, just written
+// to share id with n openings by AddOpenings in tx: the view is an event
+// once it is written down, so a view lost in a crash before its flush is
+// neither counted nor told. Each event shows the share as it stood after
+// that view, its openedCount counting up to the stored one.
+func (s *Store) emitViews(tx storage.Tx, id uint64, n int64, entries []Activity) error {
+	if !slices.ContainsFunc(entries, func(a Activity) bool { return a.Action == ActionViewed }) {
+		return nil
+	}
+	r, err := s.be.ShareByID(tx, id)
+	if err != nil || r == nil {
+		return err // nil: deleted meanwhile, and its views with it
+	}
+	opened := r.OpenedCount - n
+	for _, a := range entries {
+		if a.Action != ActionViewed {
+			continue
+		}
+		opened++
+		sh := r.toShare(s.baseURL, a.Timestamp, 0)
+		sh.OpenedCount = opened
+		if err := s.emit(tx, events.ShareViewed, sh, a.Timestamp); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recordPageEvent adds a page event and starts a flush when enough wait.

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/events/eventstest"
 	"github.com/keygate/keygate/internal/mailtest"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/pdftest"
@@ -53,6 +54,8 @@ type fixture struct {
 	email, text notify.Sender
 	// closed is set once close has stopped the worker and closed db.
 	closed bool
+	// events records the contract events the lifecycle emits, in db.
+	events *eventstest.Recorder
 }
 
 const testOTPKey = "0123456789abcdef0123456789abcdef"
@@ -93,8 +96,9 @@ func (f *fixture) open() {
 	}
 	f.outbox = newOutbox(t, f.db, sealer)
 	f.backend = newBackend(t, f.db)
+	f.events = eventstest.New(t, f.db)
 	f.svc, err = New(contracts.Config{DB: f.db, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
-		SMSConfigured: true, Now: f.clock.Now}, Config{Outbox: f.outbox, Backend: f.backend, OTPKey: []byte(testOTPKey)})
+		SMSConfigured: true, Now: f.clock.Now, Events: f.events}, Config{Outbox: f.outbox, Backend: f.backend, OTPKey: []byte(testOTPKey)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,11 @@
 // transaction of the storage backend: decisions through
 // contracts.Store.Update, invitations and the watchers' "created" through
 // contracts.Config.OnCreate, one-time passwords and signatures through
-// this package's Backend. The package knows nothing of Caddy; caddymodule
-// serves Handler as webapi_signing.
+// this package's Backend. The webhook events of these changes (opened,
+// signed, rejected, completed) are emitted by the contract store from
+// what each Update changed, into contracts.Config.Events: the one place a
+// gateway sets the Sink of contract events. The package knows nothing of
+// Caddy; caddymodule serves Handler as webapi_signing.
 package signing
 
 import (
