@@ -337,9 +337,12 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		gone := *c
+		// Rendered first, from the contract as it was; emitted last, so
+		// that nothing OnDelete drops by the contract's id takes it.
+		gone := c.clone()
 		gone.Status = c.EffectiveStatus(now)
-		if err := s.emit(tx, events.ContractDeleted, &gone, now, ""); err != nil {
+		data, err := s.eventData(gone, "")
+		if err != nil {
 			return err
 		}
 		if s.cfg.OnDelete != nil {
@@ -350,7 +353,10 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		if err := s.backend.Remove(ctx, tx, c); err != nil {
 			return err
 		}
-		return s.backend.ReleaseDocument(ctx, tx, c.DocumentDigest)
+		if err := s.backend.ReleaseDocument(ctx, tx, c.DocumentDigest); err != nil {
+			return err
+		}
+		return s.events.Emit(tx, events.Event{Type: events.ContractDeleted, Owner: c.CreatedByID, At: now, Data: data})
 	})
 }
 
