@@ -70,12 +70,16 @@ func OpenBolt(tb testing.TB) storage.DB {
 }
 
 // OpenPostgres opens a fresh schema of the test binary's PostgreSQL,
-// migrated, closed and dropped when tb ends.
+// migrated, closed and dropped when tb ends. Its transactions may take
+// 30 s, not the gateway's 4: under -race on two busy cores, a signature
+// that completes a contract renders both PDFs inside its transaction and
+// can take longer than 4 s; the gateway's bound is what the e2e outage
+// tests hold it to.
 func OpenPostgres(tb testing.TB) storage.DB {
 	tb.Helper()
 	srv := pgtest.Shared(tb)
 	schema := srv.Schema(tb)
-	db, err := pgdb.Open(context.Background(), pgdb.Config{DSN: srv.DSN, Schema: schema, MaxConns: 8})
+	db, err := pgdb.Open(context.Background(), pgdb.Config{DSN: srv.DSN, Schema: schema, MaxConns: 8, Timeout: 30 * time.Second})
 	if err != nil {
 		tb.Fatal(err)
 	}
