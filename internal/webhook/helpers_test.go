@@ -205,3 +205,11 @@ func pending(t testing.TB, s *Store) (deliveries, evs int) {
 	}
 	return deliveries, evs
 }
+
+// pgOf is the pgx transaction of a PostgreSQL tx.
+var pgOf = pgdb.Of
+
+// eventOf is an event of type typ with data.
+func eventOf(typ, data string) events.Event {
+	return events.Event{Type: typ, Owner: "alice", At: time.Now(), Data: json.RawMessage(data)}
+}
