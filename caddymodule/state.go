@@ -15,7 +15,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -45,6 +47,15 @@ type state struct {
 	senders     atomic.Pointer[senders]
 	startWorker sync.Once
 	workerDone  chan struct{}
+
+	// webhooks holds the subscriptions and their deliveries; events is
+	// it as the Sink the stores emit into. webhookWorker delivers, on
+	// goroutines of its own, started once by the first config's Start.
+	webhooks      *webhook.Store
+	events        events.Sink
+	webhookWorker *webhook.Worker
+	startWebhooks sync.Once
+	webhooksDone  chan struct{}
 
 	// stopFollow ends keys.Follow, the following of other instances'
 	// key changes on a shared database; followDone closes when it has.
@@ -137,6 +148,10 @@ func (s *state) load() (err error) {
 	if s.outbox, err = notify.NewOutbox(s.stores.DB, s.stores.Outbox, s.sealer); err != nil {
 		return fmt.Errorf("opening the outbox: %w", err)
 	}
+	if s.webhooks, err = webhook.NewStore(webhook.Config{DB: s.stores.DB, Backend: s.stores.Webhooks, Sealer: s.sealer}); err != nil {
+		return fmt.Errorf("opening the webhooks: %w", err)
+	}
+	s.events = s.webhooks
 	return nil
 }
 
@@ -162,6 +177,7 @@ func (s *state) Destruct() error {
 	s.stopFollow()
 	<-s.followDone
 	s.stopWorker()
+	s.stopWebhookWorker()
 	if _, err := s.keys.FlushUsage(); err != nil {
 		s.stores.DB.Close()
 		return err

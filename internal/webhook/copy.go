@@ -21,7 +21,7 @@ import (
 func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied, error) {
 	root := boltdb.Of(from).Bucket(bucketRoot)
 	if root == nil {
-		return []storage.Copied{{Kind: "webhook subscriptions"}, {Kind: "webhook deliveries pending"}, {Kind: "webhook log entries"}}, nil
+		return []storage.Copied{{Kind: "webhooks"}, {Kind: "webhook deliveries"}, {Kind: "webhook log"}}, nil
 	}
 	b, err := openBuckets(boltdb.Wrap(boltdb.Of(from)))
 	if err != nil {
@@ -114,9 +114,11 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied,
 	if err != nil {
 		return nil, err
 	}
+	// Kinds of at most 18 characters: the report's column is as wide as
+	// the other stores' kinds.
 	return []storage.Copied{
-		{Kind: "webhook subscriptions", N: nSubs, Note: fmt.Sprintf("%d enabled", enabled)},
-		{Kind: "webhook deliveries pending", N: nDlv, Note: fmt.Sprintf("and %d events not yet fanned out", nEvs)},
-		{Kind: "webhook log entries", N: nLogs},
+		{Kind: "webhooks", N: nSubs, Note: fmt.Sprintf("%d enabled", enabled)},
+		{Kind: "webhook deliveries", N: nDlv, Note: fmt.Sprintf("pending; and %d events not yet fanned out", nEvs)},
+		{Kind: "webhook log", N: nLogs, Note: "delivery attempts"},
 	}, nil
 }

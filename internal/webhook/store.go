@@ -140,6 +140,8 @@ func (s *Store) Emit(tx storage.Tx, e events.Event) error {
 	if at.IsZero() {
 		at = s.now()
 	}
+	// What PostgreSQL keeps of a time: the body is the same on both.
+	at = at.UTC().Truncate(time.Microsecond)
 	return s.backend.AddEvent(tx, &EventRecord{Type: e.Type, Owner: e.Owner, At: at, Data: e.Data}, s.signalFn)
 }
 
@@ -323,7 +325,7 @@ var ErrDisabled = problem.New(http.StatusConflict, problem.CodeConflict,
 // Test queues a webhook.test event for subscription id alone and returns
 // its message id.
 func (s *Store) Test(ctx context.Context, id string) (string, error) {
-	now := s.now().UTC()
+	now := s.now().UTC().Truncate(time.Microsecond)
 	data, err := json.Marshal(map[string]string{"subscriptionId": id})
 	if err != nil {
 		return "", err

@@ -339,7 +339,7 @@ func (w *Worker) attempt(ctx context.Context, d *Delivery) error {
 		status, dur, sendErr = w.send(ctx, sub.URL, d, current, previous, now)
 	}
 	a := &Attempt{MessageID: d.MessageID, Event: d.Event, Attempt: d.Attempts + 1, Status: status,
-		DurationMs: dur.Milliseconds(), Timestamp: now.UTC()}
+		DurationMs: dur.Milliseconds(), Timestamp: now.UTC().Truncate(time.Microsecond)}
 	if sendErr != nil {
 		a.Error = sendErr.Error()
 	}
