@@ -15,7 +15,7 @@ import (
 // pgBackend keeps the webhooks in PostgreSQL tables (migration
 // 0007_webhooks.sql) shared by every instance of a deployment: events and
 // deliveries are taken with FOR UPDATE SKIP LOCKED, and a commit that
-// adds either notifies every instance.
+// adds deliveries notifies every instance, so that any may take them.
 type pgBackend struct {
 	db *pgdb.DB
 	// channel is the LISTEN/NOTIFY channel of this schema's webhooks.
@@ -110,17 +110,20 @@ func (b *pgBackend) DropDeliveries(t storage.Tx, id string) error {
 }
 
 // AddEvent queues the event's INSERT to go with tx's commit: no round trip
-// of its own. Its id comes from the identity column; the NOTIFY that
-// wakes every instance goes after the commit, not in tx, where it would
-// serialise every notifying commit (see the notification outbox).
+// of its own, its id from the identity column. No NOTIFY: the emitting
+// instance's own worker, woken by committed, fans the event out (another
+// instance's poll does, should this one die first), so that a create
+// costs the other instances nothing.
 func (b *pgBackend) AddEvent(t storage.Tx, e *EventRecord, committed func()) error {
 	pgdb.Queue(t, "INSERT INTO webhook_events (type, owner, at, data) VALUES ($1, $2, $3, $4)",
 		e.Type, e.Owner, e.At, []byte(e.Data))
-	pgdb.AfterCommit(t, b.after(committed))
+	if committed != nil {
+		pgdb.AfterCommit(t, committed)
+	}
 	return nil
 }
 
-// after is the function run after a commit that added something: the
+// after is the function run after a commit that added deliveries: the
 // caller's committed and a NOTIFY to the other instances.
 func (b *pgBackend) after(committed func()) func() {
 	return func() {
@@ -280,8 +283,7 @@ func (b *pgBackend) Attempts(t storage.Tx, id string, limit, offset int) ([]Atte
 	return out, err
 }
 
-// notify tells every instance's Watch that events or deliveries were
-// added. The commits of many share one NOTIFY: while one is being sent,
+// notify tells every instance's Watch that deliveries were added. The commits of many share one NOTIFY: while one is being sent,
 // later calls only ask for one more.
 func (b *pgBackend) notify() {
 	b.mu.Lock()
@@ -319,8 +321,7 @@ func (b *pgBackend) sendNotify() {
 	})
 }
 
-// Watch listens for the commits that add events or deliveries, from any
-// instance; it wakes the worker as well whenever a notification may have
+// Watch listens for the commits that add deliveries, from any instance; it wakes the worker as well whenever a notification may have
 // been missed.
 func (b *pgBackend) Watch(ctx context.Context, wake func()) {
 	b.db.Listen(ctx, b.channel, func(string) { wake() }, wake)

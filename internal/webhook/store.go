@@ -71,9 +71,10 @@ type Backend interface {
 	// Attempts reads the log of subscription id, newest first.
 	Attempts(tx storage.Tx, id string, limit, offset int) ([]Attempt, error)
 
-	// Watch calls wake whenever events or deliveries may have been added
-	// by a commit that the backend could not report itself (another
-	// process's), until ctx ends. A backend that reports every commit
+	// Watch calls wake whenever deliveries may have been added by a
+	// commit that the backend could not report itself (another
+	// process's), until ctx ends; events are fanned out by the process
+	// that emitted them, or by any at its next poll. A backend that reports every commit
 	// returns at once.
 	Watch(ctx context.Context, wake func())
 }
