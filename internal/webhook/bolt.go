@@ -20,7 +20,7 @@ import (
 //
 //	webhooks/
 //	  sub/   id                   -> JSON subscription (secrets sealed)
-//	  ev/    seq(8)               -> JSON event; the outbox, oldest first
+//	  ev/    seq(8)               -> event (encodeEvent); the outbox, oldest first
 //	  dlv/   id(8)                -> JSON delivery
 //	  due/   next(8) | id(8)      -> subscription id; the schedule, earliest first
 //	  bysub/ subID | 0x00 | id(8) -> empty; a subscription's deliveries
@@ -50,12 +50,44 @@ type boltSub struct {
 	PreviousExpiry time.Time `json:"previousExpiry,omitzero"`
 }
 
-// boltEvent is an event as stored.
-type boltEvent struct {
-	Type  string          `json:"type"`
-	Owner string          `json:"owner,omitempty"`
-	At    time.Time       `json:"at"`
-	Data  json.RawMessage `json:"data,omitempty"`
+// An event is stored as at(8, Unix nanoseconds) | len(type)(2) | type |
+// len(owner)(2) | owner | data: no encoding pass over the data, which Emit
+// has checked already, on the create path.
+func encodeEvent(e *EventRecord) []byte {
+	v := make([]byte, 0, 12+len(e.Type)+len(e.Owner)+len(e.Data))
+	v = binary.BigEndian.AppendUint64(v, uint64(e.At.UnixNano()))
+	v = binary.BigEndian.AppendUint16(v, uint16(len(e.Type)))
+	v = append(v, e.Type...)
+	v = binary.BigEndian.AppendUint16(v, uint16(len(e.Owner)))
+	v = append(v, e.Owner...)
+	return append(v, e.Data...)
+}
+
+// errBadEvent is a stored event that does not decode.
+var errBadEvent = errors.New("webhook: stored event does not decode")
+
+// decodeEvent reverses encodeEvent; Data is a copy.
+func decodeEvent(v []byte) (EventRecord, error) {
+	var e EventRecord
+	if len(v) < 10 {
+		return e, errBadEvent
+	}
+	e.At = time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC()
+	v = v[8:]
+	n := int(binary.BigEndian.Uint16(v))
+	if len(v) < 2+n+2 {
+		return e, errBadEvent
+	}
+	e.Type, v = string(v[2:2+n]), v[2+n:]
+	n = int(binary.BigEndian.Uint16(v))
+	if len(v) < 2+n {
+		return e, errBadEvent
+	}
+	e.Owner, v = string(v[2:2+n]), v[2+n:]
+	if len(v) > 0 {
+		e.Data = bytes.Clone(v)
+	}
+	return e, nil
 }
 
 // boltDelivery is a delivery as stored.
@@ -218,11 +250,7 @@ func (boltBackend) AddEvent(t storage.Tx, e *EventRecord, committed func()) erro
 	if err != nil {
 		return err
 	}
-	raw, err := json.Marshal(boltEvent{Type: e.Type, Owner: e.Owner, At: e.At, Data: e.Data})
-	if err != nil {
-		return err
-	}
-	if err := b.ev.Put(u64(seq), raw); err != nil {
+	if err := b.ev.Put(u64(seq), encodeEvent(e)); err != nil {
 		return err
 	}
 	if committed != nil {
@@ -241,12 +269,12 @@ func (boltBackend) TakeEvents(t storage.Tx, limit int) ([]EventRecord, error) {
 	c := b.ev.Cursor()
 	for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
 		keys = append(keys, bytes.Clone(k))
-		var e boltEvent
-		if len(k) != 8 || json.Unmarshal(v, &e) != nil {
+		e, err := decodeEvent(v)
+		if len(k) != 8 || err != nil {
 			continue // unreadable: dropped, it cannot be delivered
 		}
-		out = append(out, EventRecord{Seq: binary.BigEndian.Uint64(k), Type: e.Type, Owner: e.Owner, At: e.At,
-			Data: bytes.Clone(e.Data)})
+		e.Seq = binary.BigEndian.Uint64(k)
+		out = append(out, e)
 	}
 	for _, k := range keys {
 		if err := b.ev.Delete(k); err != nil {

@@ -58,9 +58,9 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied,
 
 	evs := pgdb.NewCopier(ctx, to, "webhook_events", "type", "owner", "at", "data")
 	err = b.ev.ForEach(func(k, v []byte) error {
-		var e boltEvent
-		if err := json.Unmarshal(v, &e); err != nil {
-			return fmt.Errorf("webhook event %x does not decode: %w", k, err)
+		e, err := decodeEvent(v)
+		if err != nil {
+			return fmt.Errorf("webhook event %x: %w", k, err)
 		}
 		return evs.Add(e.Type, e.Owner, e.At, []byte(e.Data))
 	})

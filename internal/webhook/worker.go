@@ -244,12 +244,19 @@ func (w *Worker) Stop() {
 // the next delivery falls due or the poll interval, whichever comes
 // first; a finished attempt or a commit wakes it sooner.
 func (w *Worker) pass(ctx context.Context) (time.Duration, error) {
-	for {
+	// A bounded fan-out per pass, so that a stream of events never holds
+	// up the deliveries; the next pass comes at once for the rest.
+	backlog := false
+	for i := 0; ; i++ {
 		n, err := w.st.dispatch(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("fanning events out: %w", err)
 		}
 		if n < dispatchBatch {
+			break
+		}
+		if i == 9 {
+			backlog = true
 			break
 		}
 	}
@@ -268,6 +275,9 @@ func (w *Worker) pass(ctx context.Context) (time.Duration, error) {
 		}
 		w.mu.Unlock()
 		if free <= 0 {
+			if backlog {
+				return 0, nil
+			}
 			return w.cfg.PollInterval, nil
 		}
 		d, next, err := w.st.backend.TakeDelivery(ctx, w.holder, w.cfg.Lease, skipSubs, skipIDs)
@@ -278,6 +288,9 @@ func (w *Worker) pass(ctx context.Context) (time.Duration, error) {
 			wait := w.cfg.PollInterval
 			if !next.IsZero() {
 				wait = max(min(wait, time.Until(next)), time.Millisecond)
+			}
+			if backlog {
+				wait = 0
 			}
 			return wait, nil
 		}
