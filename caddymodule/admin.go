@@ -19,8 +19,9 @@ func init() {
 	caddy.RegisterModule(Admin{})
 }
 
-// Admin serves key and template administration on Caddy's admin endpoint
-// (gateway.md, Administration). It is always on with the webapi app.
+// Admin serves key, template and webhook administration on Caddy's admin
+// endpoint (gateway.md, Administration; clients.md, Webhooks). It is
+// always on with the webapi app.
 type Admin struct {
 	mux *http.ServeMux
 }
@@ -50,6 +51,14 @@ func (a *Admin) Provision(caddy.Context) error {
 	mux.HandleFunc("GET /webapi/templates/{id}", a.getTemplate)
 	mux.HandleFunc("PUT /webapi/templates/{id}", a.putTemplate)
 	mux.HandleFunc("DELETE /webapi/templates/{id}", a.deleteTemplate)
+	mux.HandleFunc("POST /webapi/webhooks", a.createWebhook)
+	mux.HandleFunc("GET /webapi/webhooks", a.listWebhooks)
+	mux.HandleFunc("GET /webapi/webhooks/{id}", a.getWebhook)
+	mux.HandleFunc("PATCH /webapi/webhooks/{id}", a.updateWebhook)
+	mux.HandleFunc("DELETE /webapi/webhooks/{id}", a.deleteWebhook)
+	mux.HandleFunc("POST /webapi/webhooks/{id}/rotate-secret", a.rotateWebhookSecret)
+	mux.HandleFunc("POST /webapi/webhooks/{id}/test", a.testWebhook)
+	mux.HandleFunc("GET /webapi/webhooks/{id}/deliveries", a.webhookDeliveries)
 	a.mux = mux
 	return nil
 }

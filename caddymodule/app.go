@@ -59,6 +59,10 @@ type App struct {
 	// 30 s) have passed. Default 2m. Read when the database is opened,
 	// not at a reload.
 	SendTimeout caddy.Duration `json:"send_timeout,omitempty"`
+	// WebhookTimeout bounds one webhook delivery attempt, connection and
+	// reply. Default 15s. Read by the config that starts first, not at a
+	// reload.
+	WebhookTimeout caddy.Duration `json:"webhook_timeout,omitempty"`
 
 	storage      Storage
 	state        *state
@@ -198,6 +202,7 @@ func (a *App) Validate() error {
 // runs the background work: usage flush and expiry sweep.
 func (a *App) Start() error {
 	a.replaced = a.state.useSenders(a.senders)
+	a.state.startWebhookWorker(time.Duration(a.WebhookTimeout))
 	a.audit.start()
 	a.stop, a.stopped = make(chan struct{}), make(chan struct{})
 	go a.background(a.stop, a.stopped)

@@ -20,6 +20,7 @@ type auditRecord struct {
 	msg       string
 	keyID     string
 	keyName   string
+	webhookID string // administration of a webhook subscription
 	owner     string
 	service   string
 	operation string
@@ -144,6 +145,9 @@ func (a *auditLog) write(batch []auditRecord) {
 				zap.String("key_id", rec.keyID),
 				zap.String("key_name", rec.keyName),
 				zap.String("owner", rec.owner))
+		}
+		if rec.webhookID != "" {
+			fields = append(fields, zap.String("webhook_id", rec.webhookID))
 		}
 		fields = append(fields,
 			zap.String("service", rec.service),

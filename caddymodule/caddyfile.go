@@ -82,7 +82,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &a.PublicBaseURL); err != nil {
 				return err
 			}
-		case "usage_flush_interval", "contract_validity", "send_timeout":
+		case "usage_flush_interval", "contract_validity", "send_timeout", "webhook_timeout":
 			name := d.Val()
 			var s string
 			if err := oneArg(d, &s); err != nil {
@@ -97,6 +97,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				a.UsageFlushInterval = caddy.Duration(dur)
 			case "contract_validity":
 				a.ContractValidity = caddy.Duration(dur)
+			case "webhook_timeout":
+				a.WebhookTimeout = caddy.Duration(dur)
 			default:
 				a.SendTimeout = caddy.Duration(dur)
 			}

@@ -19,7 +19,9 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
+	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
@@ -27,15 +29,17 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "webapi",
-		Usage: "keys|templates|migrate <command> [flags]",
-		Short: "Manages keygate API keys and contract templates; moves data to PostgreSQL",
+		Usage: "keys|templates|webhooks|migrate <command> [flags]",
+		Short: "Manages keygate API keys, contract templates and webhooks; moves data to PostgreSQL",
 		Long: `
-Manages keygate API keys and contract templates through the admin endpoint
-of a running gateway (--address, default localhost:2019, as caddy reload).
-"migrate" copies a stopped gateway's bbolt data into PostgreSQL.
+Manages keygate API keys, contract templates and webhook subscriptions
+through the admin endpoint of a running gateway (--address, default
+localhost:2019, as caddy reload). "migrate" copies a stopped gateway's bbolt
+data into PostgreSQL.
 
 "keys create" and "keys reveal" print the token alone on standard output,
-so TOKEN=$(caddy webapi keys create ...) works; --json prints the whole
+so TOKEN=$(caddy webapi keys create ...) works; so do "webhooks add" and
+"webhooks rotate-secret" with the secret; --json prints the whole
 object. Errors go to standard error with a non-zero exit status.`,
 		CobraFunc: setupWebapiCommand,
 	})
@@ -44,7 +48,7 @@ object. Errors go to standard error with a non-zero exit status.`,
 // setupWebapiCommand adds the subcommands and the --address flag.
 func setupWebapiCommand(cmd *cobra.Command) {
 	cmd.PersistentFlags().String("address", "", "The address of the admin endpoint (default localhost:2019)")
-	cmd.AddCommand(keysCommand(), templatesCommand(), migrateCommand())
+	cmd.AddCommand(keysCommand(), templatesCommand(), webhooksCommand(), migrateCommand())
 }
 
 // keyFlags are the flags of keys create and keys update.
@@ -429,4 +433,236 @@ func replyError(status int, raw []byte) error {
 		fmt.Fprintf(&b, "\n  %s: %s", e.Field, e.Message)
 	}
 	return errors.New(b.String())
+}
+
+// webhookBody builds a subscription's JSON body from the flags the user
+// set, so that an update sends only what changes.
+func webhookBody(c *cobra.Command) (map[string]any, error) {
+	body := map[string]any{}
+	f := c.Flags()
+	if f.Changed("url") {
+		v, _ := f.GetString("url")
+		body["url"] = v
+	}
+	if f.Changed("description") {
+		v, _ := f.GetString("description")
+		body["description"] = v
+	}
+	if f.Changed("events") {
+		v, _ := f.GetString("events")
+		body["events"] = splitList(v)
+	}
+	if f.Changed("owners") {
+		v, _ := f.GetString("owners")
+		body["owners"] = splitList(v)
+	}
+	if f.Lookup("enabled") != nil && f.Changed("enabled") {
+		v, _ := f.GetString("enabled")
+		switch v {
+		case "true":
+			body["enabled"] = true
+		case "false":
+			body["enabled"] = false
+		default:
+			return nil, fmt.Errorf("--enabled must be true or false, not %q", v)
+		}
+	}
+	return body, nil
+}
+
+// webhookFlags are the flags of webhooks add and webhooks update.
+func webhookFlags(c *cobra.Command, update bool) {
+	f := c.Flags()
+	f.String("url", "", "the endpoint: https, or http to localhost, 127.0.0.0/8 or ::1")
+	f.String("events", "", "comma-separated event types: "+strings.Join(events.Types, ","))
+	f.String("owners", "", "comma-separated key owners whose contracts and shares are delivered ('none' or empty: every owner)")
+	f.String("description", "", "description, at most 4000 characters")
+	if update {
+		f.String("enabled", "", "true or false: a disabled subscription is delivered nothing")
+	}
+	f.Bool("json", false, "print the whole subscription as JSON")
+}
+
+func webhooksCommand() *cobra.Command {
+	wh := &cobra.Command{Use: "webhooks", Short: "Manages webhook subscriptions (Standard Webhooks)"}
+	path := func(id string, rest ...string) string {
+		return "/webapi/webhooks/" + url.PathEscape(id) + strings.Join(rest, "")
+	}
+
+	add := &cobra.Command{
+		Use:   "add --url U --events E[,E...] [--owners O,O] [--description D]",
+		Short: "Subscribes an endpoint and prints its secret",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			body, err := webhookBody(c)
+			if err != nil {
+				return err
+			}
+			var s webhook.Subscription
+			if err := adminCall(c, http.MethodPost, "/webapi/webhooks", body, &s); err != nil {
+				return err
+			}
+			return printWebhookOr(c, s, s.Secret)
+		},
+	}
+	webhookFlags(add, false)
+
+	list := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "Lists webhook subscriptions, without secrets",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			var ss []webhook.Subscription
+			if err := adminCall(c, http.MethodGet, "/webapi/webhooks", nil, &ss); err != nil {
+				return err
+			}
+			if asJSON(c) {
+				return printJSON(c, ss)
+			}
+			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tENABLED\tURL\tEVENTS\tOWNERS")
+			for _, s := range ss {
+				fmt.Fprintf(tw, "%s\t%t\t%s\t%s\t%s\n", s.ID, s.Enabled, s.URL, strings.Join(s.Events, ","), orDash(strings.Join(s.Owners, ",")))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().Bool("json", false, "print JSON")
+
+	show := &cobra.Command{
+		Use:   "show ID [--json]",
+		Short: "Shows one webhook subscription, without secret",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var s webhook.Subscription
+			if err := adminCall(c, http.MethodGet, path(args[0]), nil, &s); err != nil {
+				return err
+			}
+			return printWebhookOr(c, s, "")
+		},
+	}
+	show.Flags().Bool("json", false, "print JSON")
+
+	update := &cobra.Command{
+		Use:   "update ID [--url U] [--events E,E] [--owners O,O] [--description D] [--enabled true|false]",
+		Short: "Changes a webhook subscription",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			body, err := webhookBody(c)
+			if err != nil {
+				return err
+			}
+			var s webhook.Subscription
+			if err := adminCall(c, http.MethodPatch, path(args[0]), body, &s); err != nil {
+				return err
+			}
+			return printWebhookOr(c, s, "")
+		},
+	}
+	webhookFlags(update, true)
+
+	rotate := &cobra.Command{
+		Use:   "rotate-secret ID [--json]",
+		Short: "Gives a subscription a new secret and prints it; the old one signs too for 24 h",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var s webhook.Subscription
+			if err := adminCall(c, http.MethodPost, path(args[0], "/rotate-secret"), nil, &s); err != nil {
+				return err
+			}
+			return printWebhookOr(c, s, s.Secret)
+		},
+	}
+	rotate.Flags().Bool("json", false, "print the whole subscription as JSON")
+
+	test := &cobra.Command{
+		Use:   "test ID",
+		Short: "Queues a webhook.test event for one subscription and prints its message id",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var out struct {
+				MessageID string `json:"messageId"`
+			}
+			if err := adminCall(c, http.MethodPost, path(args[0], "/test"), nil, &out); err != nil {
+				return err
+			}
+			fmt.Fprintln(c.OutOrStdout(), out.MessageID)
+			return nil
+		},
+	}
+
+	deliveries := &cobra.Command{
+		Use:   "deliveries ID [--limit N] [--offset N] [--json]",
+		Short: "Lists a subscription's delivery attempts, newest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			q := url.Values{}
+			for _, name := range []string{"limit", "offset"} {
+				if c.Flags().Changed(name) {
+					v, _ := c.Flags().GetInt(name)
+					q.Set(name, fmt.Sprint(v))
+				}
+			}
+			uri := path(args[0], "/deliveries")
+			if len(q) > 0 {
+				uri += "?" + q.Encode()
+			}
+			var as []webhook.Attempt
+			if err := adminCall(c, http.MethodGet, uri, nil, &as); err != nil {
+				return err
+			}
+			if asJSON(c) {
+				return printJSON(c, as)
+			}
+			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tMESSAGE\tEVENT\tATTEMPT\tSTATUS\tMS\tERROR")
+			for _, a := range as {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", a.Timestamp.Format(time.RFC3339), a.MessageID, a.Event, a.Attempt,
+					a.Status, a.DurationMs, orDash(a.Error))
+			}
+			return tw.Flush()
+		},
+	}
+	deliveries.Flags().Int("limit", 0, "at most this many attempts (1 to 1000; default 100)")
+	deliveries.Flags().Int("offset", 0, "skip this many of the newest attempts")
+	deliveries.Flags().Bool("json", false, "print JSON")
+
+	remove := &cobra.Command{
+		Use:   "remove ID",
+		Short: "Deletes a webhook subscription with its pending deliveries and log",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := adminCall(c, http.MethodDelete, path(args[0]), nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.ErrOrStderr(), "webhook %s removed\n", args[0])
+			return nil
+		},
+	}
+
+	wh.AddCommand(add, list, show, update, rotate, test, deliveries, remove)
+	return wh
+}
+
+// printWebhookOr prints s as JSON with --json, else line (the secret) when
+// set, else s as readable lines.
+func printWebhookOr(c *cobra.Command, s webhook.Subscription, line string) error {
+	if asJSON(c) {
+		return printJSON(c, s)
+	}
+	if line != "" {
+		fmt.Fprintln(c.OutOrStdout(), line)
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+	rows := [][2]string{
+		{"id", s.ID}, {"url", s.URL}, {"events", strings.Join(s.Events, ",")}, {"owners", orDash(strings.Join(s.Owners, ","))},
+		{"description", orDash(s.Description)}, {"enabled", fmt.Sprint(s.Enabled)},
+		{"created", s.CreationTime.Format(time.RFC3339)}, {"modified", s.LastModificationTime.Format(time.RFC3339)},
+		{"previous secret signs until", timeOrDash(s.PreviousSecretExpiry)},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+	}
+	return tw.Flush()
 }

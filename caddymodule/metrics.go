@@ -17,7 +17,9 @@ var metrics = struct {
 	keys          *prometheus.GaugeVec
 	usageFlush    prometheus.Histogram
 	notifications *prometheus.CounterVec
-	dbErrors      prometheus.Counter
+	// webhookDeliveries counts webhook delivery attempts by outcome.
+	webhookDeliveries *prometheus.CounterVec
+	dbErrors          prometheus.Counter
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_requests_total",
@@ -45,6 +47,10 @@ var metrics = struct {
 		Name: "keygate_notifications_total",
 		Help: "Notification delivery attempts, by channel and outcome.",
 	}, []string{"channel", "outcome"}),
+	webhookDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "keygate_webhook_deliveries_total",
+		Help: "Webhook delivery attempts, by outcome: sent (2xx), retry (failed, retried later), failed (given up 24 h after the event).",
+	}, []string{"outcome"}),
 	dbErrors: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "keygate_database_unavailable_total",
 		Help: "Database operations that failed because the database could not be reached (PostgreSQL storage).",
@@ -59,6 +65,9 @@ func init() {
 			metrics.notifications.WithLabelValues(ch, o)
 		}
 	}
+	for _, o := range []string{"sent", "retry", "failed"} {
+		metrics.webhookDeliveries.WithLabelValues(o)
+	}
 }
 
 // registerMetrics adds our collectors to reg, tolerating that an earlier
@@ -66,7 +75,7 @@ func init() {
 func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.duration, metrics.refusals,
-		metrics.keys, metrics.usageFlush, metrics.notifications, metrics.dbErrors,
+		metrics.keys, metrics.usageFlush, metrics.notifications, metrics.webhookDeliveries, metrics.dbErrors,
 	} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError

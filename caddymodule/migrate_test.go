@@ -121,6 +121,7 @@ func TestMigrateCommand(t *testing.T) {
 		"  contracts           0\n",
 		"  pending messages    0  (0 attachments in 0 chunks)\n",
 		"  shares              0  (0 with a password; 0 openings)\n",
+		"  webhooks            0  (0 enabled)\n",
 		"check value of the master key " + filepath.Join(dataDir, "master.key"),
 	} {
 		if !strings.Contains(stdout, want) {

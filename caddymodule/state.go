@@ -17,6 +17,7 @@ import (
 
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -47,10 +48,14 @@ type state struct {
 	startWorker sync.Once
 	workerDone  chan struct{}
 
-	// events receives the webhook events of the contract and share stores
-	// in the transactions of their changes (internal/events); Discard
-	// until webhooks take them.
-	events events.Sink
+	// webhooks holds the subscriptions and their deliveries; events is
+	// it as the Sink the stores emit into. webhookWorker delivers, on
+	// goroutines of its own, started once by the first config's Start.
+	webhooks      *webhook.Store
+	events        events.Sink
+	webhookWorker *webhook.Worker
+	startWebhooks sync.Once
+	webhooksDone  chan struct{}
 
 	// stopFollow ends keys.Follow, the following of other instances'
 	// key changes on a shared database; followDone closes when it has.
@@ -81,8 +86,7 @@ func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.
 	if err != nil {
 		return nil, err
 	}
-	s := &state{stores: stores, masterKeyPath: masterKeyPath, masterKey: masterKey, sealer: sealer, logger: logger,
-		events: events.Discard}
+	s := &state{stores: stores, masterKeyPath: masterKeyPath, masterKey: masterKey, sealer: sealer, logger: logger}
 	if err := whileReadingPages(stores.Where, s.load); err != nil {
 		stores.DB.Close()
 		return nil, err
@@ -144,6 +148,10 @@ func (s *state) load() (err error) {
 	if s.outbox, err = notify.NewOutbox(s.stores.DB, s.stores.Outbox, s.sealer); err != nil {
 		return fmt.Errorf("opening the outbox: %w", err)
 	}
+	if s.webhooks, err = webhook.NewStore(webhook.Config{DB: s.stores.DB, Backend: s.stores.Webhooks, Sealer: s.sealer}); err != nil {
+		return fmt.Errorf("opening the webhooks: %w", err)
+	}
+	s.events = s.webhooks
 	return nil
 }
 
@@ -169,6 +177,7 @@ func (s *state) Destruct() error {
 	s.stopFollow()
 	<-s.followDone
 	s.stopWorker()
+	s.stopWebhookWorker()
 	if _, err := s.keys.FlushUsage(); err != nil {
 		s.stores.DB.Close()
 		return err

@@ -5,6 +5,7 @@ import (
 
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -44,6 +45,7 @@ type Stores struct {
 	Signing   signing.Backend
 	Outbox    notify.Backend
 	Shares    share.Backend
+	Webhooks  webhook.Backend
 	// Where names the database in logs and errors, without a secret.
 	Where string
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -101,6 +102,9 @@ func boltStores(db *bbolt.DB, path string) (st *Stores, err error) {
 		return nil, err
 	}
 	if st.Shares, err = share.NewBoltBackend(bdb); err != nil {
+		return nil, err
+	}
+	if st.Webhooks, err = webhook.NewBoltBackend(bdb); err != nil {
 		return nil, err
 	}
 	return st, nil

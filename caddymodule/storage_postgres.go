@@ -14,6 +14,7 @@ import (
 
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -137,6 +138,7 @@ func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
 		Signing:   signing.NewPostgresBackend(db),
 		Outbox:    notify.NewPostgresBackend(db),
 		Shares:    share.NewPostgresBackend(db),
+		Webhooks:  webhook.NewPostgresBackend(db),
 		Where:     where,
 	}, nil
 }

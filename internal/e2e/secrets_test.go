@@ -103,6 +103,34 @@ func testSecrets(t *testing.T, db *database) {
 	admin("delete key", "DELETE", "/webapi/keys/"+dID, "")
 	admin("bad key create", "POST", "/webapi/keys", `{"service":"contracts","name":"","owner":"alice","privileges":["fly"]}`)
 	admin("reveal unknown", "POST", "/webapi/keys/nope/reveal", "")
+	// A webhook subscription: its secret (and the key bytes it encodes)
+	// is allowed in the create and rotation replies only; a test delivery
+	// is signed with both, and the log and list show neither.
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer receiver.Close()
+	hookSecret := func(label, secret string) {
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+		if !strings.HasPrefix(secret, "whsec_") || err != nil {
+			t.Fatalf("%s: secret %q", label, secret)
+		}
+		sw.add(&secretItem{kind: "webhook secret", value: secret, allowIn: []string{label}})
+		sw.add(&secretItem{kind: "webhook secret's key bytes", value: string(key), allowIn: []string{label}})
+	}
+	var hook struct{ ID, Secret string }
+	admin("create webhook", "POST", "/webapi/webhooks", `{"url":"`+receiver.URL+`/hook","events":["contract.signed"]}`).
+		decode(t, http.StatusCreated, &hook)
+	hookSecret("create webhook", hook.Secret)
+	var rotatedHook struct{ Secret string }
+	admin("rotate webhook", "POST", "/webapi/webhooks/"+hook.ID+"/rotate-secret", "").decode(t, http.StatusOK, &rotatedHook)
+	hookSecret("rotate webhook", rotatedHook.Secret)
+	admin("test webhook", "POST", "/webapi/webhooks/"+hook.ID+"/test", "").decode(t, http.StatusAccepted, nil)
+	admin("list webhooks", "GET", "/webapi/webhooks", "")
+	admin("update webhook", "PATCH", "/webapi/webhooks/"+hook.ID, `{"description":"CRM"}`)
+	admin("bad webhook", "POST", "/webapi/webhooks", `{"url":"http://example.com/","events":["nope"]}`)
+	testwait.For(t, testwait.Generous, "the test webhook delivered", func() bool {
+		return strings.Contains(string(admin("webhook deliveries", "GET", "/webapi/webhooks/"+hook.ID+"/deliveries", "").body), `"status": 204`)
+	})
+
 	if err := g.AddTemplate("PAGE-42", "LEGAL", "Mutual NDA", "The parties agree to keep each other's secrets."); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -124,6 +125,7 @@ func copyStores(ctx context.Context, from, to storage.Tx, sealer *seal.Sealer, n
 		func() ([]storage.Copied, error) { return signing.CopyToPostgres(ctx, from, to) },
 		func() ([]storage.Copied, error) { return notify.CopyToPostgres(ctx, from, to) },
 		func() ([]storage.Copied, error) { return share.CopyToPostgres(ctx, from, to) },
+		func() ([]storage.Copied, error) { return webhook.CopyToPostgres(ctx, from, to) },
 	}
 	var all []storage.Copied
 	for _, step := range steps {

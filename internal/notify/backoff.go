@@ -19,3 +19,7 @@ func backoff(base, max time.Duration, failed int) time.Duration {
 	half := d / 2
 	return half + rand.N(d-half+1)
 }
+
+// Backoff is backoff for the other queues that retry alike (webhook
+// deliveries).
+func Backoff(base, max time.Duration, failed int) time.Duration { return backoff(base, max, failed) }

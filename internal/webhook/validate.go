@@ -1,0 +1,199 @@
+package webhook
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/text"
+	"github.com/keygate/keygate/keystore"
+)
+
+// Input is the body of a subscription's create (url and events required)
+// or update (any of the fields; absent ones keep their value).
+type Input struct {
+	URL         keystore.Optional[string]   `json:"url"`
+	Events      keystore.Optional[[]string] `json:"events"`
+	Owners      keystore.Optional[[]string] `json:"owners"`
+	Description keystore.Optional[string]   `json:"description"`
+	Enabled     keystore.Optional[bool]     `json:"enabled"`
+}
+
+const (
+	maxURLLen         = 2048
+	maxOwnerLen       = 255
+	maxOwners         = 1000
+	maxDescriptionLen = 4000
+)
+
+// applyCreate checks in as a create and returns the new subscription's
+// fields, listing every violation in the returned problem.
+func applyCreate(in *Input) (Subscription, error) {
+	var f problem.Fields
+	s := Subscription{Owners: []string{}, Enabled: true}
+	if !in.URL.Set || in.URL.Null {
+		f.Add("url", "required", "url is required")
+	}
+	if !in.Events.Set || in.Events.Null {
+		f.Add("events", "required", "events must name at least one event")
+	}
+	applyEditable(&f, &s, in)
+	return s, f.Err()
+}
+
+// applyUpdate checks in as an update of s and returns the changed
+// subscription.
+func applyUpdate(s Subscription, in *Input) (Subscription, error) {
+	var f problem.Fields
+	if in.URL.Set && in.URL.Null {
+		f.Add("url", "required", "url cannot be removed")
+	}
+	if in.Events.Set && in.Events.Null {
+		f.Add("events", "required", "events must name at least one event")
+	}
+	if in.Enabled.Set && in.Enabled.Null {
+		f.Add("enabled", "invalid", "enabled must be true or false")
+	}
+	s.Events = append([]string(nil), s.Events...)
+	s.Owners = append([]string{}, s.Owners...)
+	applyEditable(&f, &s, in)
+	return s, f.Err()
+}
+
+// applyEditable checks and applies the fields create and update share.
+func applyEditable(f *problem.Fields, s *Subscription, in *Input) {
+	if in.URL.Set && !in.URL.Null {
+		if err := CheckURL(in.URL.Value); err != nil {
+			f.Add("url", "invalid", err.Error())
+		} else {
+			s.URL = in.URL.Value
+		}
+	}
+	if in.Events.Set && !in.Events.Null {
+		s.Events = checkEvents(f, in.Events.Value)
+	}
+	if in.Owners.Set {
+		s.Owners = checkOwners(f, in.Owners.Value) // null: every owner
+	}
+	if in.Description.Set {
+		d := in.Description.Value // null: none
+		if !utf8.ValidString(d) || utf8.RuneCountInString(d) > maxDescriptionLen {
+			f.Add("description", "invalid", fmt.Sprintf("description must be at most %d characters", maxDescriptionLen))
+		} else {
+			s.Description = d
+		}
+	}
+	if in.Enabled.Set && !in.Enabled.Null {
+		s.Enabled = in.Enabled.Value
+	}
+}
+
+func checkEvents(f *problem.Fields, list []string) []string {
+	if len(list) == 0 {
+		f.Add("events", "required", "events must name at least one event")
+		return nil
+	}
+	out := make([]string, 0, len(list))
+	for i, e := range list {
+		field := fmt.Sprintf("events[%d]", i)
+		switch {
+		case !knownType(e):
+			f.Add(field, "invalid", "events must be among "+strings.Join(events.Types, ", "))
+		case contains(out, e):
+			f.Add(field, "duplicate", e+" is named twice")
+		default:
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func checkOwners(f *problem.Fields, list []string) []string {
+	if len(list) > maxOwners {
+		f.Add("owners", "invalid", fmt.Sprintf("owners must name at most %d owners", maxOwners))
+		return []string{}
+	}
+	out := make([]string, 0, len(list))
+	for i, o := range list {
+		field := fmt.Sprintf("owners[%d]", i)
+		switch {
+		case !text.PrintableASCII(o, maxOwnerLen):
+			f.Add(field, "invalid", "an owner must be 1 to 255 printable US-ASCII characters")
+		case contains(out, o):
+			f.Add(field, "duplicate", "this owner is named twice")
+		default:
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// CheckURL checks an endpoint's URL: absolute, at most 2048 printable
+// US-ASCII characters, https or else http to a loopback host (localhost,
+// 127.0.0.0/8, ::1), without user information or fragment. Its error
+// says what is wrong, for a field error.
+func CheckURL(raw string) error {
+	if !text.PrintableASCII(raw, maxURLLen) || strings.Contains(raw, " ") {
+		return fmt.Errorf("url must be 1 to %d printable US-ASCII characters without spaces", maxURLLen)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() || u.Opaque != "" || u.Host == "" {
+		return fmt.Errorf("url must be an absolute http or https URL")
+	}
+	if u.User != nil {
+		return fmt.Errorf("url must not hold user information: authenticate deliveries by their signature")
+	}
+	if u.Fragment != "" || strings.Contains(raw, "#") {
+		return fmt.Errorf("url must not have a fragment")
+	}
+	if u.Port() != "" {
+		if p, err := netip.ParseAddrPort("0.0.0.0:" + u.Port()); err != nil || p.Port() == 0 {
+			return fmt.Errorf("url has an invalid port")
+		}
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !LoopbackHost(u.Hostname()) {
+			return fmt.Errorf("url must be https, or http to a loopback host (localhost, 127.0.0.0/8, ::1)")
+		}
+	default:
+		return fmt.Errorf("url must be https, or http to a loopback host (localhost, 127.0.0.0/8, ::1)")
+	}
+	return nil
+}
+
+// LoopbackHost reports whether host names the local machine: localhost,
+// an address of 127.0.0.0/8, or ::1.
+func LoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && loopbackAddr(ip)
+}
+
+func loopbackAddr(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	return ip.Is4() && ip.As4()[0] == 127 || ip == netip.IPv6Loopback()
+}
+
+// loopbackDial is the check at dial time of a plain-http delivery: the
+// name may resolve to anything, but only a loopback address is
+// connected to.
+func loopbackDial(_, address string) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !loopbackAddr(ip) {
+		return fmt.Errorf("http deliveries go to loopback addresses only, not %s", host)
+	}
+	return nil
+}
