@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -36,6 +37,9 @@ type state struct {
 	keys          *keystore.Keys
 	templates     *contracts.Templates
 	logger        *zap.Logger
+	// idempotency keeps the replies of idempotent creates and the keys
+	// this process is working on, for every config.
+	idempotency *idempotency.Store
 
 	// outbox holds the notifications not yet delivered; worker, the one
 	// deliverer of this process, sends them through the senders of the
@@ -137,7 +141,9 @@ func (s *state) load() (err error) {
 	if s.outbox, err = notify.NewOutbox(s.stores.DB, s.stores.Outbox, s.sealer); err != nil {
 		return fmt.Errorf("opening the outbox: %w", err)
 	}
-	return nil
+	s.idempotency, err = idempotency.NewStore(idempotency.Config{DB: s.stores.DB, Backend: s.stores.Idempotency,
+		Sealer: s.sealer, Logger: s.logger.Named("idempotency")})
+	return err
 }
 
 // flush writes pending usage counts and refreshes the key gauges.
@@ -183,6 +189,7 @@ func (s *state) provisionAPIs(a *App) error {
 		ContractValidity: time.Duration(a.ContractValidity),
 		SMSConfigured:    a.SMS != nil,
 		Logger:           a.logger.Named("contracts"),
+		Idempotency:      s.idempotency,
 	}, signing.Config{
 		Outbox:  s.outbox,
 		Backend: s.stores.Signing,
@@ -198,6 +205,7 @@ func (s *state) provisionAPIs(a *App) error {
 		PublicBaseURL: a.PublicBaseURL,
 		CookieKey:     s.derivedKey("keygate share unlock cookie v1"),
 		Logger:        a.logger.Named("share"),
+		Idempotency:   s.idempotency,
 	})
 	if err != nil {
 		return err

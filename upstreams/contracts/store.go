@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/text"
@@ -52,6 +53,9 @@ type Config struct {
 	// OnDelete, if set, runs in the transaction that deletes a contract,
 	// so its attachments and pending notifications go with it.
 	OnDelete func(tx storage.Tx, c *Contract) error
+	// Idempotency keeps the replies of creates sent with an
+	// Idempotency-Key (clients.md); nil: the header is ignored.
+	Idempotency *idempotency.Store
 }
 
 // Store keeps contracts with their search indexes through its Backend.
@@ -118,6 +122,14 @@ func parseID(id string) (uuid.UUID, bool) {
 // template is read in that transaction. The returned contract's signers
 // carry their clear tokens, for AccessURL.
 func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*Contract, error) {
+	return s.CreateWith(ctx, owner, in, nil)
+}
+
+// CreateWith is Create with inTx, when not nil, run last in the
+// transaction that stores the contract (after OnCreate), for what must
+// commit with it or not at all: an idempotent create's stored reply. It
+// may run more than once; an error fails this create alone.
+func (s *Store) CreateWith(ctx context.Context, owner string, in *CreateRequest, inTx func(tx storage.Tx, c *Contract) error) (*Contract, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -190,7 +202,12 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 			return err
 		}
 		if s.cfg.OnCreate != nil {
-			return s.cfg.OnCreate(tx, c)
+			if err := s.cfg.OnCreate(tx, c); err != nil {
+				return err
+			}
+		}
+		if inTx != nil {
+			return inTx(tx, c)
 		}
 		return nil
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/keystore"
@@ -37,6 +38,9 @@ type Config struct {
 	// PasswordParams are the Argon2id costs for new passwords; zero means
 	// DefaultArgon2Params.
 	PasswordParams Argon2Params
+	// Idempotency keeps the replies of creates sent with an
+	// Idempotency-Key (clients.md); nil: the header is ignored.
+	Idempotency *idempotency.Store
 }
 
 // Store keeps shares and their activity through its Backend, on bbolt or
@@ -51,6 +55,7 @@ type Store struct {
 	hasher    *hasher
 	views     *views
 	unlocks   *unlockLimiter
+	idem      *idempotency.Store
 }
 
 // NewStore checks cfg.
@@ -76,6 +81,7 @@ func NewStore(cfg Config) (*Store, error) {
 		now:       cfg.Now,
 		log:       cfg.Logger,
 		hasher:    newHasher(cfg.PasswordParams),
+		idem:      cfg.Idempotency,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -163,6 +169,15 @@ func (s *Store) loadForUpdate(tx storage.Tx, uuidStr string) (*record, error) {
 // activity entry "created". Creates share commits (db.Batch): many at
 // once cost few disk syncs, and a returned share is on disk.
 func (s *Store) Create(ctx context.Context, caller *keystore.Identity, in *CreateRequest) (*Share, error) {
+	return s.CreateWith(ctx, caller, in, nil)
+}
+
+// CreateWith is Create with inTx, when not nil, run last in the
+// transaction that stores the share, given the share as the reply shows
+// it, for what must commit with it or not at all: an idempotent create's
+// stored reply. It may run more than once; an error fails this create
+// alone.
+func (s *Store) CreateWith(ctx context.Context, caller *keystore.Identity, in *CreateRequest, inTx func(tx storage.Tx, sh *Share) error) (*Share, error) {
 	if caller == nil || caller.Owner == "" {
 		return nil, errNoIdentity
 	}
@@ -191,18 +206,29 @@ func (s *Store) Create(ctx context.Context, caller *keystore.Identity, in *Creat
 	r.setContent(&c)
 	act := Activity{Timestamp: now, Source: activitySource, Action: ActionCreated,
 		User: nonEmpty(caller.Owner), IP: clientIPFrom(ctx)}
+	var out *Share
 	err := s.db.Batch(ctx, func(tx storage.Tx) error {
 		// Batch may run this again after another batched call failed:
 		// everything it sets is set afresh each run.
 		if err := s.be.CreateShare(tx, r); err != nil {
 			return err
 		}
-		return s.be.AddActivity(tx, r.ID, act)
+		if err := s.be.AddActivity(tx, r.ID, act); err != nil {
+			return err
+		}
+		if inTx != nil {
+			out = r.toShare(s.baseURL, now, 0)
+			return inTx(tx, out)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return r.toShare(s.baseURL, now, 0), nil
+	if out == nil {
+		out = r.toShare(s.baseURL, now, 0)
+	}
+	return out, nil
 }
 
 // setContent copies the editable fields of c into r (not the password,
