@@ -94,7 +94,8 @@ func (f *fixture) open() {
 	f.outbox = newOutbox(t, f.db, sealer)
 	f.backend = newBackend(t, f.db)
 	f.svc, err = New(contracts.Config{DB: f.db, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
-		SMSConfigured: true, Now: f.clock.Now}, Config{Outbox: f.outbox, Backend: f.backend, OTPKey: []byte(testOTPKey)})
+		SMSConfigured: true, Now: f.clock.Now, Idempotency: newIdempotency(t, f.db, sealer, f.clock.Now)},
+		Config{Outbox: f.outbox, Backend: f.backend, OTPKey: []byte(testOTPKey)})
 	if err != nil {
 		t.Fatal(err)
 	}
