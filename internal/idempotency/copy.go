@@ -20,7 +20,7 @@ import (
 func CopyToPostgres(ctx context.Context, from, to storage.Tx, now time.Time) ([]storage.Copied, error) {
 	records := boltdb.Of(from).Bucket(bucketRecords)
 	if records == nil {
-		return []storage.Copied{{Kind: "idempotency records"}}, nil
+		return []storage.Copied{{Kind: "idempotent replies"}}, nil
 	}
 	out := pgdb.NewCopier(ctx, to, "idempotency_records", "scope", "request_hash", "status", "location", "reply", "created_at", "expires_at")
 	expired := 0
@@ -46,5 +46,5 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, now time.Time) ([]
 	if expired > 0 {
 		note += fmt.Sprintf("; %d expired left out", expired)
 	}
-	return []storage.Copied{{Kind: "idempotency records", N: n, Note: note}}, nil
+	return []storage.Copied{{Kind: "idempotent replies", N: n, Note: note}}, nil
 }
