@@ -206,7 +206,6 @@ func (s *Store) CreateWith(ctx context.Context, caller *keystore.Identity, in *C
 	r.setContent(&c)
 	act := Activity{Timestamp: now, Source: activitySource, Action: ActionCreated,
 		User: nonEmpty(caller.Owner), IP: clientIPFrom(ctx)}
-	var out *Share
 	err := s.db.Batch(ctx, func(tx storage.Tx) error {
 		// Batch may run this again after another batched call failed:
 		// everything it sets is set afresh each run.
@@ -217,18 +216,14 @@ func (s *Store) CreateWith(ctx context.Context, caller *keystore.Identity, in *C
 			return err
 		}
 		if inTx != nil {
-			out = r.toShare(s.baseURL, now, 0)
-			return inTx(tx, out)
+			return inTx(tx, r.toShare(s.baseURL, now, 0))
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if out == nil {
-		out = r.toShare(s.baseURL, now, 0)
-	}
-	return out, nil
+	return r.toShare(s.baseURL, now, 0), nil
 }
 
 // setContent copies the editable fields of c into r (not the password,
