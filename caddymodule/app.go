@@ -268,12 +268,16 @@ func (a *App) background(stop <-chan struct{}, stopped chan<- struct{}) {
 // becomes several short write transactions, one per tick.
 const sweepBatch = 1000
 
-// sweep writes down the expiry of contracts whose time has come. Reads
-// already show them expired; with nothing due it costs one read
-// transaction.
+// sweep writes down the expiry of contracts whose time has come and
+// purges the idempotency records whose 24 h have passed. Reads already
+// show the contracts expired and ignore the records; with nothing due
+// each costs one read transaction.
 func (a *App) sweep() {
 	if _, err := a.contracts.SweepExpired(context.Background(), sweepBatch); err != nil {
 		a.logger.Error("sweeping expired contracts", zap.Error(err))
+	}
+	if _, err := a.state.idempotency.Purge(context.Background(), sweepBatch); err != nil {
+		a.logger.Error("purging expired idempotency records", zap.Error(err))
 	}
 }
 

@@ -30,7 +30,8 @@ Copies the data of a stopped gateway on bbolt (<data-dir>/webapi.db: keys
 with their usage and sealed tokens, templates, contracts in every status with
 their signers, attachments and signing state, one-time passwords and
 signatures, pending notifications, shares with their activity and openings,
-webhook subscriptions with their sealed secrets, pending deliveries and logs)
+webhook subscriptions with their sealed secrets, pending deliveries and logs,
+the replies kept for Idempotency-Key retries that are not 24 h old)
 into an empty PostgreSQL schema, in one transaction, and prints what it
 copied. The schema is created and migrated if needed; one that holds data is
 refused. The bbolt file is opened read-only and left as it is.

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
@@ -38,6 +39,9 @@ type state struct {
 	keys          *keystore.Keys
 	templates     *contracts.Templates
 	logger        *zap.Logger
+	// idempotency keeps the replies of idempotent creates and the keys
+	// this process is working on, for every config.
+	idempotency *idempotency.Store
 
 	// outbox holds the notifications not yet delivered; worker, the one
 	// deliverer of this process, sends them through the senders of the
@@ -152,7 +156,9 @@ func (s *state) load() (err error) {
 		return fmt.Errorf("opening the webhooks: %w", err)
 	}
 	s.events = s.webhooks
-	return nil
+	s.idempotency, err = idempotency.NewStore(idempotency.Config{DB: s.stores.DB, Backend: s.stores.Idempotency,
+		Sealer: s.sealer, Logger: s.logger.Named("idempotency")})
+	return err
 }
 
 // flush writes pending usage counts and refreshes the key gauges.
@@ -200,6 +206,7 @@ func (s *state) provisionAPIs(a *App) error {
 		SMSConfigured:    a.SMS != nil,
 		Logger:           a.logger.Named("contracts"),
 		Events:           s.events,
+		Idempotency:      s.idempotency,
 	}, signing.Config{
 		Outbox:  s.outbox,
 		Backend: s.stores.Signing,
@@ -216,6 +223,7 @@ func (s *state) provisionAPIs(a *App) error {
 		CookieKey:     s.derivedKey("keygate share unlock cookie v1"),
 		Logger:        a.logger.Named("share"),
 		Events:        s.events,
+		Idempotency:   s.idempotency,
 	})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/webhook"
@@ -46,6 +47,9 @@ type Stores struct {
 	Outbox    notify.Backend
 	Shares    share.Backend
 	Webhooks  webhook.Backend
+	// Idempotency keeps the replies of creates sent with an
+	// Idempotency-Key.
+	Idempotency idempotency.Backend
 	// Where names the database in logs and errors, without a secret.
 	Where string
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/webhook"
@@ -105,6 +106,9 @@ func boltStores(db *bbolt.DB, path string) (st *Stores, err error) {
 		return nil, err
 	}
 	if st.Webhooks, err = webhook.NewBoltBackend(bdb); err != nil {
+		return nil, err
+	}
+	if st.Idempotency, err = idempotency.NewBoltBackend(bdb); err != nil {
 		return nil, err
 	}
 	return st, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/webhook"
@@ -130,7 +131,7 @@ func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
 		return nil, err
 	}
 	cb := contracts.NewPostgresBackend(db)
-	return &Stores{
+	st := &Stores{
 		DB:        db,
 		Keys:      keystore.NewPostgresBackend(db),
 		Templates: cb,
@@ -140,7 +141,9 @@ func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
 		Shares:    share.NewPostgresBackend(db),
 		Webhooks:  webhook.NewPostgresBackend(db),
 		Where:     where,
-	}, nil
+	}
+	st.Idempotency = idempotency.NewPostgresBackend(db)
+	return st, nil
 }
 
 // config is the pgdb configuration of this module.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/keygate/keygate/internal/gatewayproc"
@@ -114,6 +116,27 @@ func (g *gatewayProc) createContract(d *dataset) loadSpec {
 	h.Set("Content-Type", "application/json")
 	req := newRequest("POST", g.apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 201)
 	return loadSpec{name: "contract-create", addr: g.apiAddr, next: func(int, int) request { return req }}
+}
+
+// keySeq numbers the Idempotency-Keys of the bench, so that no two
+// requests of a process share one, whichever run sends them.
+var keySeq atomic.Int64
+
+// createContractKeyed is createContract with an Idempotency-Key of its
+// own on each request, so that each creates (and stores its reply).
+func (g *gatewayProc) createContractKeyed(d *dataset) loadSpec {
+	h := auth(d.contractsToken)
+	h.Set("Content-Type", "application/json")
+	h.Set("Idempotency-Key", "\x00")
+	raw := newRequest("POST", g.apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 201).raw
+	at := bytes.IndexByte(raw, 0)
+	before, after := raw[:at], raw[at+1:]
+	return loadSpec{name: "contract-create-keyed", addr: g.apiAddr, next: func(worker, n int) request {
+		b := make([]byte, 0, len(raw)+24)
+		b = append(b, before...)
+		b = fmt.Appendf(b, "bench-%d", keySeq.Add(1))
+		return request{raw: append(b, after...), expect: 201}
+	}}
 }
 
 func (g *gatewayProc) searchByTemplateCreator(d *dataset) loadSpec {

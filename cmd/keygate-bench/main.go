@@ -84,6 +84,11 @@ func main() {
 		runInstances(*caddyBin, smallStore, small, *instances)
 		return
 	}
+	if *against != "" {
+		fmt.Printf("keygate benchmark: %d clients, %d interleaved rounds of %s\nstorage backend: %s\n\n", *clients, *rounds, *runFor, be.describe())
+		runAgainst(be, tmp, smallStore, small)
+		return
+	}
 	log.Printf("preparing a store with %d keys, %d contracts and %d shares (takes a while)", *large, *large, *large)
 	big, err := prepare(largeStore, *large, *large, *large)
 	if err != nil {
@@ -104,7 +109,9 @@ func main() {
 	getShare := gw.compare("bare respond", gw.bare(), "GET /webapi/share/{uuid}", gw.getShare(small))
 	fmt.Printf("share get:               ratio = %.3f   (%s)\n", getShare, goal.atLeast(goal.shareGet))
 	creates := gw.creates(small, 64)
-	fmt.Printf("contract creates:        %.0f/s with 64 clients, each reply durable   (goal >= %.0f/s)\n\n", creates, goal.creates)
+	fmt.Printf("contract creates:        %.0f/s with 64 clients, each reply durable   (goal >= %.0f/s)\n", creates, goal.creates)
+	keyed := gw.createsOf(gw.createContractKeyed(small), 64)
+	fmt.Printf("  with an Idempotency-Key: %.0f/s (each key new: every request creates and stores its reply)\n\n", keyed)
 	gw.stop()
 
 	gw, err = startGateway(*caddyBin, largeStore)
@@ -176,7 +183,11 @@ func (g *gatewayProc) run(spec loadSpec) result {
 }
 
 func (g *gatewayProc) creates(d *dataset, n int) float64 {
-	spec := g.createContract(d)
+	return g.createsOf(g.createContract(d), n)
+}
+
+// createsOf runs spec, a create, with n clients and returns its rate.
+func (g *gatewayProc) createsOf(spec loadSpec, n int) float64 {
 	if *profile != "" && spec.name == *profileOf {
 		done := g.captureProfile(*profile, *runFor)
 		defer func() { <-done; *profile = "" }()

@@ -19,6 +19,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/pgtest"
 	"github.com/keygate/keygate/internal/storage"
@@ -51,6 +52,7 @@ type world struct {
 	svc    *signing.Service
 	outbox *notify.Outbox
 	shares *share.Store
+	idem   *idempotency.Store
 
 	contractsAPI, signPages, shareAPI, shareViewer http.Handler
 }
@@ -79,6 +81,7 @@ func openWorld(t *testing.T, db storage.DB, masterKey []byte, clock *testclock.C
 		}
 		ob notify.Backend
 		sb share.Backend
+		ib idempotency.Backend
 	)
 	switch d := db.(type) {
 	case *boltdb.DB:
@@ -94,8 +97,12 @@ func openWorld(t *testing.T, db storage.DB, masterKey []byte, clock *testclock.C
 		if sb, err = share.NewBoltBackend(d); err != nil {
 			t.Fatal(err)
 		}
+		if ib, err = idempotency.NewBoltBackend(d); err != nil {
+			t.Fatal(err)
+		}
 	case *pgdb.DB:
 		kb, cb, ob, sb = keystore.NewPostgresBackend(d), contracts.NewPostgresBackend(d), notify.NewPostgresBackend(d), share.NewPostgresBackend(d)
+		ib = idempotency.NewPostgresBackend(d)
 	default:
 		t.Fatalf("no stores for backend %s", db.Backend())
 	}
@@ -108,15 +115,18 @@ func openWorld(t *testing.T, db storage.DB, masterKey []byte, clock *testclock.C
 	if w.outbox, err = notify.NewOutbox(db, ob, sealer); err != nil {
 		t.Fatal(err)
 	}
+	if w.idem, err = idempotency.NewStore(idempotency.Config{DB: db, Backend: ib, Sealer: sealer, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
 	w.svc, err = signing.New(contracts.Config{DB: db, Backend: cb, Templates: w.tpl, Sealer: sealer,
-		PublicBaseURL: baseURL, SMSConfigured: true, Now: clock.Now},
+		PublicBaseURL: baseURL, SMSConfigured: true, Now: clock.Now, Idempotency: w.idem},
 		signing.Config{Outbox: w.outbox, OTPKey: derived(masterKey, "keygate signing one-time password v1")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.shares, err = share.NewStore(share.Config{DB: db, Backend: sb, PublicBaseURL: baseURL,
 		CookieKey: derived(masterKey, "keygate share unlock cookie v1"), Now: clock.Now,
-		PasswordParams: share.Argon2Params{Memory: 64, Time: 1, Threads: 1}})
+		PasswordParams: share.Argon2Params{Memory: 64, Time: 1, Threads: 1}, Idempotency: w.idem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +156,7 @@ type reply struct {
 	Body    string
 }
 
-var replyHeaders = []string{"Content-Type", "X-Total-Count", "Etag", "Content-Disposition", "Location"}
+var replyHeaders = []string{"Content-Type", "X-Total-Count", "Etag", "Content-Disposition", "Location", idempotency.ReplayedHeader}
 
 // do sends a request to the world. Requests under /webapi/ carry token as
 // their bearer key and go through the key check, which counts the use;
@@ -166,6 +176,24 @@ func (w *world) do(token, method, target, contentType, body string, cookies ...*
 	for _, c := range cookies {
 		r.AddCookie(c)
 	}
+	return w.serve(token, r)
+}
+
+// postKey is do for a JSON POST with an Idempotency-Key.
+func (w *world) postKey(token, target, body, key string) reply {
+	w.t.Helper()
+	r := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	r.RemoteAddr = "198.51.100.7:40000"
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set(idempotency.Header, key)
+	out, _ := w.serve(token, r)
+	return out
+}
+
+// serve hands r to the world as do describes.
+func (w *world) serve(token string, r *http.Request) (reply, *httptest.ResponseRecorder) {
+	w.t.Helper()
+	method, target := r.Method, r.URL.String()
 	rec := httptest.NewRecorder()
 	var h http.Handler
 	var table *keystore.Table

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
@@ -126,6 +127,7 @@ func copyStores(ctx context.Context, from, to storage.Tx, sealer *seal.Sealer, n
 		func() ([]storage.Copied, error) { return notify.CopyToPostgres(ctx, from, to) },
 		func() ([]storage.Copied, error) { return share.CopyToPostgres(ctx, from, to) },
 		func() ([]storage.Copied, error) { return webhook.CopyToPostgres(ctx, from, to) },
+		func() ([]storage.Copied, error) { return idempotency.CopyToPostgres(ctx, from, to, now) },
 	}
 	var all []storage.Copied
 	for _, step := range steps {

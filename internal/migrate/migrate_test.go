@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
@@ -39,6 +40,34 @@ type data struct {
 	shares     map[string]string // share label → uuid
 	passwords  map[string]string // share label → password
 	unlockedBy *http.Cookie      // the unlock cookie of share "issue"
+	// keyed are the creates sent with an Idempotency-Key (contract
+	// "sent", share "jql"), with their first replies.
+	keyed []keyedCreate
+}
+
+// keyedCreate is a create sent with an Idempotency-Key and its reply.
+type keyedCreate struct {
+	token, target, body, key string
+	first                    reply
+}
+
+// mustKeyed sends a create with an Idempotency-Key, records it in d and
+// decodes its 201 reply into out.
+func (d *data) mustKeyed(w *world, token, target string, body, out any) {
+	w.t.Helper()
+	raw, err := json.Marshal(body)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	k := keyedCreate{token: token, target: target, body: string(raw), key: "fill-" + string(rune('a'+len(d.keyed)))}
+	k.first = w.postKey(token, target, k.body, k.key)
+	if k.first.Status != http.StatusCreated || k.first.Headers[idempotency.ReplayedHeader] != "" {
+		w.t.Fatalf("keyed create: %d %s", k.first.Status, k.first.Body)
+	}
+	if err := json.Unmarshal([]byte(k.first.Body), out); err != nil {
+		w.t.Fatal(err)
+	}
+	d.keyed = append(d.keyed, k)
 }
 
 // fill stores, through the APIs and pages, keys that are used (and one
@@ -91,7 +120,11 @@ func fill(w *world) *data {
 			ID      string      `json:"id"`
 			Signers []signerOut `json:"signers"`
 		}
-		w.must(http.StatusCreated, token, http.MethodPost, contracts.Prefix, body, &out)
+		if label == "sent" {
+			d.mustKeyed(w, token, contracts.Prefix, body, &out)
+		} else {
+			w.must(http.StatusCreated, token, http.MethodPost, contracts.Prefix, body, &out)
+		}
 		d.contracts[label] = out.ID
 		var links []string
 		for _, s := range out.Signers {
@@ -175,7 +208,11 @@ func fill(w *world) *data {
 			s.body["password"] = s.password
 			d.passwords[s.label] = s.password
 		}
-		w.must(http.StatusCreated, s.token, http.MethodPost, "/webapi/share", s.body, &sh)
+		if s.label == "jql" {
+			d.mustKeyed(w, s.token, "/webapi/share", s.body, &sh)
+		} else {
+			w.must(http.StatusCreated, s.token, http.MethodPost, "/webapi/share", s.body, &sh)
+		}
 		d.shares[s.label] = sh.UUID
 		w.clock.Advance(time.Minute)
 	}
@@ -377,7 +414,7 @@ func TestCopyToPostgres(t *testing.T) {
 	}
 	want := map[string]int64{
 		"keys": 5, "templates": 2, "contract documents": 2, "contracts": 7, "signing links": 11, "attachments": 2,
-		"one-time passwords": 2, "signatures": 1, "shares": 4, "share activity": 12,
+		"one-time passwords": 2, "signatures": 1, "shares": 4, "share activity": 12, "idempotent replies": 2,
 	}
 	for kind, n := range want {
 		if counts[kind] != n {
@@ -411,6 +448,15 @@ func TestCopyToPostgres(t *testing.T) {
 	}
 	compareReplies(t, before, snapshot(w2, d))
 	compareReplies(t, pagesBefore, pages(w2, d))
+	// A create retried after the move gets its first reply, not a second
+	// contract or share.
+	for _, k := range d.keyed {
+		want := k.first
+		want.Headers[idempotency.ReplayedHeader] = "true"
+		if got := w2.postKey(k.token, k.target, k.body, k.key); !reflect.DeepEqual(got, want) {
+			t.Errorf("retry of %s after the copy:\n got %+v\nwant %+v", k.target, got, want)
+		}
+	}
 
 	// Every waiting message is delivered, sealed parts opened, as the
 	// bbolt outbox delivers it.

@@ -37,6 +37,14 @@ const (
 	defaultInvalidFieldText = "is invalid"
 )
 
+const (
+	// CodeIdempotencyKeyReused is the 422 of an Idempotency-Key sent
+	// again with another request body (clients.md).
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	// MaxBodyBytes bounds every JSON request body (413 beyond).
+	MaxBodyBytes = maxBodyBytes
+)
+
 // FieldError names one invalid field or query parameter.
 type FieldError struct {
 	Field   string `json:"field"`

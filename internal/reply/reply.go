@@ -15,16 +15,31 @@ import (
 // share recipients), so no cache may keep them. v is encoded before the
 // status is sent, so a value that cannot be encoded becomes a 500.
 func JSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
+	body, err := Encode(v)
 	if err != nil {
 		problem.Write(w, problem.Internal())
 		return
 	}
+	Bytes(w, status, body)
+}
+
+// Encode is the body JSON sends for v, so that a caller that must keep
+// the reply (an idempotent create) stores exactly what it sends.
+func Encode(v any) ([]byte, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(body, '\n'), nil
+}
+
+// Bytes sends body, made by Encode, as JSON sends it.
+func Bytes(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	problem.SecureHeaders(h)
 	h.Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body)
 }
 
 // WantsJSON reports whether the client asked for JSON: an Accept that

@@ -10,8 +10,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/reply"
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -68,12 +70,23 @@ func (h *handler) unmatched(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) create(w http.ResponseWriter, r *http.Request) {
+	owner := keystore.IdentityFrom(r.Context()).Owner
+	call, ok := h.store.cfg.Idempotency.Begin(w, r, owner, Prefix)
+	if !ok {
+		return
+	}
+	if call != nil {
+		defer call.Done()
+	}
 	var in CreateRequest
 	if err := problem.DecodeJSON(w, r, &in); err != nil {
 		problem.WriteError(w, err)
 		return
 	}
-	owner := keystore.IdentityFrom(r.Context()).Owner
+	if call != nil {
+		h.createOnce(w, r, call, owner, &in)
+		return
+	}
 	c, err := h.store.Create(r.Context(), owner, &in)
 	if err != nil {
 		h.fail(w, r, err)
@@ -86,6 +99,31 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", Prefix+"/"+c.ID)
 	reply.JSON(w, http.StatusCreated, v)
+}
+
+// createOnce is create with an Idempotency-Key: the reply is made in
+// the create's transaction and stored with the contract.
+func (h *handler) createOnce(w http.ResponseWriter, r *http.Request, call *idempotency.Call, owner string, in *CreateRequest) {
+	var rep idempotency.Reply
+	_, err := h.store.CreateWith(r.Context(), owner, in, func(tx storage.Tx, c *Contract) error {
+		v, err := h.store.view(c, true, owner)
+		if err != nil {
+			return err
+		}
+		body, err := reply.Encode(v)
+		if err != nil {
+			return err
+		}
+		rep = idempotency.Reply{Status: http.StatusCreated, Location: Prefix + "/" + c.ID, Body: body}
+		return call.Save(r.Context(), tx, rep)
+	})
+	if err != nil {
+		if !call.Recorded(w, r, err) {
+			h.fail(w, r, err)
+		}
+		return
+	}
+	call.Write(w, rep)
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {

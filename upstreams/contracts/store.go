@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/text"
@@ -59,6 +60,9 @@ type Config struct {
 	// from the changes the signing lifecycle makes through Update, which
 	// takes them from here. nil means events.Discard.
 	Events events.Sink
+	// Idempotency keeps the replies of creates sent with an
+	// Idempotency-Key (clients.md); nil: the header is ignored.
+	Idempotency *idempotency.Store
 }
 
 // Store keeps contracts with their search indexes through its Backend.
@@ -129,6 +133,14 @@ func parseID(id string) (uuid.UUID, bool) {
 // template is read in that transaction. The returned contract's signers
 // carry their clear tokens, for AccessURL.
 func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*Contract, error) {
+	return s.CreateWith(ctx, owner, in, nil)
+}
+
+// CreateWith is Create with inTx, when not nil, run last in the
+// transaction that stores the contract (after OnCreate), for what must
+// commit with it or not at all: an idempotent create's stored reply. It
+// may run more than once; an error fails this create alone.
+func (s *Store) CreateWith(ctx context.Context, owner string, in *CreateRequest, inTx func(tx storage.Tx, c *Contract) error) (*Contract, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -207,6 +219,11 @@ func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*C
 		}
 		if s.cfg.OnCreate != nil {
 			if err := s.cfg.OnCreate(tx, c); err != nil {
+				return err
+			}
+		}
+		if inTx != nil {
+			if err := inTx(tx, c); err != nil {
 				return err
 			}
 		}

@@ -10,8 +10,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/reply"
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/text"
 	"github.com/keygate/keygate/keystore"
 )
@@ -197,18 +199,51 @@ func (h *api) create(w http.ResponseWriter, r *http.Request) {
 	if !h.noQuery(w, r) {
 		return
 	}
+	caller := keystore.IdentityFrom(r.Context())
+	call, ok := h.s.idem.Begin(w, r, caller.Owner, Prefix)
+	if !ok {
+		return
+	}
+	if call != nil {
+		defer call.Done()
+	}
 	var in CreateRequest
 	if err := problem.DecodeJSON(w, r, &in); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	sh, err := h.s.Create(r.Context(), keystore.IdentityFrom(r.Context()), &in)
+	if call != nil {
+		h.createOnce(w, r, call, caller, &in)
+		return
+	}
+	sh, err := h.s.Create(r.Context(), caller, &in)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	w.Header().Set("Location", Prefix+"/"+sh.UUID)
 	reply.JSON(w, http.StatusCreated, sh)
+}
+
+// createOnce is create with an Idempotency-Key: the reply is made in
+// the create's transaction and stored with the share.
+func (h *api) createOnce(w http.ResponseWriter, r *http.Request, call *idempotency.Call, caller *keystore.Identity, in *CreateRequest) {
+	var rep idempotency.Reply
+	_, err := h.s.CreateWith(r.Context(), caller, in, func(tx storage.Tx, sh *Share) error {
+		body, err := reply.Encode(sh)
+		if err != nil {
+			return err
+		}
+		rep = idempotency.Reply{Status: http.StatusCreated, Location: Prefix + "/" + sh.UUID, Body: body}
+		return call.Save(r.Context(), tx, rep)
+	})
+	if err != nil {
+		if !call.Recorded(w, r, err) {
+			h.fail(w, r, err)
+		}
+		return
+	}
+	call.Write(w, rep)
 }
 
 func (h *api) get(w http.ResponseWriter, r *http.Request) {

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/keystore"
@@ -43,6 +44,9 @@ type Config struct {
 	// transaction of each change, a page view's in the transaction of
 	// Flush that writes the view down; nil means events.Discard.
 	Events events.Sink
+	// Idempotency keeps the replies of creates sent with an
+	// Idempotency-Key (clients.md); nil: the header is ignored.
+	Idempotency *idempotency.Store
 }
 
 // Store keeps shares and their activity through its Backend, on bbolt or
@@ -58,6 +62,7 @@ type Store struct {
 	events    events.Sink
 	views     *views
 	unlocks   *unlockLimiter
+	idem      *idempotency.Store
 }
 
 // NewStore checks cfg.
@@ -84,6 +89,7 @@ func NewStore(cfg Config) (*Store, error) {
 		log:       cfg.Logger,
 		hasher:    newHasher(cfg.PasswordParams),
 		events:    cfg.Events,
+		idem:      cfg.Idempotency,
 	}
 	if s.events == nil {
 		s.events = events.Discard
@@ -174,6 +180,15 @@ func (s *Store) loadForUpdate(tx storage.Tx, uuidStr string) (*record, error) {
 // activity entry "created". Creates share commits (db.Batch): many at
 // once cost few disk syncs, and a returned share is on disk.
 func (s *Store) Create(ctx context.Context, caller *keystore.Identity, in *CreateRequest) (*Share, error) {
+	return s.CreateWith(ctx, caller, in, nil)
+}
+
+// CreateWith is Create with inTx, when not nil, run last in the
+// transaction that stores the share, given the share as the reply shows
+// it, for what must commit with it or not at all: an idempotent create's
+// stored reply. It may run more than once; an error fails this create
+// alone.
+func (s *Store) CreateWith(ctx context.Context, caller *keystore.Identity, in *CreateRequest, inTx func(tx storage.Tx, sh *Share) error) (*Share, error) {
 	if caller == nil || caller.Owner == "" {
 		return nil, errNoIdentity
 	}
@@ -211,7 +226,13 @@ func (s *Store) Create(ctx context.Context, caller *keystore.Identity, in *Creat
 		if err := s.be.AddActivity(tx, r.ID, act); err != nil {
 			return err
 		}
-		return s.emit(tx, events.ShareCreated, r.toShare(s.baseURL, now, 0), now)
+		sh := r.toShare(s.baseURL, now, 0)
+		if inTx != nil {
+			if err := inTx(tx, sh); err != nil {
+				return err
+			}
+		}
+		return s.emit(tx, events.ShareCreated, sh, now)
 	})
 	if err != nil {
 		return nil, err

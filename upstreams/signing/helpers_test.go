@@ -98,7 +98,8 @@ func (f *fixture) open() {
 	f.backend = newBackend(t, f.db)
 	f.events = eventstest.New(t, f.db)
 	f.svc, err = New(contracts.Config{DB: f.db, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
-		SMSConfigured: true, Now: f.clock.Now, Events: f.events}, Config{Outbox: f.outbox, Backend: f.backend, OTPKey: []byte(testOTPKey)})
+		SMSConfigured: true, Now: f.clock.Now, Events: f.events,
+		Idempotency: newIdempotency(t, f.db, sealer, f.clock.Now)}, Config{Outbox: f.outbox, Backend: f.backend, OTPKey: []byte(testOTPKey)})
 	if err != nil {
 		t.Fatal(err)
 	}
