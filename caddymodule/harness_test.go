@@ -158,6 +158,9 @@ var apiShareHandler = regexp.MustCompile(`webapi_share\s`)
 
 // defaultSite is the API routing of the default Caddyfile.
 const defaultSite = `
+	handle /webapi/openapi.json {
+		webapi_openapi
+	}
 	handle /webapi/contracts* {
 		webapi_auth contracts
 		webapi_contracts

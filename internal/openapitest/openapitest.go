@@ -220,6 +220,9 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 	if v.kindOf(req) == KeyCheckOnly && mediaType(resp.Header.Get("Content-Type")) != "application/problem+json" {
 		return nil // not keygate's reply
 	}
+	if resp.StatusCode == http.StatusRequestHeaderFieldsTooLarge {
+		return nil // net/http's own refusal, before any handler of keygate
+	}
 	v.checked.Add(1)
 	e := &exchange{v: v, d: d, req: req, reqBody: reqBody, resp: resp, respBody: respBody}
 	e.check()
