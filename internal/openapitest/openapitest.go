@@ -698,8 +698,12 @@ func Install() (restore func(), err error) {
 }
 
 // CheckUnreported prints the mismatches no test reported to w and tells
-// whether there were any, for TestMain to fail the run.
+// whether there were any, for TestMain to fail the run. It prints how
+// many replies were checked, too.
 func CheckUnreported(w io.Writer) bool {
+	if v, err := Default(); err == nil {
+		fmt.Fprintf(w, "openapitest: %d replies checked against the OpenAPI documents\n", v.Checked())
+	}
 	errs := Unreported.Take()
 	for _, err := range errs {
 		fmt.Fprintln(w, "FAIL (after the tests):", err)
