@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/keygate/keygate/internal/openapi"
 )
 
 const (
@@ -111,6 +113,10 @@ func TestCheck(t *testing.T) {
 			http.Header{"Content-Type": {"text/html; charset=utf-8"}}, "<!doctype html>", ""},
 		{"admin key list", "GET", "/webapi/keys?service=share", nil, "", 200,
 			http.Header{"Content-Type": {"application/json"}}, `[]`, ""},
+		{"HEAD of a documented GET", "HEAD", "/webapi/contracts/" + contractID, auth, "", 200,
+			http.Header{"Content-Type": {"application/json"}}, "", ""},
+		{"HEAD with an undocumented status", "HEAD", "/webapi/contracts/" + contractID, auth, "", 202,
+			http.Header{"Content-Type": {"application/json"}}, "", "status 202"},
 		{"not the API", "GET", "/metrics", nil, "", 200,
 			http.Header{"Content-Type": {"text/plain"}, "X-Anything": {"1"}}, "whatever", ""},
 	}
@@ -163,5 +169,28 @@ func TestTransport(t *testing.T) {
 	errs := f.Take()
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "searchContracts") || !strings.Contains(errs[0].Error(), "unexpected") {
 		t.Fatalf("failures %v", errs)
+	}
+}
+
+// TestKeyCheckOnly: behind a host that runs the key check in front of
+// something else, only the key check's problem replies are checked.
+func TestKeyCheckOnly(t *testing.T) {
+	v, err := New(openapi.WebAPI(), openapi.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.SetHost("echo.test", KeyCheckOnly)
+	req := httptest.NewRequest("GET", "http://echo.test/webapi/contracts/x", nil)
+	echo := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/plain"}}}
+	if err := v.Check(req, nil, echo, []byte("op=get")); err != nil {
+		t.Fatalf("an echo reply was checked: %v", err)
+	}
+	refusal := &http.Response{StatusCode: 401, Header: http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}}}
+	err = v.Check(req, nil, refusal, []byte(`{"type":"about:blank","title":"Unauthorized","status":401,"code":"missing_key"}`))
+	if err == nil || !strings.Contains(err.Error(), "WWW-Authenticate") {
+		t.Fatalf("a refusal without WWW-Authenticate: %v", err)
+	}
+	if v.Checked() != 1 {
+		t.Fatalf("checked %d, want 1", v.Checked())
 	}
 }
