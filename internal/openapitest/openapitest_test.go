@@ -128,6 +128,9 @@ func TestCheck(t *testing.T) {
 			}
 			resp := &http.Response{StatusCode: tc.status, Header: secure(tc.header.Clone()), Request: req}
 			err := v.Check(req, []byte(tc.reqBody), resp, []byte(tc.body))
+			if err != nil && testing.Verbose() {
+				t.Log(err)
+			}
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("unexpected mismatch: %v", err)
