@@ -9,9 +9,10 @@
 // refuses must get a 4xx (a test may send a bad request on purpose, but
 // the gateway must not accept what the document says it refuses).
 // Replies that are not the API (HTML pages, PDFs) are checked for status,
-// media type and headers only. Responses and requests are validated with
-// kin-openapi's openapi3filter, which uses a JSON Schema 2020-12
-// validator for OpenAPI 3.1 documents.
+// media type and headers only. Routes, parameters, security, statuses
+// and headers are checked with kin-openapi's openapi3filter; JSON bodies
+// with the JSON Schema 2020-12 validator it uses for OpenAPI 3.1
+// (santhosh-tekuri/jsonschema), each schema compiled once (schemas.go).
 package openapitest
 
 import (
