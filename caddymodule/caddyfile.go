@@ -18,6 +18,10 @@ func init() {
 		httpcaddyfile.RegisterHandlerDirective(d.name, d.parse)
 		httpcaddyfile.RegisterDirectiveOrder(d.name, httpcaddyfile.Before, "reverse_proxy")
 	}
+	// The OpenAPI document answers where a terminal handler would, like
+	// the APIs it describes.
+	httpcaddyfile.RegisterHandlerDirective("webapi_openapi", parseOpenAPI)
+	httpcaddyfile.RegisterDirectiveOrder("webapi_openapi", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // terminalDirectives are the API handlers, each taking no arguments.
@@ -188,6 +192,12 @@ func (h *Auth) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.Errf("webapi_auth takes no block")
 	}
 	return nil
+}
+
+// parseOpenAPI reads `webapi_openapi [<server_url>]`.
+func parseOpenAPI(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	o := new(OpenAPI)
+	return o, o.UnmarshalCaddyfile(h.Dispenser)
 }
 
 // noArgs parses a directive that takes neither arguments nor a block.

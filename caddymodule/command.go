@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/openapi"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
@@ -29,13 +30,14 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "webapi",
-		Usage: "keys|templates|webhooks|migrate <command> [flags]",
-		Short: "Manages keygate API keys, contract templates and webhooks; moves data to PostgreSQL",
+		Usage: "keys|templates|webhooks|migrate|openapi <command> [flags]",
+		Short: "Manages keygate API keys, contract templates and webhooks; moves data to PostgreSQL; prints the OpenAPI documents",
 		Long: `
 Manages keygate API keys, contract templates and webhook subscriptions
 through the admin endpoint of a running gateway (--address, default
 localhost:2019, as caddy reload). "migrate" copies a stopped gateway's bbolt
-data into PostgreSQL.
+data into PostgreSQL. "openapi" prints the OpenAPI 3.1 document of the Web
+APIs (--admin: of the administration API), without a running gateway.
 
 "keys create" and "keys reveal" print the token alone on standard output,
 so TOKEN=$(caddy webapi keys create ...) works; so do "webhooks add" and
@@ -48,7 +50,7 @@ object. Errors go to standard error with a non-zero exit status.`,
 // setupWebapiCommand adds the subcommands and the --address flag.
 func setupWebapiCommand(cmd *cobra.Command) {
 	cmd.PersistentFlags().String("address", "", "The address of the admin endpoint (default localhost:2019)")
-	cmd.AddCommand(keysCommand(), templatesCommand(), webhooksCommand(), migrateCommand())
+	cmd.AddCommand(keysCommand(), templatesCommand(), webhooksCommand(), migrateCommand(), openapiCommand())
 }
 
 // keyFlags are the flags of keys create and keys update.
@@ -665,4 +667,55 @@ func printWebhookOr(c *cobra.Command, s webhook.Subscription, line string) error
 		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
 	}
 	return tw.Flush()
+}
+
+// openapiCommand prints an OpenAPI document: the Web APIs', or with
+// --admin the administration API's, as indented JSON or, with --yaml, as
+// its YAML source. It needs no running gateway.
+func openapiCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "openapi [--admin] [--yaml] [--server URL]",
+		Short: "Prints the OpenAPI 3.1 document of the Web APIs (--admin: of the administration API)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			admin, _ := c.Flags().GetBool("admin")
+			asYAML, _ := c.Flags().GetBool("yaml")
+			server, _ := c.Flags().GetString("server")
+			if admin && server == "" && !asYAML {
+				if addr, _ := c.Flags().GetString("address"); addr != "" {
+					server = "http://" + addr
+				}
+			}
+			out := c.OutOrStdout()
+			if asYAML {
+				if server != "" {
+					return errors.New("--server works on the JSON form only; edit servers in the YAML by hand")
+				}
+				src := openapi.WebAPIYAML()
+				if admin {
+					src = openapi.AdminYAML()
+				}
+				_, err := out.Write(src)
+				return err
+			}
+			doc, err := openapi.WebAPIFor(server)
+			if admin {
+				doc, err = openapi.AdminFor(server)
+			}
+			if err != nil {
+				return err
+			}
+			var buf bytes.Buffer
+			if err := json.Indent(&buf, doc, "", "  "); err != nil {
+				return err
+			}
+			buf.WriteByte('\n')
+			_, err = buf.WriteTo(out)
+			return err
+		},
+	}
+	c.Flags().Bool("admin", false, "the administration API's document instead")
+	c.Flags().Bool("yaml", false, "print the YAML source instead of JSON")
+	c.Flags().String("server", "", "the server URL to name (default: the Web APIs' \"/\", the admin API's --address or http://localhost:2019)")
+	return c
 }

@@ -7,6 +7,7 @@ package caddymodule_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/openapitest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testwait"
 )
@@ -33,7 +35,7 @@ func kgSend(t *testing.T, client *http.Client, method, u, contentType string, bo
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequest(method, u, rd)
+	req, err := http.NewRequestWithContext(openapitest.WithTB(context.Background(), t), method, u, rd)
 	if err != nil {
 		t.Fatal(err)
 	}

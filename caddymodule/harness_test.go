@@ -2,12 +2,14 @@ package caddymodule_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/internal/openapitest"
 	"github.com/keygate/keygate/internal/pgtest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
@@ -24,6 +27,19 @@ var (
 	adminURL = fmt.Sprintf("http://localhost:%d", caddymodule.TestAdminPort)
 	siteURL  = fmt.Sprintf("http://localhost:%d", caddymodule.TestSitePort)
 )
+
+// Every reply a test receives from the gateway, through any client that
+// sets no Transport of its own, is checked against the OpenAPI documents
+// (internal/openapitest): an undocumented status, header or field fails
+// the test. do and kgSend report at once; other clients' mismatches are
+// reported when the test's gateway stops, or else after the run.
+func init() {
+	if _, err := openapitest.Install(); err != nil {
+		panic(err)
+	}
+	v, _ := openapitest.Default()
+	v.SetHostsOf(siteURL, adminURL)
+}
 
 // gateway is one loaded test config with its data directory and storage.
 type gateway struct {
@@ -103,6 +119,7 @@ func startGateway(t *testing.T, b backend, site string) *gateway {
 	// closes and the notification worker stops writing into the directory.
 	t.Cleanup(func() {
 		g.tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", caddymodule.TestAdminPort), "caddyfile")
+		openapitest.Unreported.Report(t)
 	})
 	g.load(site)
 	return g
@@ -126,11 +143,24 @@ func newTester(t *testing.T) *caddytest.Tester {
 // load (re)loads the config with site on this gateway's data directory.
 func (g *gateway) load(site string) {
 	g.t.Helper()
+	// A site without the API handlers answers authorized requests with a
+	// test's own handler: only the key check's refusals are keygate's.
+	kind := openapitest.KeyCheckOnly
+	if strings.Contains(site, "webapi_contracts") || apiShareHandler.MatchString(site) {
+		kind = openapitest.Site
+	}
+	v, _ := openapitest.Default()
+	v.SetHost(strings.TrimPrefix(siteURL, "http://"), kind)
 	g.tester.InitServer(g.config(site), "caddyfile")
 }
 
+var apiShareHandler = regexp.MustCompile(`webapi_share\s`)
+
 // defaultSite is the API routing of the default Caddyfile.
 const defaultSite = `
+	handle /webapi/openapi.json {
+		webapi_openapi
+	}
 	handle /webapi/contracts* {
 		webapi_auth contracts
 		webapi_contracts
@@ -188,7 +218,7 @@ func do(t *testing.T, method, url string, body any, header ...string) response {
 		}
 		rd = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequest(method, url, rd)
+	req, err := http.NewRequestWithContext(openapitest.WithTB(context.Background(), t), method, url, rd)
 	if err != nil {
 		t.Fatal(err)
 	}

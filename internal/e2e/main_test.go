@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/internal/gatewayproc"
+	"github.com/keygate/keygate/internal/openapitest"
 	"github.com/keygate/keygate/internal/pgtest"
 )
 
@@ -34,7 +35,20 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return pgtest.Main(m)
+	// Every reply the tests receive, through any client that sets no
+	// Transport of its own (gatewayproc's admin calls included), is
+	// checked against the OpenAPI documents (internal/openapitest).
+	restore, err := openapitest.Install()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer restore()
+	code := pgtest.Main(m)
+	if openapitest.CheckUnreported(os.Stderr) && code == 0 {
+		code = 1
+	}
+	return code
 }
 
 // start runs a gateway on a fresh data directory, stopped when the test
@@ -52,10 +66,16 @@ func start(t *testing.T, o gatewayproc.Options) *gatewayproc.Gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if v, err := openapitest.Default(); err == nil {
+		v.SetHostsOf(g.Site, g.Admin)
+	}
 	t.Cleanup(func() {
 		if err := g.Stop(); err != nil {
 			t.Error(err)
 		}
+		// Mismatches of the requests made without the test at hand
+		// (helpers without t, load goroutines) fail it now.
+		openapitest.Unreported.Report(t)
 	})
 	return g
 }

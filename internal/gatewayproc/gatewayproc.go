@@ -55,6 +55,9 @@ func ModuleRoot(dir string) (string, error) {
 // DefaultSite is the site block of the default Caddyfile: both APIs, the
 // signing and share pages, and a problem body for everything else.
 const DefaultSite = `
+	handle /webapi/openapi.json {
+		webapi_openapi
+	}
 	handle /webapi/contracts* {
 		webapi_auth contracts
 		webapi_contracts
