@@ -54,7 +54,13 @@ func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockTimeout})
+	// Open reads the freelist through the memory map already: a file cut
+	// before it faults there, so it is read under whileReadingPages too.
+	var db *bbolt.DB
+	err = whileReadingPages(path, func() (err error) {
+		db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockTimeout})
+		return err
+	})
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, fmt.Errorf("database %s is locked by another process (waited %s): stop the other gateway or give this one another data_dir", path, lockTimeout)
 	}
