@@ -277,11 +277,11 @@ func testWebhookEventsThroughGateway(t *testing.T, b backend) {
 	}
 	want = append(want, wantEvent{"contract.created", bc.ID, "sent", ""}, wantEvent{"contract.deleted", bc.ID, "sent", ""})
 
-	// C: expires a few seconds after its creation; the sweeper writes it
-	// down.
+	// C: expires a few seconds after its creation (time enough for the
+	// create on a loaded machine); the sweeper writes it down.
 	cc := ctrCreate(t, alice, map[string]any{"templateId": "TPL-1", "name": "Hook C",
 		"signers":             []map[string]any{{"fullName": "Ursula Url", "accessKind": "url"}},
-		"expirationTimestamp": time.Now().UTC().Add(3 * time.Second).Format(time.RFC3339Nano)})
+		"expirationTimestamp": time.Now().UTC().Add(5 * time.Second).Format(time.RFC3339Nano)})
 	want = append(want, wantEvent{"contract.created", cc.ID, "sent", ""}, wantEvent{"contract.expired", cc.ID, "expired", ""})
 
 	// D: opened and rejected.
@@ -537,11 +537,14 @@ func testWebhookFilters(t *testing.T, b backend) {
 		{"/carol", nil},
 	}
 	// Every event has been fanned out once the unfiltered subscription
-	// has it; each other subscription's test message comes after what
-	// was fanned out to it before.
+	// has it; then each subscription has its own, and its test message
+	// comes after anything else fanned out to it.
 	testwait.For(t, testwait.Generous, "every event at /all", func() bool { return len(hooks.received("/all")) >= len(all) })
 	for _, tc := range tests {
 		t.Run(strings.TrimPrefix(tc.path, "/"), func(t *testing.T) {
+			testwait.For(t, testwait.Generous, fmt.Sprintf("%d deliveries", len(tc.want)), func() bool {
+				return len(hooks.received(tc.path)) >= len(tc.want)
+			})
 			var seen []wantEvent
 			for _, req := range hooks.sentinel(t, subs[tc.path], tc.path) {
 				seen = append(seen, gotEvent(req.event(t)))
