@@ -167,6 +167,8 @@ type Call struct {
 	id   ID
 	hash [sha256.Size]byte
 	once sync.Once
+	// created is the reply SaveCreated stored, for Finish.
+	created Reply
 }
 
 // Begin checks r's Idempotency-Key, sent by owner (the API key's owner)
@@ -322,6 +324,29 @@ func (c *Call) Save(ctx context.Context, tx storage.Tx, rep Reply) error {
 type recordedError struct{ rec *Record }
 
 func (e *recordedError) Error() string { return "idempotency: the key has a record already" }
+
+// SaveCreated is Save of the 201 reply of a create: the new record at
+// location, v as its body. Finish answers with it.
+func (c *Call) SaveCreated(ctx context.Context, tx storage.Tx, location string, v any) error {
+	body, err := reply.Encode(v)
+	if err != nil {
+		return err
+	}
+	c.created = Reply{Status: http.StatusCreated, Location: location, Body: body}
+	return c.Save(ctx, tx, c.created)
+}
+
+// Finish answers the create that ended with err and called SaveCreated:
+// its stored reply, or the key's record that Save found (Recorded), or
+// fail's answer to any other error.
+func (c *Call) Finish(w http.ResponseWriter, r *http.Request, err error, fail func(http.ResponseWriter, *http.Request, error)) {
+	switch {
+	case err == nil:
+		c.Write(w, c.created)
+	case !c.Recorded(w, r, err):
+		fail(w, r, err)
+	}
+}
 
 // Write sends rep, the reply that Save stored, to the client of c.
 func (c *Call) Write(w http.ResponseWriter, rep Reply) {

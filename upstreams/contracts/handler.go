@@ -104,26 +104,14 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 // createOnce is create with an Idempotency-Key: the reply is made in
 // the create's transaction and stored with the contract.
 func (h *handler) createOnce(w http.ResponseWriter, r *http.Request, call *idempotency.Call, owner string, in *CreateRequest) {
-	var rep idempotency.Reply
 	_, err := h.store.CreateWith(r.Context(), owner, in, func(tx storage.Tx, c *Contract) error {
 		v, err := h.store.view(c, true, owner)
 		if err != nil {
 			return err
 		}
-		body, err := reply.Encode(v)
-		if err != nil {
-			return err
-		}
-		rep = idempotency.Reply{Status: http.StatusCreated, Location: Prefix + "/" + c.ID, Body: body}
-		return call.Save(r.Context(), tx, rep)
+		return call.SaveCreated(r.Context(), tx, Prefix+"/"+c.ID, v)
 	})
-	if err != nil {
-		if !call.Recorded(w, r, err) {
-			h.fail(w, r, err)
-		}
-		return
-	}
-	call.Write(w, rep)
+	call.Finish(w, r, err, h.fail)
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {

@@ -228,22 +228,10 @@ func (h *api) create(w http.ResponseWriter, r *http.Request) {
 // createOnce is create with an Idempotency-Key: the reply is made in
 // the create's transaction and stored with the share.
 func (h *api) createOnce(w http.ResponseWriter, r *http.Request, call *idempotency.Call, caller *keystore.Identity, in *CreateRequest) {
-	var rep idempotency.Reply
 	_, err := h.s.CreateWith(r.Context(), caller, in, func(tx storage.Tx, sh *Share) error {
-		body, err := reply.Encode(sh)
-		if err != nil {
-			return err
-		}
-		rep = idempotency.Reply{Status: http.StatusCreated, Location: Prefix + "/" + sh.UUID, Body: body}
-		return call.Save(r.Context(), tx, rep)
+		return call.SaveCreated(r.Context(), tx, Prefix+"/"+sh.UUID, sh)
 	})
-	if err != nil {
-		if !call.Recorded(w, r, err) {
-			h.fail(w, r, err)
-		}
-		return
-	}
-	call.Write(w, rep)
+	call.Finish(w, r, err, h.fail)
 }
 
 func (h *api) get(w http.ResponseWriter, r *http.Request) {
