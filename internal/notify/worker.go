@@ -139,33 +139,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer close(watched); w.ob.backend.Watch(ctx, w.ob.signal) }()
 	defer func() { cancel(); <-watched }()
 
-	// After a storage error (a full disk) the next pass comes after
-	// BaseDelay, doubling up to PollInterval, so that delivery resumes
-	// soon after the disk has room again.
-	errWait := time.Duration(0)
-	for ctx.Err() == nil {
-		wait, err := w.pass(ctx)
-		if err != nil && ctx.Err() != nil {
-			break // a transaction cut short by the stop
-		}
-		if err != nil {
-			errWait = min(max(2*errWait, w.cfg.BaseDelay), w.cfg.PollInterval)
-			w.cfg.Logger.Error("notification outbox", zap.Duration("retry_in", errWait), zap.Error(err))
-			wait = errWait
-		} else {
-			errWait = 0
-		}
-		if wait == 0 {
-			continue
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-w.ob.wake:
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
+	RunPasses(ctx, w.ob.wake, w.cfg.BaseDelay, w.cfg.PollInterval, w.pass, func(retryIn time.Duration, err error) {
+		w.cfg.Logger.Error("notification outbox", zap.Duration("retry_in", retryIn), zap.Error(err))
+	})
 	return nil
 }
 

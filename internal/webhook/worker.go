@@ -197,32 +197,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer close(watched); w.st.backend.Watch(ctx, w.st.signal) }()
 	defer func() { cancel(); <-watched }()
 
-	// After a storage error the next pass comes after BaseDelay, doubling
-	// up to PollInterval.
-	errWait := time.Duration(0)
-	for ctx.Err() == nil {
-		wait, err := w.pass(ctx)
-		if err != nil && ctx.Err() != nil {
-			break
-		}
-		if err != nil {
-			errWait = min(max(2*errWait, w.cfg.BaseDelay), w.cfg.PollInterval)
-			w.cfg.Logger.Error("webhook outbox", zap.Duration("retry_in", errWait), zap.Error(err))
-			wait = errWait
-		} else {
-			errWait = 0
-		}
-		if wait == 0 {
-			continue
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-w.st.wake:
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
+	notify.RunPasses(ctx, w.st.wake, w.cfg.BaseDelay, w.cfg.PollInterval, w.pass, func(retryIn time.Duration, err error) {
+		w.cfg.Logger.Error("webhook outbox", zap.Duration("retry_in", retryIn), zap.Error(err))
+	})
 	return nil
 }
 
