@@ -55,7 +55,7 @@ func (b *BoltBackend) PutTemplate(_ context.Context, stx storage.Tx, t *Template
 	return created, tx.Bucket(bucketTemplateDigests).Put([]byte(t.ID), digest[:])
 }
 
-var errTemplateExists = problem.New(http.StatusConflict, problem.CodeConflict, "a template with this id exists: replace it with PUT")
+var errTemplateExists = problem.New(http.StatusConflict, problem.CodeConflict, "a template with this id exists: replace it with PUT /webapi/templates/{id} on the admin endpoint, or remove it first (caddy webapi templates remove ID)")
 
 // Template implements TemplateBackend.
 func (b *BoltBackend) Template(_ context.Context, stx storage.Tx, id string) (*Template, []byte, error) {
