@@ -95,6 +95,10 @@ type Worker struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	stopped bool
+
+	// lastFanOut is when a fan-out last found events (Run's goroutine
+	// only).
+	lastFanOut time.Time
 }
 
 // running is held by the one Worker of a store.
@@ -221,22 +225,48 @@ func (w *Worker) Stop() {
 // the next delivery falls due or the poll interval, whichever comes
 // first; a finished attempt or a commit wakes it sooner.
 func (w *Worker) pass(ctx context.Context) (time.Duration, error) {
-	// A bounded fan-out per pass, so that a stream of events never holds
-	// up the deliveries; the next pass comes at once for the rest.
+	// Fan-outs that found events are at least fanOutLinger apart: while
+	// creates stream in, each commit of theirs wakes the worker, and a
+	// fan-out per wake-up would add a write commit per create commit.
 	backlog := false
-	for i := 0; ; i++ {
-		n, err := w.st.dispatch(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("fanning events out: %w", err)
-		}
-		if n < dispatchBatch {
-			break
-		}
-		if i == 9 {
-			backlog = true
-			break
+	var fanOutWait time.Duration
+	if since := time.Since(w.lastFanOut); since < fanOutLinger {
+		fanOutWait = fanOutLinger - since
+	} else {
+		// A bounded fan-out per pass, so that a stream of events never
+		// holds up the deliveries; the next pass comes at once for the
+		// rest.
+		for i := 0; ; i++ {
+			n, err := w.st.dispatch(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("fanning events out: %w", err)
+			}
+			if n > 0 {
+				w.lastFanOut = time.Now()
+			}
+			if n < dispatchBatch {
+				break
+			}
+			if i == 9 {
+				backlog = true
+				break
+			}
 		}
 	}
+	wait, err := w.startAttempts(ctx, backlog)
+	if fanOutWait > 0 && wait > fanOutWait {
+		wait = fanOutWait // events may be waiting for the next fan-out
+	}
+	return wait, err
+}
+
+// fanOutLinger is the least time between two fan-outs that found events.
+const fanOutLinger = 20 * time.Millisecond
+
+// startAttempts starts attempts at due deliveries while slots are free,
+// and says how long to wait before the next pass (zero after a fan-out
+// that left a backlog).
+func (w *Worker) startAttempts(ctx context.Context, backlog bool) (time.Duration, error) {
 	for ctx.Err() == nil {
 		w.mu.Lock()
 		free := w.cfg.Concurrency - len(w.inflight)
