@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -54,6 +55,9 @@ func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkBeforeOpen(path); err != nil {
+		return nil, err
+	}
 	// Open reads the freelist through the memory map already: a file cut
 	// before it faults there, so it is read under whileReadingPages too.
 	var db *bbolt.DB
@@ -62,7 +66,7 @@ func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
 		return err
 	})
 	if errors.Is(err, bbolt.ErrTimeout) {
-		return nil, fmt.Errorf("database %s is locked by another process (waited %s): stop the other gateway or give this one another data_dir", path, lockTimeout)
+		return nil, lockedError(path)
 	}
 	if errors.Is(err, bbolt.ErrInvalid) || errors.Is(err, bbolt.ErrChecksum) || errors.Is(err, bbolt.ErrVersionMismatch) {
 		return nil, fmt.Errorf("database %s is not a bbolt file or its header is damaged (%w): restore it from a backup, or give keygate a data_dir of its own", path, err)
@@ -88,6 +92,32 @@ func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+func lockedError(path string) error {
+	return fmt.Errorf("database %s is locked by another process (waited %s): stop the other gateway or give this one another data_dir", path, lockTimeout)
+}
+
+// checkBeforeOpen refuses an existing file that is cut short, damaged or
+// another program's before bbolt.Open opens it for writing. That open
+// reads the freelist page through its memory map, and a page past the
+// end of a cut file is a fault (SIGBUS): whileReadingPages makes it an
+// error, but bbolt.Open then leaves the file mapped and locked by this
+// process. A read-only open reads no freelist, so boltdb.Check refuses
+// the file first; it is closed again at once.
+func checkBeforeOpen(path string) error {
+	st, err := os.Stat(path)
+	if err != nil || st.Size() < 2*int64(os.Getpagesize()) {
+		return nil // absent or empty (made by bbolt.Open), or too short (refused by it)
+	}
+	ro, err := boltdb.OpenReadOnly(path, lockTimeout)
+	if errors.Is(err, boltdb.ErrLocked) {
+		return lockedError(path)
+	}
+	if err != nil {
+		return err
+	}
+	return ro.Close()
 }
 
 // boltStores opens every store's backend on db, creating their buckets.

@@ -183,7 +183,16 @@ func attempts(t testing.TB, s *Store, id string) []Attempt {
 // pending counts the deliveries and events still queued.
 func pending(t testing.TB, s *Store) (deliveries, evs int) {
 	t.Helper()
-	err := s.db.View(context.Background(), func(tx storage.Tx) error {
+	deliveries, evs, err := countPending(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deliveries, evs
+}
+
+// countPending is pending for goroutines other than the test's.
+func countPending(s *Store) (deliveries, evs int, err error) {
+	err = s.db.View(context.Background(), func(tx storage.Tx) error {
 		switch s.db.Backend() {
 		case boltdb.Name:
 			b, err := openBuckets(tx)
@@ -200,10 +209,7 @@ func pending(t testing.TB, s *Store) (deliveries, evs int) {
 			return q.QueryRow(context.Background(), "SELECT count(*) FROM webhook_events").Scan(&evs)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return deliveries, evs
+	return deliveries, evs, err
 }
 
 // pgOf is the pgx transaction of a PostgreSQL tx.

@@ -62,7 +62,7 @@ type WorkerConfig struct {
 	// (tests trust their server's certificate with it).
 	TLSConfig *tls.Config
 	// OnOutcome, when set, is called with OutcomeSent, OutcomeRetry or
-	// OutcomeFailed after each attempt.
+	// OutcomeFailed after each attempt, once the attempt is recorded.
 	OnOutcome func(outcome string)
 	// Logger receives retries, give-ups and storage errors; never a
 	// secret or a URL (which may hold one in its query) [no logging].
@@ -364,8 +364,11 @@ func (w *Worker) attempt(ctx context.Context, d *Delivery) error {
 		a.Error = sendErr.Error()
 	}
 
+	// Each outcome is counted once its attempt is in the log (or failed
+	// to get there: it was made all the same), so that the metric never
+	// runs ahead of the log and the pending deliveries.
 	if sendErr == nil {
-		w.outcome(OutcomeSent)
+		defer w.outcome(OutcomeSent)
 		return w.st.db.Update(rctx, func(tx storage.Tx) error {
 			if err := w.st.backend.AddAttempt(tx, d.SubscriptionID, a, LogSize); err != nil {
 				return err
@@ -377,7 +380,7 @@ func (w *Worker) attempt(ctx context.Context, d *Delivery) error {
 	left := deadline.Sub(w.st.now())
 	if left <= 0 {
 		lg.Warn("webhook delivery given up", zap.Int("attempts", a.Attempt), zap.Int("status", status), zap.String("error", a.Error))
-		w.outcome(OutcomeFailed)
+		defer w.outcome(OutcomeFailed)
 		return w.st.db.Update(rctx, func(tx storage.Tx) error {
 			if err := w.st.backend.AddAttempt(tx, d.SubscriptionID, a, LogSize); err != nil {
 				return err
@@ -389,7 +392,7 @@ func (w *Worker) attempt(ctx context.Context, d *Delivery) error {
 	delay := min(notify.Backoff(w.cfg.BaseDelay, w.cfg.MaxDelay, a.Attempt), left)
 	lg.Info("webhook delivery failed, will retry", zap.Int("attempts", a.Attempt), zap.Int("status", status),
 		zap.String("error", a.Error), zap.Duration("retry_in", delay))
-	w.outcome(OutcomeRetry)
+	defer w.outcome(OutcomeRetry)
 	return w.st.db.Update(rctx, func(tx storage.Tx) error {
 		if err := w.st.backend.AddAttempt(tx, d.SubscriptionID, a, LogSize); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -413,6 +414,53 @@ func testGiveUp(t *testing.T, db storage.DB) {
 	log := attempts(t, s, sub.ID)
 	if log[0].Status != 500 || log[0].Attempt != len(log) || out.get(OutcomeRetry) != len(log)-1 {
 		t.Errorf("log %+v, outcomes %v", log, out.n)
+	}
+}
+
+// TestOutcomeAfterTheLog: an attempt's outcome is counted once the
+// attempt is in the log, and a message ended (sent or given up) no longer
+// pending, so that the metric never runs ahead of what the admin API
+// shows.
+func TestOutcomeAfterTheLog(t *testing.T) { storetest.Run(t, testOutcomeAfterTheLog) }
+
+func testOutcomeAfterTheLog(t *testing.T, db storage.DB) {
+	s := newStore(t, db, nil)
+	var mu sync.Mutex
+	var subID string
+	var seen []string // outcome: attempts logged, deliveries pending
+	cfg := fastConfig()
+	cfg.OnOutcome = func(o string) {
+		mu.Lock()
+		defer mu.Unlock()
+		log, err := s.Deliveries(context.Background(), subID, 1000, 0)
+		var pending int
+		if err == nil {
+			pending, _, err = countPending(s)
+		}
+		seen = append(seen, fmt.Sprintf("%s: %d logged, %d pending, %v", o, len(log), pending, err))
+	}
+	startWorker(t, s, cfg)
+	ep := newEndpoint(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mu.Lock()
+	subID = subscribe(t, s, ep.URL, []string{"contract.signed"}, nil).ID
+	mu.Unlock()
+	emit(t, s, "contract.signed", "alice", map[string]string{})
+	testwait.For(t, testwait.Generous, "two outcomes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"retry: 1 logged, 1 pending, <nil>", "sent: 2 logged, 0 pending, <nil>"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("at each outcome %q, want %q", seen, want)
 	}
 }
 
