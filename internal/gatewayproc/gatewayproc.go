@@ -355,6 +355,20 @@ func (g *Gateway) WaitReady(limit time.Duration) error {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// Caddy listens before it makes the new config the running one; until
+	// then the admin API answers "no webapi app". A config without the
+	// app never gets past that, so the wait for it is bounded.
+	appBy := time.Now().Add(10 * time.Second)
+	for time.Now().Before(appBy) && time.Now().Before(deadline) {
+		resp, err := http.Get(g.Admin + "/webapi/keys")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return nil
 }
 

@@ -232,8 +232,32 @@ func (s *Server) signal(sig syscall.Signal) error {
 	if s.cmd == nil {
 		return errors.New("pgtest: only a throwaway server can be signalled")
 	}
+	// The postmaster first, so that it forks no new backend meanwhile;
+	// then its children, scanned again until no new one shows (one it
+	// was forking as it stopped).
 	pid := s.cmd.Process.Pid
-	pids := []int{pid}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return err
+	}
+	done := map[int]bool{}
+	for {
+		fresh := 0
+		for _, child := range children(pid) {
+			if !done[child] {
+				done[child] = true
+				fresh++
+				syscall.Kill(child, sig)
+			}
+		}
+		if fresh == 0 {
+			return nil
+		}
+	}
+}
+
+// children lists the processes whose parent is pid.
+func children(pid int) []int {
+	var out []int
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, f := range stats {
 		b, err := os.ReadFile(f)
@@ -247,15 +271,10 @@ func (s *Server) signal(sig syscall.Signal) error {
 		var ppid int
 		if _, err := fmt.Sscan(string(rest), &state, &ppid); err == nil && ppid == pid {
 			child, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
-			pids = append(pids, child)
+			out = append(out, child)
 		}
 	}
-	for _, p := range pids {
-		if err := syscall.Kill(p, sig); err != nil && p == pid {
-			return err
-		}
-	}
-	return nil
+	return out
 }
 
 // Resume starts a halted server again with its data, on its port.
