@@ -698,10 +698,11 @@ func openapiCommand() *cobra.Command {
 				_, err := out.Write(src)
 				return err
 			}
-			doc, err := openapi.WebAPIFor(server)
+			render := openapi.WebAPIFor
 			if admin {
-				doc, err = openapi.AdminFor(server)
+				render = openapi.AdminFor
 			}
+			doc, err := render(server)
 			if err != nil {
 				return err
 			}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,9 +14,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -52,11 +51,10 @@ type state struct {
 	startWorker sync.Once
 	workerDone  chan struct{}
 
-	// webhooks holds the subscriptions and their deliveries; events is
-	// it as the Sink the stores emit into. webhookWorker delivers, on
+	// webhooks holds the subscriptions and their deliveries, and is the
+	// events.Sink the stores emit into. webhookWorker delivers, on
 	// goroutines of its own, started once by the first config's Start.
 	webhooks      *webhook.Store
-	events        events.Sink
 	webhookWorker *webhook.Worker
 	startWebhooks sync.Once
 	webhooksDone  chan struct{}
@@ -91,7 +89,7 @@ func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.
 		return nil, err
 	}
 	s := &state{stores: stores, masterKeyPath: masterKeyPath, masterKey: masterKey, sealer: sealer, logger: logger}
-	if err := whileReadingPages(stores.Where, s.load); err != nil {
+	if err := boltdb.Guard(stores.Where, s.load); err != nil {
 		stores.DB.Close()
 		return nil, err
 	}
@@ -110,22 +108,6 @@ func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.
 	logger.Info("database opened", zap.String("storage", stores.DB.Backend()), zap.String("database", stores.Where),
 		zap.Int("contracts_keys", s.keys.Count(keystore.ServiceContracts)), zap.Int("share_keys", s.keys.Count(keystore.ServiceShare)))
 	return s, nil
-}
-
-// whileReadingPages runs fn, which reads the database at where. bbolt
-// reads its file through a memory map and panics on a page it cannot
-// make sense of; a page past the end of a cut file is a fault (SIGBUS)
-// that would end the process. Both become an error naming the database,
-// so that a damaged one stops the start with a message instead of a
-// crash.
-func whileReadingPages(where string, fn func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("database %s is damaged (%v): restore it from a backup", where, r)
-		}
-	}()
-	return fn()
 }
 
 // follow keeps the keys in step with other instances' changes (only a
@@ -155,7 +137,6 @@ func (s *state) load() (err error) {
 	if s.webhooks, err = webhook.NewStore(webhook.Config{DB: s.stores.DB, Backend: s.stores.Webhooks, Sealer: s.sealer}); err != nil {
 		return fmt.Errorf("opening the webhooks: %w", err)
 	}
-	s.events = s.webhooks
 	s.idempotency, err = idempotency.NewStore(idempotency.Config{DB: s.stores.DB, Backend: s.stores.Idempotency,
 		Sealer: s.sealer, Logger: s.logger.Named("idempotency")})
 	return err
@@ -205,7 +186,7 @@ func (s *state) provisionAPIs(a *App) error {
 		ContractValidity: time.Duration(a.ContractValidity),
 		SMSConfigured:    a.SMS != nil,
 		Logger:           a.logger.Named("contracts"),
-		Events:           s.events,
+		Events:           s.webhooks,
 		Idempotency:      s.idempotency,
 	}, signing.Config{
 		Outbox:  s.outbox,
@@ -222,7 +203,7 @@ func (s *state) provisionAPIs(a *App) error {
 		PublicBaseURL: a.PublicBaseURL,
 		CookieKey:     s.derivedKey("keygate share unlock cookie v1"),
 		Logger:        a.logger.Named("share"),
-		Events:        s.events,
+		Events:        s.webhooks,
 		Idempotency:   s.idempotency,
 	})
 	if err != nil {

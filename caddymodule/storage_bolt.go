@@ -59,9 +59,9 @@ func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
 		return nil, err
 	}
 	// Open reads the freelist through the memory map already: a file cut
-	// before it faults there, so it is read under whileReadingPages too.
+	// before it faults there, so it is read under boltdb.Guard too.
 	var db *bbolt.DB
-	err = whileReadingPages(path, func() (err error) {
+	err = boltdb.Guard(path, func() (err error) {
 		db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockTimeout})
 		return err
 	})
@@ -80,7 +80,7 @@ func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
 		}
 	}()
 	var st *Stores
-	err = whileReadingPages(path, func() error {
+	err = boltdb.Guard(path, func() error {
 		if err := boltdb.Check(db, path); err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func lockedError(path string) error {
 // checkBeforeOpen refuses an existing file that is cut short, damaged or
 // another program's before bbolt.Open opens it for writing. That open
 // reads the freelist page through its memory map, and a page past the
-// end of a cut file is a fault (SIGBUS): whileReadingPages makes it an
+// end of a cut file is a fault (SIGBUS): boltdb.Guard makes it an
 // error, but bbolt.Open then leaves the file mapped and locked by this
 // process. A read-only open reads no freelist, so boltdb.Check refuses
 // the file first; it is closed again at once.

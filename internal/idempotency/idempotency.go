@@ -92,7 +92,8 @@ type Record struct {
 // backend was made for.
 type Backend interface {
 	// Record reads the record of id that is live at now (Expires after
-	// now); nil if there is none.
+	// now); nil if there is none. It is the whole of its transaction (a
+	// backend may commit with the read).
 	Record(ctx context.Context, tx storage.Tx, id ID, now time.Time) (*Record, error)
 	// Save stores r in the write transaction tx, unless a record of r.ID
 	// is live at now: that one is returned and nothing is stored. It

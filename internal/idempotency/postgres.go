@@ -55,8 +55,9 @@ func scanRecord(row pgx.Row, id ID) (*Record, error) {
 	return r, nil
 }
 
-// Record implements Backend.
+// Record implements Backend: one round trip, the COMMIT with the read.
 func (*PostgresBackend) Record(ctx context.Context, tx storage.Tx, id ID, now time.Time) (*Record, error) {
+	pgdb.Last(tx)
 	return scanRecord(pgdb.Of(tx).QueryRow(ctx,
 		"SELECT "+recordColumns+" FROM idempotency_records WHERE scope = $1 AND expires_at > $2", id[:], now), id)
 }

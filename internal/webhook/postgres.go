@@ -165,7 +165,9 @@ func (b *pgBackend) AddDelivery(t storage.Tx, d *Delivery, committed func()) err
 		(subscription_id, message_id, event, body, event_at, attempts, next_attempt)
 		VALUES ($1, $2, $3, $4, $5, $6, now())`,
 		d.SubscriptionID, d.MessageID, d.Event, d.Body, d.EventAt, d.Attempts)
-	pgdb.AfterCommit(t, b.after(committed))
+	if committed != nil {
+		pgdb.AfterCommit(t, b.after(committed))
+	}
 	return nil
 }
 

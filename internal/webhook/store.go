@@ -47,7 +47,9 @@ type Backend interface {
 	TakeEvents(tx storage.Tx, limit int) ([]EventRecord, error)
 
 	// AddDelivery queues d, due at once; the backend gives it an ID
-	// (which d need not show). committed as for AddEvent.
+	// (which d need not show). committed as for AddEvent; with nil, the
+	// commit wakes no one (and sends no NOTIFY) for d: a transaction that
+	// adds many passes committed once, and one wake-up serves them all.
 	AddDelivery(tx storage.Tx, d *Delivery, committed func()) error
 	// TakeDelivery claims the earliest due delivery for holder until
 	// lease has passed, skipping those of the subscriptions in skipSubs
@@ -403,6 +405,7 @@ func (s *Store) dispatch(ctx context.Context) (int, error) {
 			return err
 		}
 		n = len(evs)
+		committed := s.signalFn
 		subs, err := s.backend.ListSubscriptions(tx)
 		if err != nil {
 			return err
@@ -419,9 +422,10 @@ func (s *Store) dispatch(ctx context.Context) (int, error) {
 					}
 				}
 				d := &Delivery{SubscriptionID: r.ID, MessageID: newMessageID(), Event: e.Type, Body: b, EventAt: e.At}
-				if err := s.backend.AddDelivery(tx, d, s.signalFn); err != nil {
+				if err := s.backend.AddDelivery(tx, d, committed); err != nil {
 					return err
 				}
+				committed = nil // one wake-up for the whole fan-out
 			}
 		}
 		return nil

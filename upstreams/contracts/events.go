@@ -17,19 +17,15 @@ type eventView struct {
 	SignerID string `json:"signerId,omitempty"`
 }
 
-// eventData renders c, whose Status must be the effective one, as the
-// data of an event; signerID is "" but for opened, signed and rejected.
-func (s *Store) eventData(c *Contract, signerID string) ([]byte, error) {
+// emit renders c, whose Status must be the effective one, and hands the
+// event to the Sink in tx; signerID is "" but for opened, signed and
+// rejected.
+func (s *Store) emit(tx storage.Tx, typ string, c *Contract, at time.Time, signerID string) error {
 	v, err := s.view(c, false, "")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return json.Marshal(eventView{contractView: v, SignerID: signerID})
-}
-
-// emit renders c and hands the event to the Sink in tx.
-func (s *Store) emit(tx storage.Tx, typ string, c *Contract, at time.Time, signerID string) error {
-	data, err := s.eventData(c, signerID)
+	data, err := json.Marshal(eventView{contractView: v, SignerID: signerID})
 	if err != nil {
 		return err
 	}

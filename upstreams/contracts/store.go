@@ -192,12 +192,6 @@ func (s *Store) CreateWith(ctx context.Context, owner string, in *CreateRequest,
 		sg.SealedToken = s.cfg.Sealer.Seal([]byte(sg.token), tokenAAD(c.ID, sg.ID))
 	}
 	st := searchText(c)
-	// The event's data depends on the template's collection, read in the
-	// transaction; a rerun of fn (a batch retried) reuses it when the
-	// collection is the same.
-	var data []byte
-	var dataCollection string
-
 	err = s.db.Batch(ctx, func(tx storage.Tx) error {
 		collection, digest, err := s.backend.HoldTemplate(ctx, tx, in.TemplateID)
 		if problem.IsNotFound(err) {
@@ -227,13 +221,7 @@ func (s *Store) CreateWith(ctx context.Context, owner string, in *CreateRequest,
 				return err
 			}
 		}
-		if data == nil || dataCollection != collection {
-			if data, err = s.eventData(c, ""); err != nil {
-				return err
-			}
-			dataCollection = collection
-		}
-		return s.events.Emit(tx, events.Event{Type: events.ContractCreated, Owner: owner, At: now, Data: data})
+		return s.emit(tx, events.ContractCreated, c, now, "")
 	})
 	if err != nil {
 		return nil, err
@@ -354,14 +342,10 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		// Rendered first, from the contract as it was; emitted last, so
-		// that nothing OnDelete drops by the contract's id takes it.
+		// The contract as it was, emitted last, so that nothing OnDelete
+		// drops by the contract's id takes the event with it.
 		gone := c.clone()
 		gone.Status = c.EffectiveStatus(now)
-		data, err := s.eventData(gone, "")
-		if err != nil {
-			return err
-		}
 		if s.cfg.OnDelete != nil {
 			if err := s.cfg.OnDelete(tx, c); err != nil {
 				return err
@@ -373,7 +357,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		if err := s.backend.ReleaseDocument(ctx, tx, c.DocumentDigest); err != nil {
 			return err
 		}
-		return s.events.Emit(tx, events.Event{Type: events.ContractDeleted, Owner: c.CreatedByID, At: now, Data: data})
+		return s.emit(tx, events.ContractDeleted, gone, now, "")
 	})
 }
 
