@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/adminpage"
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
@@ -39,6 +42,14 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 // looked up per request: routes answer 404 while there is none, and a
 // plain Caddy config run by this build opens no database.
 func (a *Admin) Provision(caddy.Context) error {
+	a.mux = a.routes(true)
+	return nil
+}
+
+// routes is the admin API's mux: keys and templates, and with webhooks
+// the webhook subscriptions. The Web API Keys page (webapi_admin) serves
+// the keys and templates part of it.
+func (a *Admin) routes(webhooks bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webapi/keys", a.createKey)
 	mux.HandleFunc("GET /webapi/keys", a.listKeys)
@@ -51,16 +62,17 @@ func (a *Admin) Provision(caddy.Context) error {
 	mux.HandleFunc("GET /webapi/templates/{id}", a.getTemplate)
 	mux.HandleFunc("PUT /webapi/templates/{id}", a.putTemplate)
 	mux.HandleFunc("DELETE /webapi/templates/{id}", a.deleteTemplate)
-	mux.HandleFunc("POST /webapi/webhooks", a.createWebhook)
-	mux.HandleFunc("GET /webapi/webhooks", a.listWebhooks)
-	mux.HandleFunc("GET /webapi/webhooks/{id}", a.getWebhook)
-	mux.HandleFunc("PATCH /webapi/webhooks/{id}", a.updateWebhook)
-	mux.HandleFunc("DELETE /webapi/webhooks/{id}", a.deleteWebhook)
-	mux.HandleFunc("POST /webapi/webhooks/{id}/rotate-secret", a.rotateWebhookSecret)
-	mux.HandleFunc("POST /webapi/webhooks/{id}/test", a.testWebhook)
-	mux.HandleFunc("GET /webapi/webhooks/{id}/deliveries", a.webhookDeliveries)
-	a.mux = mux
-	return nil
+	if webhooks {
+		mux.HandleFunc("POST /webapi/webhooks", a.createWebhook)
+		mux.HandleFunc("GET /webapi/webhooks", a.listWebhooks)
+		mux.HandleFunc("GET /webapi/webhooks/{id}", a.getWebhook)
+		mux.HandleFunc("PATCH /webapi/webhooks/{id}", a.updateWebhook)
+		mux.HandleFunc("DELETE /webapi/webhooks/{id}", a.deleteWebhook)
+		mux.HandleFunc("POST /webapi/webhooks/{id}/rotate-secret", a.rotateWebhookSecret)
+		mux.HandleFunc("POST /webapi/webhooks/{id}/test", a.testWebhook)
+		mux.HandleFunc("GET /webapi/webhooks/{id}/deliveries", a.webhookDeliveries)
+	}
+	return mux
 }
 
 // Routes returns the admin routes.
@@ -94,19 +106,24 @@ func (a *Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		problem.Write(w, problem.NotFound("the running config has no webapi app"))
 		return nil
 	}
-	r = r.WithContext(context.WithValue(r.Context(), adminAppKey{}, v.(*App)))
+	a.serveFor(w, r, v.(*App))
+	return nil
+}
+
+// serveFor answers r for app's stores.
+func (a *Admin) serveFor(w http.ResponseWriter, r *http.Request, app *App) {
+	r = r.WithContext(context.WithValue(r.Context(), adminAppKey{}, app))
 	if _, pattern := a.mux.Handler(r); pattern == "" {
 		// The mux's own 404 and 405 are plain text; answer problems.
 		if allow := allowedAdminMethods(a.mux, r); allow != "" {
 			w.Header().Set("Allow", allow)
 			problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, r.Method+" is not allowed here"))
-			return nil
+			return
 		}
 		problem.Write(w, problem.NotFound("no such administration resource"))
-		return nil
+		return
 	}
 	a.mux.ServeHTTP(w, r) // sets the path values Handler does not
-	return nil
 }
 
 // allowedAdminMethods probes the mux for the methods a path would take.
@@ -134,22 +151,49 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// auditAdmin records an administration action like a key use.
-func (a *Admin) auditAdmin(r *http.Request, msg string, k keystore.Key, status int) {
-	appOf(r).audit.record(auditRecord{
+// adminAudit is the audit entry of an administration action on r: the
+// user of the Web API Keys page (none on the admin endpoint) and the
+// client address Caddy decided on (the socket's on the admin endpoint).
+func adminAudit(r *http.Request, msg, service string, status int) auditRecord {
+	return auditRecord{
 		at:        time.Now(),
 		msg:       msg,
-		keyID:     k.ID,
-		keyName:   k.Name,
-		owner:     k.Owner,
-		service:   string(k.Service),
+		user:      adminpage.User(r.Context()),
+		service:   service,
 		operation: "admin",
 		method:    r.Method,
-		path:      r.URL.Path,
-		clientIP:  clientip.Parse(r.RemoteAddr),
+		path:      requestPath(r),
+		clientIP:  clientip.From(r),
 		status:    status,
 		duration:  -1,
-	})
+	}
+}
+
+// requestPath is the path the client asked for, before a mount was
+// stripped from it (the page's /admin/webapi/keys, not /webapi/keys).
+func requestPath(r *http.Request) string {
+	if r.RequestURI == "" {
+		return r.URL.Path
+	}
+	p, _, _ := strings.Cut(r.RequestURI, "?")
+	if u, err := url.PathUnescape(p); err == nil {
+		return u
+	}
+	return p
+}
+
+// auditAdmin records an administration action on key k like a key use.
+func (a *Admin) auditAdmin(r *http.Request, msg string, k keystore.Key, status int) {
+	rec := adminAudit(r, msg, string(k.Service), status)
+	rec.keyID, rec.keyName, rec.owner = k.ID, k.Name, k.Owner
+	appOf(r).audit.record(rec)
+}
+
+// auditTemplate records an administration action on template id.
+func (a *Admin) auditTemplate(r *http.Request, msg, id string, status int) {
+	rec := adminAudit(r, msg, "contracts", status)
+	rec.templateID = id
+	appOf(r).audit.record(rec)
 }
 
 func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {
@@ -273,6 +317,7 @@ func (a *Admin) addTemplate(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	a.auditTemplate(r, "template added", t.ID, http.StatusCreated)
 	w.Header().Set("Location", "/webapi/templates/"+t.ID)
 	writeJSON(w, http.StatusCreated, t)
 }
@@ -317,6 +362,7 @@ func (a *Admin) putTemplate(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
+	a.auditTemplate(r, "template replaced", t.ID, status)
 	writeJSON(w, status, t)
 }
 
@@ -325,6 +371,7 @@ func (a *Admin) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	a.auditTemplate(r, "template removed", r.PathValue("id"), http.StatusNoContent)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -16,20 +16,22 @@ import (
 // no encoding and no allocation of its own. The writer turns it into a
 // zap entry of the `webapi.audit` logger with the request's own time.
 type auditRecord struct {
-	at        time.Time
-	msg       string
-	keyID     string
-	keyName   string
-	webhookID string // administration of a webhook subscription
-	owner     string
-	service   string
-	operation string
-	method    string
-	path      string
-	reason    string // refusals only
-	clientIP  netip.Addr
-	status    int
-	duration  time.Duration // negative: not a request (administration)
+	at         time.Time
+	msg        string
+	keyID      string
+	keyName    string
+	webhookID  string // administration of a webhook subscription
+	templateID string // administration of a contract template
+	user       string // the Web API Keys page's authenticated user
+	owner      string
+	service    string
+	operation  string
+	method     string
+	path       string
+	reason     string // refusals only
+	clientIP   netip.Addr
+	status     int
+	duration   time.Duration // negative: not a request (administration)
 }
 
 const (
@@ -131,7 +133,7 @@ func (a *auditLog) flush() {
 }
 
 func (a *auditLog) write(batch []auditRecord) {
-	fields := make([]zap.Field, 0, 12)
+	fields := make([]zap.Field, 0, 14)
 	for i := range batch {
 		rec := &batch[i]
 		ce := a.logger.Check(zapcore.InfoLevel, rec.msg)
@@ -148,6 +150,12 @@ func (a *auditLog) write(batch []auditRecord) {
 		}
 		if rec.webhookID != "" {
 			fields = append(fields, zap.String("webhook_id", rec.webhookID))
+		}
+		if rec.templateID != "" {
+			fields = append(fields, zap.String("template_id", rec.templateID))
+		}
+		if rec.user != "" {
+			fields = append(fields, zap.String("user", rec.user))
 		}
 		fields = append(fields,
 			zap.String("service", rec.service),

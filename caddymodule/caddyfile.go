@@ -22,6 +22,10 @@ func init() {
 	// the APIs it describes.
 	httpcaddyfile.RegisterHandlerDirective("webapi_openapi", parseOpenAPI)
 	httpcaddyfile.RegisterDirectiveOrder("webapi_openapi", httpcaddyfile.Before, "reverse_proxy")
+	// The Web API Keys page answers where a terminal handler would: after
+	// basic_auth and forward_auth, which name its user.
+	httpcaddyfile.RegisterHandlerDirective("webapi_admin", parseAdminPage)
+	httpcaddyfile.RegisterDirectiveOrder("webapi_admin", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // terminalDirectives are the API handlers, each taking no arguments.
@@ -200,6 +204,38 @@ func parseOpenAPI(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	return o, o.UnmarshalCaddyfile(h.Dispenser)
 }
 
+func parseAdminPage(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	p := new(AdminPage)
+	return p, p.UnmarshalCaddyfile(h.Dispenser)
+}
+
+// UnmarshalCaddyfile reads
+//
+//	webapi_admin {
+//		user_header Remote-User
+//	}
+func (p *AdminPage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "user_header":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			p.UserHeader = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		default:
+			return d.Errf("webapi_admin: unknown option %q", d.Val())
+		}
+	}
+	return nil
+}
+
 // noArgs parses a directive that takes neither arguments nor a block.
 func noArgs(mk func() caddyhttp.MiddlewareHandler) httpcaddyfile.UnmarshalHandlerFunc {
 	return func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
@@ -215,4 +251,5 @@ func noArgs(mk func() caddyhttp.MiddlewareHandler) httpcaddyfile.UnmarshalHandle
 var (
 	_ caddyfile.Unmarshaler = (*App)(nil)
 	_ caddyfile.Unmarshaler = (*Auth)(nil)
+	_ caddyfile.Unmarshaler = (*AdminPage)(nil)
 )

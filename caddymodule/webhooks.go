@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/webhook"
 )
@@ -49,18 +48,9 @@ func (s *state) stopWebhookWorker() {
 
 // auditWebhook records an administration action on a subscription.
 func (a *Admin) auditWebhook(r *http.Request, msg, id string, status int) {
-	appOf(r).audit.record(auditRecord{
-		at:        time.Now(),
-		msg:       msg,
-		webhookID: id,
-		service:   "webhooks",
-		operation: "admin",
-		method:    r.Method,
-		path:      r.URL.Path,
-		clientIP:  clientip.Parse(r.RemoteAddr),
-		status:    status,
-		duration:  -1,
-	})
+	rec := adminAudit(r, msg, "webhooks", status)
+	rec.webhookID = id
+	appOf(r).audit.record(rec)
 }
 
 func webhooksOf(r *http.Request) *webhook.Store { return appOf(r).state.webhooks }

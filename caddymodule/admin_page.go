@@ -1,0 +1,96 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/keygate/keygate/internal/adminpage"
+	"github.com/keygate/keygate/internal/clientip"
+)
+
+func init() {
+	caddy.RegisterModule(AdminPage{})
+}
+
+// AdminPage serves the Web API Keys page (gateway.md, "The Web API Keys
+// page"): the keys and templates of the admin API as a page for
+// administrators, with the JSON calls it makes, under whatever path it is
+// mounted. It serves nobody anonymous: an authentication handler before
+// it (basic_auth, or forward_auth with UserHeader) must have named the
+// user, as whom every action is audited.
+type AdminPage struct {
+	// UserHeader names the request header that carries the user when an
+	// SSO proxy authenticates through forward_auth (its copy_headers,
+	// which also drops a copy the client sent). Default: the user that a
+	// Caddy authentication handler such as basic_auth set,
+	// {http.auth.user.id}.
+	UserHeader string `json:"user_header,omitempty"`
+
+	app  *App
+	api  *Admin
+	page adminpage.Handler
+}
+
+// CaddyModule returns the Caddy module information.
+func (AdminPage) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.webapi_admin",
+		New: func() caddy.Module { return new(AdminPage) },
+	}
+}
+
+// Provision takes the stores from the webapi app and serves the admin
+// API's key and template routes for the page (not the webhooks: the page
+// manages keys and templates).
+func (h *AdminPage) Provision(ctx caddy.Context) error {
+	app, err := webapiApp(ctx)
+	if err != nil {
+		return err
+	}
+	h.app = app
+	h.api = &Admin{}
+	h.api.mux = h.api.routes(false)
+	h.page = adminpage.Handler{
+		API: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.api.serveFor(w, r, h.app) }),
+		Refused: func(r *http.Request, user string, status int, reason string) {
+			rec := adminAudit(r, "admin page refused", "", status)
+			rec.user, rec.reason = user, reason
+			h.app.audit.record(rec)
+		},
+	}
+	return nil
+}
+
+// Validate checks the header name.
+func (h *AdminPage) Validate() error {
+	if h.UserHeader != "" && !httpguts.ValidHeaderFieldName(h.UserHeader) {
+		return fmt.Errorf("webapi_admin: user_header %q is not a header name", h.UserHeader)
+	}
+	return nil
+}
+
+// ServeHTTP serves the page to the authenticated user.
+func (h *AdminPage) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	var user string
+	if h.UserHeader != "" {
+		user = r.Header.Get(h.UserHeader)
+	} else if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		// Get, not ReplaceKnown: an unset placeholder must be no user,
+		// not the placeholder's own text.
+		user, _ = repl.GetString("http.auth.user.id")
+	}
+	r = r.WithContext(clientip.With(r.Context(), requestClientIP(r)))
+	h.page.Serve(w, r, user)
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*AdminPage)(nil)
+	_ caddy.Validator             = (*AdminPage)(nil)
+	_ caddyhttp.MiddlewareHandler = (*AdminPage)(nil)
+)
