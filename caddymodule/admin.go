@@ -162,20 +162,26 @@ func adminAudit(r *http.Request, msg, service string, status int) auditRecord {
 		service:   service,
 		operation: "admin",
 		method:    r.Method,
-		path:      requestPath(r),
+		path:      auditPath(r),
 		clientIP:  clientip.From(r),
 		status:    status,
 		duration:  -1,
 	}
 }
 
-// requestPath is the path the client asked for, before a mount was
-// stripped from it (the page's /admin/webapi/keys, not /webapi/keys).
+// requestPath is the path the client asked for, escaped, before a mount
+// was stripped from it (the page's /admin/webapi/keys, not /webapi/keys).
 func requestPath(r *http.Request) string {
-	if r.RequestURI == "" {
-		return r.URL.Path
+	if r.RequestURI == "" || r.RequestURI == "*" {
+		return r.URL.EscapedPath()
 	}
 	p, _, _ := strings.Cut(r.RequestURI, "?")
+	return p
+}
+
+// auditPath is requestPath as the audit log shows paths, unescaped.
+func auditPath(r *http.Request) string {
+	p := requestPath(r)
 	if u, err := url.PathUnescape(p); err == nil {
 		return u
 	}
@@ -209,7 +215,7 @@ func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	appOf(r).state.updateKeyGauges()
 	a.auditAdmin(r, "key created", k, http.StatusCreated)
-	w.Header().Set("Location", "/webapi/keys/"+k.ID)
+	w.Header().Set("Location", requestPath(r)+"/"+k.ID) // under the page's mount too
 	writeJSON(w, http.StatusCreated, k)
 }
 
@@ -318,7 +324,7 @@ func (a *Admin) addTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.auditTemplate(r, "template added", t.ID, http.StatusCreated)
-	w.Header().Set("Location", "/webapi/templates/"+t.ID)
+	w.Header().Set("Location", requestPath(r)+"/"+url.PathEscape(t.ID))
 	writeJSON(w, http.StatusCreated, t)
 }
 

@@ -210,19 +210,21 @@ func withPath(r *http.Request, rest string) *http.Request {
 // browser) is judged by Origin, when it sends one. Every call must carry
 // RequestHeader.
 func crossOrigin(r *http.Request) string {
-	switch site := r.Header.Get("Sec-Fetch-Site"); site {
-	case "same-origin":
-	case "":
-		if o := r.Header.Get("Origin"); o != "" {
+	sites := r.Header.Values("Sec-Fetch-Site")
+	for _, site := range sites {
+		if site != "same-origin" {
+			return "the request comes from another origin (Sec-Fetch-Site: " + site + ")"
+		}
+	}
+	if len(sites) == 0 {
+		for _, o := range r.Header.Values("Origin") {
 			u, err := url.Parse(o)
 			if err != nil || !strings.EqualFold(u.Host, r.Host) {
 				return "the request comes from another origin"
 			}
 		}
-	default:
-		return "the request comes from another origin (Sec-Fetch-Site: " + site + ")"
 	}
-	if r.Header.Get(RequestHeader) != "1" {
+	if v := r.Header.Values(RequestHeader); len(v) != 1 || v[0] != "1" {
 		return "the request lacks the page's " + RequestHeader + " header"
 	}
 	return ""

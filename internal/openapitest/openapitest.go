@@ -58,7 +58,7 @@ var genericHeaders = map[string]bool{
 }
 
 // adminPrefixes are the paths of the admin document, on Caddy's admin
-// endpoint.
+// endpoint; the first two also under a Web API Keys page's mount.
 var adminPrefixes = []string{"/webapi/keys", "/webapi/templates", "/webapi/webhooks"}
 
 // apiPrefixes are the paths of the Web API document, on the site.
@@ -99,6 +99,9 @@ type Validator struct {
 
 	mu    sync.Mutex
 	hosts map[string]Kind
+	// pages are the mounts of the Web API Keys page by host: its JSON
+	// calls under them are the admin document's operations.
+	pages map[string][]string
 	// checked counts the exchanges checked against a document.
 	checked atomic.Int64
 }
@@ -121,7 +124,7 @@ func Default() (*Validator, error) {
 
 // New loads the Web API and admin documents (JSON or YAML).
 func New(api, admin []byte) (*Validator, error) {
-	v := &Validator{hosts: map[string]Kind{}}
+	v := &Validator{hosts: map[string]Kind{}, pages: map[string][]string{}}
 	v.opts = []openapi3.SchemaValidationOption{openapi3.WithStringFormatValidators(formats)}
 	var err error
 	if v.api, err = load("webapi", api); err != nil {
@@ -173,6 +176,34 @@ func (v *Validator) kindOf(r *http.Request) Kind {
 	return v.hosts[r.URL.Host]
 }
 
+// SetAdminPage makes the replies under the mounts on host (host:port),
+// the JSON calls of Web API Keys pages, be checked against the admin
+// document as its operations, the mount stripped; no mounts forgets the
+// host's.
+func (v *Validator) SetAdminPage(host string, mounts ...string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.pages[host] = mounts
+}
+
+// onAdminPage is req with the page's mount stripped, when req is a JSON
+// call of a Web API Keys page.
+func (v *Validator) onAdminPage(req *http.Request) (*http.Request, bool) {
+	v.mu.Lock()
+	mounts := v.pages[req.URL.Host]
+	v.mu.Unlock()
+	for _, mount := range mounts {
+		rest, ok := strings.CutPrefix(req.URL.Path, strings.TrimSuffix(mount, "/"))
+		if !ok || !slices.ContainsFunc(adminPrefixes[:2], func(pre string) bool { return rest == pre || strings.HasPrefix(rest, pre+"/") }) {
+			continue
+		}
+		r := req.Clone(req.Context())
+		r.URL.Path, r.URL.RawPath = rest, ""
+		return r, true
+	}
+	return nil, false
+}
+
 // SetHostsOf registers a gateway's site and admin base URLs.
 func (v *Validator) SetHostsOf(siteURL, adminURL string) {
 	for _, s := range []struct {
@@ -183,6 +214,15 @@ func (v *Validator) SetHostsOf(siteURL, adminURL string) {
 			v.SetHost(u.Host, s.k)
 		}
 	}
+}
+
+// route is the request as its document sees it (a Web API Keys page's
+// mount stripped) and that document, or nil (documentFor).
+func (v *Validator) route(req *http.Request) (*http.Request, *document) {
+	if r, ok := v.onAdminPage(req); ok {
+		return r, v.admin
+	}
+	return req, v.documentFor(req)
 }
 
 // documentFor picks the document a request is checked against, or nil
@@ -217,7 +257,7 @@ func (v *Validator) documentFor(r *http.Request) *document {
 // the reply resp with its body respBody. It returns nil, or an error
 // naming the operation and every mismatch.
 func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) error {
-	d := v.documentFor(req)
+	req, d := v.route(req)
 	if d == nil {
 		return nil
 	}
@@ -637,7 +677,7 @@ type transport struct {
 }
 
 func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if t.v.documentFor(r) == nil {
+	if _, d := t.v.route(r); d == nil {
 		return t.base.RoundTrip(r)
 	}
 	var reqBody []byte

@@ -1,0 +1,319 @@
+package caddymodule_test
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/keygate/keygate/internal/adminpage"
+	"github.com/keygate/keygate/internal/openapitest"
+	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/keystore"
+)
+
+// pageUser and pagePassword log in to the test configs' Web API Keys page.
+const (
+	pageUser     = "alice"
+	pagePassword = "correct horse battery staple"
+)
+
+// adminPageSite is the share API and three Web API Keys pages: behind
+// basic_auth at /admin/, behind an SSO proxy's forward_auth at /sso/
+// (ssoAddr answers the check), and, wrongly, unprotected at /open/.
+func adminPageSite(t *testing.T, ssoAddr string) string {
+	t.Helper()
+	hash, err := bcrypt.GenerateFromPassword([]byte(pagePassword), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := openapitest.Default()
+	v.SetAdminPage(strings.TrimPrefix(siteURL, "http://"), "/admin", "/sso", "/open")
+	t.Cleanup(func() { v.SetAdminPage(strings.TrimPrefix(siteURL, "http://")) })
+	return fmt.Sprintf(`
+	handle /webapi/share* {
+		webapi_auth share
+		webapi_share
+	}
+	handle /admin/* {
+		basic_auth {
+			%s %s
+		}
+		webapi_admin
+	}
+	handle /sso/* {
+		forward_auth %s {
+			uri /check
+			copy_headers Remote-User
+		}
+		webapi_admin {
+			user_header Remote-User
+		}
+	}
+	handle /open/* {
+		webapi_admin
+	}`, pageUser, hash, ssoAddr)
+}
+
+// ssoProxy is an SSO check for forward_auth: a request with the cookie
+// sso=<user> is that user, any other is refused.
+func ssoProxy(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, err := r.Cookie("sso"); err == nil && c.Value != "" {
+			w.Header().Set("Remote-User", c.Value)
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// pageCall is a JSON call the page's own script makes, logged in.
+func pageCall(t *testing.T, method, path string, body any, extra ...string) response {
+	t.Helper()
+	header := append([]string{
+		"Authorization", "Basic " + basic(pageUser, pagePassword),
+		"Sec-Fetch-Site", "same-origin",
+		"Origin", siteURL,
+		adminpage.RequestHeader, "1",
+	}, extra...)
+	return do(t, method, siteURL+"/admin/"+path, body, header...)
+}
+
+func basic(user, password string) string {
+	r, _ := http.NewRequest(http.MethodGet, "/", nil)
+	r.SetBasicAuth(user, password)
+	return strings.TrimPrefix(r.Header.Get("Authorization"), "Basic ")
+}
+
+// TestAdminPage drives the Web API Keys page's JSON calls as the page
+// does, on both backends: a share key's life from create to delete, the
+// token used on the share API in between, every action audited as the
+// logged-in user; templates; and every way in for someone else refused.
+func TestAdminPage(t *testing.T) { eachBackend(t, testAdminPage) }
+
+func testAdminPage(t *testing.T, b backend) {
+	g := startGateway(t, b, adminPageSite(t, ssoProxy(t)))
+
+	t.Run("the page, to its user", func(t *testing.T) {
+		r := do(t, http.MethodGet, siteURL+"/admin/", nil, "Authorization", "Basic "+basic(pageUser, pagePassword))
+		if r.status != http.StatusOK || !strings.Contains(string(r.body), "Signed in as <strong id=\"user\">alice</strong>") {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		if r.header.Get("Content-Security-Policy") != adminpage.ContentSecurityPolicy || r.header.Get("Cache-Control") != "no-store" {
+			t.Errorf("headers %v", r.header)
+		}
+		for _, asset := range []string{"admin.js", "admin.css"} {
+			if a := do(t, http.MethodGet, siteURL+"/admin/"+asset, nil, "Authorization", "Basic "+basic(pageUser, pagePassword)); a.status != http.StatusOK || len(a.body) == 0 {
+				t.Errorf("%s: %d", asset, a.status)
+			}
+		}
+	})
+
+	t.Run("nobody else", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			path   string
+			header []string
+			status int
+		}{
+			{"no password", "/admin/", nil, http.StatusUnauthorized},
+			{"a wrong password", "/admin/", []string{"Authorization", "Basic " + basic(pageUser, "guess")}, http.StatusUnauthorized},
+			{"no authentication handler in front", "/open/", nil, http.StatusForbidden},
+			{"no authentication handler, JSON call", "/open/webapi/keys?service=share", []string{"Sec-Fetch-Site", "same-origin", adminpage.RequestHeader, "1"}, http.StatusForbidden},
+			{"a forged user header without the SSO session", "/sso/", []string{"Remote-User", "mallory"}, http.StatusUnauthorized},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				r := do(t, http.MethodGet, siteURL+tc.path, nil, tc.header...)
+				if r.status != tc.status {
+					t.Fatalf("%d, want %d: %s", r.status, tc.status, r.body)
+				}
+				if strings.Contains(string(r.body), "<html") {
+					t.Error("the page was served")
+				}
+				if tc.status == http.StatusForbidden {
+					if p := r.problem(t); p.Code != "forbidden" || !strings.Contains(p.Detail, "basic_auth") {
+						t.Errorf("problem %+v: it must say how to protect the page", p)
+					}
+				}
+			})
+		}
+	})
+
+	var key keystore.Key
+	t.Run("create a share key", func(t *testing.T) {
+		r := pageCall(t, http.MethodPost, "webapi/keys", map[string]any{
+			"service": "share", "name": "page key", "owner": "bob", "privileges": []string{"get", "list"},
+			"description": "made on the page", "notValidBefore": nil, "allowedIps": []string{}, "adminProjects": []string{"P1"},
+		})
+		if r.status != http.StatusCreated {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		r.json(t, &key)
+		if !strings.HasPrefix(key.Token, "kg_") || key.Owner != "bob" || r.header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("%s %v", r.body, r.header)
+		}
+		if loc := r.header.Get("Location"); loc != "/admin/webapi/keys/"+key.ID {
+			t.Errorf("Location %q: the page's own path to the key", loc)
+		}
+		if u := do(t, http.MethodGet, siteURL+"/webapi/share?userId=bob", nil, bearer(key.Token)...); u.status != http.StatusOK {
+			t.Fatalf("the new token on the share API: %d %s", u.status, u.body)
+		}
+	})
+
+	t.Run("invalid fields are named", func(t *testing.T) {
+		before := pageCall(t, http.MethodGet, "webapi/keys?service=share", nil)
+		r := pageCall(t, http.MethodPost, "webapi/keys", map[string]any{
+			"service": "share", "name": strings.Repeat("n", 41), "owner": "bob", "privileges": []string{"get", "search"}, "allowedIps": []string{"10.0.0.300"},
+		})
+		if r.status != http.StatusBadRequest {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		fields := map[string]bool{}
+		for _, e := range r.problem(t).Errors {
+			fields[e.Field] = true
+		}
+		for _, f := range []string{"name", "privileges[1]", "allowedIps[0]"} {
+			if !fields[f] {
+				t.Errorf("no error for %s in %s", f, r.body)
+			}
+		}
+		if after := pageCall(t, http.MethodGet, "webapi/keys?service=share", nil); string(after.body) != string(before.body) {
+			t.Errorf("the refused create changed the keys:\n%s\n%s", before.body, after.body)
+		}
+	})
+
+	t.Run("reveal", func(t *testing.T) {
+		r := pageCall(t, http.MethodPost, "webapi/keys/"+key.ID+"/reveal", nil)
+		var got struct{ Token string }
+		r.json(t, &got)
+		if r.status != http.StatusOK || got.Token != key.Token || r.header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("%d %v", r.status, r.header)
+		}
+	})
+
+	t.Run("restrict the allowed IPs: the next request is refused", func(t *testing.T) {
+		r := pageCall(t, http.MethodPatch, "webapi/keys/"+key.ID, map[string]any{"allowedIps": []string{"203.0.113.0/24"}})
+		if r.status != http.StatusOK {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		u := do(t, http.MethodGet, siteURL+"/webapi/share?userId=bob", nil, bearer(key.Token)...)
+		if u.status != http.StatusForbidden || u.problem(t).Code != "ip_not_allowed" {
+			t.Fatalf("%d %s", u.status, u.body)
+		}
+	})
+
+	t.Run("a cross-site form post is refused and changes nothing", func(t *testing.T) {
+		before := pageCall(t, http.MethodGet, "webapi/keys?service=share", nil)
+		form := url.Values{"service": {"share"}, "name": {"evil"}, "owner": {"mallory"}, "privileges": {"get"}}
+		r := do(t, http.MethodPost, siteURL+"/admin/webapi/keys", form.Encode(),
+			"Authorization", "Basic "+basic(pageUser, pagePassword), // the browser's cached login
+			"Content-Type", "application/x-www-form-urlencoded",
+			"Sec-Fetch-Site", "cross-site", "Origin", "http://evil.example")
+		if r.status != http.StatusForbidden || r.problem(t).Code != "forbidden" {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		if r := do(t, http.MethodDelete, siteURL+"/admin/webapi/keys/"+key.ID, nil, "Authorization", "Basic "+basic(pageUser, pagePassword),
+			"Sec-Fetch-Site", "same-site", "Origin", "http://localhost:8080", adminpage.RequestHeader, "1"); r.status != http.StatusForbidden {
+			t.Fatalf("a same-site delete: %d %s", r.status, r.body)
+		}
+		if after := pageCall(t, http.MethodGet, "webapi/keys?service=share", nil); string(after.body) != string(before.body) {
+			t.Errorf("refused requests changed the keys:\n%s\n%s", before.body, after.body)
+		}
+	})
+
+	t.Run("templates", func(t *testing.T) {
+		r := pageCall(t, http.MethodPost, "webapi/templates", map[string]any{"id": "T-PAGE", "collectionId": "C-1", "title": "From the page", "body": "Terms."})
+		if r.status != http.StatusCreated || r.header.Get("Location") != "/admin/webapi/templates/T-PAGE" {
+			t.Fatalf("%d %v %s", r.status, r.header, r.body)
+		}
+		var list []struct{ ID string }
+		pageCall(t, http.MethodGet, "webapi/templates", nil).json(t, &list)
+		if len(list) != 1 || list[0].ID != "T-PAGE" {
+			t.Fatalf("templates %+v", list)
+		}
+		if r := pageCall(t, http.MethodDelete, "webapi/templates/T-PAGE", nil); r.status != http.StatusNoContent {
+			t.Fatalf("remove: %d %s", r.status, r.body)
+		}
+		if r := do(t, http.MethodGet, adminURL+"/webapi/templates/T-PAGE", nil); r.status != http.StatusNotFound {
+			t.Fatalf("after remove: %d", r.status)
+		}
+	})
+
+	t.Run("SSO: the user the proxy names, not the client", func(t *testing.T) {
+		r := do(t, http.MethodGet, siteURL+"/sso/", nil, "Cookie", "sso=carol", "Remote-User", "mallory")
+		if r.status != http.StatusOK || !strings.Contains(string(r.body), ">carol</strong>") || strings.Contains(string(r.body), "mallory") {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		r = do(t, http.MethodPost, siteURL+"/sso/webapi/keys/"+key.ID+"/reveal", nil,
+			"Cookie", "sso=carol", "Remote-User", "mallory", "Sec-Fetch-Site", "same-origin", adminpage.RequestHeader, "1")
+		if r.status != http.StatusOK {
+			t.Fatalf("reveal: %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("delete: the key stops working at once", func(t *testing.T) {
+		if r := pageCall(t, http.MethodDelete, "webapi/keys/"+key.ID, nil); r.status != http.StatusNoContent {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		if u := do(t, http.MethodGet, siteURL+"/webapi/share?userId=bob", nil, bearer(key.Token)...); u.status != http.StatusUnauthorized {
+			t.Fatalf("%d %s", u.status, u.body)
+		}
+	})
+
+	t.Run("every action audited as its user", func(t *testing.T) {
+		want := []struct{ msg, user, path string }{
+			{"key created", "alice", "/admin/webapi/keys"},
+			{"key revealed", "alice", "/admin/webapi/keys/" + key.ID + "/reveal"},
+			{"key updated", "alice", "/admin/webapi/keys/" + key.ID},
+			{"admin page refused", "alice", "/admin/webapi/keys"},
+			{"admin page refused", "alice", "/admin/webapi/keys/" + key.ID},
+			{"template added", "alice", "/admin/webapi/templates"},
+			{"template removed", "alice", "/admin/webapi/templates/T-PAGE"},
+			{"key revealed", "carol", "/sso/webapi/keys/" + key.ID + "/reveal"},
+			{"key deleted", "alice", "/admin/webapi/keys/" + key.ID},
+		}
+		var got []map[string]any
+		testwait.For(t, testwait.Generous, "the audit entries", func() bool {
+			got = nil
+			for _, e := range g.auditEntries(t, 0) {
+				if e["operation"] == "admin" && e["user"] != nil {
+					got = append(got, e)
+				}
+			}
+			return len(got) >= len(want)
+		})
+		if len(got) != len(want) {
+			t.Fatalf("%d entries with a user, want %d: %v", len(got), len(want), got)
+		}
+		for i, w := range want {
+			e := got[i]
+			if e["msg"] != w.msg || e["user"] != w.user || e["path"] != w.path {
+				t.Errorf("entry %d: %v, want %+v", i, e, w)
+			}
+			if ip, _ := e["client_ip"].(string); net.ParseIP(ip) == nil {
+				t.Errorf("entry %d: client_ip %q", i, ip)
+			}
+		}
+		// The page's refusal of an anonymous request is audited too, without a user.
+		anonymous := 0
+		for _, e := range g.auditEntries(t, 0) {
+			if e["msg"] == "admin page refused" && e["user"] == nil {
+				anonymous++
+			}
+		}
+		if anonymous != 2 {
+			t.Errorf("%d anonymous refusals audited, want 2", anonymous)
+		}
+		if logs := g.readLogs(t, ""); strings.Contains(logs, key.Token) {
+			t.Error("a token is in the logs")
+		}
+	})
+}
