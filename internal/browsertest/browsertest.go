@@ -180,6 +180,31 @@ func BasicAuth(ctx context.Context, user, password string) error {
 	return nil
 }
 
+// AllowClipboard lets the pages in the browser of ctx (a context from
+// New) read and write the clipboard without asking, as for a user who
+// allowed it, and keeps the tab focused, which the clipboard API needs.
+func AllowClipboard(ctx context.Context) error {
+	for _, name := range []string{"clipboard-read", "clipboard-write"} {
+		_, err := chromedp.CallBrowser(ctx, browser.SetPermission, browser.SetPermissionParams{
+			Permission: &browser.PermissionDescriptor{Name: name},
+			Setting:    browser.PermissionSettingGranted,
+		})
+		if err != nil {
+			return fmt.Errorf("grant %s: %w", name, err)
+		}
+	}
+	if _, err := chromedp.Call(ctx, emulation.SetFocusEmulationEnabled, emulation.SetFocusEmulationEnabledParams{Enabled: true}); err != nil {
+		return fmt.Errorf("emulate focus: %w", err)
+	}
+	return nil
+}
+
+// ClipboardText returns the text on the clipboard, as the page of ctx
+// reads it; see AllowClipboard.
+func ClipboardText(ctx context.Context) (string, error) {
+	return chromedp.Run(ctx, chromedp.Evaluate[string](`navigator.clipboard.readText()`, chromedp.EvalAwaitPromise))
+}
+
 // DownloadsTo makes the browser of ctx (a context from New) save
 // downloads in dir under the names the server suggests, without asking.
 // A name already in dir gets a " (1)" suffix, as in any Chromium.

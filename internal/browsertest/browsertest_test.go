@@ -289,14 +289,31 @@ func TestBasicAuthInBrowser(t *testing.T) {
 	}
 }
 
-// TestDownloadsInBrowser saves what a link downloads under the name the
-// server suggests.
+// TestDownloadsInBrowser saves downloads under the names they suggest:
+// a link the server answers with an attachment, and a file the page's
+// own script makes from a Blob (as a page does with a token it must
+// not put in a URL), on a page behind basic authentication.
 func TestDownloadsInBrowser(t *testing.T) {
-	const csv = "name,owner\nbrowser,alice\n"
+	const csv, token = "name,owner\nbrowser,alice\n", "kg_0123456789abcdef\n"
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if _, _, ok := r.BasicAuth(); !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="keys"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
 		w.Header().Set("Content-Security-Policy", strictCSP)
-		fmt.Fprint(w, head+`</head><body><main><h1>Keys</h1><a id="export" href="/export">Export</a>`+foot)
+		fmt.Fprint(w, head+`<script src="/app.js"></script></head><body><main><h1>Keys</h1><a id="export" href="/export">Export</a> <button type="button" id="token">Download</button>`+foot)
+	})
+	mux.HandleFunc("/app.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript")
+		fmt.Fprintf(w, `document.addEventListener("DOMContentLoaded", () => document.getElementById("token").addEventListener("click", () => {
+	const a = document.createElement("a");
+	a.href = URL.createObjectURL(new Blob([%q], {type: "text/plain"}));
+	a.download = "browser key.txt";
+	a.click();
+	URL.revokeObjectURL(a.href);
+}));`, token)
 	})
 	mux.HandleFunc("/export", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/csv")
@@ -308,17 +325,50 @@ func TestDownloadsInBrowser(t *testing.T) {
 
 	ctx := New(t)
 	dir := t.TempDir()
-	if err := DownloadsTo(ctx, dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL), chromedp.Click(chromedp.ID("export"))); err != nil {
-		t.Fatal(err)
-	}
+	must(t, BasicAuth(ctx, "admin", "s3cret"))
+	must(t, DownloadsTo(ctx, dir))
+	must(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL), chromedp.Click(chromedp.ID("export"))))
 	if got := string(WaitDownload(t, dir, "keys.csv")); got != csv {
 		t.Errorf("downloaded %q, want %q", got, csv)
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+	must(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("token"))))
+	if got := string(WaitDownload(t, dir, "browser key.txt")); got != token {
+		t.Errorf("downloaded %q, want %q", got, token)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Errorf("%d files in the download directory", len(entries))
+	}
+}
+
+// TestClipboardInBrowser reads what the page's "Copy" put on the
+// clipboard.
+func TestClipboardInBrowser(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", strictCSP)
+		fmt.Fprint(w, head+`<script src="/app.js"></script></head><body><main><h1>Keys</h1><button type="button" id="copy">Copy</button> <span id="done" role="status"></span>`+foot)
+	})
+	mux.HandleFunc("/app.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript")
+		fmt.Fprint(w, `document.addEventListener("DOMContentLoaded", () => document.getElementById("copy").addEventListener("click", () =>
+	navigator.clipboard.writeText("kg_0123456789abcdef").then(() => { document.getElementById("done").textContent = "Copied"; },
+		e => { document.getElementById("done").textContent = "Failed: " + e; })));`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	ctx := New(t)
+	must(t, AllowClipboard(ctx))
+	must(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL), chromedp.Click(chromedp.ID("copy"))))
+	done, err := chromedp.Run(ctx, chromedp.Poll[string](`document.getElementById("done").textContent || null`))
+	must(t, err)
+	if done != "Copied" {
+		t.Fatalf("the page says %q", done)
+	}
+	got, err := ClipboardText(ctx)
+	must(t, err)
+	if got != "kg_0123456789abcdef" {
+		t.Errorf("clipboard %q", got)
 	}
 }
 
