@@ -114,8 +114,8 @@ func New(t testing.TB, opts ...Option) context.Context {
 		os.RemoveAll(tmp)
 	})
 
-	// The window's size is not quite the viewport's (headless or not):
-	// the override makes it exact.
+	// The override makes the viewport exactly the size asked, whatever
+	// the window's frame, and carries the mobile emulation.
 	viewport := []chromedp.EmulateViewportOption{chromedp.EmulatePortrait}
 	if c.mobile {
 		viewport = append(viewport, chromedp.EmulateMobile, chromedp.EmulateTouch)
