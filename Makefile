@@ -1,5 +1,6 @@
 # keygate: a custom Caddy build. `make run` serves both APIs on :8080 with
-# data in ./data; `make test` runs every test; `make bench` prints the
+# data in ./data; `make test` runs every test; `make test-ui` only the
+# browser tests (headless Chromium, axe-core); `make bench` prints the
 # benchmark ratios.
 
 GO      ?= go
@@ -7,7 +8,7 @@ BIN     := bin/caddy
 CADDY_VERSION := $(shell sed -n 's/.*"caddy_version": *"\([^"]*\)".*/\1/p' xcaddy.json)
 PLUGINS := $(shell sed -n 's/.*"module_path": *"\([^"]*\)".*/\1/p' xcaddy.json)
 
-.PHONY: all build run test bench soak fuzz xcaddy clean test-deps
+.PHONY: all build run test test-ui bench soak fuzz xcaddy clean test-deps
 
 all: build
 
@@ -18,11 +19,17 @@ run: build
 	mkdir -p data
 	./$(BIN) run --config Caddyfile --adapter caddyfile
 
-# Tests need a browser for the signing-page test; test-deps installs
-# Debian's chromium when it is missing.
+# The browser tests need Debian's chromium and axe-core (npm ci, pinned
+# by internal/browsertest/axe/package-lock.json); test-deps installs what
+# is missing, and PostgreSQL's binaries.
 test: test-deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+# Only the browser tests: the pages in headless Chromium, each checked
+# with axe-core, and internal/browsertest's own tests.
+test-ui: test-deps
+	$(GO) test -count=1 -run 'InBrowser' ./caddymodule/... ./internal/browsertest
 
 test-deps:
 	@./scripts/test-deps.sh

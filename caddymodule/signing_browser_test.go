@@ -2,18 +2,16 @@ package caddymodule_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
+	"github.com/keygate/keygate/internal/browsertest"
 	"github.com/keygate/keygate/internal/mailtest"
 	"github.com/keygate/keygate/internal/testwait"
 )
@@ -37,28 +35,18 @@ func signingConfig(dir, storage, smtpAddr string) string {
 	}`)
 }
 
-// chromium finds Debian's chromium; without it the test fails, since the
-// signing page must be proven in a real browser.
-func chromium(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatal("chromium is not installed: the signing-page browser test needs Debian's chromium package; run `make test-deps` (scripts/test-deps.sh) as root")
-	}
-	return path
-}
-
 var passwordLine = regexp.MustCompile(`(?m)^\s+(\d{6})\s*$`)
 
 // TestSigningInBrowser signs a contract the way a signer does: headless
 // Chromium opens the signing link from the invitation, asks for a
 // password, which the test reads from its SMTP server, draws a signature
 // on the canvas with the mouse and signs. The contract is then signed,
-// with its PDFs downloadable through the API.
+// with its PDFs downloadable through the API. axe-core checks the page
+// in each state: no serious or critical accessibility violation.
 func TestSigningInBrowser(t *testing.T) { eachBackend(t, testSigningInBrowser) }
 
 func testSigningInBrowser(t *testing.T, b backend) {
-	browser := chromium(t)
+	browsertest.Chromium(t)
 	mails := mailtest.Start(t)
 	newTester(t).InitServer(signingConfig(t.TempDir(), b.storage(t), mails.Addr), "caddyfile")
 
@@ -85,27 +73,7 @@ func testSigningInBrowser(t *testing.T, b backend) {
 		t.Fatalf("the invitation does not carry the link %s:\n%s", link, inv.Text)
 	}
 
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(browser),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		// Chromium puts its singleton socket under TMPDIR, not the
-		// profile: keep it in the test's directory too.
-		chromedp.Env("TMPDIR="+t.TempDir()),
-		chromedp.WindowSize(1200, 1000),
-	)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
+	ctx := browsertest.New(t)
 
 	must := func(what string, err error) {
 		t.Helper()
@@ -113,9 +81,12 @@ func testSigningInBrowser(t *testing.T, b backend) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	must("open the link and ask for a password", chromedp.Do(ctx,
+	must("open the link", chromedp.Do(ctx,
 		chromedp.Navigate(link),
 		chromedp.WaitVisible(chromedp.ID("otp-request")),
+	))
+	browsertest.Axe(t, ctx, "the signing page")
+	must("ask for a password", chromedp.Do(ctx,
 		chromedp.Click(chromedp.ID("otp-request")),
 		chromedp.WaitVisible(chromedp.ID("notice")),
 	))
@@ -124,6 +95,7 @@ func testSigningInBrowser(t *testing.T, b backend) {
 	if !strings.Contains(notice, "b•••@example.com") {
 		t.Errorf("notice %q", notice)
 	}
+	browsertest.Axe(t, ctx, "the signing page with the password sent")
 
 	var code string
 	testwait.For(t, testwait.Generous, "the password e-mail", func() bool {
@@ -174,6 +146,7 @@ func testSigningInBrowser(t *testing.T, b backend) {
 	if !strings.Contains(state, "You signed this contract") || strings.ToLower(status) != "signed" {
 		t.Fatalf("after signing the page shows %q, status %q", state, status)
 	}
+	browsertest.Axe(t, ctx, "the signed contract's page")
 
 	r = do(t, http.MethodGet, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...)
 	var got struct {

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Installs what the tests need beyond Go, from Debian packages: chromium for
-# the signing-page browser test, and PostgreSQL's server binaries for the
-# tests of the PostgreSQL backend (each test binary starts its own
-# throwaway server from them, see internal/pgtest). Idempotent and quiet
-# when all is there. With KEYGATE_TEST_POSTGRES set (a DSN, or "off"), no
+# Installs what the tests need beyond Go: from Debian packages, chromium
+# for the browser tests, PostgreSQL's server binaries for the tests of the
+# PostgreSQL backend (each test binary starts its own throwaway server
+# from them, see internal/pgtest) and npm; from the npm registry,
+# axe-core for the browser tests' accessibility check, pinned by
+# internal/browsertest/axe/package-lock.json. Idempotent and quiet when
+# all is there. With KEYGATE_TEST_POSTGRES set (a DSN, or "off"), no
 # PostgreSQL is installed.
 set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+axe="$root/internal/browsertest/axe"
 
 need=()
 if ! command -v chromium >/dev/null 2>&1; then
@@ -18,22 +23,31 @@ have_postgres() {
 if [ -z "${KEYGATE_TEST_POSTGRES:-}" ] && ! have_postgres; then
 	need+=(postgresql)
 fi
-if [ ${#need[@]} -eq 0 ]; then
-	exit 0
+if ! command -v npm >/dev/null 2>&1; then
+	need+=(nodejs npm)
 fi
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-	echo "test-deps: missing ${need[*]} and cannot install here (needs root and apt-get)" >&2
-	exit 1
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "test-deps: missing ${need[*]} and cannot install here (needs root and apt-get)" >&2
+		exit 1
+	fi
+	echo "test-deps: installing ${need[*]} (Debian packages)" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	# The tests start their own servers: Debian's default cluster, which
+	# the package would create and start on port 5432, is not wanted.
+	mkdir -p /etc/postgresql-common
+	if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+		echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
+	fi
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq --no-install-recommends \
+		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+		"${need[@]}" >/dev/null
 fi
-echo "test-deps: installing ${need[*]} (Debian packages)" >&2
-export DEBIAN_FRONTEND=noninteractive
-# The tests start their own servers: Debian's default cluster, which the
-# package would create and start on port 5432, is not wanted.
-mkdir -p /etc/postgresql-common
-if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
-	echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
+
+# npm ci installs exactly the lock file's axe-core (its integrity hash
+# checked), again when the lock file changed since; no package script runs.
+if [ ! -e "$axe/node_modules/axe-core/axe.min.js" ] || [ "$axe/package-lock.json" -nt "$axe/node_modules/.package-lock.json" ]; then
+	echo "test-deps: installing axe-core (npm ci in internal/browsertest/axe)" >&2
+	(cd "$axe" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
 fi
-apt-get update -qq >/dev/null
-apt-get install -y -qq --no-install-recommends \
-	-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-	"${need[@]}" >/dev/null

@@ -82,7 +82,7 @@ code{background:#f4f5f7;padding:.1rem .3rem;border-radius:3px}
 table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:.45rem .6rem;border-bottom:1px solid #dfe1e6}
 td.p{text-align:center}
-.on{color:#006644;font-weight:600}.off{color:#a5adba}
+.on{color:#006644;font-weight:600}.off{color:#6b778c}
 .msg{background:#ffebe6;color:#bf2600;padding:.6rem .8rem;border-radius:4px;margin:0 0 1rem}
 form{display:grid;gap:.8rem;max-width:22rem}
 label{display:grid;gap:.25rem;font-size:.9rem;color:#5e6c84}
