@@ -36,11 +36,14 @@ func hostileDefaultSite(t *testing.T) string {
 	s := string(raw)
 	const site = "\n:{$KEYGATE_PORT:8080} {\n"
 	i := strings.Index(s, site)
-	j := strings.LastIndex(s, "\n}")
-	if i < 0 || j < i {
+	j := -1
+	if i >= 0 {
+		j = strings.Index(s[i:], "\n}\n") // the block's end, before the keys page's site
+	}
+	if i < 0 || j < 0 {
 		t.Fatal("the default Caddyfile has no site block on {$KEYGATE_PORT:8080}")
 	}
-	return s[i+len(site) : j]
+	return s[i+len(site) : i+j]
 }
 
 type hostileReply struct {

@@ -358,12 +358,17 @@
 		tokenValue.select();
 	}
 
-	// The token leaves the page when the dialog closes, however it closes.
-	tokenDialog.addEventListener("close", () => {
+	// The token leaves the page when the dialog closes, however it closes
+	// (Done, or Escape, whose close event comes a moment later).
+	function forgetToken() {
 		tokenValue.value = "";
 		shown = null;
+	}
+	tokenDialog.addEventListener("close", forgetToken);
+	$("#token-done").addEventListener("click", () => {
+		forgetToken();
+		tokenDialog.close();
 	});
-	$("#token-done").addEventListener("click", () => tokenDialog.close());
 	$("#token-copy").addEventListener("click", async () => {
 		try {
 			await navigator.clipboard.writeText(tokenValue.value);
@@ -399,12 +404,14 @@
 		confirmDialog.showModal();
 		$(".cancel", confirmDialog).focus();
 	}
+	// The action is taken, and forgotten, before the dialog closes: a close
+	// event arrives a moment later, perhaps after the next confirm began.
 	$("#confirm-yes").addEventListener("click", async () => {
 		const action = confirmAction;
+		confirmAction = null;
 		confirmDialog.close();
 		if (action) await action();
 	});
-	confirmDialog.addEventListener("close", () => { confirmAction = null; });
 
 	function confirmDelete(k) {
 		confirm("Delete key " + k.name + "?",
