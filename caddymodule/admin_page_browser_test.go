@@ -34,25 +34,19 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 
 	ctx := browsertest.New(t)
 	downloads := t.TempDir()
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	must("log in", browsertest.BasicAuth(ctx, pageUser, pagePassword))
-	must("downloads", browsertest.DownloadsTo(ctx, downloads))
-	must("clipboard", browsertest.AllowClipboard(ctx))
+	must(t, "log in", browsertest.BasicAuth(ctx, pageUser, pagePassword))
+	must(t, "downloads", browsertest.DownloadsTo(ctx, downloads))
+	must(t, "clipboard", browsertest.AllowClipboard(ctx))
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		must("read "+sel, err)
+		must(t, "read "+sel, err)
 		return s
 	}
 	value := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Value(chromedp.CSS(sel)))
-		must("read "+sel, err)
+		must(t, "read "+sel, err)
 		return s
 	}
 	waitStatus := func(holding string) {
@@ -64,7 +58,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		}
 	}
 
-	must("open the page", chromedp.Do(ctx,
+	must(t, "open the page", chromedp.Do(ctx,
 		chromedp.Navigate(siteURL+"/admin/"),
 		chromedp.WaitVisible(chromedp.CSS(`#panel-contracts tr[data-id="`+existing.ID+`"]`)),
 	))
@@ -83,7 +77,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	browsertest.Axe(t, ctx, "the contract keys")
 
 	// Create a share key.
-	must("open the create form", chromedp.Do(ctx,
+	must(t, "open the create form", chromedp.Do(ctx,
 		chromedp.Click(chromedp.ID("tab-share")),
 		chromedp.WaitVisible(chromedp.ID("panel-share")),
 		chromedp.Click(chromedp.CSS(`#panel-share .create-key`)),
@@ -96,7 +90,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		}
 	}
 	browsertest.Axe(t, ctx, "the create form")
-	must("create", chromedp.Do(ctx,
+	must(t, "create", chromedp.Do(ctx,
 		chromedp.SendKeys(chromedp.ID("f-name"), "browser key"),
 		chromedp.SendKeys(chromedp.ID("f-description"), "made in the browser test"),
 		chromedp.SendKeys(chromedp.ID("f-owner"), "bob"),
@@ -110,17 +104,17 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		t.Fatalf("the new token %q", token)
 	}
 	browsertest.Axe(t, ctx, "the new token")
-	must("copy", chromedp.Do(ctx, chromedp.Click(chromedp.ID("token-copy"))))
+	must(t, "copy", chromedp.Do(ctx, chromedp.Click(chromedp.ID("token-copy"))))
 	waitStatus("Copied")
 	if got, err := browsertest.ClipboardText(ctx); err != nil || got != token {
 		t.Errorf("the clipboard holds %q (%v)", got, err)
 	}
-	must("download", chromedp.Do(ctx, chromedp.Click(chromedp.ID("token-download"))))
+	must(t, "download", chromedp.Do(ctx, chromedp.Click(chromedp.ID("token-download"))))
 	downloaded := strings.TrimSpace(string(browsertest.WaitDownload(t, downloads, "browser-key.txt")))
 	if downloaded != token {
 		t.Fatalf("the downloaded token %q, shown %q", downloaded, token)
 	}
-	must("close the token", chromedp.Do(ctx, chromedp.Click(chromedp.ID("token-done")), chromedp.WaitNotVisible(chromedp.ID("token-dialog"))))
+	must(t, "close the token", chromedp.Do(ctx, chromedp.Click(chromedp.ID("token-done")), chromedp.WaitNotVisible(chromedp.ID("token-dialog"))))
 	if v := value("#token-value"); v != "" {
 		t.Error("the token stays in the page after its dialog closed")
 	}
@@ -144,7 +138,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	rowSel := `#panel-share tr[data-id="` + id + `"]`
 
 	// Reveal it again, and download it from its row.
-	must("reveal", chromedp.Do(ctx,
+	must(t, "reveal", chromedp.Do(ctx,
 		chromedp.WaitVisible(chromedp.CSS(rowSel)),
 		chromedp.Click(chromedp.CSS(rowSel+` button.reveal`)),
 		chromedp.WaitVisible(chromedp.ID("token-value")),
@@ -152,22 +146,22 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	if got := value("#token-value"); got != token {
 		t.Errorf("revealed %q, want the key's token", got)
 	}
-	must("close the token", chromedp.Do(ctx, chromedp.Click(chromedp.ID("token-done")), chromedp.WaitNotVisible(chromedp.ID("token-dialog"))))
-	must("remove the first download", os.Remove(filepath.Join(downloads, "browser-key.txt")))
-	must("download from the row", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(rowSel+` button.download`))))
+	must(t, "close the token", chromedp.Do(ctx, chromedp.Click(chromedp.ID("token-done")), chromedp.WaitNotVisible(chromedp.ID("token-dialog"))))
+	must(t, "remove the first download", os.Remove(filepath.Join(downloads, "browser-key.txt")))
+	must(t, "download from the row", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(rowSel+` button.download`))))
 	if got := strings.TrimSpace(string(browsertest.WaitDownload(t, downloads, "browser-key.txt"))); got != token {
 		t.Errorf("downloaded from the row: %q", got)
 	}
 
 	// Edit: allowed IPs that exclude the test's client.
-	must("edit", chromedp.Do(ctx,
+	must(t, "edit", chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(rowSel+` button.edit`)),
 		chromedp.WaitVisible(chromedp.ID("key-form")),
 	))
 	if got := value("#f-name"); got != "browser key" {
 		t.Errorf("the edit form shows the name %q", got)
 	}
-	must("restrict", chromedp.Do(ctx,
+	must(t, "restrict", chromedp.Do(ctx,
 		chromedp.SendKeys(chromedp.ID("f-allowedIps"), "203.0.113.0/24"),
 		chromedp.Click(chromedp.ID("key-save")),
 		chromedp.WaitNotVisible(chromedp.ID("key-dialog")),
@@ -181,7 +175,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	}
 
 	// Invalid fields: each error beside its field, nothing created.
-	must("an invalid key", chromedp.Do(ctx,
+	must(t, "an invalid key", chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(`#panel-share .create-key`)),
 		chromedp.WaitVisible(chromedp.ID("key-form")),
 		chromedp.SendKeys(chromedp.ID("f-name"), "bad"),
@@ -205,7 +199,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		t.Errorf("Allowed IPs not marked invalid: %q %v", inv, err)
 	}
 	browsertest.Axe(t, ctx, "the create form with errors")
-	must("cancel", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#key-form .cancel`)), chromedp.WaitNotVisible(chromedp.ID("key-dialog"))))
+	must(t, "cancel", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#key-form .cancel`)), chromedp.WaitNotVisible(chromedp.ID("key-dialog"))))
 	do(t, http.MethodGet, adminURL+"/webapi/keys?service=share", nil).json(t, &keys)
 	if len(keys) != 1 {
 		t.Fatalf("the invalid create made a key: %+v", keys)
@@ -220,9 +214,9 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 </form><script>document.getElementById("f").submit()</script>`, siteURL)
 	}))
 	defer evil.Close()
-	must("the other site's form", chromedp.Do(ctx, chromedp.Navigate(evil.URL)))
+	must(t, "the other site's form", chromedp.Do(ctx, chromedp.Navigate(evil.URL)))
 	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`location.pathname === "/admin/webapi/keys" && document.readyState === "complete"`, chromedp.WithPollingTimeout(testwait.Generous)))
-	must("the other site's form posted", err)
+	must(t, "the other site's form posted", err)
 	if body := text("body"); !strings.Contains(body, `"status":403`) || !strings.Contains(body, "another origin") {
 		t.Errorf("the cross-site post got %q", body)
 	}
@@ -232,7 +226,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	}
 
 	// Delete, after confirming.
-	must("back to the page", chromedp.Do(ctx,
+	must(t, "back to the page", chromedp.Do(ctx,
 		chromedp.Navigate(siteURL+"/admin/#share"),
 		chromedp.WaitVisible(chromedp.CSS(rowSel)),
 		chromedp.Click(chromedp.CSS(rowSel+` button.delete`)),
@@ -242,11 +236,11 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		t.Errorf("the confirmation says %q", q)
 	}
 	browsertest.Axe(t, ctx, "the delete confirmation")
-	must("cancel the delete", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#confirm-dialog .cancel`)), chromedp.WaitNotVisible(chromedp.ID("confirm-dialog"))))
+	must(t, "cancel the delete", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#confirm-dialog .cancel`)), chromedp.WaitNotVisible(chromedp.ID("confirm-dialog"))))
 	if r := do(t, http.MethodGet, adminURL+"/webapi/keys/"+id, nil); r.status != http.StatusOK {
 		t.Fatalf("a cancelled delete deleted: %d", r.status)
 	}
-	must("delete", chromedp.Do(ctx,
+	must(t, "delete", chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(rowSel+` button.delete`)),
 		chromedp.WaitVisible(chromedp.ID("confirm-yes")),
 		chromedp.Click(chromedp.ID("confirm-yes")),
@@ -257,7 +251,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	}
 
 	// Templates.
-	must("add a template", chromedp.Do(ctx,
+	must(t, "add a template", chromedp.Do(ctx,
 		chromedp.Click(chromedp.ID("tab-templates")),
 		chromedp.Click(chromedp.ID("add-template")),
 		chromedp.WaitVisible(chromedp.ID("template-form")),
@@ -272,7 +266,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	if r := do(t, http.MethodGet, adminURL+"/webapi/templates/T-BROWSER", nil); r.status != http.StatusOK || !strings.Contains(string(r.body), "The parties agree.") {
 		t.Fatalf("the template: %d %s", r.status, r.body)
 	}
-	must("remove it", chromedp.Do(ctx,
+	must(t, "remove it", chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(`#panel-templates tr[data-id="T-BROWSER"] button.delete`)),
 		chromedp.WaitVisible(chromedp.ID("confirm-yes")),
 		chromedp.Click(chromedp.ID("confirm-yes")),
@@ -285,14 +279,14 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	// A phone, in the dark: the same page, readable, nothing wider than
 	// the screen.
 	phone := browsertest.New(t, browsertest.WindowSize(390, 844), browsertest.Mobile(), browsertest.DarkScheme())
-	must("log in on the phone", browsertest.BasicAuth(phone, pageUser, pagePassword))
-	must("open the page on the phone", chromedp.Do(phone,
+	must(t, "log in on the phone", browsertest.BasicAuth(phone, pageUser, pagePassword))
+	must(t, "open the page on the phone", chromedp.Do(phone,
 		chromedp.Navigate(siteURL+"/admin/"),
 		chromedp.WaitVisible(chromedp.CSS(`#panel-contracts tr[data-id="`+existing.ID+`"]`)),
 	))
 	layout, err := chromedp.Run(phone, chromedp.Evaluate[[]float64](`[document.documentElement.scrollWidth, window.innerWidth,
 		matchMedia("(prefers-color-scheme: dark)").matches ? 1 : 0]`))
-	must("measure", err)
+	must(t, "measure", err)
 	if layout[0] > layout[1] || layout[2] != 1 {
 		t.Errorf("on the phone the page is %v px wide in a %v px window (dark: %v)", layout[0], layout[1], layout[2])
 	}

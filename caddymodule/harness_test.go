@@ -240,6 +240,14 @@ func do(t *testing.T, method, url string, body any, header ...string) response {
 	return response{status: resp.StatusCode, header: resp.Header, body: raw}
 }
 
+// must fails the test at once when a step, what, failed.
+func must(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
 // bearer is the header pair for a token.
 func bearer(token string) []string { return []string{"Authorization", "Bearer " + token} }
 

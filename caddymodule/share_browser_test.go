@@ -25,32 +25,26 @@ func testSharePageInBrowser(t *testing.T, b backend) {
 		}}})
 
 	ctx := browsertest.New(t)
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	must("open the locked share", chromedp.Do(ctx,
+	must(t, "open the locked share", chromedp.Do(ctx,
 		chromedp.Navigate(siteURL+"/s/"+locked.UUID),
 		chromedp.WaitVisible(chromedp.CSS(`input[name=password]`)),
 	))
 	browsertest.Axe(t, ctx, "the locked share page")
 
-	must("try a wrong password", chromedp.Do(ctx,
+	must(t, "try a wrong password", chromedp.Do(ctx,
 		chromedp.SendKeys(chromedp.CSS(`input[name=password]`), "open sesam"),
 		chromedp.Submit(chromedp.CSS(`input[name=password]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[role=alert]`)),
 	))
 	browsertest.Axe(t, ctx, "the locked share page after a wrong password")
 
-	must("unlock", chromedp.Do(ctx,
+	must(t, "unlock", chromedp.Do(ctx,
 		chromedp.SendKeys(chromedp.CSS(`input[name=password]`), "open sesame"),
 		chromedp.Submit(chromedp.CSS(`input[name=password]`)),
 		chromedp.WaitVisible(chromedp.CSS(`table`)),
 	))
 	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`main`)))
-	must("read the page", err)
+	must(t, "read the page", err)
 	for _, want := range []string{"DEMO-42", "summary", "priority"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the unlocked page lacks %q:\n%s", want, text)

@@ -75,23 +75,17 @@ func testSigningInBrowser(t *testing.T, b backend) {
 
 	ctx := browsertest.New(t)
 
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	must("open the link", chromedp.Do(ctx,
+	must(t, "open the link", chromedp.Do(ctx,
 		chromedp.Navigate(link),
 		chromedp.WaitVisible(chromedp.ID("otp-request")),
 	))
 	browsertest.Axe(t, ctx, "the signing page")
-	must("ask for a password", chromedp.Do(ctx,
+	must(t, "ask for a password", chromedp.Do(ctx,
 		chromedp.Click(chromedp.ID("otp-request")),
 		chromedp.WaitVisible(chromedp.ID("notice")),
 	))
 	notice, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("notice")))
-	must("read the notice", err)
+	must(t, "read the notice", err)
 	if !strings.Contains(notice, "b•••@example.com") {
 		t.Errorf("notice %q", notice)
 	}
@@ -112,13 +106,13 @@ func testSigningInBrowser(t *testing.T, b backend) {
 		t.Fatal("no password in the e-mail")
 	}
 
-	must("choose drawing", chromedp.Do(ctx,
+	must(t, "choose drawing", chromedp.Do(ctx,
 		chromedp.Click(chromedp.ID("tab-draw")),
 		chromedp.WaitVisible(chromedp.ID("pad")),
 		chromedp.ScrollIntoView(chromedp.ID("pad")),
 	))
 	box, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => { const r = document.getElementById("pad").getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()`))
-	must("locate the canvas", err)
+	must(t, "locate the canvas", err)
 	left, top, width, height := box[0], box[1], box[2], box[3]
 	pressed := func(p *input.DispatchMouseEventParams) {
 		p.Button = input.MouseButtonLeft
@@ -132,17 +126,17 @@ func testSigningInBrowser(t *testing.T, b backend) {
 		stroke = append(stroke, chromedp.MouseEvent(chromedp.MouseMoved, x, y, pressed))
 	}
 	stroke = append(stroke, chromedp.MouseEvent(chromedp.MouseReleased, left+0.9*width, top+0.5*height, pressed))
-	must("draw", chromedp.Do(ctx, stroke...))
+	must(t, "draw", chromedp.Do(ctx, stroke...))
 
-	must("sign", chromedp.Do(ctx,
+	must(t, "sign", chromedp.Do(ctx,
 		chromedp.SendKeys(chromedp.CSS("#form-draw input.otp"), code),
 		chromedp.Click(chromedp.ID("sign-draw")),
 		chromedp.WaitVisible(chromedp.ID("state")),
 	))
 	state, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("state")))
-	must("read the state", err)
+	must(t, "read the state", err)
 	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("status")))
-	must("read the status", err)
+	must(t, "read the status", err)
 	if !strings.Contains(state, "You signed this contract") || strings.ToLower(status) != "signed" {
 		t.Fatalf("after signing the page shows %q, status %q", state, status)
 	}

@@ -147,9 +147,21 @@ func pageHeaders(h http.Header, contentType string) {
 	h.Set("X-Robots-Tag", "noindex, nofollow")
 }
 
+// keyPanel is one service's tab of keys.
+type keyPanel struct{ Service, Title, API, Path, Noun string }
+
+var keyPanels = []keyPanel{
+	{"contracts", "Contract keys", "Contract Signing API", "/webapi/contracts", "contract"},
+	{"share", "Share keys", "External Share API", "/webapi/share", "share"},
+}
+
 func servePage(w http.ResponseWriter, r *http.Request, user string) {
 	var buf bytes.Buffer
-	if err := pageTemplate.Execute(&buf, struct{ User string }{user}); err != nil {
+	data := struct {
+		User      string
+		KeyPanels []keyPanel
+	}{user, keyPanels}
+	if err := pageTemplate.Execute(&buf, data); err != nil {
 		problem.Write(w, problem.Internal())
 		return
 	}

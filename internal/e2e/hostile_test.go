@@ -76,6 +76,13 @@ var hostileNoRedirect = &http.Client{
 // hostileDo sends body as is (a string or bytes) with the header pairs.
 func hostileDo(t *testing.T, method, url string, body []byte, header ...string) hostileReply {
 	t.Helper()
+	return sendWith(t, hostileNoRedirect, method, url, body, header...)
+}
+
+// sendWith sends body as is with the header pairs through client, and
+// reads the whole reply.
+func sendWith(t *testing.T, client *http.Client, method, url string, body []byte, header ...string) hostileReply {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -87,7 +94,7 @@ func hostileDo(t *testing.T, method, url string, body []byte, header ...string) 
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := hostileNoRedirect.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}

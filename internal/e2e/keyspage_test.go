@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -83,17 +82,8 @@ func TestShippedKeysPage(t *testing.T) {
 			client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			get := func(method, url string, header ...string) (int, http.Header, string) {
 				t.Helper()
-				req, _ := http.NewRequest(method, url, nil)
-				for i := 0; i+1 < len(header); i += 2 {
-					req.Header.Set(header[i], header[i+1])
-				}
-				resp, err := client.Do(req)
-				if err != nil {
-					t.Fatalf("%s %s: %v", method, url, err)
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				return resp.StatusCode, resp.Header, string(b)
+				r := sendWith(t, client, method, url, nil, header...)
+				return r.status, r.header, string(r.body)
 			}
 			testwait.For(t, testwait.Generous, "the keys page to listen", func() bool {
 				resp, err := client.Get(page + "/admin/")

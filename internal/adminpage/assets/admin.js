@@ -413,19 +413,25 @@
 		if (action) await action();
 	});
 
+	// confirmRemoval asks, then deletes path, reloads the table and says
+	// so: verb and what name it ("Delete", "key ci").
+	function confirmRemoval(verb, what, consequence, path, reload) {
+		confirm(verb + " " + what + "?", consequence, async () => {
+			try {
+				await api("DELETE", path);
+			} catch (e) {
+				say("Could not " + verb.toLowerCase() + " " + what + ": " + e.message, true);
+				return;
+			}
+			await reload();
+			say(verb.replace(/e?$/, "ed") + " " + what + ".");
+		});
+	}
+
 	function confirmDelete(k) {
-		confirm("Delete key " + k.name + "?",
+		confirmRemoval("Delete", "key " + k.name,
 			"Clients that use this key are refused from the moment it is deleted. This cannot be undone.",
-			async () => {
-				try {
-					await api("DELETE", "webapi/keys/" + encodeURIComponent(k.id));
-				} catch (e) {
-					say("Could not delete " + k.name + ": " + e.message, true);
-					return;
-				}
-				await loadKeys(k.service);
-				say("Deleted key " + k.name + ".");
-			});
+			"webapi/keys/" + encodeURIComponent(k.id), () => loadKeys(k.service));
 	}
 
 	// --- templates -----------------------------------------------------
@@ -444,18 +450,9 @@
 		$("tbody", templatesPanel).replaceChildren(...templates.map((t) => {
 			const remove = el("button", { type: "button", className: "delete danger", textContent: "Remove" });
 			remove.setAttribute("aria-label", "Remove " + t.id);
-			remove.addEventListener("click", () => confirm("Remove template " + t.id + "?",
+			remove.addEventListener("click", () => confirmRemoval("Remove", "template " + t.id,
 				"Contracts already created from it keep their copy; no new contract can be created from it.",
-				async () => {
-					try {
-						await api("DELETE", "webapi/templates/" + encodeURIComponent(t.id));
-					} catch (e) {
-						say("Could not remove " + t.id + ": " + e.message, true);
-						return;
-					}
-					await loadTemplates();
-					say("Removed template " + t.id + ".");
-				}));
+				"webapi/templates/" + encodeURIComponent(t.id), loadTemplates));
 			const cells = [
 				el("th", { scope: "row", textContent: t.id }),
 				el("td", { textContent: t.collectionId }),
