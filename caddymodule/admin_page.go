@@ -6,6 +6,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/keygate/keygate/internal/adminpage"
@@ -52,6 +53,13 @@ func (h *AdminPage) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.app = app
+	if h.UserHeader != "" {
+		// Whoever can send this header is whoever they say: only a
+		// forward_auth in front that copies it (and so drops the
+		// client's) makes it an authentication.
+		ctx.Logger().Info("the Web API Keys page takes its user from a request header; forward_auth with copy_headers must set it",
+			zap.String("user_header", h.UserHeader))
+	}
 	h.api = &Admin{}
 	h.api.mux = h.api.routes(false)
 	h.page = adminpage.Handler{

@@ -61,6 +61,8 @@ var (
 	staticAssets = map[string]asset{
 		"admin.js":  load("assets/admin.js", "text/javascript; charset=utf-8"),
 		"admin.css": load("assets/admin.css", "text/css; charset=utf-8"),
+		// The page's icon, so that browsers do not ask for /favicon.ico.
+		"favicon.svg": load("assets/favicon.svg", "image/svg+xml"),
 	}
 )
 

@@ -57,7 +57,9 @@
 
 	// --- formatting ----------------------------------------------------
 
-	const dateFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
+	// Short dates keep the table narrow; the full time is the title.
+	const dateFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "short", timeStyle: "short" });
+	const timeZone = Intl.DateTimeFormat().resolvedOptions().timeZone || "your time zone";
 	function timeCell(iso, empty) {
 		if (!iso) return document.createTextNode(empty);
 		const t = document.createElement("time");
@@ -134,7 +136,7 @@
 	const keyColumns = (service) => [
 		"Key Name", "Key Value", "Privileges", "Validity", "Allowed IPs", "Owner",
 		...(service === "share" ? ["Admin projects"] : []),
-		"Created, modified", "Last Usage Time", "Usage Count", "Actions",
+		"Activity", "Actions",
 	];
 
 	async function loadKeys(service) {
@@ -162,7 +164,7 @@
 		const limits = [];
 		if (k.notValidBefore) limits.push(labelled("from", timeCell(k.notValidBefore)));
 		if (k.notValidAfter) limits.push(labelled("until", timeCell(k.notValidAfter)));
-		const validity = limits.length > 0 ? cell("td", null, ...limits) : el("td", { textContent: "no limit" });
+		const validity = limits.length > 0 ? cell("td", { className: "validity" }, ...limits) : el("td", { textContent: "no limit" });
 		const cells = [
 			cell("th", { scope: "row", className: "name" }, el("span", { className: "key-name", textContent: k.name }),
 				...(k.description ? [el("span", { className: "description", textContent: k.description })] : [])),
@@ -172,9 +174,13 @@
 			cell("td", null, list(k.allowedIps, "any")),
 			el("td", { textContent: k.owner }),
 			...(service === "share" ? [cell("td", null, list(k.adminProjects, "none"))] : []),
-			cell("td", null, labelled("created", timeCell(k.creationTime, "")), labelled("modified", timeCell(k.lastModificationTime, ""))),
-			cell("td", null, timeCell(k.lastUsageTime, "never")),
-			el("td", { className: "num", textContent: String(k.usageCount) }),
+			// Creation Time, Last Modification Time, Usage Count, Last Usage Time.
+			cell("td", { className: "activity" },
+				labelled("created", timeCell(k.creationTime, "")),
+				labelled("modified", timeCell(k.lastModificationTime, "")),
+				k.usageCount > 0
+					? labelled("used " + (k.usageCount === 1 ? "once" : k.usageCount + " times") + ", last", timeCell(k.lastUsageTime, "never"))
+					: el("div", { className: "muted", textContent: "never used" })),
 		];
 		const button = (label, cls, action) => {
 			const b = el("button", { type: "button", className: cls, textContent: label });
@@ -197,7 +203,7 @@
 
 	const keyDialog = $("#key-dialog");
 	const keyForm = $("#key-form");
-	let editing = null; // { service, key } of the dialog
+	let editing = null; // { service, key, before } of the dialog
 
 	function openKeyForm(service, key) {
 		editing = { service, key };
@@ -223,6 +229,9 @@
 			$("#f-adminProjects").value = (key.adminProjects || []).join("\n");
 		}
 		$("#key-save").textContent = key ? "Save" : "Create key";
+		// What the form shows before any change, read back as a submit
+		// would read it: the edit sends only what differs from this.
+		editing.before = formValues(service);
 		keyDialog.showModal();
 		$("#f-name").focus();
 	}
@@ -241,52 +250,55 @@
 		return v;
 	}
 
-	keyForm.addEventListener("submit", async (e) => {
-		e.preventDefault();
-		const { service, key } = editing;
-		const values = formValues(service);
-		clearErrors(keyForm);
-		let saved;
+	// busy runs a form's request with its submit button disabled, so a
+	// second click cannot send it twice.
+	async function busy(form, request) {
+		const submit = $('[type="submit"]', form);
+		if (submit.disabled) return;
+		submit.disabled = true;
+		form.setAttribute("aria-busy", "true");
 		try {
-			if (key) {
-				// Only what changed: a time shown to the minute must not
-				// overwrite the seconds of a time set through the API.
-				const before = formValuesOf(service, key);
-				const patch = {};
-				for (const [f, v] of Object.entries(values)) {
-					if (JSON.stringify(v) !== JSON.stringify(before[f])) patch[f] = v;
-				}
-				saved = await api("PATCH", "webapi/keys/" + encodeURIComponent(key.id), patch);
-			} else {
-				saved = await api("POST", "webapi/keys", { service, owner: $("#f-owner").value.trim(), ...values });
-			}
-		} catch (err) {
-			showErrors(keyForm, err, "f-", "e-", "key-form-error");
-			return;
+			await request();
+		} finally {
+			submit.disabled = false;
+			form.removeAttribute("aria-busy");
 		}
-		keyDialog.close();
-		await loadKeys(service);
-		if (key) {
-			say("Saved key " + saved.name + ".");
-		} else {
-			say("Created key " + saved.name + ".");
-			showToken(saved, saved.token);
-		}
-	});
-
-	// formValuesOf is what the form shows for key untouched.
-	function formValuesOf(service, key) {
-		const v = {
-			name: key.name,
-			description: key.description || "",
-			privileges: privileges[service].map(([p]) => p).filter((p) => key.privileges.includes(p)),
-			notValidBefore: fromLocalInput(toLocalInput(key.notValidBefore)),
-			notValidAfter: fromLocalInput(toLocalInput(key.notValidAfter)),
-			allowedIps: key.allowedIps || [],
-		};
-		if (service === "share") v.adminProjects = key.adminProjects || [];
-		return v;
 	}
+
+	keyForm.addEventListener("submit", (e) => {
+		e.preventDefault();
+		busy(keyForm, async () => {
+			const { service, key, before } = editing;
+			const values = formValues(service);
+			clearErrors(keyForm);
+			let saved;
+			try {
+				if (key) {
+					// Only what changed: a time shown to the second must not
+					// overwrite a fraction set through the API, nor the form's
+					// line endings a description's.
+					const patch = {};
+					for (const [f, v] of Object.entries(values)) {
+						if (JSON.stringify(v) !== JSON.stringify(before[f])) patch[f] = v;
+					}
+					saved = await api("PATCH", "webapi/keys/" + encodeURIComponent(key.id), patch);
+				} else {
+					saved = await api("POST", "webapi/keys", { service, owner: $("#f-owner").value.trim(), ...values });
+				}
+			} catch (err) {
+				showErrors(keyForm, err, "f-", "e-", "key-form-error");
+				return;
+			}
+			keyDialog.close();
+			await loadKeys(service);
+			if (key) {
+				say("Saved key " + saved.name + ".");
+			} else {
+				say("Created key " + saved.name + ".");
+				showToken(saved, saved.token);
+			}
+		});
+	});
 
 	// showErrors puts each of the problem's field errors beside its field
 	// (the field named before any [index]); the rest go above the form.
@@ -301,7 +313,7 @@
 				rest.push(fe.message);
 				continue;
 			}
-			box.textContent = box.hidden ? fe.message : box.textContent + " " + fe.message;
+			box.append(el("span", { className: "msg", textContent: fe.message })); // one line each
 			box.hidden = false;
 			const input = document.getElementById(inputPrefix + field) || box.closest("fieldset");
 			if (input) input.setAttribute("aria-invalid", "true");
@@ -429,7 +441,7 @@
 	}
 
 	function confirmDelete(k) {
-		confirmRemoval("Delete", "key " + k.name,
+		confirmRemoval("Delete", "key " + k.name + " (" + k.tokenPrefix + "…)",
 			"Clients that use this key are refused from the moment it is deleted. This cannot be undone.",
 			"webapi/keys/" + encodeURIComponent(k.id), () => loadKeys(k.service));
 	}
@@ -477,27 +489,37 @@
 		templateDialog.showModal();
 		$("#t-id").focus();
 	});
-	templateForm.addEventListener("submit", async (e) => {
+	templateForm.addEventListener("submit", (e) => {
 		e.preventDefault();
-		clearErrors(templateForm);
-		const t = {
-			id: $("#t-id").value.trim(),
-			collectionId: $("#t-collectionId").value.trim(),
-			title: $("#t-title").value.trim(),
-			body: $("#t-body").value,
-		};
-		try {
-			await api("POST", "webapi/templates", t);
-		} catch (err) {
-			showErrors(templateForm, err, "t-", "te-", "template-form-error");
-			return;
-		}
-		templateDialog.close();
-		await loadTemplates();
-		say("Added template " + t.id + ".");
+		busy(templateForm, async () => {
+			clearErrors(templateForm);
+			const t = {
+				id: $("#t-id").value.trim(),
+				collectionId: $("#t-collectionId").value.trim(),
+				title: $("#t-title").value.trim(),
+				body: $("#t-body").value,
+			};
+			try {
+				await api("POST", "webapi/templates", t);
+			} catch (err) {
+				if (err.problem && err.problem.code === "conflict") {
+					// The admin API's advice names its own tools; here the
+					// way out is on the page.
+					err.problem.errors = [{ field: "id", message: "A template with this ID exists: remove it first, or choose another ID." }];
+				}
+				showErrors(templateForm, err, "t-", "te-", "template-form-error");
+				return;
+			}
+			templateDialog.close();
+			await loadTemplates();
+			say("Added template " + t.id + ".");
+		});
 	});
 
 	// --- start ---------------------------------------------------------
+
+	$("#h-times").textContent = "In your time zone, " + timeZone + "; empty: no limit.";
+	for (const h of $$(".zone")) h.textContent = "Times are in " + timeZone + ".";
 
 	const first = tabs.find((t) => t.id === "tab-" + location.hash.slice(1)) || tabs[0];
 	select(first, false);
