@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/keygate/keygate/caddymodule"
 	"github.com/keygate/keygate/internal/adminpage"
 	"github.com/keygate/keygate/internal/openapitest"
 	"github.com/keygate/keygate/internal/testwait"
@@ -314,6 +316,51 @@ func testAdminPage(t *testing.T, b backend) {
 		}
 		if logs := g.readLogs(t, ""); strings.Contains(logs, key.Token) {
 			t.Error("a token is in the logs")
+		}
+	})
+}
+
+// The webapi_admin directive as the Caddyfile writes it, and what it
+// refuses; a header name that is none fails the config's load.
+func TestAdminPageCaddyfile(t *testing.T) {
+	tests := []struct {
+		name, directive, want, err string
+	}{
+		{"plain", "webapi_admin", `{"handler":"webapi_admin"}`, ""},
+		{"user_header", "webapi_admin {\n user_header Remote-User\n}", `{"handler":"webapi_admin","user_header":"Remote-User"}`, ""},
+		{"an argument", "webapi_admin * Remote-User", "", "wrong argument count"},
+		{"unknown option", "webapi_admin {\n user_cookie sso\n}", "", `unknown option "user_cookie"`},
+		{"user_header without a name", "webapi_admin {\n user_header\n}", "", "wrong argument count"},
+		{"user_header with two", "webapi_admin {\n user_header A B\n}", "", "wrong argument count"},
+	}
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := ":8081 {\n handle /admin/* {\n" + tt.directive + "\n }\n}\n"
+			out, _, err := adapter.Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v, want one containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(out), tt.want) {
+				t.Errorf("%s\nholds no %s", out, tt.want)
+			}
+		})
+	}
+
+	t.Run("a header name that is none", func(t *testing.T) {
+		p := caddymodule.AdminPage{UserHeader: "Remote User"}
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "not a header name") {
+			t.Fatalf("Validate: %v", err)
+		}
+		p.UserHeader = "X-Forwarded-User"
+		if err := p.Validate(); err != nil {
+			t.Fatalf("Validate: %v", err)
 		}
 	})
 }
