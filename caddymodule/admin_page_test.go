@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/keygate/keygate/caddymodule"
@@ -333,21 +332,10 @@ func TestAdminPageCaddyfile(t *testing.T) {
 		{"user_header without a name", "webapi_admin {\n user_header\n}", "", "wrong argument count"},
 		{"user_header with two", "webapi_admin {\n user_header A B\n}", "", "wrong argument count"},
 	}
-	adapter := caddyconfig.GetAdapter("caddyfile")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := ":8081 {\n handle /admin/* {\n" + tt.directive + "\n }\n}\n"
-			out, _, err := adapter.Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("error %v, want one containing %q", err, tt.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(string(out), tt.want) {
+			out := caddymodule.AdaptCaddyfile(t, ":8081 {\n handle /admin/* {\n"+tt.directive+"\n }\n}\n", tt.err)
+			if out != nil && !strings.Contains(string(out), tt.want) {
 				t.Errorf("%s\nholds no %s", out, tt.want)
 			}
 		})

@@ -3,6 +3,10 @@ package caddymodule
 import (
 	"os"
 	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
 // Test ports: tests load configs into one in-process Caddy. Two test runs
@@ -18,4 +22,24 @@ func envPort(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// AdaptCaddyfile is adapt, for the external tests.
+var AdaptCaddyfile = adapt
+
+// adapt adapts the Caddyfile src to JSON. With wantErr, it expects an
+// error holding wantErr and returns nil; else it fails on any error.
+func adapt(t *testing.T, src, wantErr string) []byte {
+	t.Helper()
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("error %v, want one containing %q", err, wantErr)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

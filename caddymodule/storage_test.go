@@ -37,19 +37,11 @@ func TestStorageCaddyfile(t *testing.T) {
 		{"unknown backend", "storage etcd", "", "webapi.storage.etcd"},
 		{"no backend", "storage", "", "argument"},
 	}
-	adapter := caddyconfig.GetAdapter("caddyfile")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := "{\n webapi {\n" + tt.block + "\n }\n}\n:8080 {\n respond ok\n}\n"
-			out, _, err := adapter.Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("error %v, want one containing %q", err, tt.err)
-				}
+			out := adapt(t, "{\n webapi {\n"+tt.block+"\n }\n}\n:8080 {\n respond ok\n}\n", tt.err)
+			if out == nil {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			var cfg struct {
 				Apps struct {
