@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -86,12 +85,18 @@ type adminAppKey struct{}
 func appOf(r *http.Request) *App { return r.Context().Value(adminAppKey{}).(*App) }
 
 // fail writes err as its problem (problem.FromError: a full disk is a
-// 507, another storage failure a 503), logging what a 5xx hides.
+// 507, another storage failure a 503), logging what a 5xx hides. A change
+// or reveal that failed is audited too, with the problem's code.
 func (a *Admin) fail(w http.ResponseWriter, r *http.Request, err error) {
 	d := problem.FromError(err)
 	if d.Status >= 500 {
 		appOf(r).logger.Error("admin request failed", zap.String("method", r.Method),
 			zap.String("path", r.URL.Path), zap.Error(err))
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		rec := adminAudit(r, "admin action failed", "", d.Status)
+		rec.reason = d.Code
+		appOf(r).audit.record(rec)
 	}
 	problem.Write(w, d)
 }
@@ -169,23 +174,27 @@ func adminAudit(r *http.Request, msg, service string, status int) auditRecord {
 	}
 }
 
-// requestPath is the path the client asked for, escaped, before a mount
-// was stripped from it (the page's /admin/webapi/keys, not /webapi/keys).
-func requestPath(r *http.Request) string {
-	if r.RequestURI == "" || r.RequestURI == "*" {
-		return r.URL.EscapedPath()
-	}
-	p, _, _ := strings.Cut(r.RequestURI, "?")
-	return p
+// strippedKey carries the escaped path prefix that Caddy stripped from a
+// Web API Keys page request before webapi_admin saw it (handle_path).
+type strippedKey struct{}
+
+// pagePrefix is the escaped path the client put before the admin API's
+// path: the Web API Keys page's mount, with any prefix Caddy stripped
+// before it; "" on the admin endpoint. Locations and audit paths name
+// resources as the client addressed them.
+func pagePrefix(r *http.Request) string {
+	p, _ := r.Context().Value(strippedKey{}).(string)
+	return p + adminpage.Mount(r.Context())
 }
 
-// auditPath is requestPath as the audit log shows paths, unescaped.
+// auditPath is the path the client asked for, unescaped as the audit log
+// shows paths.
 func auditPath(r *http.Request) string {
-	p := requestPath(r)
+	p := pagePrefix(r)
 	if u, err := url.PathUnescape(p); err == nil {
-		return u
+		p = u
 	}
-	return p
+	return p + r.URL.Path
 }
 
 // auditAdmin records an administration action on key k like a key use.
@@ -215,7 +224,7 @@ func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	appOf(r).state.updateKeyGauges()
 	a.auditAdmin(r, "key created", k, http.StatusCreated)
-	w.Header().Set("Location", requestPath(r)+"/"+k.ID) // under the page's mount too
+	w.Header().Set("Location", pagePrefix(r)+"/webapi/keys/"+k.ID)
 	writeJSON(w, http.StatusCreated, k)
 }
 
@@ -290,8 +299,7 @@ func (a *Admin) revealKey(w http.ResponseWriter, r *http.Request) {
 	}
 	token, err := appOf(r).state.keys.Reveal(id)
 	if err != nil {
-		appOf(r).logger.Error("revealing key", zap.String("key_id", id), zap.Error(err))
-		problem.WriteError(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	a.auditAdmin(r, "key revealed", k, http.StatusOK)
@@ -324,7 +332,7 @@ func (a *Admin) addTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.auditTemplate(r, "template added", t.ID, http.StatusCreated)
-	w.Header().Set("Location", requestPath(r)+"/"+url.PathEscape(t.ID))
+	w.Header().Set("Location", pagePrefix(r)+"/webapi/templates/"+url.PathEscape(t.ID))
 	writeJSON(w, http.StatusCreated, t)
 }
 
@@ -356,7 +364,7 @@ func (a *Admin) putTemplate(w http.ResponseWriter, r *http.Request) {
 		t.ID = r.PathValue("id")
 	}
 	if t.ID != r.PathValue("id") {
-		problem.Write(w, problem.Invalid([]problem.FieldError{{Field: "id", Code: "mismatch", Message: "id must match the id in the path"}}))
+		a.fail(w, r, problem.Invalid([]problem.FieldError{{Field: "id", Code: "mismatch", Message: "id must match the id in the path"}}))
 		return
 	}
 	created, err := appOf(r).state.templates.Put(t)
@@ -364,11 +372,11 @@ func (a *Admin) putTemplate(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	status := http.StatusOK
+	status, msg := http.StatusOK, "template replaced"
 	if created {
-		status = http.StatusCreated
+		status, msg = http.StatusCreated, "template added"
 	}
-	a.auditTemplate(r, "template replaced", t.ID, status)
+	a.auditTemplate(r, msg, t.ID, status)
 	writeJSON(w, status, t)
 }
 

@@ -1,8 +1,10 @@
 package caddymodule
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -61,7 +63,7 @@ func (h *AdminPage) Provision(ctx caddy.Context) error {
 			zap.String("user_header", h.UserHeader))
 	}
 	h.api = &Admin{}
-	h.api.mux = h.api.routes(false)
+	h.api.mux = h.api.routes(false) // keys and templates; webhooks stay on the admin endpoint
 	h.page = adminpage.Handler{
 		API: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.api.serveFor(w, r, h.app) }),
 		Refused: func(r *http.Request, user string, status int, reason string) {
@@ -91,8 +93,15 @@ func (h *AdminPage) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhtt
 		// not the placeholder's own text.
 		user, _ = repl.GetString("http.auth.user.id")
 	}
-	r = r.WithContext(clientip.With(r.Context(), requestClientIP(r)))
-	h.page.Serve(w, r, user)
+	ctx := clientip.With(r.Context(), requestClientIP(r))
+	// A prefix that handle_path or uri strip_prefix took off before this
+	// handler is still part of the path the client addressed.
+	if orig, ok := ctx.Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok {
+		if o, cur := orig.URL.EscapedPath(), r.URL.EscapedPath(); o != cur && strings.HasSuffix(o, cur) {
+			ctx = context.WithValue(ctx, strippedKey{}, strings.TrimSuffix(o, cur))
+		}
+	}
+	h.page.Serve(w, r.WithContext(ctx), user)
 	return nil
 }
 

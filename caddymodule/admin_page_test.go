@@ -24,9 +24,10 @@ const (
 	pagePassword = "correct horse battery staple"
 )
 
-// adminPageSite is the share API and three Web API Keys pages: behind
-// basic_auth at /admin/, behind an SSO proxy's forward_auth at /sso/
-// (ssoAddr answers the check), and, wrongly, unprotected at /open/.
+// adminPageSite is the share API and four Web API Keys pages: behind
+// basic_auth at /admin/ and, its prefix stripped by handle_path, at
+// /keys/; behind an SSO proxy's forward_auth at /sso/ (ssoAddr answers
+// the check); and, wrongly, unprotected at /open/.
 func adminPageSite(t *testing.T, ssoAddr string) string {
 	t.Helper()
 	hash, err := bcrypt.GenerateFromPassword([]byte(pagePassword), bcrypt.MinCost)
@@ -34,7 +35,7 @@ func adminPageSite(t *testing.T, ssoAddr string) string {
 		t.Fatal(err)
 	}
 	v, _ := openapitest.Default()
-	v.SetAdminPage(strings.TrimPrefix(siteURL, "http://"), "/admin", "/sso", "/open")
+	v.SetAdminPage(strings.TrimPrefix(siteURL, "http://"), "/admin", "/sso", "/open", "/keys")
 	t.Cleanup(func() { v.SetAdminPage(strings.TrimPrefix(siteURL, "http://")) })
 	return fmt.Sprintf(`
 	handle /webapi/share* {
@@ -57,6 +58,12 @@ func adminPageSite(t *testing.T, ssoAddr string) string {
 		}
 	}
 	handle /open/* {
+		webapi_admin
+	}
+	handle_path /keys/* {
+		basic_auth {
+			%[1]s %[2]s
+		}
 		webapi_admin
 	}`, pageUser, hash, ssoAddr)
 }
@@ -260,6 +267,14 @@ func testAdminPage(t *testing.T, b backend) {
 		}
 	})
 
+	t.Run("a mount that Caddy strips still names the resources", func(t *testing.T) {
+		r := do(t, http.MethodPost, siteURL+"/keys/webapi/templates", map[string]any{"id": "T-STRIP", "collectionId": "C-1", "title": "Stripped", "body": "x"},
+			"Authorization", "Basic "+basic(pageUser, pagePassword), "Sec-Fetch-Site", "same-origin", adminpage.RequestHeader, "1")
+		if r.status != http.StatusCreated || r.header.Get("Location") != "/keys/webapi/templates/T-STRIP" {
+			t.Fatalf("%d Location %q: %s", r.status, r.header.Get("Location"), r.body)
+		}
+	})
+
 	t.Run("delete: the key stops working at once", func(t *testing.T) {
 		if r := pageCall(t, http.MethodDelete, "webapi/keys/"+key.ID, nil); r.status != http.StatusNoContent {
 			t.Fatalf("%d %s", r.status, r.body)
@@ -270,16 +285,18 @@ func testAdminPage(t *testing.T, b backend) {
 	})
 
 	t.Run("every action audited as its user", func(t *testing.T) {
-		want := []struct{ msg, user, path string }{
-			{"key created", "alice", "/admin/webapi/keys"},
-			{"key revealed", "alice", "/admin/webapi/keys/" + key.ID + "/reveal"},
-			{"key updated", "alice", "/admin/webapi/keys/" + key.ID},
-			{"admin page refused", "alice", "/admin/webapi/keys"},
-			{"admin page refused", "alice", "/admin/webapi/keys/" + key.ID},
-			{"template added", "alice", "/admin/webapi/templates"},
-			{"template removed", "alice", "/admin/webapi/templates/T-PAGE"},
-			{"key revealed", "carol", "/sso/webapi/keys/" + key.ID + "/reveal"},
-			{"key deleted", "alice", "/admin/webapi/keys/" + key.ID},
+		want := []struct{ msg, user, path, templateID string }{
+			{"key created", "alice", "/admin/webapi/keys", ""},
+			{"admin action failed", "alice", "/admin/webapi/keys", ""}, // the invalid create
+			{"key revealed", "alice", "/admin/webapi/keys/" + key.ID + "/reveal", ""},
+			{"key updated", "alice", "/admin/webapi/keys/" + key.ID, ""},
+			{"admin page refused", "alice", "/admin/webapi/keys", ""},
+			{"admin page refused", "alice", "/admin/webapi/keys/" + key.ID, ""},
+			{"template added", "alice", "/admin/webapi/templates", "T-PAGE"},
+			{"template removed", "alice", "/admin/webapi/templates/T-PAGE", "T-PAGE"},
+			{"key revealed", "carol", "/sso/webapi/keys/" + key.ID + "/reveal", ""},
+			{"template added", "alice", "/keys/webapi/templates", "T-STRIP"},
+			{"key deleted", "alice", "/admin/webapi/keys/" + key.ID, ""},
 		}
 		var got []map[string]any
 		testwait.For(t, testwait.Generous, "the audit entries", func() bool {
@@ -296,7 +313,7 @@ func testAdminPage(t *testing.T, b backend) {
 		}
 		for i, w := range want {
 			e := got[i]
-			if e["msg"] != w.msg || e["user"] != w.user || e["path"] != w.path {
+			if id, _ := e["template_id"].(string); e["msg"] != w.msg || e["user"] != w.user || e["path"] != w.path || id != w.templateID {
 				t.Errorf("entry %d: %v, want %+v", i, e, w)
 			}
 			if ip, _ := e["client_ip"].(string); net.ParseIP(ip) == nil {

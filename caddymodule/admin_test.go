@@ -1,11 +1,15 @@
 package caddymodule_test
 
 import (
+	"bufio"
+	"fmt"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/keygate/keygate/internal/testwait"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -168,5 +172,62 @@ func testAdminTemplates(t *testing.T, b backend) {
 	}
 	if r := do(t, "GET", url+"/PAGE-1", nil); r.status != 404 {
 		t.Fatalf("get after delete: %d %s", r.status, r.body)
+	}
+}
+
+// The admin endpoint audits its own actions, without a user: templates as
+// keys, failures with their code, and paths as the API names them even for
+// a request in absolute form (the request line carrying scheme and host).
+func TestAdminAudit(t *testing.T) {
+	g := startGateway(t, bolt, echoSite)
+	tpl := map[string]any{"id": "PAGE-9", "collectionId": "SPACE", "title": "NDA", "body": "Keep it secret."}
+	for i, status := range []int{http.StatusCreated, http.StatusOK} {
+		if r := do(t, http.MethodPut, adminURL+"/webapi/templates/PAGE-9", tpl); r.status != status {
+			t.Fatalf("put %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if r := do(t, http.MethodPost, adminURL+"/webapi/keys", map[string]any{"service": "share"}); r.status != http.StatusBadRequest {
+		t.Fatalf("bad create: %d %s", r.status, r.body)
+	}
+
+	// Absolute form, and an escape where none is needed.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(adminURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"service":"share","name":"abs","owner":"alice","privileges":["get"]}`
+	fmt.Fprintf(conn, "POST %s/webapi/%%6Beys?x=1 HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		adminURL, strings.TrimPrefix(adminURL, "http://"), len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || !strings.HasPrefix(resp.Header.Get("Location"), "/webapi/keys/") {
+		t.Fatalf("absolute form: %d Location %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+
+	want := []struct{ msg, path, templateID, reason string }{
+		{"template added", "/webapi/templates/PAGE-9", "PAGE-9", ""},
+		{"template replaced", "/webapi/templates/PAGE-9", "PAGE-9", ""},
+		{"admin action failed", "/webapi/keys", "", "invalid_request"},
+		{"key created", "/webapi/keys", "", ""},
+	}
+	var got []map[string]any
+	testwait.For(t, testwait.Generous, "the audit entries", func() bool {
+		got = g.auditEntries(t, 0)
+		return len(got) >= len(want)
+	})
+	if len(got) != len(want) {
+		t.Fatalf("%d entries, want %d: %v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		e := got[i]
+		id, _ := e["template_id"].(string)
+		reason, _ := e["reason"].(string)
+		if e["msg"] != w.msg || e["path"] != w.path || id != w.templateID || reason != w.reason || e["user"] != nil || e["operation"] != "admin" {
+			t.Errorf("entry %d: %v, want %+v", i, e, w)
+		}
 	}
 }

@@ -204,6 +204,7 @@ func parseOpenAPI(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	return o, o.UnmarshalCaddyfile(h.Dispenser)
 }
 
+// parseAdminPage sets up webapi_admin (AdminPage.UnmarshalCaddyfile).
 func parseAdminPage(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	p := new(AdminPage)
 	return p, p.UnmarshalCaddyfile(h.Dispenser)

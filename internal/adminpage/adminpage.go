@@ -66,6 +66,7 @@ var (
 	}
 )
 
+// load reads an embedded asset and tags it with a hash of its content.
 func load(name, contentType string) asset {
 	body, err := assets.ReadFile(name)
 	if err != nil {
@@ -88,12 +89,22 @@ type Handler struct {
 	Refused func(r *http.Request, user string, status int, reason string)
 }
 
-type userKey struct{}
+type (
+	userKey  struct{}
+	mountKey struct{}
+)
 
 // User returns the authenticated user Serve was given for r's request.
 func User(ctx context.Context) string {
 	u, _ := ctx.Value(userKey{}).(string)
 	return u
+}
+
+// Mount returns the escaped path before the API path of a JSON call of
+// the page ("/admin" for /admin/webapi/keys), as Serve saw it.
+func Mount(ctx context.Context) string {
+	m, _ := ctx.Value(mountKey{}).(string)
+	return m
 }
 
 // Serve answers r for user, whom an authentication handler in front
@@ -104,13 +115,14 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, user string) {
 			"the Web API Keys page is only served to an authenticated user: put basic_auth (or forward_auth, with webapi_admin's user_header) in front of webapi_admin")
 		return
 	}
-	if rest, ok := splitAPI(r.URL.Path); ok {
+	if mount, rest, ok := splitAPI(r.URL.EscapedPath()); ok {
 		if reason := crossOrigin(r); reason != "" {
 			h.refuse(w, r, user, reason,
 				"the Web API Keys page's calls are only taken from the page itself: "+reason)
 			return
 		}
-		h.API.ServeHTTP(w, withPath(r.WithContext(context.WithValue(r.Context(), userKey{}, user)), rest))
+		ctx := context.WithValue(context.WithValue(r.Context(), userKey{}, user), mountKey{}, mount)
+		h.API.ServeHTTP(w, withPath(r.WithContext(ctx), rest))
 		return
 	}
 	name := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
@@ -181,38 +193,50 @@ func serveAsset(w http.ResponseWriter, r *http.Request, a asset) {
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(a.body))
 }
 
-// splitAPI returns the API path (/webapi/keys...) that path names after
-// the page's mount, if it names one. The API path is looked for as the
-// first /webapi/keys or /webapi/templates segment pair, so the page works
-// under any mount, stripped or not.
-func splitAPI(path string) (rest string, ok bool) {
+// splitAPI splits an escaped path into the page's mount and the API path
+// (/webapi/keys...) it names, at the earliest /webapi/keys or
+// /webapi/templates segment pair, so that the page works under any mount.
+// The escaped form matters: a template id may hold an escaped "/", which
+// must not make its path look like a key's.
+func splitAPI(escaped string) (mount, rest string, ok bool) {
+	at := -1
 	for _, p := range apiPaths {
 		for from := 0; ; {
-			i := strings.Index(path[from:], p)
+			i := strings.Index(escaped[from:], p)
 			if i < 0 {
 				break
 			}
 			i += from
-			if end := i + len(p); end == len(path) || path[end] == '/' {
-				return path[i:], true
+			if end := i + len(p); end == len(escaped) || escaped[end] == '/' {
+				if at < 0 || i < at {
+					at = i
+				}
+				break
 			}
 			from = i + 1
 		}
 	}
-	return "", false
+	if at < 0 {
+		return "", "", false
+	}
+	return escaped[:at], escaped[at:], true
 }
 
-// withPath is r with its path replaced by rest, the mount stripped from
-// the escaped form too (as http.StripPrefix does): the API path holds no
-// escapes of its own, so it splits the escaped path the same way.
+// withPath is r with its path replaced by the escaped API path rest, as
+// http.StripPrefix does: Path its unescaped form, RawPath rest itself
+// when the two differ.
 func withPath(r *http.Request, rest string) *http.Request {
 	r2 := new(http.Request)
 	*r2 = *r
 	r2.URL = new(url.URL)
 	*r2.URL = *r.URL
-	r2.URL.Path, r2.URL.RawPath = rest, ""
-	if raw, ok := splitAPI(r.URL.EscapedPath()); ok && raw != rest {
-		r2.URL.RawPath = raw
+	path, err := url.PathUnescape(rest)
+	if err != nil { // EscapedPath of a parsed URL always unescapes
+		path = rest
+	}
+	r2.URL.Path, r2.URL.RawPath = path, ""
+	if path != rest {
+		r2.URL.RawPath = rest
 	}
 	return r2
 }
@@ -231,6 +255,8 @@ func crossOrigin(r *http.Request) string {
 		}
 	}
 	if len(sites) == 0 {
+		// The host, not the scheme: behind a proxy that ends TLS the
+		// gateway sees http for the browser's https.
 		for _, o := range r.Header.Values("Origin") {
 			u, err := url.Parse(o)
 			if err != nil || !strings.EqualFold(u.Host, r.Host) {

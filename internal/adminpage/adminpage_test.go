@@ -16,10 +16,10 @@ type recorder struct {
 	calls []call
 }
 
-type call struct{ method, path, rawPath, user string }
+type call struct{ method, path, rawPath, user, mount string }
 
 func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec.calls = append(rec.calls, call{r.Method, r.URL.Path, r.URL.RawPath, adminpage.User(r.Context())})
+	rec.calls = append(rec.calls, call{r.Method, r.URL.Path, r.URL.RawPath, adminpage.User(r.Context()), adminpage.Mount(r.Context())})
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = io.WriteString(w, `[]`)
 }
@@ -181,13 +181,16 @@ func TestOtherPaths(t *testing.T) {
 
 // The API sees its own paths whatever the mount, and the user.
 func TestAPIPaths(t *testing.T) {
-	for _, tc := range []struct{ target, path, rawPath string }{
-		{"/admin/webapi/keys?service=share", "/webapi/keys", ""},
-		{"/webapi/keys", "/webapi/keys", ""},
-		{"/ops/keygate/webapi/keys/k-1/reveal", "/webapi/keys/k-1/reveal", ""},
-		{"/admin/webapi/templates/T%2F1", "/webapi/templates/T/1", "/webapi/templates/T%2F1"},
-		{"/my%20admin/webapi/templates", "/webapi/templates", ""},
-		{"/webapi/keysmith/webapi/keys", "/webapi/keys", ""},
+	for _, tc := range []struct{ target, mount, path, rawPath string }{
+		{"/admin/webapi/keys?service=share", "/admin", "/webapi/keys", ""},
+		{"/webapi/keys", "", "/webapi/keys", ""},
+		{"/ops/keygate/webapi/keys/k-1/reveal", "/ops/keygate", "/webapi/keys/k-1/reveal", ""},
+		{"/admin/webapi/templates/T%2F1", "/admin", "/webapi/templates/T/1", "/webapi/templates/T%2F1"},
+		{"/my%20admin/webapi/templates", "/my%20admin", "/webapi/templates", ""},
+		{"/webapi/keysmith/webapi/keys", "/webapi/keysmith", "/webapi/keys", ""},
+		// A template whose id holds a key's path stays a template.
+		{"/admin/webapi/templates/x%2Fwebapi%2Fkeys%2Fabc", "/admin", "/webapi/templates/x/webapi/keys/abc", "/webapi/templates/x%2Fwebapi%2Fkeys%2Fabc"},
+		{"/admin/webapi/templates/webapi/keys", "/admin", "/webapi/templates/webapi/keys", ""},
 	} {
 		t.Run(tc.target, func(t *testing.T) {
 			h, rec, refused := newHandler()
@@ -196,7 +199,7 @@ func TestAPIPaths(t *testing.T) {
 			if w.Code != http.StatusOK || len(*refused) != 0 {
 				t.Fatalf("%d %s %+v", w.Code, w.Body, *refused)
 			}
-			want := call{http.MethodGet, tc.path, tc.rawPath, "alice"}
+			want := call{http.MethodGet, tc.path, tc.rawPath, "alice", tc.mount}
 			if len(rec.calls) != 1 || rec.calls[0] != want {
 				t.Fatalf("the API got %+v, want %+v", rec.calls, want)
 			}
@@ -222,6 +225,7 @@ func TestCrossOriginCallsAreRefused(t *testing.T) {
 		{"typed into the address bar", map[string]string{"Sec-Fetch-Site": "none"}, false, "none"},
 		{"another Origin without fetch metadata", map[string]string{"Origin": "http://evil.example", adminpage.RequestHeader: "1"}, false, "another origin"},
 		{"an unreadable Origin", map[string]string{"Origin": "::", adminpage.RequestHeader: "1"}, false, "another origin"},
+		{"an opaque Origin (a sandboxed frame, a file)", map[string]string{"Origin": "null", adminpage.RequestHeader: "1"}, false, "another origin"},
 		{"same origin without the header", map[string]string{"Sec-Fetch-Site": "same-origin"}, false, adminpage.RequestHeader},
 		{"the header with another value", map[string]string{"Sec-Fetch-Site": "same-origin", adminpage.RequestHeader: "yes"}, false, adminpage.RequestHeader},
 	} {

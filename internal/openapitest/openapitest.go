@@ -58,8 +58,12 @@ var genericHeaders = map[string]bool{
 }
 
 // adminPrefixes are the paths of the admin document, on Caddy's admin
-// endpoint; the first two also under a Web API Keys page's mount.
-var adminPrefixes = []string{"/webapi/keys", "/webapi/templates", "/webapi/webhooks"}
+// endpoint; pagePrefixes those of them a Web API Keys page serves too,
+// under its mount.
+var (
+	adminPrefixes = []string{"/webapi/keys", "/webapi/templates", "/webapi/webhooks"}
+	pagePrefixes  = []string{"/webapi/keys", "/webapi/templates"}
+)
 
 // apiPrefixes are the paths of the Web API document, on the site.
 var apiPrefixes = []string{"/webapi/", "/sign/", "/s/"}
@@ -194,7 +198,7 @@ func (v *Validator) onAdminPage(req *http.Request) (*http.Request, bool) {
 	v.mu.Unlock()
 	for _, mount := range mounts {
 		rest, ok := strings.CutPrefix(req.URL.Path, strings.TrimSuffix(mount, "/"))
-		if !ok || !slices.ContainsFunc(adminPrefixes[:2], func(pre string) bool { return rest == pre || strings.HasPrefix(rest, pre+"/") }) {
+		if !ok || !slices.ContainsFunc(pagePrefixes, func(pre string) bool { return rest == pre || strings.HasPrefix(rest, pre+"/") }) {
 			continue
 		}
 		r := req.Clone(req.Context())

@@ -409,9 +409,10 @@
 	const confirmDialog = $("#confirm-dialog");
 	let confirmAction = null;
 
-	function confirm(title, text, action) {
+	function confirm(verb, title, text, action) {
 		$("#confirm-title").textContent = title;
 		$("#confirm-text").textContent = text;
+		$("#confirm-yes").textContent = verb;
 		confirmAction = action;
 		confirmDialog.showModal();
 		$(".cancel", confirmDialog).focus();
@@ -428,7 +429,7 @@
 	// confirmRemoval asks, then deletes path, reloads the table and says
 	// so: verb and what name it ("Delete", "key ci").
 	function confirmRemoval(verb, what, consequence, path, reload) {
-		confirm(verb + " " + what + "?", consequence, async () => {
+		confirm(verb, verb + " " + what + "?", consequence, async () => {
 			try {
 				await api("DELETE", path);
 			} catch (e) {
