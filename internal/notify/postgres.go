@@ -20,16 +20,13 @@ import (
 // what it takes, and each commit that enqueues notifies every instance.
 type pgBackend struct {
 	db *pgdb.DB
-	// channel is the LISTEN/NOTIFY channel of this schema's outbox.
-	channel string
+	// wakeup wakes the workers of every instance after an enqueue.
+	wakeup *pgdb.Wakeup
 
 	mu sync.Mutex
 	// ids are taken from the sequence in blocks (idBlock at a time), so
 	// that an enqueue costs no round trip for its id.
 	ids []int64
-	// notifying: a NOTIFY is being sent; again: another commit came
-	// meanwhile, so one more is due.
-	notifying, again bool
 }
 
 // idBlock is how many message ids NewID takes from the sequence at once.
@@ -37,7 +34,7 @@ const idBlock = 64
 
 // NewPostgresBackend returns the outbox of db's schema.
 func NewPostgresBackend(db *pgdb.DB) Backend {
-	return &pgBackend{db: db, channel: db.Channel("outbox")}
+	return &pgBackend{db: db, wakeup: db.NewWakeup("outbox")}
 }
 
 // NewID takes ids from the sequence a block at a time, on tx's own
@@ -101,49 +98,9 @@ func (b *pgBackend) Enqueue(t storage.Tx, r *Record, committed func()) error {
 	}
 	pgdb.AfterCommit(t, func() {
 		committed()
-		b.notify()
+		b.wakeup.Notify()
 	})
 	return nil
-}
-
-// notify tells every instance's Watch that messages were enqueued. The
-// commits of many enqueues share one NOTIFY: while one is being sent,
-// later calls only ask for one more.
-func (b *pgBackend) notify() {
-	b.mu.Lock()
-	if b.notifying {
-		b.again = true
-		b.mu.Unlock()
-		return
-	}
-	b.notifying = true
-	b.mu.Unlock()
-	go func() {
-		for {
-			b.sendNotify()
-			b.mu.Lock()
-			if !b.again {
-				b.notifying = false
-				b.mu.Unlock()
-				return
-			}
-			b.again = false
-			b.mu.Unlock()
-		}
-	}()
-}
-
-// sendNotify sends one NOTIFY, in one round trip. Its commit need not wait
-// for the disk: it changes nothing that a crash could lose but the
-// wake-up, and a worker polls anyway. A failure is left to that poll.
-func (b *pgBackend) sendNotify() {
-	ctx, cancel := context.WithTimeout(context.Background(), pgdb.DefaultTimeout)
-	defer cancel()
-	_ = b.db.Update(ctx, func(t storage.Tx) error {
-		pgdb.Queue(t, "SET LOCAL synchronous_commit = off")
-		pgdb.Queue(t, "SELECT pg_notify($1, '')", b.channel)
-		return nil
-	})
 }
 
 func (b *pgBackend) DropRef(t storage.Tx, ref string) error {
@@ -245,5 +202,5 @@ func (b *pgBackend) Delete(t storage.Tx, id uint64) error {
 // Watch listens for the commits that enqueue, from any instance; it wakes
 // the worker as well whenever a notification may have been missed.
 func (b *pgBackend) Watch(ctx context.Context, wake func()) {
-	b.db.Listen(ctx, b.channel, func(string) { wake() }, wake)
+	b.wakeup.Watch(ctx, wake)
 }

@@ -341,14 +341,23 @@ func (bb boltBackend) TakeDelivery(ctx context.Context, _ string, _ time.Duratio
 	return d, next, err
 }
 
-func getDelivery(b buckets, id uint64) (*Delivery, error) {
+// loadDelivery decodes delivery id as stored; nil if there is none.
+func loadDelivery(b buckets, id uint64) (*boltDelivery, error) {
 	raw := b.dlv.Get(u64(id))
 	if raw == nil {
 		return nil, nil
 	}
-	var rec boltDelivery
-	if err := json.Unmarshal(raw, &rec); err != nil {
+	rec := new(boltDelivery)
+	if err := json.Unmarshal(raw, rec); err != nil {
 		return nil, fmt.Errorf("webhook: delivery %d does not decode: %w", id, err)
+	}
+	return rec, nil
+}
+
+func getDelivery(b buckets, id uint64) (*Delivery, error) {
+	rec, err := loadDelivery(b, id)
+	if rec == nil || err != nil {
+		return nil, err
 	}
 	return &Delivery{ID: id, SubscriptionID: rec.SubscriptionID, MessageID: rec.MessageID, Event: rec.Event,
 		Body: rec.Body, EventAt: rec.EventAt, Attempts: rec.Attempts}, nil
@@ -367,20 +376,16 @@ func (boltBackend) RescheduleDelivery(t storage.Tx, id uint64, _ string, delay t
 	if err != nil {
 		return err
 	}
-	raw := b.dlv.Get(u64(id))
-	if raw == nil {
-		return nil
-	}
-	var rec boltDelivery
-	if err := json.Unmarshal(raw, &rec); err != nil {
-		return fmt.Errorf("webhook: delivery %d does not decode: %w", id, err)
+	rec, err := loadDelivery(b, id)
+	if rec == nil || err != nil {
+		return err
 	}
 	if err := b.due.Delete(dueKey(rec.Next, id)); err != nil {
 		return err
 	}
 	rec.Attempts++
 	rec.Next = time.Now().Add(delay).UnixNano()
-	return putDelivery(b, id, &rec)
+	return putDelivery(b, id, rec)
 }
 
 func (boltBackend) DeleteDelivery(t storage.Tx, id uint64) error {
@@ -467,13 +472,9 @@ func putDelivery(b buckets, id uint64, rec *boltDelivery) error {
 
 // removeDelivery deletes a delivery and its index entries.
 func removeDelivery(b buckets, id uint64) error {
-	raw := b.dlv.Get(u64(id))
-	if raw == nil {
-		return nil
-	}
-	var rec boltDelivery
-	if err := json.Unmarshal(raw, &rec); err != nil {
-		return fmt.Errorf("webhook: delivery %d does not decode: %w", id, err)
+	rec, err := loadDelivery(b, id)
+	if rec == nil || err != nil {
+		return err
 	}
 	if err := b.due.Delete(dueKey(rec.Next, id)); err != nil {
 		return err

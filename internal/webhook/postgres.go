@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,17 +17,13 @@ import (
 // adds deliveries notifies every instance, so that any may take them.
 type pgBackend struct {
 	db *pgdb.DB
-	// channel is the LISTEN/NOTIFY channel of this schema's webhooks.
-	channel string
-	mu      sync.Mutex
-	// notifying: a NOTIFY is being sent; again: another commit came
-	// meanwhile, so one more is due.
-	notifying, again bool
+	// wakeup wakes the workers of every instance after deliveries are added.
+	wakeup *pgdb.Wakeup
 }
 
 // NewPostgresBackend returns the webhooks of db's schema.
 func NewPostgresBackend(db *pgdb.DB) Backend {
-	return &pgBackend{db: db, channel: db.Channel("webhooks")}
+	return &pgBackend{db: db, wakeup: db.NewWakeup("webhooks")}
 }
 
 const subColumns = `id, url, events, owners, description, enabled, sealed_secret, sealed_previous, previous_expiry, created, modified`
@@ -130,7 +125,7 @@ func (b *pgBackend) after(committed func()) func() {
 		if committed != nil {
 			committed()
 		}
-		b.notify()
+		b.wakeup.Notify()
 	}
 }
 
@@ -285,46 +280,8 @@ func (b *pgBackend) Attempts(t storage.Tx, id string, limit, offset int) ([]Atte
 	return out, err
 }
 
-// notify tells every instance's Watch that deliveries were added. The commits of many share one NOTIFY: while one is being sent,
-// later calls only ask for one more.
-func (b *pgBackend) notify() {
-	b.mu.Lock()
-	if b.notifying {
-		b.again = true
-		b.mu.Unlock()
-		return
-	}
-	b.notifying = true
-	b.mu.Unlock()
-	go func() {
-		for {
-			b.sendNotify()
-			b.mu.Lock()
-			if !b.again {
-				b.notifying = false
-				b.mu.Unlock()
-				return
-			}
-			b.again = false
-			b.mu.Unlock()
-		}
-	}()
-}
-
-// sendNotify sends one NOTIFY in one round trip; its commit need not wait
-// for the disk (a lost wake-up is made up by the worker's poll).
-func (b *pgBackend) sendNotify() {
-	ctx, cancel := context.WithTimeout(context.Background(), pgdb.DefaultTimeout)
-	defer cancel()
-	_ = b.db.Update(ctx, func(t storage.Tx) error {
-		pgdb.Queue(t, "SET LOCAL synchronous_commit = off")
-		pgdb.Queue(t, "SELECT pg_notify($1, '')", b.channel)
-		return nil
-	})
-}
-
 // Watch listens for the commits that add deliveries, from any instance; it wakes the worker as well whenever a notification may have
 // been missed.
 func (b *pgBackend) Watch(ctx context.Context, wake func()) {
-	b.db.Listen(ctx, b.channel, func(string) { wake() }, wake)
+	b.wakeup.Watch(ctx, wake)
 }

@@ -238,16 +238,22 @@ func (s *Store) List(ctx context.Context) ([]Subscription, error) {
 func (s *Store) Get(ctx context.Context, id string) (Subscription, error) {
 	var r *Record
 	err := s.db.View(ctx, func(tx storage.Tx) (err error) {
-		r, err = s.backend.GetSubscription(tx, id)
+		r, err = s.subscription(tx, id)
 		return err
 	})
 	if err != nil {
 		return Subscription{}, err
 	}
-	if r == nil {
-		return Subscription{}, ErrNotFound
-	}
 	return view(r, s.now()), nil
+}
+
+// subscription reads subscription id in tx; ErrNotFound if there is none.
+func (s *Store) subscription(tx storage.Tx, id string) (*Record, error) {
+	r, err := s.backend.GetSubscription(tx, id)
+	if err == nil && r == nil {
+		err = ErrNotFound
+	}
+	return r, err
 }
 
 // Update changes subscription id's editable fields. Disabling it drops
@@ -255,12 +261,9 @@ func (s *Store) Get(ctx context.Context, id string) (Subscription, error) {
 func (s *Store) Update(ctx context.Context, id string, in *Input) (Subscription, error) {
 	var out *Record
 	err := s.db.Update(ctx, func(tx storage.Tx) error {
-		r, err := s.backend.GetSubscription(tx, id)
+		r, err := s.subscription(tx, id)
 		if err != nil {
 			return err
-		}
-		if r == nil {
-			return ErrNotFound
 		}
 		sub, err := applyUpdate(r.Subscription, in)
 		if err != nil {
@@ -294,12 +297,9 @@ func (s *Store) RotateSecret(ctx context.Context, id string) (Subscription, erro
 	secret := newSecret()
 	var out *Record
 	err := s.db.Update(ctx, func(tx storage.Tx) error {
-		r, err := s.backend.GetSubscription(tx, id)
+		r, err := s.subscription(tx, id)
 		if err != nil {
 			return err
-		}
-		if r == nil {
-			return ErrNotFound
 		}
 		now := s.now().UTC().Truncate(time.Microsecond)
 		next := *r
@@ -339,12 +339,9 @@ func (s *Store) Test(ctx context.Context, id string) (string, error) {
 	}
 	d := &Delivery{SubscriptionID: id, MessageID: newMessageID(), Event: events.WebhookTest, Body: b, EventAt: now}
 	err = s.db.Update(ctx, func(tx storage.Tx) error {
-		r, err := s.backend.GetSubscription(tx, id)
+		r, err := s.subscription(tx, id)
 		if err != nil {
 			return err
-		}
-		if r == nil {
-			return ErrNotFound
 		}
 		if !r.Enabled {
 			return ErrDisabled
@@ -361,13 +358,10 @@ func (s *Store) Test(ctx context.Context, id string) (string, error) {
 func (s *Store) Deliveries(ctx context.Context, id string, limit, offset int) ([]Attempt, error) {
 	var out []Attempt
 	err := s.db.View(ctx, func(tx storage.Tx) error {
-		r, err := s.backend.GetSubscription(tx, id)
-		if err != nil {
+		if _, err := s.subscription(tx, id); err != nil {
 			return err
 		}
-		if r == nil {
-			return ErrNotFound
-		}
+		var err error
 		out, err = s.backend.Attempts(tx, id, limit, offset)
 		return err
 	})
