@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -64,10 +63,7 @@ type Worker struct {
 	ob  *Outbox
 	cfg WorkerConfig
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	done    chan struct{}
-	stopped bool
+	life Lifecycle
 
 	// sent holds the messages delivered whose removal from the outbox
 	// failed (a full disk): the next pass removes them without sending
@@ -110,28 +106,13 @@ func NewWorker(ob *Outbox, cfg WorkerConfig) *Worker {
 // SendTimeout) and recorded, so that a clean stop never causes a second
 // delivery.
 func (w *Worker) Run(ctx context.Context) error {
-	w.mu.Lock()
-	if w.stopped {
-		w.mu.Unlock()
-		return nil
+	ctx, end, err := w.life.Begin(ctx, func() bool { return w.ob.running.CompareAndSwap(false, true) }, ErrWorkerRunning)
+	if ctx == nil || err != nil {
+		return err
 	}
-	if w.done != nil || !w.ob.running.CompareAndSwap(false, true) {
-		w.mu.Unlock()
-		return ErrWorkerRunning
-	}
+	defer end()
+	defer w.ob.running.Store(false)
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	w.cancel, w.done = cancel, done
-	w.mu.Unlock()
-
-	defer func() {
-		cancel()
-		w.ob.running.Store(false)
-		w.mu.Lock()
-		w.cancel, w.done = nil, nil
-		w.mu.Unlock()
-		close(done)
-	}()
 
 	// Commits the backend cannot report through Enqueue (another
 	// process's) wake the worker too.
@@ -147,16 +128,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // Stop ends Run and waits for it to return; later calls of Run return at
 // once. Stop may be called more than once and without Run.
-func (w *Worker) Stop() {
-	w.mu.Lock()
-	w.stopped = true
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-}
+func (w *Worker) Stop() { w.life.Stop() }
 
 // pass delivers a batch of due messages and says how long to wait before
 // the next pass: zero when more may be due, else until the next scheduled

@@ -92,9 +92,7 @@ type Worker struct {
 	perSub   map[string]int
 	attempts sync.WaitGroup
 
-	cancel  context.CancelFunc
-	done    chan struct{}
-	stopped bool
+	life notify.Lifecycle
 
 	// lastFanOut is when a fan-out last found events (Run's goroutine
 	// only).
@@ -169,32 +167,19 @@ func NewWorker(st *Store, cfg WorkerConfig) *Worker {
 // waits for the attempts in flight (each within AttemptTimeout) and
 // records them, so that a clean stop never causes a second delivery.
 func (w *Worker) Run(ctx context.Context) error {
-	w.mu.Lock()
-	if w.stopped {
-		w.mu.Unlock()
-		return nil
+	ctx, end, err := w.life.Begin(ctx, func() bool {
+		_, taken := running.LoadOrStore(w.st, struct{}{})
+		return !taken
+	}, ErrWorkerRunning)
+	if ctx == nil || err != nil {
+		return err
 	}
-	if w.done != nil {
-		w.mu.Unlock()
-		return ErrWorkerRunning
-	}
-	if _, taken := running.LoadOrStore(w.st, struct{}{}); taken {
-		w.mu.Unlock()
-		return ErrWorkerRunning
-	}
+	defer end()
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	w.cancel, w.done = cancel, done
-	w.mu.Unlock()
-
 	defer func() {
 		cancel()
 		w.attempts.Wait()
 		running.Delete(w.st)
-		w.mu.Lock()
-		w.cancel, w.done = nil, nil
-		w.mu.Unlock()
-		close(done)
 	}()
 
 	watched := make(chan struct{})
@@ -209,16 +194,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // Stop ends Run and waits for it to return; later calls of Run return at
 // once. Stop may be called more than once and without Run.
-func (w *Worker) Stop() {
-	w.mu.Lock()
-	w.stopped = true
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-}
+func (w *Worker) Stop() { w.life.Stop() }
 
 // pass fans out the outbox, then starts attempts at due deliveries while
 // slots are free, and says how long to wait before the next pass: until
