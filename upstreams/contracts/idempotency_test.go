@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/keygate/keygate/internal/idempotency"
+	"github.com/keygate/keygate/internal/idempotency/idemtest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
@@ -37,24 +37,6 @@ func withIdempotency(t *testing.T, db storage.DB) *fixture {
 }
 
 // wantReplay fails unless replay is first sent again, marked as such.
-func wantReplay(t *testing.T, first, replay *httptest.ResponseRecorder) {
-	t.Helper()
-	if first.Code != http.StatusCreated || first.Header().Get(idempotency.ReplayedHeader) != "" {
-		t.Fatalf("first: %d, replayed %q", first.Code, first.Header().Get(idempotency.ReplayedHeader))
-	}
-	if replay.Code != http.StatusCreated || replay.Header().Get(idempotency.ReplayedHeader) != "true" {
-		t.Fatalf("replay: %d, replayed %q; %s", replay.Code, replay.Header().Get(idempotency.ReplayedHeader), replay.Body)
-	}
-	for _, h := range []string{"Location", "Content-Type"} {
-		if a, b := first.Header().Get(h), replay.Header().Get(h); a != b || a == "" {
-			t.Errorf("%s: first %q, replay %q", h, a, b)
-		}
-	}
-	if !bytes.Equal(first.Body.Bytes(), replay.Body.Bytes()) {
-		t.Errorf("replay body differs:\nfirst  %s\nreplay %s", first.Body, replay.Body)
-	}
-}
-
 const otherBody = `{"templateId":"PAGE-2","name":"Another","signers":[{"fullName":"Sam Signer","accessKind":"url"}]}`
 
 func TestIdempotencyKey(t *testing.T) {
@@ -90,7 +72,7 @@ func TestIdempotencyKey(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				w := f.do(alice, http.MethodPost, Prefix, c.body, c.header...)
 				if c.code == "" {
-					wantReplay(t, first, w)
+					idemtest.WantReplay(t, first, w)
 					return
 				}
 				d := decodeProblem(t, w, c.status, c.code)
@@ -124,7 +106,7 @@ func TestIdempotencyKey(t *testing.T) {
 			if w.Code != http.StatusCreated || w.Header().Get(idempotency.ReplayedHeader) != "" || decodeObject(t, w)["id"] == id {
 				t.Fatalf("bob: %d %s", w.Code, w.Body)
 			}
-			wantReplay(t, w, f.do(bob, http.MethodPost, Prefix, fullBody, key("order-1")...))
+			idemtest.WantReplay(t, w, f.do(bob, http.MethodPost, Prefix, fullBody, key("order-1")...))
 			if n := contracts(); n != 2 {
 				t.Fatalf("%d contracts, want 2", n)
 			}
@@ -160,7 +142,7 @@ func TestIdempotencyKey(t *testing.T) {
 		t.Run("after 24 h the key is free again and the record is purged", func(t *testing.T) {
 			n := contracts()
 			f.clock.Advance(idempotency.TTL - time.Millisecond)
-			wantReplay(t, first, f.do(alice, http.MethodPost, Prefix, fullBody, key("order-1")...))
+			idemtest.WantReplay(t, first, f.do(alice, http.MethodPost, Prefix, fullBody, key("order-1")...))
 			f.clock.Advance(time.Millisecond)
 			w := f.do(alice, http.MethodPost, Prefix, fullBody, key("order-1")...)
 			if w.Code != http.StatusCreated || w.Header().Get(idempotency.ReplayedHeader) != "" || decodeObject(t, w)["id"] == id {
@@ -174,7 +156,7 @@ func TestIdempotencyKey(t *testing.T) {
 			if err != nil || purged != 2 {
 				t.Fatalf("purge: %d, %v; want 2", purged, err)
 			}
-			wantReplay(t, w, f.do(alice, http.MethodPost, Prefix, fullBody, key("order-1")...))
+			idemtest.WantReplay(t, w, f.do(alice, http.MethodPost, Prefix, fullBody, key("order-1")...))
 		})
 	})
 }
@@ -185,44 +167,9 @@ func TestIdempotencyKey(t *testing.T) {
 func TestIdempotencyKeyConcurrent(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		f := withIdempotency(t, db)
-		replies := make([]*httptest.ResponseRecorder, 50)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range replies {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				replies[i] = f.do(alice, http.MethodPost, Prefix, fullBody, idempotency.Header, "burst")
-			}()
-		}
-		close(start)
-		wg.Wait()
-		var fresh *httptest.ResponseRecorder
-		counts := map[int]int{}
-		for _, w := range replies {
-			counts[w.Code]++
-			switch {
-			case w.Code == http.StatusCreated && w.Header().Get(idempotency.ReplayedHeader) == "":
-				if fresh != nil {
-					t.Fatal("two fresh creates")
-				}
-				fresh = w
-			case w.Code == http.StatusConflict:
-				decodeProblem(t, w, http.StatusConflict, problem.CodeConflict)
-			case w.Code != http.StatusCreated:
-				t.Fatalf("reply %d %s", w.Code, w.Body)
-			}
-		}
-		t.Logf("50 at once: %v", counts)
-		if fresh == nil {
-			t.Fatal("no create")
-		}
-		for _, w := range replies {
-			if w.Code == http.StatusCreated && w != fresh {
-				wantReplay(t, fresh, w)
-			}
-		}
+		idemtest.Burst(t, 50, func() *httptest.ResponseRecorder {
+			return f.do(alice, http.MethodPost, Prefix, fullBody, idempotency.Header, "burst")
+		})
 		if n := f.bucketLen(bucketContracts); n != 1 {
 			t.Fatalf("%d contracts, want 1", n)
 		}

@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/keygate/keygate/internal/idempotency"
+	"github.com/keygate/keygate/internal/idempotency/idemtest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
@@ -59,24 +59,6 @@ func (e *env) post(caller *keystore.Identity, body string, key *string) *httptes
 	return w
 }
 
-func wantReplay(t *testing.T, first, replay *httptest.ResponseRecorder) {
-	t.Helper()
-	if first.Code != http.StatusCreated || first.Header().Get(idempotency.ReplayedHeader) != "" {
-		t.Fatalf("first: %d, replayed %q", first.Code, first.Header().Get(idempotency.ReplayedHeader))
-	}
-	if replay.Code != http.StatusCreated || replay.Header().Get(idempotency.ReplayedHeader) != "true" {
-		t.Fatalf("replay: %d, replayed %q; %s", replay.Code, replay.Header().Get(idempotency.ReplayedHeader), replay.Body)
-	}
-	for _, h := range []string{"Location", "Content-Type"} {
-		if a, b := first.Header().Get(h), replay.Header().Get(h); a != b || a == "" {
-			t.Errorf("%s: first %q, replay %q", h, a, b)
-		}
-	}
-	if !bytes.Equal(first.Body.Bytes(), replay.Body.Bytes()) {
-		t.Errorf("replay body differs:\nfirst  %s\nreplay %s", first.Body, replay.Body)
-	}
-}
-
 const shareBody = `{"type":"ISSUE","issueId":"10001","projectId":"P1","password":"open sesame"}`
 
 func TestIdempotencyKey(t *testing.T) {
@@ -113,7 +95,7 @@ func TestIdempotencyKey(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				w := e.post(alice, c.body, c.key)
 				if c.code == "" {
-					wantReplay(t, first, w)
+					idemtest.WantReplay(t, first, w)
 					return
 				}
 				d := wantProblem(t, w, c.status, c.code)
@@ -167,7 +149,7 @@ func TestIdempotencyKey(t *testing.T) {
 			if err != nil || purged != 2 {
 				t.Fatalf("purge: %d, %v; want 2", purged, err)
 			}
-			wantReplay(t, w, e.post(alice, shareBody, k("share-1")))
+			idemtest.WantReplay(t, w, e.post(alice, shareBody, k("share-1")))
 		})
 		e.checkIndexes()
 	})
@@ -177,44 +159,7 @@ func TestIdempotencyKeyConcurrent(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		e := newIdempotencyEnv(t, db)
 		key := "burst"
-		replies := make([]*httptest.ResponseRecorder, 50)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range replies {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				replies[i] = e.post(alice, shareBody, &key)
-			}()
-		}
-		close(start)
-		wg.Wait()
-		var fresh *httptest.ResponseRecorder
-		counts := map[int]int{}
-		for _, w := range replies {
-			counts[w.Code]++
-			switch {
-			case w.Code == http.StatusCreated && w.Header().Get(idempotency.ReplayedHeader) == "":
-				if fresh != nil {
-					t.Fatal("two fresh creates")
-				}
-				fresh = w
-			case w.Code == http.StatusConflict:
-				wantProblem(t, w, http.StatusConflict, problem.CodeConflict)
-			case w.Code != http.StatusCreated:
-				t.Fatalf("reply %d %s", w.Code, w.Body)
-			}
-		}
-		t.Logf("50 at once: %v", counts)
-		if fresh == nil {
-			t.Fatal("no create")
-		}
-		for _, w := range replies {
-			if w.Code == http.StatusCreated && w != fresh {
-				wantReplay(t, fresh, w)
-			}
-		}
+		idemtest.Burst(t, 50, func() *httptest.ResponseRecorder { return e.post(alice, shareBody, &key) })
 		if n := e.count(); n != 1 {
 			t.Fatalf("%d shares, want 1", n)
 		}
