@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/pgtest"
-	"github.com/keygate/keygate/internal/seal"
+	"github.com/keygate/keygate/internal/seal/sealtest"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
@@ -22,15 +22,7 @@ import (
 // TestMain stops the throwaway PostgreSQL that storetest starts.
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// testSealer stands for the master key; one for every database of the
-// tests, so a reopened database opens what it sealed before.
-var testSealer = func() *seal.Sealer {
-	s, err := seal.New([]byte("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		panic(err)
-	}
-	return s
-}()
+var testSealer = sealtest.Sealer
 
 // newBackend is the outbox Backend of db's kind.
 func newBackend(t testing.TB, db storage.DB) Backend {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/pgtest"
-	"github.com/keygate/keygate/internal/seal"
+	"github.com/keygate/keygate/internal/seal/sealtest"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
@@ -27,14 +27,7 @@ import (
 // TestMain stops the throwaway PostgreSQL that storetest starts.
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// testSealer stands for the master key.
-var testSealer = func() *seal.Sealer {
-	s, err := seal.New([]byte("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		panic(err)
-	}
-	return s
-}()
+var testSealer = sealtest.Sealer
 
 // newBackend is the Backend of db's kind.
 func newBackend(t testing.TB, db storage.DB) Backend {
