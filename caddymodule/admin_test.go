@@ -2,6 +2,8 @@ package caddymodule_test
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,8 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testwait"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
 )
 
 func TestAdminKeys(t *testing.T) { eachBackend(t, testAdminKeys) }
@@ -228,6 +233,61 @@ func TestAdminAudit(t *testing.T) {
 		reason, _ := e["reason"].(string)
 		if e["msg"] != w.msg || e["path"] != w.path || id != w.templateID || reason != w.reason || e["user"] != nil || e["operation"] != "admin" {
 			t.Errorf("entry %d: %v, want %+v", i, e, w)
+		}
+	}
+}
+
+// TestAdminLegacyTemplateIDs: a template id that is no path segment
+// ("..", ".", "a/b") is refused, and one stored by an earlier version can
+// still be read and removed through the admin API, its id percent-encoded
+// (%2E%2E is no dot segment to the admin endpoint).
+func TestAdminLegacyTemplateIDs(t *testing.T) {
+	g := startGateway(t, bolt, echoSite)
+	url := adminURL + "/webapi/templates"
+	for _, id := range []string{"..", ".", "a/b", "a b", "x?y"} {
+		tpl := map[string]any{"id": id, "collectionId": "SPACE", "title": "NDA"}
+		r := do(t, "POST", url, tpl)
+		if r.status != 400 || len(r.problem(t).Errors) != 1 || r.problem(t).Errors[0].Field != "id" {
+			t.Errorf("POST id %q: %d %s", id, r.status, r.body)
+		}
+	}
+	if r := do(t, "PUT", url+"/%2E%2E", map[string]any{"collectionId": "SPACE", "title": "NDA"}); r.status != 400 {
+		t.Errorf("PUT ..: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", url, map[string]any{"id": "PAGE-42", "collectionId": "SPACE", "title": "NDA", "body": ""}); r.status != 201 {
+		t.Errorf("POST PAGE-42: %d %s", r.status, r.body)
+	}
+
+	// Stored past the rule while no gateway runs, as an earlier version did.
+	g.tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", caddymodule.TestAdminPort), "caddyfile")
+	st, err := caddymodule.BoltStorage{}.OpenStores(caddymodule.StorageEnv{DataDir: g.dir})
+	must(t, "opening the file", err)
+	for _, id := range []string{"..", ".", "a/b"} {
+		tpl := contracts.Template{ID: id, CollectionID: "SPACE", Title: "Old " + id}
+		must(t, "storing "+id, st.DB.Update(t.Context(), func(tx storage.Tx) error {
+			_, err := st.Templates.PutTemplate(t.Context(), tx, &tpl, sha256.Sum256([]byte(id)), false)
+			return err
+		}))
+	}
+	must(t, "closing the file", st.DB.Close())
+	g.load(echoSite)
+
+	r := do(t, "GET", url, nil)
+	var list []contracts.Template
+	r.json(t, &list)
+	if r.status != 200 || len(list) != 4 || list[0].ID != "." || list[1].ID != ".." {
+		t.Fatalf("list: %d %s", r.status, r.body)
+	}
+	for id, path := range map[string]string{"..": "%2E%2E", ".": "%2e", "a/b": "a%2Fb"} {
+		var got contracts.Template
+		if r := do(t, "GET", url+"/"+path, nil); r.status != 200 || json.Unmarshal(r.body, &got) != nil || got.Title != "Old "+id {
+			t.Errorf("GET %s: %d %s", path, r.status, r.body)
+		}
+		if r := do(t, "DELETE", url+"/"+path, nil); r.status != 204 {
+			t.Errorf("DELETE %s: %d %s", path, r.status, r.body)
+		}
+		if r := do(t, "GET", url+"/"+path, nil); r.status != 404 {
+			t.Errorf("GET %s after DELETE: %d %s", path, r.status, r.body)
 		}
 	}
 }

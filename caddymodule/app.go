@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
 )
@@ -63,22 +65,36 @@ type App struct {
 	// reply. Default 15s. Read by the config that starts first, not at a
 	// reload.
 	WebhookTimeout caddy.Duration `json:"webhook_timeout,omitempty"`
+	// WebhookAllowNetworks are networks (CIDR, or single addresses) that
+	// webhook deliveries may reach beyond the public unicast addresses:
+	// an internal receiver's 10.20.0.0/16, or 127.0.0.0/8 and ::1/128
+	// for one on this machine. The addresses this gateway serves (its
+	// admin endpoint and listeners) stay refused whatever this says.
+	WebhookAllowNetworks []string `json:"webhook_allow_networks,omitempty"`
+	// AllowSharedPorts lets this gateway start on an address that
+	// another process serves too, which it refuses by default: Caddy
+	// listens with SO_REUSEPORT, so the kernel would split the
+	// connections between the two. For a hand-over to a new binary on
+	// one PostgreSQL database, where both run for a while on purpose.
+	AllowSharedPorts bool `json:"allow_shared_ports,omitempty"`
 
-	storage      Storage
-	state        *state
-	contractsAPI http.Handler
-	signingPages http.Handler
-	shareAPI     http.Handler
-	shareViewer  http.Handler
-	contracts    *contracts.Store
-	shares       *share.Store
-	senders      *senders
-	replaced     *senders // the senders installed before ours
-	poolKey      string
-	logger       *zap.Logger
-	audit        *auditLog
-	stop         chan struct{}
-	stopped      chan struct{}
+	ctx           caddy.Context
+	allowNetworks []netip.Prefix
+	storage       Storage
+	state         *state
+	contractsAPI  http.Handler
+	signingPages  http.Handler
+	shareAPI      http.Handler
+	shareViewer   http.Handler
+	contracts     *contracts.Store
+	shares        *share.Store
+	senders       *senders
+	replaced      *senders // the senders installed before ours
+	poolKey       string
+	logger        *zap.Logger
+	audit         *auditLog
+	stop          chan struct{}
+	stopped       chan struct{}
 }
 
 // SMTPConfig is the `smtp` block of the webapi global option.
@@ -122,7 +138,12 @@ const (
 
 // Provision opens (or joins) the shared database and key store.
 func (a *App) Provision(ctx caddy.Context) error {
+	a.ctx = ctx
 	a.logger = ctx.Logger()
+	var err error
+	if a.allowNetworks, err = parseNetworks(a.WebhookAllowNetworks); err != nil {
+		return err
+	}
 	a.audit = newAuditLog(a.logger.Named("audit"))
 	if a.DataDir == "" {
 		a.DataDir = defaultDataDir
@@ -198,9 +219,20 @@ func (a *App) Validate() error {
 	return nil
 }
 
-// Start makes this config's senders the ones notifications go out by and
-// runs the background work: usage flush and expiry sweep.
+// Start refuses addresses that another process serves, makes this
+// config's senders and webhook targets the ones in use and runs the
+// background work: usage flush and expiry sweep.
 func (a *App) Start() error {
+	served, err := servedAddrs(a.ctx)
+	if err != nil {
+		return err
+	}
+	if !a.AllowSharedPorts {
+		if err := refuseSharedPorts(served, a.logger); err != nil {
+			return err
+		}
+	}
+	a.state.webhooks.SetTargets(&webhook.Targets{Allow: a.allowNetworks, Self: selfAddrs(served)})
 	a.replaced = a.state.useSenders(a.senders)
 	a.state.startWebhookWorker(time.Duration(a.WebhookTimeout))
 	a.audit.start()
@@ -279,6 +311,24 @@ func (a *App) sweep() {
 	if _, err := a.state.idempotency.Purge(context.Background(), sweepBatch); err != nil {
 		a.logger.Error("purging expired idempotency records", zap.Error(err))
 	}
+}
+
+// parseNetworks reads webhook_allow_networks: CIDR prefixes, or single
+// addresses.
+func parseNetworks(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range list {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			ip, ipErr := netip.ParseAddr(s)
+			if ipErr != nil {
+				return nil, fmt.Errorf("webhook_allow_networks: %q is neither a CIDR prefix (10.20.0.0/16) nor an IP address", s)
+			}
+			p = netip.PrefixFrom(ip, ip.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // Interface guards

@@ -47,6 +47,8 @@ var terminalDirectives = []struct {
 //		public_base_url http://localhost:8080
 //		usage_flush_interval 1s
 //		contract_validity 168h
+//		webhook_allow_networks 10.20.0.0/16 127.0.0.0/8 ::1/128
+//		allow_shared_ports
 //		storage postgres {
 //			dsn {env.KEYGATE_DATABASE_URL}
 //			max_conns 20
@@ -110,6 +112,19 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				a.SendTimeout = caddy.Duration(dur)
 			}
+		case "webhook_allow_networks":
+			// No network at all is public addresses only, as without the
+			// line: the default Caddyfile's variable may be set empty.
+			args := d.RemainingArgs()
+			if _, err := parseNetworks(args); err != nil {
+				return d.Err(err.Error())
+			}
+			a.WebhookAllowNetworks = append(a.WebhookAllowNetworks, args...)
+		case "allow_shared_ports":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			a.AllowSharedPorts = true
 		case "storage":
 			if !d.NextArg() {
 				return d.ArgErr()

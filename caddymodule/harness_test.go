@@ -80,7 +80,7 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 
 // globalOptions are every test config's global block; %[1]s is the data
 // directory, %[2]d the admin port, %[3]d the site port, %[5]s more lines
-// of the webapi block.
+// of the webapi block. The tests' webhook receivers are on loopback.
 const globalOptions = `{
 	admin localhost:%[2]d
 	http_port %[3]d
@@ -91,6 +91,7 @@ const globalOptions = `{
 		data_dir %[1]s
 		usage_flush_interval 50ms
 		public_base_url http://localhost:%[3]d
+		webhook_allow_networks 127.0.0.0/8 ::1/128
 		%[5]s
 	}
 	log webapi_audit {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/keygate/keygate/internal/migrate"
@@ -89,9 +88,8 @@ func runMigrate(c *cobra.Command, _ []string) error {
 	if dsn == "" {
 		return fmt.Errorf("--dsn-file %s is empty: it must hold the PostgreSQL DSN", dsnFile)
 	}
-	pc, err := pgconn.ParseConfig(dsn)
-	if err != nil {
-		return fmt.Errorf("--dsn-file %s does not hold a libpq URL or key/value string", dsnFile)
+	if _, err := pgdb.CheckDSN(dsn); err != nil {
+		return fmt.Errorf("--dsn-file %s: %w", dsnFile, err)
 	}
 	masterKey, err := keystore.LoadMasterKey(keyFile)
 	if errors.Is(err, os.ErrNotExist) {
@@ -105,7 +103,7 @@ func runMigrate(c *cobra.Command, _ []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	boltPath := filepath.Join(dataDir, "webapi.db")
-	target := fmt.Sprintf("postgres://%s@%s:%d/%s", pc.User, pc.Host, pc.Port, pc.Database)
+	target := pgdb.Redact(dsn)
 	fmt.Fprintf(c.ErrOrStderr(), "copying %s into %s, schema %s ...\n", boltPath, target, schema)
 	rep, err := migrate.BoltToPostgres(ctx, migrate.Config{
 		BoltPath:  boltPath,
@@ -119,7 +117,7 @@ func runMigrate(c *cobra.Command, _ []string) error {
 		if errors.Is(err, pgdb.ErrNotEmpty) {
 			err = fmt.Errorf("%w; a copy goes into an empty schema only: give --schema another name, or drop this schema if what it holds is not needed", err)
 		}
-		return withoutSecret(err, dsn, pc.Password)
+		return withoutSecret(err, dsn)
 	}
 	out := c.OutOrStdout()
 	fmt.Fprintf(out, "Copied %s into %s, schema %s, in one transaction:\n", boltPath, target, rep.Schema)
@@ -139,15 +137,11 @@ func runMigrate(c *cobra.Command, _ []string) error {
 	return nil
 }
 
-// withoutSecret is err with the DSN and its password cut out. pgdb keeps
-// them out of its errors already; this holds for any other error too.
-func withoutSecret(err error, dsn, password string) error {
-	msg := err.Error()
-	for _, s := range []string{dsn, password} {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-		}
-	}
+// withoutSecret is err with the DSN's secrets cut out (pgdb.Scrub). pgdb
+// keeps them out of its errors already; this holds for any other error
+// too.
+func withoutSecret(err error, dsn string) error {
+	msg := pgdb.Scrub(err.Error(), dsn)
 	if msg == err.Error() {
 		return err
 	}

@@ -86,7 +86,8 @@ func TestMigrateCommand(t *testing.T) {
 		{"argument", append(args(), "extra"), `unknown command "extra"`},
 		{"missing dsn file", []string{"migrate", "--to", "postgres", "--dsn-file", filepath.Join(files, "nope")}, "reading --dsn-file"},
 		{"empty dsn file", []string{"migrate", "--to", "postgres", "--dsn-file", file("empty", " \n")}, "is empty: it must hold the PostgreSQL DSN"},
-		{"dsn that does not parse", []string{"migrate", "--to", "postgres", "--dsn-file", file("bad", "postgres://x:"+password+"@[::1/x")}, "does not hold a libpq URL"},
+		{"dsn that does not parse", []string{"migrate", "--to", "postgres", "--dsn-file", file("bad", "postgres://x:"+password+"@[::1/x")}, "does not parse as a libpq URL"},
+		{"an unencoded '@' in the password", []string{"migrate", "--to", "postgres", "--dsn-file", file("at", "postgres://keygate:"+password+"@Zq9xW@127.0.0.1:5432/keygate")}, "percent-encode '@' as %40"},
 		{"no database", []string{"migrate", "--to", "postgres", "--dsn-file", dsnFile, "--data-dir", t.TempDir(), "--master-key-file", otherKey}, "webapi.db: stat"},
 		{"no master key", []string{"migrate", "--to", "postgres", "--dsn-file", dsnFile, "--data-dir", t.TempDir()}, "no master key at"},
 		{"readable master key", args("--master-key-file", openKey), "chmod 600"},
@@ -103,7 +104,7 @@ func TestMigrateCommand(t *testing.T) {
 				t.Errorf("a refused migrate printed %q", stdout)
 			}
 			for _, out := range []string{err.Error(), stdout, stderr} {
-				if strings.Contains(out, password) {
+				if strings.Contains(out, password) || strings.Contains(out, "Zq9xW") {
 					t.Errorf("the DSN's password is shown: %q", out)
 				}
 			}
@@ -115,7 +116,7 @@ func TestMigrateCommand(t *testing.T) {
 		t.Fatalf("migrate: %v\n%s", err, stderr)
 	}
 	for _, want := range []string{
-		"Copied " + filepath.Join(dataDir, "webapi.db") + " into postgres://postgres@127.0.0.1:",
+		"Copied " + filepath.Join(dataDir, "webapi.db") + " into postgres://127.0.0.1:",
 		", schema " + schema + ", in one transaction:",
 		"  keys                2  (1 contracts, 1 share; 0 used)\n",
 		"  contracts           0\n",

@@ -63,8 +63,9 @@ func (h *OpenAPI) Provision(ctx caddy.Context) error {
 }
 
 // ServeHTTP answers GET and HEAD with the document; a client that has it
-// (If-None-Match) gets a 304. Caches may keep it but must revalidate, so
-// that a new version of the gateway is seen at once.
+// (If-None-Match) gets a 304. Both carry the security headers of every
+// body (problem.SecureHeaders); caches may keep the document but must
+// revalidate, so that a new version of the gateway is seen at once.
 func (h *OpenAPI) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	hd := w.Header()
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -72,7 +73,7 @@ func (h *OpenAPI) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "use GET or HEAD on this path"))
 		return nil
 	}
-	hd.Set("X-Content-Type-Options", "nosniff")
+	problem.SecureHeaders(hd) // then no-cache rather than its no-store
 	hd.Set("Cache-Control", "no-cache")
 	hd.Set("ETag", h.etag)
 	if etagMatches(r.Header.Get("If-None-Match"), h.etag) {

@@ -15,8 +15,8 @@ import (
 
 // TestOpenAPIHandler: webapi_openapi serves the Web API document to
 // anyone (the key check guards only the APIs' paths), names the
-// gateway's public_base_url or the configured server, and lets caches
-// revalidate it by ETag.
+// gateway's public_base_url or the configured server, lets caches
+// revalidate it by ETag, and carries the security headers of every body.
 func TestOpenAPIHandler(t *testing.T) {
 	startGateway(t, bolt, defaultSite+`
 	handle /other/openapi.json {
@@ -59,6 +59,17 @@ func TestOpenAPIHandler(t *testing.T) {
 			}
 			if r.header.Get("Cache-Control") != "no-cache" || r.header.Get("ETag") == "" {
 				t.Fatalf("Cache-Control %q ETag %q", r.header.Get("Cache-Control"), r.header.Get("ETag"))
+			}
+			// The security headers of every body (problem.SecureHeaders),
+			// but for Cache-Control: the document may be kept and revalidated.
+			for k, v := range map[string]string{
+				"X-Content-Type-Options":  "nosniff",
+				"X-Frame-Options":         "DENY",
+				"Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+			} {
+				if got := r.header.Get(k); got != v {
+					t.Errorf("%s %q, want %q", k, got, v)
+				}
 			}
 			if tc.method == http.MethodHead && (len(r.body) != 0 || r.header.Get("Content-Length") != first.header.Get("Content-Length")) {
 				t.Fatalf("HEAD: %d bytes, Content-Length %q", len(r.body), r.header.Get("Content-Length"))

@@ -10,7 +10,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
@@ -37,8 +36,11 @@ func init() {
 //	}
 type PostgresStorage struct {
 	// DSN is a libpq URL or key/value string; Caddy placeholders such as
-	// {env.KEYGATE_DATABASE_URL} are replaced. It never appears in a log
-	// or an error. Without dsn and dsn_file, the environment variable
+	// {env.KEYGATE_DATABASE_URL} are replaced at provision, so the config
+	// (and autosave.json) holds the placeholder, not the DSN; the
+	// Caddyfile's {$VAR} is replaced when the Caddyfile is read and lands
+	// in the config as written. It never appears in a log or an error
+	// (pgdb.Redact). Without dsn and dsn_file, the environment variable
 	// KEYGATE_DATABASE_URL holds it.
 	DSN string `json:"dsn,omitempty"`
 	// DSNFile holds the DSN instead (a secret file); one of the two.
@@ -94,20 +96,20 @@ func (s *PostgresStorage) Validate() error {
 	if s.MaxConns != 0 && s.MaxConns < 2 {
 		return errors.New("storage postgres: max_conns must be at least 2")
 	}
-	if _, err := pgconn.ParseConfig(s.dsn); err != nil {
-		return errors.New("storage postgres: the dsn does not parse as a libpq URL or key/value string")
+	if _, err := pgdb.CheckDSN(s.dsn); err != nil {
+		return fmt.Errorf("storage postgres: %w", err)
 	}
 	return nil
 }
 
-// PoolKey implements Storage: the server, database and schema, without
-// credentials, so configs naming the same database share one pool.
+// PoolKey implements Storage: the server, database and schema as the DSN
+// names them (pgdb.Redact: no user, no password, no other parameter), so
+// configs naming the same database alike share one pool.
 func (s *PostgresStorage) PoolKey(string) (string, error) {
-	pc, err := pgconn.ParseConfig(s.dsn)
-	if err != nil {
-		return "", errors.New("storage postgres: the dsn does not parse as a libpq URL or key/value string")
+	if _, err := pgdb.CheckDSN(s.dsn); err != nil {
+		return "", fmt.Errorf("storage postgres: %w", err)
 	}
-	return fmt.Sprintf("postgres://%s@%s:%d/%s?schema=%s", pc.User, pc.Host, pc.Port, pc.Database, s.Schema), nil
+	return pgdb.Redact(s.dsn) + " schema " + s.Schema, nil
 }
 
 // OpenStores implements Storage: it connects, applies the migrations the

@@ -76,11 +76,13 @@ func TestPostgresStorageDSN(t *testing.T) {
 		wantKey string
 		wantErr string
 	}{
-		{"placeholder", PostgresStorage{DSN: "{env.KEYGATE_TEST_DSN}"}, "postgres://kg@db.example:5432/app?schema=keygate", ""},
-		{"file", PostgresStorage{DSNFile: file, Schema: "kg"}, "postgres://kg@db.example:5433/app?schema=kg", ""},
+		{"placeholder", PostgresStorage{DSN: "{env.KEYGATE_TEST_DSN}"}, "host=db.example dbname=app schema keygate", ""},
+		{"file", PostgresStorage{DSNFile: file, Schema: "kg"}, "postgres://db.example:5433/app schema kg", ""},
 		{"both", PostgresStorage{DSN: "x", DSNFile: file}, "", "not both"},
 		{"empty placeholder", PostgresStorage{DSN: "{env.KEYGATE_TEST_UNSET}"}, "", "empty"},
-		{"from KEYGATE_DATABASE_URL", PostgresStorage{}, "postgres://kg@db.example:6543/env?schema=keygate", ""},
+		{"from KEYGATE_DATABASE_URL", PostgresStorage{}, "postgres://db.example:6543/env schema keygate", ""},
+		{"an unencoded '@' in the password", PostgresStorage{DSN: "postgres://kg:" + secret + "@Zq9xW@127.0.0.1:5432/app"}, "", "percent-encode '@' as %40"},
+		{"an encoded '@' in the password", PostgresStorage{DSN: "postgres://kg:" + secret + "%40Zq9xW@127.0.0.1:5432/app"}, "postgres://127.0.0.1:5432/app schema keygate", ""},
 		{"missing file", PostgresStorage{DSNFile: file + ".missing"}, "", "dsn_file"},
 		{"does not parse", PostgresStorage{DSN: "postgres://kg:" + secret + "@[::1/x"}, "", "does not parse"},
 		{"max_conns 1", PostgresStorage{DSN: "postgres://kg@h/app", MaxConns: 1}, "", "max_conns"},
@@ -96,7 +98,7 @@ func TestPostgresStorageDSN(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want %q", err, tt.wantErr)
 				}
-				if strings.Contains(err.Error(), secret) {
+				if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "Zq9xW") {
 					t.Fatalf("error shows the password: %v", err)
 				}
 				return
@@ -105,7 +107,7 @@ func TestPostgresStorageDSN(t *testing.T) {
 				t.Fatal(err)
 			}
 			key, err := s.PoolKey("")
-			if err != nil || key != tt.wantKey {
+			if err != nil || key != tt.wantKey || strings.Contains(key, "kg@") || strings.Contains(key, "user=") || strings.Contains(key, "Zq9xW") {
 				t.Fatalf("PoolKey = %q, %v; want %q", key, err, tt.wantKey)
 			}
 		})
@@ -166,11 +168,12 @@ func TestPostgresStorageOpens(t *testing.T) {
 	}
 	closed := l.Addr().String()
 	l.Close()
-	down := fmt.Sprintf("postgres://kg:%s@%s/app?sslmode=disable", secret, closed)
+	down := fmt.Sprintf("postgres://ku5er:%s@%s/app?sslmode=disable", secret, closed)
 	_, _, err = open(down, "master.key")
 	t.Logf("unreachable: %v", err)
-	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), closed[strings.LastIndex(closed, ":")+1:]) {
-		t.Fatalf("unreachable server: %v", err)
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), closed[strings.LastIndex(closed, ":")+1:]) ||
+		strings.Contains(err.Error(), "ku5er") {
+		t.Fatalf("unreachable server (the error may name the server, not the user or the password): %v", err)
 	}
 }
 
@@ -186,5 +189,32 @@ func TestSendTimeoutCaddyfile(t *testing.T) {
 	}
 	if _, err := adapt("send_timeout soon"); err == nil || !strings.Contains(err.Error(), "send_timeout") {
 		t.Errorf("send_timeout soon: %v", err)
+	}
+}
+
+// webhook_allow_networks and allow_shared_ports adapt to their JSON
+// fields; a network that is no CIDR prefix or address is refused.
+func TestWebhookAndPortOptionsCaddyfile(t *testing.T) {
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	adapt := func(lines string) (string, error) {
+		out, _, err := adapter.Adapt([]byte("{\n webapi {\n"+lines+"\n }\n}\n:8080 {\n respond ok\n}\n"), map[string]any{"filename": "Caddyfile"})
+		return string(out), err
+	}
+	out, err := adapt("webhook_allow_networks 10.20.0.0/16 127.0.0.0/8\nwebhook_allow_networks ::1/128 192.0.2.7\nallow_shared_ports")
+	if err != nil || !strings.Contains(out, `"webhook_allow_networks":["10.20.0.0/16","127.0.0.0/8","::1/128","192.0.2.7"]`) ||
+		!strings.Contains(out, `"allow_shared_ports":true`) {
+		t.Errorf("adapted: %v %s", err, out)
+	}
+	if out, err := adapt("webhook_allow_networks"); err != nil || strings.Contains(out, "webhook_allow_networks") {
+		t.Errorf("no networks: %v %s", err, out)
+	}
+	for _, bad := range []string{"webhook_allow_networks 10.0.0.0/33", "webhook_allow_networks intranet", "allow_shared_ports yes"} {
+		if _, err := adapt(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	nets, err := parseNetworks([]string{"10.20.3.4/16", "192.0.2.7", "::1"})
+	if err != nil || fmt.Sprint(nets) != "[10.20.0.0/16 192.0.2.7/32 ::1/128]" {
+		t.Errorf("parseNetworks = %v, %v", nets, err)
 	}
 }

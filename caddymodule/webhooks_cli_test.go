@@ -28,6 +28,7 @@ func TestWebhooksCommandLine(t *testing.T) {
 	webapi {
 		data_dir %[1]s
 		webhook_timeout 5s
+		webhook_allow_networks 127.0.0.1
 	}
 }
 http://localhost:%[3]d {

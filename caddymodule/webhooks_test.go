@@ -2,6 +2,7 @@ package caddymodule_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/keygate/keygate/caddymodule"
 	"github.com/keygate/keygate/internal/testwait"
 	"github.com/keygate/keygate/internal/webhook"
 )
@@ -52,14 +54,16 @@ func (h *hookReceiver) wait(t *testing.T, n int) ([]http.Header, [][]byte) {
 	return append([]http.Header(nil), h.headers...), append([][]byte(nil), h.bodies...)
 }
 
-var webhookSentMetric = regexp.MustCompile(`(?m)^keygate_webhook_deliveries_total\{outcome="sent"\} (\d+)`)
+func webhooksSent(t *testing.T) int { t.Helper(); return webhookOutcomes(t, "sent") }
 
-func webhooksSent(t *testing.T) int {
+// webhookOutcomes reads keygate_webhook_deliveries_total{outcome}, 0 while
+// no attempt had that outcome.
+func webhookOutcomes(t *testing.T, outcome string) int {
 	t.Helper()
 	r := do(t, http.MethodGet, adminURL+"/metrics", nil)
-	m := webhookSentMetric.FindSubmatch(r.body)
+	m := regexp.MustCompile(`(?m)^keygate_webhook_deliveries_total\{outcome="` + outcome + `"\} (\d+)`).FindSubmatch(r.body)
 	if m == nil {
-		t.Fatalf("no keygate_webhook_deliveries_total in the metrics")
+		return 0
 	}
 	n, _ := strconv.Atoi(string(m[1]))
 	return n
@@ -287,4 +291,81 @@ func testAdminWebhooks(t *testing.T, b backend) {
 			t.Error("the metrics name a subscription")
 		}
 	})
+}
+
+// TestWebhookTargets: a subscription may not target this gateway (its
+// admin endpoint, whatever its spelling, or a listener) nor, unless the
+// operator allows it, a private or link-local network: 400 naming url on
+// create and PATCH, nothing changed. One that targets the gateway after a
+// reload (its listener moved there) is refused when the delivery
+// connects, logged as "target not allowed", not retried, and the gateway
+// goes on.
+func TestWebhookTargets(t *testing.T) { eachBackend(t, testWebhookTargets) }
+
+func testWebhookTargets(t *testing.T, b backend) {
+	g := startGateway(t, b, echoSite)
+	hooks := adminURL + "/webapi/webhooks"
+	admin, site := caddymodule.TestAdminPort, caddymodule.TestSitePort
+	later := site + 1 // a listener of the config loaded below
+	refused := []string{
+		fmt.Sprintf("http://127.0.0.1:%d/stop", admin),
+		fmt.Sprintf("http://localhost:%d/stop", admin),
+		fmt.Sprintf("http://[::1]:%d/load", admin),
+		fmt.Sprintf("http://127.0.0.2:%d/stop", admin),
+		fmt.Sprintf("http://127.0.0.1:%d/webapi/contracts", site),
+		"https://169.254.169.254/latest/meta-data/",
+		"https://10.0.0.1/hook",
+		"https://[fd00::1]/hook",
+	}
+	for _, u := range refused {
+		r := do(t, "POST", hooks, map[string]any{"url": u, "events": []string{"contract.signed"}})
+		p := r.problem(t)
+		if r.status != 400 || p.Code != "invalid_request" || len(p.Errors) != 1 || p.Errors[0].Field != "url" ||
+			!strings.HasPrefix(p.Errors[0].Message, "target not allowed: ") {
+			t.Errorf("POST %s: %d %s", u, r.status, r.body)
+		}
+	}
+	r := do(t, "POST", hooks, map[string]any{"url": fmt.Sprintf("http://127.0.0.1:%d/hook", later), "events": []string{"contract.signed"}})
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var sub webhook.Subscription
+	r.json(t, &sub)
+	for _, u := range refused[:3] {
+		if r := do(t, "PATCH", hooks+"/"+sub.ID, map[string]any{"url": u}); r.status != 400 || r.problem(t).Errors[0].Field != "url" {
+			t.Errorf("PATCH to %s: %d %s", u, r.status, r.body)
+		}
+	}
+	var got webhook.Subscription
+	do(t, "GET", hooks+"/"+sub.ID, nil).json(t, &got)
+	if got.URL != sub.URL {
+		t.Errorf("after refused PATCHes the url is %s", got.URL)
+	}
+
+	// The gateway now listens where the subscription points.
+	failed, retried := webhookOutcomes(t, "failed"), webhookOutcomes(t, "retry")
+	g.tester.InitServer(g.config(echoSite)+fmt.Sprintf("\nhttp://localhost:%d {\n\trespond \"the gateway itself\" 200\n}\n", later), "caddyfile")
+	if r := do(t, "POST", hooks+"/"+sub.ID+"/test", nil); r.status != http.StatusAccepted {
+		t.Fatalf("test: %d %s", r.status, r.body)
+	}
+	var log []webhook.Attempt
+	testwait.For(t, testwait.Generous, "the attempt logged", func() bool {
+		do(t, "GET", hooks+"/"+sub.ID+"/deliveries", nil).json(t, &log)
+		return len(log) == 1
+	})
+	want := fmt.Sprintf("target not allowed: 127.0.0.1:%d is this gateway's own address", later)
+	if log[0].Status != 0 || log[0].Attempt != 1 || !strings.HasPrefix(log[0].Error, want) {
+		t.Errorf("log %+v, want an error starting %q", log[0], want)
+	}
+	if logs := g.readLogs(t, "target not allowed"); !strings.Contains(logs, "webhook delivery given up: target not allowed") {
+		t.Errorf("the refusal is not logged: %s", logs)
+	}
+	// Given up at once, not retried; and the gateway goes on answering.
+	testwait.For(t, testwait.Generous, "the failed metric", func() bool { return webhookOutcomes(t, "failed") == failed+1 })
+	if n := webhookOutcomes(t, "retry"); n != retried {
+		t.Errorf("%d retries", n-retried)
+	}
+	if r := do(t, "GET", siteURL+"/webapi/contracts", nil); r.status != http.StatusUnauthorized {
+		t.Errorf("the gateway after the refused delivery: %d %s", r.status, r.body)
+	}
 }

@@ -201,6 +201,8 @@ func (o Options) Caddyfile(adminPort, sitePort int, extraPorts ...int) string {
 		data_dir %[11]s
 		public_base_url http://127.0.0.1:%[3]d
 		usage_flush_interval %[4]s
+		# The tests' webhook receivers listen on loopback.
+		webhook_allow_networks 127.0.0.0/8 ::1/128
 		%[5]s
 	}
 	log webapi_audit {
@@ -257,6 +259,27 @@ func Start(o Options) (*Gateway, error) {
 		return nil, err
 	}
 	return g, g.Restart()
+}
+
+// Twin is a gateway of o on g's ports (admin endpoint, site and extra
+// sites), written but not started: for the tests of a second process on
+// the addresses of a first. Its Dir must be another.
+func (g *Gateway) Twin(o Options) (*Gateway, error) {
+	if o.Dir == "" || o.Dir == g.opts.Dir {
+		return nil, errors.New("gatewayproc: a twin needs a Dir of its own")
+	}
+	if len(o.ExtraSites) != len(g.ports)-2 {
+		return nil, errors.New("gatewayproc: a twin has as many extra sites")
+	}
+	if o.Bin == "" {
+		o.Bin = g.opts.Bin
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	t := &Gateway{opts: o, Admin: g.Admin, Site: g.Site, Extra: g.Extra, ports: g.ports,
+		Config: filepath.Join(o.Dir, "Caddyfile"), Output: filepath.Join(o.Dir, "stderr.log")}
+	return t, os.WriteFile(t.Config, []byte(o.Caddyfile(g.ports[0], g.ports[1], g.ports[2:]...)), 0o600)
 }
 
 // Reconfigure makes the next Restart run o's config on the gateway's

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"sync"
 	"testing"
@@ -37,10 +38,14 @@ func newBackend(t testing.TB, db storage.DB) Backend {
 		func(d *pgdb.DB) Backend { return NewPostgresBackend(d) })
 }
 
-// newStore is a Store on db with clock now (time.Now if nil).
+// loopbackTargets allow the tests' receivers, on loopback.
+var loopbackTargets = &Targets{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+
+// newStore is a Store on db with clock now (time.Now if nil), whose
+// deliveries may reach loopback.
 func newStore(t testing.TB, db storage.DB, now func() time.Time) *Store {
 	t.Helper()
-	s, err := NewStore(Config{DB: db, Backend: newBackend(t, db), Sealer: testSealer, Now: now})
+	s, err := NewStore(Config{DB: db, Backend: newBackend(t, db), Sealer: testSealer, Now: now, Targets: loopbackTargets})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -90,6 +91,9 @@ type Config struct {
 	// Now is the clock of creation times, rotations and the worker's
 	// signatures and give-ups [time.Now].
 	Now func() time.Time
+	// Targets are the addresses deliveries may connect to [public
+	// unicast addresses only]; SetTargets changes them.
+	Targets *Targets
 }
 
 // Store is the subscriptions and their deliveries. It is the events.Sink
@@ -104,6 +108,9 @@ type Store struct {
 	// signalFn is signal as a value made once: Emit hands it to every
 	// commit without allocating.
 	signalFn func()
+	// targets are checked on create, on update and by the worker on
+	// every connection; a config's start replaces them.
+	targets atomic.Pointer[Targets]
 }
 
 // NewStore returns the store of cfg.
@@ -116,8 +123,16 @@ func NewStore(cfg Config) (*Store, error) {
 	}
 	s := &Store{db: cfg.DB, backend: cfg.Backend, sealer: cfg.Sealer, now: cfg.Now, wake: make(chan struct{}, 1)}
 	s.signalFn = s.signal
+	if cfg.Targets == nil {
+		cfg.Targets = &Targets{}
+	}
+	s.SetTargets(cfg.Targets)
 	return s, nil
 }
+
+// SetTargets makes t the addresses that subscriptions and deliveries may
+// reach from now on; t must not change afterwards.
+func (s *Store) SetTargets(t *Targets) { s.targets.Store(t) }
 
 // signal wakes the worker without blocking; one pending wake-up is
 // enough.
@@ -189,7 +204,7 @@ func view(r *Record, now time.Time) Subscription {
 // Create adds a subscription and returns it with its secret, which is
 // never shown again (but on rotation).
 func (s *Store) Create(ctx context.Context, in *Input) (Subscription, error) {
-	sub, err := applyCreate(in)
+	sub, err := applyCreate(in, s.targets.Load())
 	if err != nil {
 		return Subscription{}, err
 	}
@@ -265,7 +280,7 @@ func (s *Store) Update(ctx context.Context, id string, in *Input) (Subscription,
 		if err != nil {
 			return err
 		}
-		sub, err := applyUpdate(r.Subscription, in)
+		sub, err := applyUpdate(r.Subscription, in, s.targets.Load())
 		if err != nil {
 			return err
 		}

@@ -107,9 +107,9 @@ func TestInputRules(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var err error
 			if c.create {
-				_, err = applyCreate(&c.in)
+				_, err = applyCreate(&c.in, &Targets{})
 			} else {
-				_, err = applyUpdate(Subscription{URL: "https://a.example/", Events: []string{"share.viewed"}, Owners: []string{}}, &c.in)
+				_, err = applyUpdate(Subscription{URL: "https://a.example/", Events: []string{"share.viewed"}, Owners: []string{}}, &c.in, &Targets{})
 			}
 			if got := fieldsOf(t, err); got != c.fields {
 				t.Errorf("fields %s, want %s", got, c.fields)

@@ -32,8 +32,9 @@ const (
 )
 
 // applyCreate checks in as a create and returns the new subscription's
-// fields, listing every violation in the returned problem.
-func applyCreate(in *Input) (Subscription, error) {
+// fields, listing every violation in the returned problem; a URL must be
+// a target t allows.
+func applyCreate(in *Input, t *Targets) (Subscription, error) {
 	var f problem.Fields
 	s := Subscription{Owners: []string{}, Enabled: true}
 	if !in.URL.Set || in.URL.Null {
@@ -42,13 +43,13 @@ func applyCreate(in *Input) (Subscription, error) {
 	if !in.Events.Set || in.Events.Null {
 		f.Add("events", "required", "events must name at least one event")
 	}
-	applyEditable(&f, &s, in)
+	applyEditable(&f, &s, in, t)
 	return s, f.Err()
 }
 
 // applyUpdate checks in as an update of s and returns the changed
-// subscription.
-func applyUpdate(s Subscription, in *Input) (Subscription, error) {
+// subscription; a new URL must be a target t allows.
+func applyUpdate(s Subscription, in *Input, t *Targets) (Subscription, error) {
 	var f problem.Fields
 	if in.URL.Set && in.URL.Null {
 		f.Add("url", "required", "url cannot be removed")
@@ -61,15 +62,17 @@ func applyUpdate(s Subscription, in *Input) (Subscription, error) {
 	}
 	s.Events = append([]string(nil), s.Events...)
 	s.Owners = append([]string{}, s.Owners...)
-	applyEditable(&f, &s, in)
+	applyEditable(&f, &s, in, t)
 	return s, f.Err()
 }
 
 // applyEditable checks and applies the fields create and update share.
-func applyEditable(f *problem.Fields, s *Subscription, in *Input) {
+func applyEditable(f *problem.Fields, s *Subscription, in *Input, t *Targets) {
 	if in.URL.Set && !in.URL.Null {
 		if err := CheckURL(in.URL.Value); err != nil {
 			f.Add("url", "invalid", err.Error())
+		} else if err := t.checkURL(in.URL.Value); err != nil {
+			f.Add("url", "not_allowed", err.Error())
 		} else {
 			s.URL = in.URL.Value
 		}
@@ -168,10 +171,10 @@ func CheckURL(raw string) error {
 	return nil
 }
 
-// LoopbackHost reports whether host names the local machine: localhost,
-// an address of 127.0.0.0/8, or ::1.
+// LoopbackHost reports whether host names the local machine: localhost
+// (or the absolute "localhost."), an address of 127.0.0.0/8, or ::1.
 func LoopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
 		return true
 	}
 	ip, err := netip.ParseAddr(host)
@@ -183,9 +186,9 @@ func loopbackAddr(ip netip.Addr) bool {
 	return ip.Is4() && ip.As4()[0] == 127 || ip == netip.IPv6Loopback()
 }
 
-// loopbackDial is the check at dial time of a plain-http delivery: the
-// name may resolve to anything, but only a loopback address is
-// connected to.
+// loopbackDial is the check at dial time of a plain-http delivery (after
+// Targets.Check): the name may resolve to anything, but only a loopback
+// address is connected to.
 func loopbackDial(_, address string) error {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {

@@ -139,9 +139,12 @@ func NewWorker(st *Store, cfg WorkerConfig) *Worker {
 	w := &Worker{st: st, cfg: cfg, holder: hex.EncodeToString(h[:]),
 		inflight: map[uint64]string{}, perSub: map[string]int{}}
 	noRedirects := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	dialer := &net.Dialer{Timeout: cfg.AttemptTimeout, KeepAlive: 30 * time.Second}
+	// Every connection is checked on the address it goes to, after the
+	// name is resolved (Targets). No proxy from the environment: the
+	// address checked would be the proxy's, not the receiver's.
+	allowed := func(_, address string, _ syscall.RawConn) error { return st.targets.Load().dialControl(address) }
+	dialer := &net.Dialer{Timeout: cfg.AttemptTimeout, KeepAlive: 30 * time.Second, Control: allowed}
 	w.https = &http.Client{CheckRedirect: noRedirects, Transport: &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         dialer.DialContext,
 		TLSClientConfig:     cfg.TLSConfig,
 		ForceAttemptHTTP2:   true,
@@ -151,10 +154,14 @@ func NewWorker(st *Store, cfg WorkerConfig) *Worker {
 	}}
 	// Plain http goes to a loopback host only: checked on the URL when
 	// the subscription is made and again here, on the address dialled,
-	// since a name may resolve elsewhere by then. No proxy: it would be
-	// the address dialled.
+	// since a name may resolve elsewhere by then.
 	loopback := &net.Dialer{Timeout: cfg.AttemptTimeout, KeepAlive: 30 * time.Second,
-		Control: func(network, address string, _ syscall.RawConn) error { return loopbackDial(network, address) }}
+		Control: func(network, address string, c syscall.RawConn) error {
+			if err := allowed(network, address, c); err != nil {
+				return err
+			}
+			return loopbackDial(network, address)
+		}}
 	w.plain = &http.Client{CheckRedirect: noRedirects, Transport: &http.Transport{
 		DialContext:         loopback.DialContext,
 		MaxIdleConnsPerHost: cfg.PerEndpoint,
@@ -354,8 +361,15 @@ func (w *Worker) attempt(ctx context.Context, d *Delivery) error {
 	}
 	deadline := d.EventAt.Add(w.cfg.MaxAge)
 	left := deadline.Sub(w.st.now())
-	if left <= 0 {
-		lg.Warn("webhook delivery given up", zap.Int("attempts", a.Attempt), zap.Int("status", status), zap.String("error", a.Error))
+	refused := errors.Is(sendErr, ErrTargetNotAllowed)
+	if left <= 0 || refused {
+		// A refused target is given up at once: it is refused again
+		// until the operator or the subscriber changes something.
+		msg := "webhook delivery given up"
+		if refused {
+			msg = "webhook delivery given up: target not allowed"
+		}
+		lg.Warn(msg, zap.Int("attempts", a.Attempt), zap.Int("status", status), zap.String("error", a.Error))
 		defer w.outcome(OutcomeFailed)
 		return w.st.db.Update(rctx, func(tx storage.Tx) error {
 			if err := w.st.backend.AddAttempt(tx, d.SubscriptionID, a, LogSize); err != nil {
@@ -438,6 +452,10 @@ func (w *Worker) send(ctx context.Context, rawURL string, d *Delivery, current, 
 func (w *Worker) transportError(ctx context.Context, err error) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("no reply within %s", w.cfg.AttemptTimeout)
+	}
+	var te *TargetError
+	if errors.As(err, &te) {
+		return te // without "dial tcp ...:" before it
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,14 +50,21 @@ func (o *outcomes) get(s string) int {
 	return o.n[s]
 }
 
+// startCountingWorker runs a worker of fastConfig on s until the test
+// ends, counting its outcomes.
+func startCountingWorker(t testing.TB, s *Store) *outcomes {
+	out := new(outcomes)
+	cfg := fastConfig()
+	cfg.OnOutcome = out.add
+	startWorker(t, s, cfg)
+	return out
+}
+
 func TestDelivery(t *testing.T) { storetest.Run(t, testDelivery) }
 
 func testDelivery(t *testing.T, db storage.DB) {
 	s := newStore(t, db, nil)
-	var out outcomes
-	cfg := fastConfig()
-	cfg.OnOutcome = out.add
-	startWorker(t, s, cfg)
+	out := startCountingWorker(t, s)
 
 	t.Run("a delivery is a signed Standard Webhooks POST", func(t *testing.T) {
 		ep := newEndpoint(t, nil)
@@ -234,7 +242,7 @@ func testDelivery(t *testing.T, db storage.DB) {
 			for i := range 3 {
 				emit(t, s, "share.deleted", "alice", map[string]string{})
 				other.waitRequests(t, i+1)
-				time.Sleep(cfg.MaxDelay)
+				time.Sleep(fastConfig().MaxDelay)
 			}
 			if got := len(ep.requests()); got > n+1 {
 				t.Errorf("%d attempts after the subscription was %s", got-n, how)
@@ -313,7 +321,9 @@ func TestAttemptLimits(t *testing.T) {
 		}
 		deleteSub(t, s, "legacy")
 		// A name that resolves to another address is refused at the dial,
-		// before a packet is sent.
+		// before a packet is sent, even in a network the operator allows.
+		s.SetTargets(&Targets{Allow: append([]netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, loopbackTargets.Allow...)})
+		defer s.SetTargets(loopbackTargets)
 		req, _ := http.NewRequest("POST", "http://192.0.2.1:9/", nil)
 		if _, err := w.plain.Do(req); err == nil || !strings.Contains(err.Error(), "loopback addresses only") {
 			t.Errorf("plain client dialled a non-loopback address: %v", err)
@@ -398,10 +408,7 @@ func TestGiveUp(t *testing.T) { storetest.Run(t, testGiveUp) }
 func testGiveUp(t *testing.T, db storage.DB) {
 	clock := testclock.New(time.Now())
 	s := newStore(t, db, clock.Now)
-	var out outcomes
-	cfg := fastConfig()
-	cfg.OnOutcome = out.add
-	startWorker(t, s, cfg)
+	out := startCountingWorker(t, s)
 	ep := newEndpoint(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) })
 	sub := subscribe(t, s, ep.URL, []string{"contract.rejected"}, nil)
 	emit(t, s, "contract.rejected", "alice", map[string]string{})

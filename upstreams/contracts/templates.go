@@ -55,7 +55,7 @@ func NewTemplates(db storage.DB, backend TemplateBackend) (*Templates, error) {
 // Validate lists every rule t breaks.
 func (t *Template) Validate() error {
 	var f problem.Fields
-	text.CheckID(&f, "id", t.ID)
+	CheckTemplateID(&f, "id", t.ID)
 	text.CheckID(&f, "collectionId", t.CollectionID)
 	switch {
 	case t.Title == "":
@@ -67,6 +67,30 @@ func (t *Template) Validate() error {
 		f.Add("body", "invalid", "body must be UTF-8 text of at most 1 MiB")
 	}
 	return f.Err()
+}
+
+// CheckTemplateID records in f that v is no id for a new template. A
+// template id is one path segment of /webapi/templates/{id} on the admin
+// API and the keys page, so it is 1 to 255 unreserved URL characters
+// (RFC 3986: letters, digits, '.', '_', '~', '-') and not a dot segment,
+// which clients resolve away ("..", "."). The seeds' page and issue ids
+// (PAGE-42, 10001) are such. Ids stored before the rule can still be
+// read and removed: only Add and Put check it.
+func CheckTemplateID(f *problem.Fields, field, v string) {
+	const msg = " must be 1 to 255 of the characters A-Z a-z 0-9 . _ ~ - and not . or .."
+	switch {
+	case v == "":
+		f.Add(field, "required", field+" is required")
+	case len(v) > 255 || v == "." || v == "..":
+		f.Add(field, "invalid", field+msg)
+	default:
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '~' || c == '-') {
+				f.Add(field, "invalid", field+msg)
+				return
+			}
+		}
+	}
 }
 
 // Put stores t, replacing a template of the same id; created tells which.

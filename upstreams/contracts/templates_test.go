@@ -21,6 +21,17 @@ func TestTemplateValidate(t *testing.T) {
 		{"empty", Template{}, []string{"id=required", "collectionId=required", "title=required"}},
 		{"non-ASCII ids", Template{ID: "Pä", CollectionID: "S\t", Title: "T"}, []string{"id=invalid", "collectionId=invalid"}},
 		{"id 256 long", Template{ID: strings.Repeat("p", 256), CollectionID: "S", Title: "T"}, []string{"id=invalid"}},
+		{"the seeds' ids", Template{ID: "PAGE-42", CollectionID: "S", Title: "T"}, nil},
+		{"digits", Template{ID: "10001", CollectionID: "S", Title: "T"}, nil},
+		{"every unreserved character", Template{ID: "aZ09._~-", CollectionID: "S", Title: "T"}, nil},
+		{"id 255 long", Template{ID: strings.Repeat("p", 255), CollectionID: "S", Title: "T"}, nil},
+		{"dot-dot", Template{ID: "..", CollectionID: "S", Title: "T"}, []string{"id=invalid"}},
+		{"dot", Template{ID: ".", CollectionID: "S", Title: "T"}, []string{"id=invalid"}},
+		{"slash", Template{ID: "a/b", CollectionID: "S", Title: "T"}, []string{"id=invalid"}},
+		{"space", Template{ID: "a b", CollectionID: "S", Title: "T"}, []string{"id=invalid"}},
+		{"percent", Template{ID: "a%2Fb", CollectionID: "S", Title: "T"}, []string{"id=invalid"}},
+		{"query", Template{ID: "a?b", CollectionID: "S", Title: "T"}, []string{"id=invalid"}},
+		{"collectionId keeps the seeds' rule", Template{ID: "P", CollectionID: "My space/1", Title: "T"}, nil},
 		{"title only spaces", Template{ID: "P", CollectionID: "S", Title: "  "}, []string{"title=invalid"}},
 		{"body too big", Template{ID: "P", CollectionID: "S", Title: "T", Body: strings.Repeat("b", maxTemplateBody+1)}, []string{"body=invalid"}},
 		{"body not UTF-8", Template{ID: "P", CollectionID: "S", Title: "T", Body: "\xff"}, []string{"body=invalid"}},
@@ -92,6 +103,50 @@ func TestTemplateRegistry(t *testing.T) {
 
 // TestTemplateCopiedAtCreation: a contract keeps the text of its template
 // as it was, whatever happens to the template later.
+// TestTemplateLegacyIDs: ids stored before the template id rule ("..",
+// "a/b") are refused for new templates and replacements, yet can still be
+// read, listed and removed.
+func TestTemplateLegacyIDs(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixtureOn(t, db)
+		r := f.templates
+		ctx := t.Context()
+		for _, id := range []string{"..", ".", "a/b"} {
+			tpl := Template{ID: id, CollectionID: "S", Title: "Old " + id, Body: "b"}
+			if _, err := r.Put(tpl); err == nil {
+				t.Errorf("Put(%q) accepted", id)
+			}
+			if err := r.Add(tpl); err == nil {
+				t.Errorf("Add(%q) accepted", id)
+			}
+			// As an earlier version stored it, past the rule.
+			if err := db.Update(ctx, func(tx storage.Tx) error {
+				_, err := r.backend.PutTemplate(ctx, tx, &tpl, documentDigest(tpl.Title, tpl.Body), false)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := r.Get(id); err != nil || got.Title != "Old "+id {
+				t.Errorf("Get(%q) = %+v, %v", id, got, err)
+			}
+			if _, err := r.Put(tpl); err == nil {
+				t.Errorf("Put(%q) replaced a legacy template", id)
+			}
+		}
+		if list, err := r.List(); err != nil || len(list) != 2+3 {
+			t.Errorf("List: %d templates, %v", len(list), err)
+		}
+		for _, id := range []string{"..", ".", "a/b"} {
+			if err := r.Delete(id); err != nil {
+				t.Errorf("Delete(%q): %v", id, err)
+			}
+			if _, err := r.Get(id); !problem.IsNotFound(err) {
+				t.Errorf("Get(%q) after delete: %v", id, err)
+			}
+		}
+	})
+}
+
 func TestTemplateCopiedAtCreation(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		f := newFixtureOn(t, db)

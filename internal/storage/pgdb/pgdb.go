@@ -64,7 +64,7 @@ type DB struct {
 	Pool    *pgxpool.Pool
 	schema  string
 	timeout time.Duration
-	secret  string // the DSN's password, cut from any error
+	dsn     string // cut from any error with its secrets (Scrub)
 
 	onUnavailable func()
 	// batches gathers the calls of Batch (batch.go).
@@ -91,11 +91,14 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if _, err := CheckDSN(cfg.DSN); err != nil {
+		return nil, fmt.Errorf("postgres storage: %w", err)
+	}
 	pc, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
 		return nil, errors.New("postgres storage: the dsn does not parse as a libpq URL or key/value string")
 	}
-	d := &DB{schema: cfg.Schema, timeout: cfg.Timeout, secret: pc.ConnConfig.Password, onUnavailable: cfg.OnUnavailable}
+	d := &DB{schema: cfg.Schema, timeout: cfg.Timeout, dsn: cfg.DSN, onUnavailable: cfg.OnUnavailable}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.ConnectTimeout = DefaultTimeout
 	if pc.ConnConfig.RuntimeParams == nil {
@@ -390,7 +393,7 @@ func (d *DB) Close() error {
 func (d *DB) Wrap(what string, err error) error { return d.wrap(what, err) }
 
 // wrap names what failed, marks an unreachable database as
-// storage.ErrUnavailable and cuts the DSN's password from the message.
+// storage.ErrUnavailable and cuts the DSN's secrets from the message.
 func (d *DB) wrap(what string, err error) error {
 	if err == nil {
 		return nil
@@ -399,9 +402,9 @@ func (d *DB) wrap(what string, err error) error {
 		if d.onUnavailable != nil {
 			d.onUnavailable()
 		}
-		return &dbError{what: what, err: err, secret: d.secret, unavailable: true}
+		return &dbError{what: what, err: err, dsn: d.dsn, unavailable: true}
 	}
-	return &dbError{what: what, err: err, secret: d.secret}
+	return &dbError{what: what, err: err, dsn: d.dsn}
 }
 
 // unreachable tells an error of a database that is down, restarting,
@@ -420,16 +423,19 @@ func unreachable(err error) bool {
 type dbError struct {
 	what        string
 	err         error
-	secret      string
+	dsn         string
 	unavailable bool
 }
 
+// Error is the message with the DSN's secrets cut out. pgx's connect
+// error renders the DSN's user itself; only what it wraps is shown.
 func (e *dbError) Error() string {
-	msg := "postgres storage: " + e.what + ": " + e.err.Error()
-	if e.secret != "" {
-		msg = strings.ReplaceAll(msg, e.secret, "xxxxx")
+	inner := e.err
+	var ce *pgconn.ConnectError
+	if errors.As(inner, &ce) && ce.Unwrap() != nil {
+		inner = ce.Unwrap()
 	}
-	return msg
+	return Scrub("postgres storage: "+e.what+": "+inner.Error(), e.dsn)
 }
 
 func (e *dbError) Unwrap() []error {
