@@ -208,6 +208,15 @@ func testRefusedTarget(t *testing.T, db storage.DB) {
 	s.SetTargets(loopbackTargets)
 	emit(t, s, "contract.signed", "alice", map[string]string{})
 	ep.waitRequests(t, 1)
+
+	// Refused again: the kept-alive connection of that delivery is not
+	// used, the new rules hold at once.
+	s.SetTargets(&Targets{})
+	emit(t, s, "contract.signed", "alice", map[string]string{})
+	testwait.For(t, testwait.Generous, "given up", func() bool { return out.get(OutcomeFailed) == 3 })
+	if n := len(ep.requests()); n != 1 {
+		t.Errorf("%d requests reached the receiver, want 1", n)
+	}
 }
 
 // TestDialRefused: both of the worker's clients refuse a target in the

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -97,6 +98,10 @@ type Worker struct {
 	// lastFanOut is when a fan-out last found events (Run's goroutine
 	// only).
 	lastFanOut time.Time
+	// targets are the Targets the pooled connections were made under:
+	// when they change, idle connections are closed, so that none made
+	// under looser rules is used again.
+	targets atomic.Pointer[Targets]
 }
 
 // running is held by the one Worker of a store.
@@ -339,6 +344,10 @@ func (w *Worker) attempt(ctx context.Context, d *Delivery) error {
 	if err != nil {
 		sendErr = err
 	} else {
+		if t := w.st.targets.Load(); w.targets.Swap(t) != t {
+			w.https.CloseIdleConnections()
+			w.plain.CloseIdleConnections()
+		}
 		status, dur, sendErr = w.send(ctx, sub.URL, d, current, previous, now)
 	}
 	a := &Attempt{MessageID: d.MessageID, Event: d.Event, Attempt: d.Attempts + 1, Status: status,
