@@ -144,6 +144,20 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.allowNetworks, err = parseNetworks(a.WebhookAllowNetworks); err != nil {
 		return err
 	}
+	// The admin endpoint, which Caddy opened before provisioning, is
+	// checked before the database is opened (a bbolt file another
+	// gateway holds takes 5 s to refuse): the shorter the time two
+	// processes answer on one address, the better. Start checks again,
+	// with the HTTP listeners.
+	if !a.AllowSharedPorts {
+		admin, err := servedAddrs(ctx, false)
+		if err != nil {
+			return err
+		}
+		if err := refuseSharedPorts(admin, a.logger); err != nil {
+			return err
+		}
+	}
 	a.audit = newAuditLog(a.logger.Named("audit"))
 	if a.DataDir == "" {
 		a.DataDir = defaultDataDir
@@ -223,7 +237,7 @@ func (a *App) Validate() error {
 // config's senders and webhook targets the ones in use and runs the
 // background work: usage flush and expiry sweep.
 func (a *App) Start() error {
-	served, err := servedAddrs(a.ctx)
+	served, err := servedAddrs(a.ctx, true)
 	if err != nil {
 		return err
 	}

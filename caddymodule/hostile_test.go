@@ -2,12 +2,15 @@ package caddymodule_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/keygate/keygate/caddymodule"
 )
 
 // The default Caddyfile adapts, and its server keeps the timeouts that cut
@@ -99,4 +102,35 @@ func hostileHasHeaders(routes json.RawMessage) bool {
 	var v any
 	_ = json.Unmarshal(routes, &v)
 	return found(v)
+}
+
+// TestDefaultCaddyfileWebhookTargets: the shipped Caddyfile lets webhooks
+// reach public addresses only, unless KEYGATE_WEBHOOK_ALLOW_NETWORKS
+// lists networks.
+func TestDefaultCaddyfileWebhookTargets(t *testing.T) {
+	raw, err := os.ReadFile("../Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := func() []string {
+		out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(raw, map[string]any{"filename": "Caddyfile"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg struct {
+			Apps struct {
+				WebAPI caddymodule.App `json:"webapi"`
+			} `json:"apps"`
+		}
+		if err := json.Unmarshal(out, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Apps.WebAPI.WebhookAllowNetworks
+	}
+	for env, want := range map[string]string{"": "[]", "127.0.0.1/32": "[127.0.0.1/32]", "10.20.0.0/16 ::1/128": "[10.20.0.0/16 ::1/128]"} {
+		t.Setenv("KEYGATE_WEBHOOK_ALLOW_NETWORKS", env)
+		if got := fmt.Sprint(allowed()); got != want {
+			t.Errorf("KEYGATE_WEBHOOK_ALLOW_NETWORKS=%q: %s, want %s", env, got, want)
+		}
+	}
 }

@@ -30,8 +30,9 @@ type served struct {
 }
 
 // servedAddrs lists the TCP addresses ctx's config serves, host names
-// resolved.
-func servedAddrs(ctx caddy.Context) ([]served, error) {
+// resolved: its admin endpoint's and, with listeners, every HTTP server's
+// (known once the http app is provisioned, so not in Provision).
+func servedAddrs(ctx caddy.Context, listeners bool) ([]served, error) {
 	var out []served
 	add := func(what, raw string) error {
 		if raw == "" {
@@ -63,6 +64,9 @@ func servedAddrs(ctx caddy.Context) ([]served, error) {
 		if err := add("remote admin endpoint", remote); err != nil {
 			return nil, err
 		}
+	}
+	if !listeners {
+		return out, nil
 	}
 	if v, err := ctx.AppIfConfigured("http"); err == nil {
 		for _, srv := range v.(*caddyhttp.App).Servers {

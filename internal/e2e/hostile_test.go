@@ -92,6 +92,10 @@ func sendWith(t *testing.T, client *http.Client, method, url string, body []byte
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if strings.EqualFold(header[i], "Host") {
+			req.Host = header[i+1] // net/http sends req.Host, not a Host header
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := client.Do(req)

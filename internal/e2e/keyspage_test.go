@@ -98,6 +98,17 @@ func TestShippedKeysPage(t *testing.T) {
 				return err == nil
 			})
 
+			// Another Host on the page's port, as a name that resolves to
+			// 127.0.0.1 would bring: no page, a problem with the headers.
+			hostPage := strings.Replace(page, "localhost", "127.0.0.1", 1)
+			for _, path := range []string{"/admin/", "/admin/webapi/keys?service=share", "/"} {
+				status, h, body := get(http.MethodGet, hostPage+path, "Host", "rebound.example")
+				if status != http.StatusMisdirectedRequest || h.Get("Content-Type") != "application/problem+json" || !strings.Contains(body, "/admin/ only") {
+					t.Fatalf("Host rebound.example, %s: %d %s %s", path, status, h.Get("Content-Type"), body)
+				}
+				secureHeaders(t, "another Host", h, strictCSP, "no-store")
+			}
+
 			if tc.hash == "" {
 				// API clients: the problem body, whatever else they accept.
 				var detail string

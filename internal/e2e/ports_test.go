@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +48,26 @@ func TestSecondGatewayOnTheSamePorts(t *testing.T) {
 	if second.ExitErr() == nil || !strings.Contains(out, "another process already serves 127.0.0.1:") ||
 		!strings.Contains(out, "allow_shared_ports") {
 		t.Fatalf("second gateway: exit %v, output:\n%s", second.ExitErr(), out)
+	}
+
+	// Its own admin endpoint, the first one's site: refused all the same,
+	// naming the listener.
+	adminPort, err := gatewayproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sitePort, _ := strconv.Atoi(first.Site[strings.LastIndex(first.Site, ":")+1:])
+	dir := t.TempDir()
+	config := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(config, []byte(gatewayproc.Options{Dir: dir}.Caddyfile(adminPort, sitePort)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := exec.Command(bin, "run", "--config", config, "--adapter", "caddyfile")
+	b, err := run.CombinedOutput()
+	log2, _ := os.ReadFile(filepath.Join(dir, "caddy.log"))
+	want := fmt.Sprintf(":%d, this config's listener :%d: is another gateway running?", sitePort, sitePort)
+	if err == nil || !strings.Contains(string(b)+string(log2), want) {
+		t.Fatalf("a gateway on the first one's site port: %v, want %q in:\n%s\n%s", err, want, b, log2)
 	}
 
 	// Said on purpose: it starts beside the first.

@@ -46,6 +46,23 @@ func TestCheckURL(t *testing.T) {
 		{"https://example.com:99999/", false},
 		{"https://example.com/" + strings.Repeat("a", 2048), false},
 		{"https://example.com/\x01", false},
+		// IPv4 in the notations of inet_aton(3): whatever a resolver makes
+		// of them, they are refused.
+		{"https://2130706433:2019/stop", false},
+		{"https://0x7f.1:2019/", false},
+		{"https://0x7f000001/", false},
+		{"https://0177.0.0.1/", false},
+		{"https://017700000001/", false},
+		{"https://127.1/", false},
+		{"https://0:2019/", false},
+		{"https://10.1/", false},
+		{"https://2852039166/", false},
+		{"https://0251.0376.0251.0376/", false},
+		{"https://0xa9.0xfe.0xa9.0xfe./", false},
+		{"https://1e100.net/", true},
+		{"https://cafe.example/", true},
+		{"https://08.example/", true},
+		{"https://123.example/", true},
 		{"", false},
 	} {
 		if err := CheckURL(c.url); (err == nil) != c.ok {
@@ -56,6 +73,24 @@ func TestCheckURL(t *testing.T) {
 
 // TestLoopbackDial: a plain-http delivery connects to a loopback address
 // only, whatever its name resolved to.
+func TestLegacyIPv4(t *testing.T) {
+	for host, want := range map[string]string{
+		"2130706433": "127.0.0.1", "0x7f.1": "127.0.0.1", "0177.0.0.1": "127.0.0.1", "127.1": "127.0.0.1",
+		"10.1": "10.0.0.1", "0xa9.0xfe.0xa9.0xfe": "169.254.169.254", "0": "0.0.0.0", "1.2.3": "1.2.0.3",
+		"127.0.0.1": "", "256.1": "", "1.2.3.4.5": "", "08": "", "cafe": "", "1.2.3.256": "", "4294967296": "", "example.com": "",
+	} {
+		ip, ok := legacyIPv4(host)
+		if got := ""; ok {
+			got = ip.String()
+			if got != want {
+				t.Errorf("legacyIPv4(%q) = %s, want %q", host, got, want)
+			}
+		} else if want != "" {
+			t.Errorf("legacyIPv4(%q) refused, want %s", host, want)
+		}
+	}
+}
+
 func TestLoopbackDial(t *testing.T) {
 	for addr, ok := range map[string]bool{
 		"127.0.0.1:80": true, "127.9.9.9:1": true, "[::1]:443": true, "[::ffff:127.0.0.1]:80": true,

@@ -69,6 +69,16 @@ func TestTargetsCheck(t *testing.T) {
 		{"255.255.255.255:443", "reserved", ""},
 		{"192.0.2.1:443", "documentation", ""},
 		{"[64:ff9b::a00:1]:443", "NAT64", ""},
+		{"[::127.0.0.1]:443", "IPv4-compatible", ""},
+		{"[::a9fe:a9fe]:443", "IPv4-compatible", ""},
+		{"[::ffff:0:a9fe:a9fe]:443", "IPv4-translated", ""},
+		{"[2001::a9fe:a9fe]:443", "Teredo", ""},
+		{"[2001:2::1]:443", "benchmarking", ""},
+		{"[2001:20::1]:443", "ORCHID", ""},
+		{"[3fff::1]:443", "documentation", ""},
+		{"[5f00::1]:443", "segment routing", ""},
+		{"192.88.99.1:443", "6to4 relay", ""},
+		{"[2001:4860:4860::8888]:443", "", ""},
 		// The gateway's own: its admin endpoint through any loopback
 		// address, its listener on every address through any local one.
 		{"127.0.0.1:2019", "loopback", "own address"},

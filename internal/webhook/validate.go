@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -154,6 +155,9 @@ func CheckURL(raw string) error {
 	if u.Fragment != "" || strings.Contains(raw, "#") {
 		return fmt.Errorf("url must not have a fragment")
 	}
+	if ip, ok := legacyIPv4(strings.TrimSuffix(u.Hostname(), ".")); ok {
+		return fmt.Errorf("url's host %s is the IPv4 address %s in another notation: write it as %s", u.Hostname(), ip, ip)
+	}
 	if u.Port() != "" {
 		if p, err := netip.ParseAddrPort("0.0.0.0:" + u.Port()); err != nil || p.Port() == 0 {
 			return fmt.Errorf("url has an invalid port")
@@ -169,6 +173,56 @@ func CheckURL(raw string) error {
 		return fmt.Errorf("url must be https, or http to a loopback host (localhost, 127.0.0.0/8, ::1)")
 	}
 	return nil
+}
+
+// legacyIPv4 reads host as inet_aton(3) does, one to four numbers, each
+// decimal, octal (0 first) or hexadecimal (0x first), the last filling
+// the remaining bytes, and reports the address unless host is in the
+// dotted decimal form that netip reads. Some resolvers take 2130706433 or
+// 0x7f.1 for 127.0.0.1, others for a name to look up: such a host means
+// whatever the resolver makes of it, so it is refused.
+func legacyIPv4(host string) (netip.Addr, bool) {
+	if _, err := netip.ParseAddr(host); err == nil || host == "" {
+		return netip.Addr{}, false
+	}
+	parts := strings.Split(host, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var nums []uint64
+	for _, p := range parts {
+		base, digits := 10, p
+		switch {
+		case len(p) > 1 && (p[:2] == "0x" || p[:2] == "0X"):
+			base, digits = 16, p[2:]
+		case len(p) > 1 && p[0] == '0':
+			base, digits = 8, p[1:]
+		}
+		if digits == "" && base != 16 {
+			return netip.Addr{}, false
+		}
+		if digits == "" {
+			digits = "0"
+		}
+		n, err := strconv.ParseUint(digits, base, 32)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		nums = append(nums, n)
+	}
+	var v uint64
+	for i, n := range nums[:len(nums)-1] {
+		if n > 255 {
+			return netip.Addr{}, false
+		}
+		v |= n << (24 - 8*i)
+	}
+	last := nums[len(nums)-1]
+	if last >= 1<<(32-8*(len(nums)-1)) {
+		return netip.Addr{}, false
+	}
+	v |= last
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
 }
 
 // LoopbackHost reports whether host names the local machine: localhost

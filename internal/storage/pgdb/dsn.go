@@ -46,6 +46,21 @@ func Redact(dsn string) string {
 		if path != "" {
 			out += "/" + path
 		}
+		// Parameters that name the server or database override the
+		// URL's: show them, so that the server named is the one used.
+		if _, query, ok := strings.Cut(rest, "?"); ok {
+			query, _, _ = strings.Cut(query, "#")
+			if q, err := url.ParseQuery(query); err == nil {
+				for _, k := range []string{"host", "hostaddr", "port", "dbname"} {
+					if v := q.Get(k); v != "" {
+						if !printable(v) {
+							return unparsable
+						}
+						out += " " + k + "=" + v
+					}
+				}
+			}
+		}
 		return out
 	}
 	params, err := keyValues(dsn)
@@ -92,10 +107,16 @@ func CheckDSN(dsn string) (*pgconn.Config, error) {
 
 // Scrub is msg with every secret of dsn cut out: the DSN itself, the
 // password as written, as decoded and in the pieces an unencoded '@'
-// makes of it, and a URL's user information.
+// makes of it, and a URL's user information; and the user name where the
+// server names it (`for user "keygate"`), which is part of the user
+// information too.
 func Scrub(msg, dsn string) string {
 	for _, s := range secretsOf(dsn) {
 		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	if pc, err := pgconn.ParseConfig(strings.TrimSpace(dsn)); err == nil && pc.User != "" {
+		msg = strings.ReplaceAll(msg, `"`+pc.User+`"`, `"xxxxx"`)
+		msg = strings.ReplaceAll(msg, "user="+pc.User, "user=xxxxx")
 	}
 	return msg
 }

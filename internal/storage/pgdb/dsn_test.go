@@ -37,7 +37,9 @@ func TestRedact(t *testing.T) {
 			"postgres://h1:5432,h2:5433/app", []string{"u5er", "Pw-XYZ", "read-write"}, false},
 		{"url, IPv6", "postgres://u5er:Pw-XYZ@[::1]:5432/app", "postgres://[::1]:5432/app", []string{"u5er", "Pw-XYZ"}, false},
 		{"url, no database", "postgres://u5er:Pw-XYZ@db.example", "postgres://db.example", []string{"u5er", "Pw-XYZ"}, false},
-		{"url, unix socket", "postgres://u5er:Pw-XYZ@/app?host=/run/postgresql", "postgres:///app", []string{"u5er", "Pw-XYZ"}, false},
+		{"url, server in the query", "postgres://u5er:Pw-XYZ@127.0.0.1:5432/kgdb?host=db2.example&port=6432&sslmode=disable",
+			"postgres://127.0.0.1:5432/kgdb host=db2.example port=6432", []string{"u5er", "Pw-XYZ"}, false},
+		{"url, unix socket", "postgres://u5er:Pw-XYZ@/app?host=/run/postgresql", "postgres:///app host=/run/postgresql", []string{"u5er", "Pw-XYZ"}, false},
 		{"url, control character", "postgres://u5er:Pw-XYZ@db\x01/app", unparsable, []string{"u5er", "Pw-XYZ"}, false},
 		{"key/value", "host=db.example user=u5er password=Pw-XYZ dbname=app sslmode=require",
 			"host=db.example dbname=app", []string{"u5er", "Pw-XYZ", "require"}, false},
@@ -88,6 +90,8 @@ func TestScrub(t *testing.T) {
 		{"postgres://keygate:Pg-S3cr3t%40Zq9xW@127.0.0.1/keygate", "auth failed for Pg-S3cr3t@Zq9xW", "Zq9xW"},
 		{"postgres://keygate:Pg-S3cr3t%40Zq9xW@127.0.0.1/keygate", "the dsn postgres://keygate:Pg-S3cr3t%40Zq9xW@127.0.0.1/keygate", "Pg-S3cr3t"},
 		{"host=h password='a Pw-XYZ' dbname=d", "password a Pw-XYZ", "Pw-XYZ"},
+		{"postgres://kgu5er:pw@h/d", `failed SASL auth: FATAL: password authentication failed for user "kgu5er" (SQLSTATE 28P01)`, "kgu5er"},
+		{"host=h user=kgu5er dbname=d", "failed to connect to `user=kgu5er database=d`", "kgu5er"},
 	} {
 		got := Scrub(tc.msg, tc.dsn)
 		if strings.Contains(got, tc.secret) || strings.Contains(got, "Pg-S3cr3t") {

@@ -412,7 +412,10 @@ func (d *DB) wrap(what string, err error) error {
 func unreachable(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P") || pe.Code == "53300"
+		// 28: the server refuses the login (a password changed under the
+		// gateway): as unusable as a server that is down.
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P") || pe.Code == "53300" ||
+			strings.HasPrefix(pe.Code, "28")
 	}
 	var ne net.Error
 	var ce *pgconn.ConnectError

@@ -640,3 +640,25 @@ func TestLast(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLoginRefused: a server that refuses the login (a role that may not
+// log in, as after a password change) is unavailable, and the error names
+// neither the user nor the password.
+func TestLoginRefused(t *testing.T) {
+	srv := pgtest.Shared(t)
+	role := fmt.Sprintf("kgnologin%d", time.Now().UnixNano()%1e9)
+	if err := srv.Exec(t.Context(), "CREATE ROLE "+role+" NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Exec(context.Background(), "DROP ROLE "+role) })
+	u, err := url.Parse(srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, "Pw-S3cr3t")
+	_, err = Open(t.Context(), Config{DSN: u.String()})
+	if err == nil || !errors.Is(err, storage.ErrUnavailable) || strings.Contains(err.Error(), role) || strings.Contains(err.Error(), "S3cr3t") {
+		t.Fatalf("login refused: %v", err)
+	}
+	t.Log(err)
+}
