@@ -103,7 +103,7 @@ func TestShippedKeysPage(t *testing.T) {
 			hostPage := strings.Replace(page, "localhost", "127.0.0.1", 1)
 			for _, path := range []string{"/admin/", "/admin/webapi/keys?service=share", "/"} {
 				status, h, body := get(http.MethodGet, hostPage+path, "Host", "rebound.example")
-				if status != http.StatusMisdirectedRequest || h.Get("Content-Type") != "application/problem+json" || !strings.Contains(body, "/admin/ only") {
+				if status != http.StatusNotFound || h.Get("Content-Type") != "application/problem+json" || !strings.Contains(body, "/admin/ only") {
 					t.Fatalf("Host rebound.example, %s: %d %s %s", path, status, h.Get("Content-Type"), body)
 				}
 				secureHeaders(t, "another Host", h, strictCSP, "no-store")
