@@ -36,7 +36,7 @@ func testAdminKeys(t *testing.T, b backend) {
 		if r.header.Get("Location") != "/webapi/keys/"+k.ID {
 			t.Errorf("Location %q", r.header.Get("Location"))
 		}
-		if !strings.HasPrefix(k.Token, "kg_") || len(k.Token) != 46 || k.TokenPrefix != k.Token[:12] {
+		if !strings.HasPrefix(k.Token, "kg_") || len(k.Token) != 53 || k.TokenPrefix != k.Token[:12] {
 			t.Errorf("token %q prefix %q", k.Token, k.TokenPrefix)
 		}
 		if k.Service != "share" || k.Name != "ci" || k.Owner != "alice" || k.Description != "for CI" ||

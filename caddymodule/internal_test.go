@@ -124,7 +124,7 @@ http://localhost:%[3]d {
 		t.Fatal(err)
 	}
 	token = strings.TrimSpace(token)
-	if !strings.HasPrefix(token, "kg_") || len(token) != 46 || strings.Contains(token, "\n") {
+	if !strings.HasPrefix(token, "kg_") || len(token) != 53 || strings.Contains(token, "\n") {
 		t.Fatalf("create printed %q, want the token alone", token)
 	}
 

@@ -290,7 +290,7 @@ func TestUpdate(t *testing.T) {
 	})
 }
 
-var tokenRE = regexp.MustCompile(`^kg_[A-Za-z0-9_-]{43}$`)
+var tokenRE = regexp.MustCompile(`^` + TokenPattern + `$`)
 
 func TestTokens(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
@@ -300,7 +300,7 @@ func TestTokens(t *testing.T) {
 		for i := 0; i < 20; i++ {
 			k := mustCreate(t, e.keys, `{`+validContracts+`}`)
 			if !tokenRE.MatchString(k.Token) {
-				t.Fatalf("token %q is not kg_ + 43 base64url characters", k.Token)
+				t.Fatalf("token %q is not kg_, 43 base62 characters, _ and 6 more", k.Token)
 			}
 			if seen[k.Token] {
 				t.Fatalf("token %q handed out twice", k.Token)

@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,20 +20,101 @@ import (
 // can tell a keygate token at a glance.
 const TokenPrefix = "kg_"
 
-// tokenLen is "kg_" plus 43 characters of unpadded base64url (32 bytes).
-const tokenLen = len(TokenPrefix) + 43
+// A token is TokenPrefix, 32 random bytes as 43 characters of base62, '_'
+// and the CRC32 of those 43 characters as 6 characters of base62: one word
+// under a double click, a precise pattern for secret scanners
+// (TokenPattern), and a typo is refused from the checksum alone, before
+// any hash or lookup. Tokens issued before this format (TokenPrefix and 43
+// characters of base64url) keep working.
+const (
+	tokenRandomLen = 43
+	tokenCheckLen  = 6
+	tokenLen       = len(TokenPrefix) + tokenRandomLen + 1 + tokenCheckLen
+	// legacyTokenLen is "kg_" plus 43 characters of unpadded base64url.
+	legacyTokenLen = len(TokenPrefix) + 43
+)
+
+// TokenPattern matches the tokens keygate issues, for secret scanners.
+const TokenPattern = `kg_[0-9A-Za-z]{43}_[0-9A-Za-z]{6}`
 
 // TokenHash is the SHA-256 of a token, the only form the server looks
 // tokens up by.
 type TokenHash [sha256.Size]byte
 
-// NewToken returns a fresh API key token: kg_ + 32 random bytes, base64url.
+const base62Digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// NewToken returns a fresh API key token: kg_, 32 random bytes in base62,
+// '_' and the base62 CRC32 of the random part.
 func NewToken() string {
-	return TokenPrefix + RandomString()
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("keystore: crypto/rand failed: " + err.Error())
+	}
+	random := base62(new(big.Int).SetBytes(b[:]), tokenRandomLen)
+	return TokenPrefix + random + "_" + tokenChecksum(random)
+}
+
+// base62 writes n in exactly width base62 digits, leading zeros
+// included (32 bytes need 43: 62^43 > 2^256).
+func base62(n *big.Int, width int) string {
+	out := make([]byte, width)
+	base, rem := big.NewInt(62), new(big.Int)
+	for i := width - 1; i >= 0; i-- {
+		n.QuoRem(n, base, rem)
+		out[i] = base62Digits[rem.Int64()]
+	}
+	return string(out)
+}
+
+// tokenChecksum is the CRC32 (IEEE) of a token's random part in 6 base62
+// digits (62^6 > 2^32), as GitHub's tokens carry theirs.
+func tokenChecksum(random string) string {
+	var buf [tokenCheckLen]byte
+	checksumDigits(&buf, random)
+	return string(buf[:])
+}
+
+// slicing8 are the tables of CRC32 (IEEE) slicing-by-8, made once from
+// the standard library's table: crc32.ChecksumIEEE over a []byte would make
+// the key check allocate (its buffer escapes), and byte by byte it takes
+// four times as long.
+var slicing8 = func() (t [8][256]uint32) {
+	t[0] = *crc32.IEEETable
+	for i := range 256 {
+		for k := 1; k < 8; k++ {
+			prev := t[k-1][i]
+			t[k][i] = t[0][byte(prev)] ^ prev>>8
+		}
+	}
+	return t
+}()
+
+// crc32IEEE is crc32.ChecksumIEEE of s, allocating nothing.
+func crc32IEEE(s string) uint32 {
+	t := &slicing8
+	crc := ^uint32(0)
+	for len(s) >= 8 {
+		crc ^= uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+		crc = t[7][byte(crc)] ^ t[6][byte(crc>>8)] ^ t[5][byte(crc>>16)] ^ t[4][byte(crc>>24)] ^
+			t[3][s[4]] ^ t[2][s[5]] ^ t[1][s[6]] ^ t[0][s[7]]
+		s = s[8:]
+	}
+	for i := 0; i < len(s); i++ {
+		crc = t[0][byte(crc)^s[i]] ^ crc>>8
+	}
+	return ^crc
+}
+
+func checksumDigits(out *[tokenCheckLen]byte, random string) {
+	sum := crc32IEEE(random)
+	for i := tokenCheckLen - 1; i >= 0; i-- {
+		out[i] = base62Digits[sum%62]
+		sum /= 62
+	}
 }
 
 // RandomString returns 32 random bytes as unpadded base64url, the form of
-// every secret link and token keygate hands out.
+// every secret link keygate hands out.
 func RandomString() string {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -84,9 +167,34 @@ func isBase64URL(c byte) bool {
 	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_'
 }
 
-// wellFormedToken rejects tokens that cannot be ours before hashing them.
+// wellFormedToken rejects tokens that cannot be ours before hashing them:
+// a token of the current format whose checksum does not match (a typo, a
+// truncation, garbage), and anything that is neither it nor the earlier
+// format.
 func wellFormedToken(token string) bool {
-	return len(token) == tokenLen && token[:len(TokenPrefix)] == TokenPrefix
+	switch {
+	case len(token) == legacyTokenLen:
+		return token[:len(TokenPrefix)] == TokenPrefix
+	case len(token) != tokenLen || token[:len(TokenPrefix)] != TokenPrefix || token[tokenLen-tokenCheckLen-1] != '_':
+		return false
+	}
+	random := token[len(TokenPrefix) : len(TokenPrefix)+tokenRandomLen]
+	for i := 0; i < len(random); i++ {
+		if !isBase62(random[i]) {
+			return false
+		}
+	}
+	var want [tokenCheckLen]byte
+	checksumDigits(&want, random)
+	var diff byte // the checksum is no secret, but the loop costs nothing
+	for i, c := range want {
+		diff |= c ^ token[tokenLen-tokenCheckLen+i]
+	}
+	return diff == 0
+}
+
+func isBase62(c byte) bool {
+	return '0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z'
 }
 
 // Sealer seals secrets that an administrator or creator may need to see
