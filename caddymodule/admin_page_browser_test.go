@@ -241,10 +241,32 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		t.Fatalf("the cross-site post made a key: %+v", keys)
 	}
 
-	// Delete, after confirming.
+	// Disable, after confirming, and enable again.
 	must(t, "back to the page", chromedp.Do(ctx,
 		chromedp.Navigate(siteURL+"/admin/#share"),
 		chromedp.WaitVisible(chromedp.CSS(rowSel)),
+		chromedp.Click(chromedp.CSS(rowSel+` button.disable`)),
+		chromedp.WaitVisible(chromedp.ID("confirm-yes")),
+	))
+	if q := text("#confirm-dialog"); !strings.Contains(q, "Disable key browser key ("+keys[0].TokenPrefix+"…)?") || !strings.Contains(q, "key_disabled") {
+		t.Errorf("the confirmation says %q", q)
+	}
+	must(t, "disable", chromedp.Do(ctx, chromedp.Click(chromedp.ID("confirm-yes"))))
+	waitStatus("Disabled key browser key")
+	must(t, "the badge", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(rowSel+` .disabled-badge`)), chromedp.WaitVisible(chromedp.CSS(rowSel+` button.enable`))))
+	browsertest.Axe(t, ctx, "a disabled key")
+	if r := share(); r.status != http.StatusUnauthorized || r.problem(t).Code != "key_disabled" {
+		t.Fatalf("the disabled key's token: %d %s", r.status, r.body)
+	}
+	must(t, "enable", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(rowSel+` button.enable`))))
+	waitStatus("Enabled key browser key")
+	must(t, "enabled", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(rowSel+` button.disable`))))
+	if r := share(); r.status != http.StatusForbidden || r.problem(t).Code != "ip_not_allowed" { // as before: its allowed IPs
+		t.Fatalf("the enabled key's token: %d %s", r.status, r.body)
+	}
+
+	// Delete, after confirming.
+	must(t, "the delete button", chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(rowSel+` button.delete`)),
 		chromedp.WaitVisible(chromedp.ID("confirm-yes")),
 	))

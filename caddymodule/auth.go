@@ -216,6 +216,7 @@ var refusals = map[string]string{
 	problem.CodeMissingKey:       "the request has no Authorization header: send Authorization: Bearer <key>",
 	problem.CodeInvalidKey:       "the API key is not valid for this service",
 	problem.CodeKeyNotValid:      "the API key is outside its validity period",
+	problem.CodeKeyDisabled:      "the API key is disabled",
 	problem.CodeIPNotAllowed:     "the API key may not be used from this address",
 	problem.CodeNotFound:         "no such resource",
 	problem.CodeMethodNotAllowed: "this method is not allowed on this resource",
@@ -225,7 +226,7 @@ var refusals = map[string]string{
 func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decision, ip netip.Addr, start time.Time) {
 	hdr := w.Header()
 	switch d.Reason {
-	case problem.CodeInvalidKey, problem.CodeKeyNotValid:
+	case problem.CodeInvalidKey, problem.CodeKeyNotValid, problem.CodeKeyDisabled:
 		hdr.Set("WWW-Authenticate", `Bearer realm="webapi", error="invalid_token"`)
 	case problem.CodeMissingKey:
 		hdr.Set("WWW-Authenticate", `Bearer realm="webapi"`)

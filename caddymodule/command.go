@@ -157,9 +157,9 @@ func keysCommand() *cobra.Command {
 				return printJSON(c, ks)
 			}
 			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSERVICE\tNAME\tOWNER\tPRIVILEGES\tUSES\tLAST USED")
+			fmt.Fprintln(tw, "ID\tSERVICE\tNAME\tOWNER\tPRIVILEGES\tENABLED\tUSES\tLAST USED")
 			for _, k := range ks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", k.ID, k.Service, k.Name, k.Owner, joinPrivs(k.Privileges), k.UsageCount, timeOrDash(k.LastUsageTime))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%t\t%d\t%s\n", k.ID, k.Service, k.Name, k.Owner, joinPrivs(k.Privileges), k.Enabled, k.UsageCount, timeOrDash(k.LastUsageTime))
 			}
 			return tw.Flush()
 		},
@@ -224,7 +224,26 @@ func keysCommand() *cobra.Command {
 		},
 	}
 
-	keys.AddCommand(create, list, show, update, reveal, del)
+	// disable and enable switch a key off and on: PATCH enabled.
+	switchKey := func(use, short string, enabled bool) *cobra.Command {
+		return &cobra.Command{
+			Use:   use + " ID",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(c *cobra.Command, args []string) error {
+				var k keystore.Key
+				if err := adminCall(c, http.MethodPatch, "/webapi/keys/"+args[0], map[string]any{"enabled": enabled}, &k); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.ErrOrStderr(), "key %s %sd\n", args[0], use)
+				return nil
+			},
+		}
+	}
+	disable := switchKey("disable", "Switches a key off: refused 401 key_disabled at once, everything else kept", false)
+	enable := switchKey("enable", "Switches a disabled key on again", true)
+
+	keys.AddCommand(create, list, show, update, reveal, del, disable, enable)
 	return keys
 }
 
@@ -335,7 +354,7 @@ func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
 		{"allowed ips", orDash(strings.Join(k.AllowedIPs, ","))}, {"admin projects", orDash(strings.Join(k.AdminProjects, ","))},
 		{"token prefix", k.TokenPrefix}, {"created", k.CreationTime.Format(time.RFC3339)},
 		{"modified", k.LastModificationTime.Format(time.RFC3339)}, {"last used", timeOrDash(k.LastUsageTime)},
-		{"uses", fmt.Sprint(k.UsageCount)},
+		{"uses", fmt.Sprint(k.UsageCount)}, {"enabled", fmt.Sprint(k.Enabled)},
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -142,6 +143,25 @@ http://localhost:%[3]d {
 	shown, _, err := runCLI(t, "keys", "update", id, "--name", "ci-2", "--privileges", "get", "--json")
 	if err != nil || !strings.Contains(shown, `"name": "ci-2"`) || strings.Contains(shown, token) {
 		t.Fatalf("update: %v %s", err, shown)
+	}
+
+	// disable and enable switch it off and on; show and list say which.
+	for _, step := range []struct{ cmd, want string }{{"disable", "false"}, {"enable", "true"}} {
+		_, said, err := runCLI(t, "keys", step.cmd, id)
+		if err != nil || !strings.Contains(said, "key "+id+" "+step.cmd+"d") {
+			t.Fatalf("keys %s: %v %q", step.cmd, err, said)
+		}
+		shown, _, err := runCLI(t, "keys", "show", id)
+		if err != nil || !regexp.MustCompile(`(?m)^enabled:\s+`+step.want+`$`).MatchString(shown) {
+			t.Fatalf("show after %s: %v\n%s", step.cmd, err, shown)
+		}
+		list, _, err := runCLI(t, "keys", "list")
+		if err != nil || !regexp.MustCompile(`(?m)^`+id+`\s.*\s`+step.want+`\s+\d+\s`).MatchString(list) {
+			t.Fatalf("list after %s: %v\n%s", step.cmd, err, list)
+		}
+	}
+	if _, _, err := runCLI(t, "keys", "disable", "00000000-0000-4000-8000-000000000000"); err == nil || !strings.Contains(err.Error(), "not_found") {
+		t.Fatalf("disable an unknown key: %v", err)
 	}
 
 	_, _, err = runCLI(t, "keys", "create", "--service", "contracts", "--name", strings.Repeat("n", 41), "--owner", "bob", "--privileges", "get,fly")

@@ -69,6 +69,10 @@ func Authorize(req *Request, table *Table, lookup func(TokenHash) *Entry) Decisi
 		return refuse(http.StatusUnauthorized, problem.CodeInvalidKey)
 	}
 	d := Decision{Entry: e}
+	// A key switched off, as fast as a deleted one.
+	if !s.key.Enabled {
+		return d.refuse(http.StatusUnauthorized, problem.CodeKeyDisabled)
+	}
 	// 3. The validity window, bounds included.
 	if (s.key.NotValidBefore != nil && req.Now.Before(*s.key.NotValidBefore)) ||
 		(s.key.NotValidAfter != nil && req.Now.After(*s.key.NotValidAfter)) {

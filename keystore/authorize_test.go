@@ -343,6 +343,24 @@ func TestAuthorizeSeesChanges(t *testing.T) {
 		if d := check(); !d.Authorized() {
 			t.Fatalf("after clearing notValidAfter: %q", d.Reason)
 		}
+		// Disabled: refused at once, with the usage kept; enabled again,
+		// it works as before.
+		e.keys.Use(check().Entry, t0)
+		if _, err := e.keys.Update(k.ID, input(t, `{"enabled":false}`)); err != nil {
+			t.Fatal(err)
+		}
+		if d := check(); d.Reason != problem.CodeKeyDisabled || d.Status != http.StatusUnauthorized {
+			t.Fatalf("after disabling: %d %q", d.Status, d.Reason)
+		}
+		if g, _ := e.keys.Get(k.ID); g.Enabled || g.UsageCount != 1 {
+			t.Fatalf("disabled key: %+v", g)
+		}
+		if _, err := e.keys.Update(k.ID, input(t, `{"enabled":true}`)); err != nil {
+			t.Fatal(err)
+		}
+		if d := check(); !d.Authorized() {
+			t.Fatalf("after enabling again: %q", d.Reason)
+		}
 		if err := e.keys.Delete(k.ID); err != nil {
 			t.Fatal(err)
 		}

@@ -135,6 +135,13 @@ func TestFollowHearsOtherInstance(t *testing.T) {
 		g, _ := other.Get(k.ID)
 		return len(g.Privileges) == 2
 	})
+	if _, err := e.keys.Update(k.ID, mustInput(t, `{"enabled":false}`)); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, testwait.Generous, "the disable", func() bool {
+		g, _ := other.Get(k.ID)
+		return !g.Enabled
+	})
 	if err := e.keys.Delete(k.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@
 package keystore
 
 import (
+	"encoding/json"
 	"net/netip"
 	"sync"
 	"time"
@@ -27,6 +28,9 @@ type Key struct {
 	LastUsageTime        *time.Time  `json:"lastUsageTime"`
 	UsageCount           uint64      `json:"usageCount"`
 	TokenPrefix          string      `json:"tokenPrefix"`
+	// Enabled is false for a key switched off: refused 401 key_disabled,
+	// everything else kept, until it is enabled again.
+	Enabled bool `json:"enabled"`
 	// Token is set only in the reply to a create.
 	Token string `json:"token,omitempty"`
 }
@@ -38,6 +42,30 @@ type record struct {
 	Key
 	TokenHash   []byte `json:"tokenHash"`
 	SealedToken []byte `json:"sealedToken"`
+	// Disabled is what is stored of Enabled: records written before keys
+	// could be disabled lack it and so load enabled.
+	Disabled bool `json:"disabled,omitempty"`
+}
+
+// storedRecord is record without its JSON methods.
+type storedRecord record
+
+// MarshalJSON stores Enabled as Disabled.
+func (r record) MarshalJSON() ([]byte, error) {
+	s := storedRecord(r)
+	s.Disabled = !r.Enabled
+	return json.Marshal(s)
+}
+
+// UnmarshalJSON reads Enabled from Disabled, whatever "enabled" says.
+func (r *record) UnmarshalJSON(b []byte) error {
+	var s storedRecord
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	s.Enabled = !s.Disabled
+	*r = record(s)
+	return nil
 }
 
 // Usage is a key's usage as flushed to storage.

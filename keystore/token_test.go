@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"hash/crc32"
 	"net/http"
 	"net/netip"
@@ -127,4 +128,41 @@ func TestTokenChecksumBeforeLookup(t *testing.T) {
 			t.Errorf("Reveal = %q, %v", got, err)
 		}
 	})
+}
+
+// TestDisabledStored: a disabled key stays disabled once read back from
+// storage, and a record written before keys could be disabled (no
+// "disabled" field) loads enabled, whatever "enabled" says.
+func TestDisabledStored(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		k := mustCreate(t, e.keys, `{`+validContracts+`,"enabled":false}`)
+		on := mustCreate(t, e.keys, `{`+validContracts+`}`)
+		reopened := e.reopen(t)
+		if g, err := reopened.Get(k.ID); err != nil || g.Enabled {
+			t.Errorf("disabled key read back: %+v %v", g, err)
+		}
+		if g, err := reopened.Get(on.ID); err != nil || !g.Enabled {
+			t.Errorf("enabled key read back: %+v %v", g, err)
+		}
+		if _, err := e.keys.Update(k.ID, mustInput(t, `{"enabled":null}`)); err == nil {
+			t.Error("enabled null accepted")
+		}
+	})
+	for raw, want := range map[string]bool{
+		`{"id":"a","service":"contracts"}`:                  true,
+		`{"id":"a","service":"contracts","enabled":false}`:  true,
+		`{"id":"a","service":"contracts","disabled":true}`:  false,
+		`{"id":"a","enabled":true,"disabled":true}`:         false,
+		`{"id":"a","service":"contracts","disabled":false}`: true,
+	} {
+		var r record
+		if err := json.Unmarshal([]byte(raw), &r); err != nil || r.Enabled != want {
+			t.Errorf("%s: enabled %v, %v; want %v", raw, r.Enabled, err, want)
+		}
+	}
+	b, _ := json.Marshal(record{Key: Key{ID: "a", Enabled: false}})
+	if !strings.Contains(string(b), `"disabled":true`) {
+		t.Errorf("a disabled key is stored as %s", b)
+	}
 }

@@ -23,6 +23,9 @@ type KeyInput struct {
 	NotValidAfter  Optional[string]   `json:"notValidAfter"`
 	AllowedIPs     Optional[[]string] `json:"allowedIps"`
 	AdminProjects  Optional[[]string] `json:"adminProjects"`
+	// Enabled switches the key off (false) and on again; true at creation
+	// when absent.
+	Enabled Optional[bool] `json:"enabled"`
 }
 
 const (
@@ -60,6 +63,7 @@ func applyCreate(in *KeyInput) (Key, error) {
 		f.Add("privileges", "required", "privileges must name at least one privilege")
 	}
 	k.AllowedIPs = []string{}
+	k.Enabled = true
 	applyEditable(&f, &k, in)
 	return k, f.Err()
 }
@@ -120,6 +124,13 @@ func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 	}
 	if in.AdminProjects.Set {
 		k.AdminProjects = checkAdminProjects(f, k.Service, in.AdminProjects.Value)
+	}
+	if in.Enabled.Set {
+		if in.Enabled.Null {
+			f.Add("enabled", "invalid", "enabled must be true or false")
+		} else {
+			k.Enabled = in.Enabled.Value
+		}
 	}
 }
 

@@ -18,6 +18,7 @@ const (
 	CodeMissingKey          = "missing_key"
 	CodeInvalidKey          = "invalid_key"
 	CodeKeyNotValid         = "key_not_valid"
+	CodeKeyDisabled         = "key_disabled"
 	CodeIPNotAllowed        = "ip_not_allowed"
 	CodeMissingPrivilege    = "missing_privilege"
 	CodeForbidden           = "forbidden"

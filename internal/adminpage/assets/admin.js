@@ -167,6 +167,7 @@
 		const validity = limits.length > 0 ? cell("td", { className: "validity" }, ...limits) : el("td", { textContent: "no limit" });
 		const cells = [
 			cell("th", { scope: "row", className: "name" }, el("span", { className: "key-name", textContent: k.name }),
+				...(k.enabled === false ? [el("span", { className: "disabled-badge", textContent: "Disabled" })] : []),
 				...(k.description ? [el("span", { className: "description", textContent: k.description })] : [])),
 			cell("td", null, el("code", { className: "prefix", textContent: k.tokenPrefix + "…" })),
 			cell("td", null, list(k.privileges.map((p) => names[p] || p), "none")),
@@ -192,6 +193,11 @@
 			button("Edit", "edit", () => openKeyForm(service, k)),
 			button("Reveal", "reveal", () => reveal(k, false)),
 			button("Download", "download", () => reveal(k, true)),
+			k.enabled === false
+				? button("Enable", "enable", () => setEnabled(k, true))
+				: button("Disable", "disable", () => confirm("Disable", "Disable key " + k.name + " (" + k.tokenPrefix + "…)?",
+					"Clients that use this key are refused (401 key_disabled) from the moment it is disabled, until it is enabled again. Nothing else changes.",
+					() => setEnabled(k, false))),
 			button("Delete", "delete danger", () => confirmDelete(k))));
 		cells.forEach((c, i) => c.setAttribute("data-label", labels[i]));
 		const row = el("tr", null, ...cells);
@@ -439,6 +445,19 @@
 			await reload();
 			say(verb.replace(/e?$/, "ed") + " " + what + ".");
 		});
+	}
+
+	// setEnabled switches key k off or on, reloads its table and says so.
+	async function setEnabled(k, enabled) {
+		const what = "key " + k.name + " (" + k.tokenPrefix + "…)";
+		try {
+			await api("PATCH", "webapi/keys/" + encodeURIComponent(k.id), { enabled });
+		} catch (e) {
+			say("Could not " + (enabled ? "enable " : "disable ") + what + ": " + e.message, true);
+			return;
+		}
+		await loadKeys(k.service);
+		say((enabled ? "Enabled " : "Disabled ") + what + ".");
 	}
 
 	function confirmDelete(k) {
