@@ -301,6 +301,10 @@ func TestDisableKey(t *testing.T) { eachBackend(t, testDisableKey) }
 
 func testDisableKey(t *testing.T, b backend) {
 	g := startGateway(t, b, echoSite)
+	hooks := newHookReceiver(t)
+	if r := do(t, "POST", adminURL+"/webapi/webhooks", map[string]any{"url": hooks.URL + "/keys", "events": []string{"key.disabled"}, "owners": []string{"alice"}}); r.status != 201 {
+		t.Fatalf("subscribe: %d %s", r.status, r.body)
+	}
 	k := createKey(t, map[string]any{"service": "contracts", "name": "ci", "owner": "alice", "privileges": []string{"get", "search"}})
 	if !k.Enabled {
 		t.Fatalf("a new key is not enabled: %+v", k)
@@ -330,6 +334,16 @@ func testDisableKey(t *testing.T, b backend) {
 	}
 	if r := do(t, "PATCH", one, map[string]any{"enabled": nil}); r.status != 400 || r.problem(t).Errors[0].Field != "enabled" {
 		t.Errorf("enabled null: %d %s", r.status, r.body)
+	}
+	// Subscribers of key.disabled heard of it, with no token.
+	_, bodies := hooks.wait(t, 1)
+	var ev struct {
+		Type string         `json:"type"`
+		Data map[string]any `json:"data"`
+	}
+	if err := json.Unmarshal(bodies[0], &ev); err != nil || ev.Type != "key.disabled" || ev.Data["id"] != k.ID ||
+		ev.Data["owner"] != "alice" || ev.Data["service"] != "contracts" || ev.Data["name"] != "ci" || strings.Contains(string(bodies[0]), k.Token) {
+		t.Errorf("delivery %s (%v)", bodies[0], err)
 	}
 	if r := do(t, "PATCH", one, map[string]any{"enabled": true}); r.status != 200 {
 		t.Fatalf("enable: %d %s", r.status, r.body)

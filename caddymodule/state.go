@@ -137,6 +137,7 @@ func (s *state) load() (err error) {
 	if s.webhooks, err = webhook.NewStore(webhook.Config{DB: s.stores.DB, Backend: s.stores.Webhooks, Sealer: s.sealer}); err != nil {
 		return fmt.Errorf("opening the webhooks: %w", err)
 	}
+	s.keys.EmitTo(s.webhooks) // key.disabled
 	s.idempotency, err = idempotency.NewStore(idempotency.Config{DB: s.stores.DB, Backend: s.stores.Idempotency,
 		Sealer: s.sealer, Logger: s.logger.Named("idempotency")})
 	return err

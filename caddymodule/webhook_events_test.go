@@ -331,6 +331,17 @@ func testWebhookEventsThroughGateway(t *testing.T, b backend) {
 	want = append(want, wantEvent{"share.created", sh.UUID, "ACTIVE", ""}, wantEvent{"share.updated", sh.UUID, "ACTIVE", ""},
 		wantEvent{"share.viewed", sh.UUID, "ACTIVE", ""}, wantEvent{"share.deleted", sh.UUID, "ACTIVE", ""})
 
+	// A key switched off, twice: one key.disabled, with the key as the
+	// admin API shows it (and no token).
+	off := createKey(t, map[string]any{"service": "contracts", "name": "hook key", "owner": "alice", "privileges": []string{"get"}})
+	for range 2 {
+		if r := do(t, "PATCH", adminURL+"/webapi/keys/"+off.ID, map[string]any{"enabled": false}); r.status != http.StatusOK {
+			t.Fatalf("disable: %d %s", r.status, r.body)
+		}
+	}
+	want = append(want, wantEvent{"key.disabled", off.ID, "", ""})
+	personal = append(personal, off.Token)
+
 	// On a failure, what came.
 	defer func() {
 		if t.Failed() {

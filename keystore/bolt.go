@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 )
 
@@ -26,7 +27,9 @@ type Backend interface {
 	Load(fn func(rec *record, u Usage) error) error
 	// Key reads key id with its stored usage; nil when there is none.
 	Key(id string) (*record, Usage, error)
-	Put(rec *record) error
+	// Put stores rec; emit, when set, runs in the same transaction (the
+	// events of the change, into the webhook outbox).
+	Put(rec *record, emit func(storage.Tx) error) error
 	Delete(id string) error
 	// AddUsage adds each entry's Count to its key's stored count and keeps
 	// the later of the two last uses, in one transaction: instances that
@@ -79,7 +82,7 @@ func (b *BoltBackend) Load(fn func(rec *record, u Usage) error) error {
 }
 
 // Put implements Backend. Creates from many clients share commits.
-func (b *BoltBackend) Put(rec *record) error {
+func (b *BoltBackend) Put(rec *record, emit func(storage.Tx) error) error {
 	k, err := idBytes(rec.ID)
 	if err != nil {
 		return err
@@ -89,7 +92,13 @@ func (b *BoltBackend) Put(rec *record) error {
 		return err
 	}
 	return b.db.Batch(func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketKeys).Put(k, v)
+		if err := tx.Bucket(bucketKeys).Put(k, v); err != nil {
+			return err
+		}
+		if emit != nil {
+			return emit(boltdb.Wrap(tx))
+		}
+		return nil
 	})
 }
 

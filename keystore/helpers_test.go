@@ -264,7 +264,8 @@ func (m *memBackend) Load(fn func(rec *record, u Usage) error) error {
 	return nil
 }
 
-func (m *memBackend) Put(rec *record) error {
+// Put stores rec; it has no transactions, and emit runs with none.
+func (m *memBackend) Put(rec *record, emit func(storage.Tx) error) error {
 	if m.putHook != nil {
 		m.putHook()
 	}
@@ -276,6 +277,11 @@ func (m *memBackend) Put(rec *record) error {
 	defer m.mu.Unlock()
 	if m.fail != nil {
 		return m.fail
+	}
+	if emit != nil {
+		if err := emit(nil); err != nil {
+			return err
+		}
 	}
 	m.recs[rec.ID] = v
 	return nil

@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sort"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
 )
 
 // Keys is the key registry: every key in memory, indexed by the SHA-256 of
@@ -40,6 +43,41 @@ type Keys struct {
 	// resyncs counts the resyncs begun; an entry made after the n-th began
 	// is not among what it read.
 	resyncs atomic.Uint64
+	// events takes the events of key changes (key.disabled) in their
+	// transaction; nil: none are emitted.
+	events events.Sink
+}
+
+// EmitTo makes sink receive the events of key changes from now on, in
+// the transaction of each change.
+func (k *Keys) EmitTo(sink events.Sink) {
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	k.events = sink
+}
+
+// keyEvent is the data of a key event: who and what, never the token.
+type keyEvent struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name"`
+	Owner   string    `json:"owner"`
+	Service Service   `json:"service"`
+	Time    time.Time `json:"time"`
+}
+
+// emitFor returns what Put runs in the transaction of key's change from
+// old: the event it causes, if any.
+func (k *Keys) emitFor(old, key *Key, now time.Time) func(storage.Tx) error {
+	if k.events == nil || !old.Enabled || key.Enabled {
+		return nil
+	}
+	data, err := json.Marshal(keyEvent{ID: key.ID, Name: key.Name, Owner: key.Owner, Service: key.Service, Time: now})
+	return func(tx storage.Tx) error {
+		if err != nil {
+			return err
+		}
+		return k.events.Emit(tx, events.Event{Type: events.KeyDisabled, Owner: key.Owner, At: now, Data: data})
+	}
 }
 
 // Entry is one key in memory: an immutable snapshot swapped on update, and
@@ -144,7 +182,7 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	key.TokenPrefix = token[:12]
 	h := HashToken(token)
 	rec := &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID))}
-	if err := k.backend.Put(rec); err != nil {
+	if err := k.backend.Put(rec, nil); err != nil {
 		return Key{}, err
 	}
 	e := newEntry(rec, Usage{})
@@ -178,7 +216,7 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 	}
 	key.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
 	rec := &record{Key: key, TokenHash: old.hash[:], SealedToken: old.sealed}
-	if err := k.backend.Put(rec); err != nil {
+	if err := k.backend.Put(rec, k.emitFor(&old.key, &key, key.LastModificationTime)); err != nil {
 		return Key{}, err
 	}
 	e.snap.Store(compile(rec))

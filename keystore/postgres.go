@@ -100,7 +100,7 @@ func (b *PostgresBackend) Key(id string) (rec *record, u Usage, err error) {
 }
 
 // Put implements Backend.
-func (b *PostgresBackend) Put(rec *record) error {
+func (b *PostgresBackend) Put(rec *record, emit func(storage.Tx) error) error {
 	id, err := idBytes(rec.ID)
 	if err != nil {
 		return err
@@ -117,6 +117,11 @@ func (b *PostgresBackend) Put(rec *record) error {
 			id, string(rec.Service), rec.TokenHash, v)
 		if err != nil {
 			return err
+		}
+		if emit != nil {
+			if err := emit(tx); err != nil {
+				return err
+			}
 		}
 		return b.notify(ctx, tx, rec.ID)
 	})

@@ -3,6 +3,7 @@ package keystore
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"hash/crc32"
 	"net/http"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/storetest"
@@ -115,7 +117,7 @@ func TestTokenChecksumBeforeLookup(t *testing.T) {
 		rec := &record{Key: old, TokenHash: h[:], SealedToken: e.sealer.Seal([]byte(legacy), []byte(old.ID))}
 		rec.Token, rec.TokenPrefix = "", legacy[:12]
 		rec.LastModificationTime = rec.LastModificationTime.Add(time.Millisecond) // seen as changed
-		if err := e.backend.Put(rec); err != nil {
+		if err := e.backend.Put(rec, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.keys.Resync(); err != nil {
@@ -165,4 +167,61 @@ func TestDisabledStored(t *testing.T) {
 	if !strings.Contains(string(b), `"disabled":true`) {
 		t.Errorf("a disabled key is stored as %s", b)
 	}
+}
+
+// sinkRecorder is an events.Sink that keeps what it is given, and fails
+// when told to (the change must then not be stored either).
+type sinkRecorder struct {
+	got  []events.Event
+	fail error
+}
+
+func (r *sinkRecorder) Emit(tx storage.Tx, e events.Event) error {
+	if r.fail != nil {
+		return r.fail
+	}
+	r.got = append(r.got, e)
+	return nil
+}
+
+// TestKeyDisabledEvent: disabling a key emits key.disabled, once, in the
+// transaction of the change, with the key's id, name, owner, service and
+// time and no token; other changes emit nothing; an emit that fails fails
+// the change.
+func TestKeyDisabledEvent(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		sink := &sinkRecorder{}
+		e.keys.EmitTo(sink)
+		k := mustCreate(t, e.keys, `{"service":"share","name":"ci","owner":"alice","privileges":["get"]}`)
+		for _, body := range []string{`{"name":"ci-2"}`, `{"enabled":true}`, `{"enabled":false}`, `{"enabled":false}`, `{"enabled":true}`} {
+			if _, err := e.keys.Update(k.ID, mustInput(t, body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(sink.got) != 1 {
+			t.Fatalf("%d events: %+v", len(sink.got), sink.got)
+		}
+		ev := sink.got[0]
+		var data map[string]any
+		if err := json.Unmarshal(ev.Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != events.KeyDisabled || ev.Owner != "alice" || data["id"] != k.ID || data["name"] != "ci-2" ||
+			data["owner"] != "alice" || data["service"] != "share" || data["time"] == nil || len(data) != 5 ||
+			strings.Contains(string(ev.Data), k.Token) {
+			t.Errorf("event %+v, data %s", ev, ev.Data)
+		}
+
+		sink.fail = errors.New("the outbox is full")
+		if _, err := e.keys.Update(k.ID, mustInput(t, `{"enabled":false}`)); err == nil {
+			t.Fatal("a disable whose event failed was stored")
+		}
+		if g, _ := e.reopen(t).Get(k.ID); !g.Enabled {
+			t.Error("the failed disable is stored")
+		}
+		if g, _ := e.keys.Get(k.ID); !g.Enabled {
+			t.Error("the failed disable is in memory")
+		}
+	})
 }

@@ -28,6 +28,9 @@ const (
 	ShareUpdated      = "share.updated"
 	ShareDeleted      = "share.deleted"
 	ShareViewed       = "share.viewed"
+	// KeyDisabled is an API key switched off by an administrator; its
+	// Owner is the key's owner.
+	KeyDisabled = "key.disabled"
 	// WebhookTest is queued by the admin API's test call for one
 	// subscription; no store emits it.
 	WebhookTest = "webhook.test"
@@ -38,6 +41,7 @@ var Types = []string{
 	ContractCreated, ContractOpened, ContractSigned, ContractRejected,
 	ContractCompleted, ContractExpired, ContractArchived, ContractDeleted,
 	ShareCreated, ShareUpdated, ShareDeleted, ShareViewed,
+	KeyDisabled,
 }
 
 // Event is one thing that happened, as a webhook delivers it.
@@ -50,7 +54,9 @@ type Event struct {
 	// At is when it happened; the delivery's `timestamp`.
 	At time.Time
 	// Data is the delivery's `data` object: the Contract Object as search
-	// returns it (plus `signerId` for signer events), or the share record.
+	// returns it (plus `signerId` for signer events), the share record, or
+	// for key events the key's id, name, owner and service and the time
+	// (never a token).
 	Data json.RawMessage
 }
 
