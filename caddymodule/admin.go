@@ -56,6 +56,7 @@ func (a *Admin) routes(webhooks bool) *http.ServeMux {
 	mux.HandleFunc("PATCH /webapi/keys/{id}", a.updateKey)
 	mux.HandleFunc("DELETE /webapi/keys/{id}", a.deleteKey)
 	mux.HandleFunc("POST /webapi/keys/{id}/reveal", a.revealKey)
+	mux.HandleFunc("POST /webapi/keys/{id}/roll", a.rollKey)
 	mux.HandleFunc("POST /webapi/templates", a.addTemplate)
 	mux.HandleFunc("GET /webapi/templates", a.listTemplates)
 	mux.HandleFunc("GET /webapi/templates/{id}", a.getTemplate)
@@ -304,6 +305,43 @@ func (a *Admin) revealKey(w http.ResponseWriter, r *http.Request) {
 	}
 	a.auditAdmin(r, "key revealed", k, http.StatusOK)
 	writeJSON(w, http.StatusOK, map[string]string{"token": token})
+}
+
+// defaultRollGrace is how long a rolled key's previous token goes on
+// working when the roll names no graceSeconds.
+const defaultRollGrace = 24 * time.Hour
+
+// rollKey gives a key a new token: 200 with the key and its token, as a
+// create answers. The body {"graceSeconds": N} is optional.
+func (a *Admin) rollKey(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := appOf(r).state.keys.Get(id); err != nil {
+		a.fail(w, r, err) // an unknown id is a 404 whatever the body
+		return
+	}
+	var in struct {
+		GraceSeconds *int64 `json:"graceSeconds"`
+	}
+	if r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
+		if err := problem.DecodeJSON(w, r, &in); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+	}
+	grace := defaultRollGrace
+	if in.GraceSeconds != nil {
+		grace = time.Duration(*in.GraceSeconds) * time.Second
+		if *in.GraceSeconds < 0 || *in.GraceSeconds > int64(keystore.MaxRollGrace/time.Second) {
+			grace = -1 // refused by Roll, naming the field
+		}
+	}
+	k, err := appOf(r).state.keys.Roll(id, grace)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.auditAdmin(r, "key rolled", k, http.StatusOK)
+	writeJSON(w, http.StatusOK, k)
 }
 
 func (a *Admin) deleteKey(w http.ResponseWriter, r *http.Request) {

@@ -265,12 +265,43 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		t.Fatalf("the enabled key's token: %d %s", r.status, r.body)
 	}
 
+	// Roll, with a grace period of an hour: a new token shown once, and
+	// the previous one still answers (its allowed IPs refuse this address,
+	// past the key check).
+	must(t, "roll", chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(rowSel+` button.roll`)),
+		chromedp.WaitVisible(chromedp.ID("roll-yes")),
+	))
+	if q := text("#roll-dialog"); !strings.Contains(q, "Roll key browser key ("+keys[0].TokenPrefix+"…)?") {
+		t.Errorf("the roll dialog says %q", q)
+	}
+	browsertest.Axe(t, ctx, "the roll dialog")
+	must(t, "an hour's grace", chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("roll-grace"), "3600"),
+		chromedp.Click(chromedp.ID("roll-yes")),
+		chromedp.WaitVisible(chromedp.ID("token-value")),
+	))
+	rolledToken := value("#token-value")
+	must(t, "close the rolled token", chromedp.Do(ctx, chromedp.Click(chromedp.ID("token-done")), chromedp.WaitNotVisible(chromedp.ID("token-dialog"))))
+	waitStatus("Rolled key browser key")
+	var afterRoll keystore.Key
+	do(t, http.MethodGet, adminURL+"/webapi/keys/"+id, nil).json(t, &afterRoll)
+	if !strings.HasPrefix(rolledToken, afterRoll.TokenPrefix) || rolledToken == downloaded || afterRoll.PreviousTokenExpiry == nil ||
+		time.Until(*afterRoll.PreviousTokenExpiry) < 59*time.Minute || time.Until(*afterRoll.PreviousTokenExpiry) > time.Hour {
+		t.Errorf("after the roll: token %q, key %+v", rolledToken, afterRoll)
+	}
+	for _, tok := range []string{downloaded, rolledToken} {
+		if r := do(t, http.MethodGet, siteURL+"/webapi/share?userId=bob", nil, bearer(tok)...); r.status != http.StatusForbidden || r.problem(t).Code != "ip_not_allowed" {
+			t.Errorf("a token after the roll: %d %s", r.status, r.body)
+		}
+	}
+
 	// Delete, after confirming.
 	must(t, "the delete button", chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(rowSel+` button.delete`)),
 		chromedp.WaitVisible(chromedp.ID("confirm-yes")),
 	))
-	if q := text("#confirm-dialog"); !strings.Contains(q, "Delete key browser key ("+keys[0].TokenPrefix+"…)?") {
+	if q := text("#confirm-dialog"); !strings.Contains(q, "Delete key browser key ("+afterRoll.TokenPrefix+"…)?") {
 		t.Errorf("the confirmation says %q", q)
 	}
 	browsertest.Axe(t, ctx, "the delete confirmation")

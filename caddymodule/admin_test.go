@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keygate/keygate/caddymodule"
 	"github.com/keygate/keygate/internal/storage"
@@ -368,4 +369,71 @@ func disabledRefusals(t *testing.T) int {
 	}
 	n, _ := strconv.Atoi(string(m[1]))
 	return n
+}
+
+// TestRollKey: POST roll answers the key with a new token; the previous
+// token works through its grace period, each use audited as such; bad
+// grace periods are 400s naming graceSeconds; an empty body takes the
+// default day; key.rolled reaches its subscribers. On both backends.
+func TestRollKey(t *testing.T) { eachBackend(t, testRollKey) }
+
+func testRollKey(t *testing.T, b backend) {
+	g := startGateway(t, b, echoSite)
+	hooks := newHookReceiver(t)
+	if r := do(t, "POST", adminURL+"/webapi/webhooks", map[string]any{"url": hooks.URL + "/keys", "events": []string{"key.rolled"}}); r.status != 201 {
+		t.Fatalf("subscribe: %d %s", r.status, r.body)
+	}
+	k := createKey(t, map[string]any{"service": "contracts", "name": "ci", "owner": "alice", "privileges": []string{"get", "search"}})
+	roll := adminURL + "/webapi/keys/" + k.ID + "/roll"
+	use := func(token string) response { return do(t, "GET", siteURL+"/webapi/contracts", nil, bearer(token)...) }
+
+	for _, body := range []any{map[string]any{"graceSeconds": -1}, map[string]any{"graceSeconds": 2592001}, map[string]any{"graceSeconds": "1h"}, map[string]any{"grace": 5}} {
+		if r := do(t, "POST", roll, body); r.status != 400 {
+			t.Errorf("roll %v: %d %s", body, r.status, r.body)
+		}
+	}
+	if r := do(t, "POST", adminURL+"/webapi/keys/00000000-0000-4000-8000-000000000000/roll", map[string]any{"graceSeconds": 60}); r.status != 404 {
+		t.Errorf("roll an unknown key: %d", r.status)
+	}
+
+	r := do(t, "POST", roll, map[string]any{"graceSeconds": 3600})
+	var rolled keystore.Key
+	r.json(t, &rolled)
+	if r.status != 200 || rolled.ID != k.ID || rolled.Token == "" || rolled.Token == k.Token || rolled.PreviousTokenExpiry == nil ||
+		time.Until(*rolled.PreviousTokenExpiry) < 59*time.Minute || r.header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("roll: %d %s", r.status, r.body)
+	}
+	if r := use(rolled.Token); r.status != 200 {
+		t.Errorf("the new token: %d %s", r.status, r.body)
+	}
+	if r := use(k.Token); r.status != 200 {
+		t.Errorf("the previous token in its grace period: %d %s", r.status, r.body)
+	}
+	logs := g.readLogs(t, `"previous_token":true`)
+	if n := strings.Count(logs, `"previous_token":true`); n != 1 {
+		t.Errorf("%d uses audited with previous_token, want 1", n)
+	}
+	if !strings.Contains(logs, `"msg":"key rolled"`) {
+		t.Errorf("the roll is not audited")
+	}
+	_, bodies := hooks.wait(t, 1)
+	if !strings.Contains(string(bodies[0]), `"type":"key.rolled"`) || !strings.Contains(string(bodies[0]), k.ID) ||
+		strings.Contains(string(bodies[0]), rolled.Token) || strings.Contains(string(bodies[0]), k.Token) {
+		t.Errorf("delivery %s", bodies[0])
+	}
+
+	// Again, with no body: the default day; the token before is over.
+	r = do(t, "POST", roll, nil)
+	var again keystore.Key
+	r.json(t, &again)
+	if r.status != 200 || again.PreviousTokenExpiry == nil || time.Until(*again.PreviousTokenExpiry) < 23*time.Hour {
+		t.Fatalf("roll without a body: %d %s", r.status, r.body)
+	}
+	if r := use(k.Token); r.status != 401 || r.problem(t).Code != "invalid_key" {
+		t.Errorf("the token before the previous: %d %s", r.status, r.body)
+	}
+	if r := use(rolled.Token); r.status != 200 {
+		t.Errorf("the previous token: %d %s", r.status, r.body)
+	}
+
 }

@@ -32,6 +32,8 @@ type auditRecord struct {
 	clientIP   netip.Addr
 	status     int
 	duration   time.Duration // negative: not a request (administration)
+	// previousToken marks a use of the token a roll replaced.
+	previousToken bool
 }
 
 const (
@@ -170,6 +172,9 @@ func (a *auditLog) write(batch []auditRecord) {
 		}
 		if rec.duration >= 0 {
 			fields = append(fields, zap.Duration("duration", rec.duration))
+		}
+		if rec.previousToken {
+			fields = append(fields, zap.Bool("previous_token", true))
 		}
 		ce.Write(fields...)
 	}

@@ -190,6 +190,8 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		clientIP:  ip,
 		status:    status,
 		duration:  elapsed,
+		// A use of the token a roll replaced, in its grace period.
+		previousToken: d.PreviousToken,
 	})
 	return err
 }

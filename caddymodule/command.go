@@ -240,10 +240,33 @@ func keysCommand() *cobra.Command {
 			},
 		}
 	}
+	roll := &cobra.Command{
+		Use:   "roll ID [--grace 24h] [--json]",
+		Short: "Gives a key a new token and prints it; the previous one works for the grace period",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			grace, err := c.Flags().GetDuration("grace")
+			if err != nil {
+				return err
+			}
+			if grace%time.Second != 0 {
+				return fmt.Errorf("--grace %s: whole seconds only", grace)
+			}
+			var k keystore.Key
+			body := map[string]any{"graceSeconds": int64(grace / time.Second)}
+			if err := adminCall(c, http.MethodPost, "/webapi/keys/"+url.PathEscape(args[0])+"/roll", body, &k); err != nil {
+				return err
+			}
+			return printKeyOr(c, k, k.Token)
+		},
+	}
+	roll.Flags().Duration("grace", 24*time.Hour, "how long the previous token goes on working (0 to 720h)")
+	roll.Flags().Bool("json", false, "print the whole key as JSON")
+
 	disable := switchKey("disable", "Switches a key off: refused 401 key_disabled at once, everything else kept", false)
 	enable := switchKey("enable", "Switches a disabled key on again", true)
 
-	keys.AddCommand(create, list, show, update, reveal, del, disable, enable)
+	keys.AddCommand(create, list, show, update, reveal, roll, del, disable, enable)
 	return keys
 }
 
@@ -355,6 +378,7 @@ func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
 		{"token prefix", k.TokenPrefix}, {"created", k.CreationTime.Format(time.RFC3339)},
 		{"modified", k.LastModificationTime.Format(time.RFC3339)}, {"last used", timeOrDash(k.LastUsageTime)},
 		{"uses", fmt.Sprint(k.UsageCount)}, {"enabled", fmt.Sprint(k.Enabled)},
+		{"previous token until", timeOrDash(k.PreviousTokenExpiry)},
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])

@@ -160,6 +160,24 @@ http://localhost:%[3]d {
 			t.Fatalf("list after %s: %v\n%s", step.cmd, err, list)
 		}
 	}
+	// roll prints the new token alone; the old one works for --grace.
+	rolledOut, _, err := runCLI(t, "keys", "roll", id, "--grace", "2h")
+	rolled := strings.TrimSpace(rolledOut)
+	if err != nil || !strings.HasPrefix(rolled, "kg_") || len(rolled) != 53 || rolled == token {
+		t.Fatalf("keys roll: %v %q", err, rolledOut)
+	}
+	if shown, _, err := runCLI(t, "keys", "show", id); err != nil || !regexp.MustCompile(`(?m)^previous token until:\s+20`).MatchString(shown) {
+		t.Fatalf("show after roll: %v\n%s", err, shown)
+	}
+	if revealed, _, err := runCLI(t, "keys", "reveal", id); err != nil || strings.TrimSpace(revealed) != rolled {
+		t.Fatalf("reveal after roll: %v %q", err, revealed)
+	}
+	if _, _, err := runCLI(t, "keys", "roll", id, "--grace", "1500ms"); err == nil || !strings.Contains(err.Error(), "whole seconds") {
+		t.Fatalf("roll --grace 1500ms: %v", err)
+	}
+	if _, _, err := runCLI(t, "keys", "roll", id, "--grace", "721h"); err == nil || !strings.Contains(err.Error(), "graceSeconds") {
+		t.Fatalf("roll --grace 721h: %v", err)
+	}
 	if _, _, err := runCLI(t, "keys", "disable", "00000000-0000-4000-8000-000000000000"); err == nil || !strings.Contains(err.Error(), "not_found") {
 		t.Fatalf("disable an unknown key: %v", err)
 	}

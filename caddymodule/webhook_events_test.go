@@ -29,6 +29,7 @@ import (
 	"github.com/keygate/keygate/internal/mailtest"
 	"github.com/keygate/keygate/internal/testwait"
 	"github.com/keygate/keygate/internal/webhook"
+	"github.com/keygate/keygate/keystore"
 )
 
 // eventsSite serves both APIs, the share pages and the signing pages.
@@ -341,6 +342,15 @@ func testWebhookEventsThroughGateway(t *testing.T, b backend) {
 	}
 	want = append(want, wantEvent{"key.disabled", off.ID, "", ""})
 	personal = append(personal, off.Token)
+	// And rolled: key.rolled, without the old or the new token.
+	r = do(t, "POST", adminURL+"/webapi/keys/"+off.ID+"/roll", map[string]any{"graceSeconds": 60})
+	var rolled keystore.Key
+	r.json(t, &rolled)
+	if r.status != http.StatusOK {
+		t.Fatalf("roll: %d %s", r.status, r.body)
+	}
+	want = append(want, wantEvent{"key.rolled", off.ID, "", ""})
+	personal = append(personal, rolled.Token)
 
 	// On a failure, what came.
 	defer func() {

@@ -31,6 +31,9 @@ type Decision struct {
 	Allow     []string   // for 405
 	// Missing is the privilege the key lacks (for the 403's scope).
 	Missing Privilege
+	// PreviousToken is set when the token is the one a roll replaced,
+	// still in its grace period (audited as such).
+	PreviousToken bool
 }
 
 // Authorized reports whether the use is allowed.
@@ -58,8 +61,10 @@ func Authorize(req *Request, table *Table, lookup func(TokenHash) *Entry) Decisi
 	}
 	// 2. The key.
 	var e *Entry
+	var h TokenHash
 	if wellFormedToken(token) {
-		e = lookup(HashToken(token))
+		h = HashToken(token)
+		e = lookup(h)
 	}
 	if e == nil {
 		return refuse(http.StatusUnauthorized, problem.CodeInvalidKey)
@@ -69,6 +74,13 @@ func Authorize(req *Request, table *Table, lookup func(TokenHash) *Entry) Decisi
 		return refuse(http.StatusUnauthorized, problem.CodeInvalidKey)
 	}
 	d := Decision{Entry: e}
+	// The token a roll replaced answers until its grace period ends.
+	if h != s.hash {
+		if !s.hasPrev || h != s.prevHash || !req.Now.Before(s.prevUntil) {
+			return refuse(http.StatusUnauthorized, problem.CodeInvalidKey)
+		}
+		d.PreviousToken = true
+	}
 	// A key switched off, as fast as a deleted one.
 	if !s.key.Enabled {
 		return d.refuse(http.StatusUnauthorized, problem.CodeKeyDisabled)

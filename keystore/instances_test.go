@@ -142,6 +142,13 @@ func TestFollowHearsOtherInstance(t *testing.T) {
 		g, _ := other.Get(k.ID)
 		return !g.Enabled
 	})
+	rolled, err := e.keys.Roll(k.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, testwait.Generous, "the roll", func() bool {
+		return other.Lookup(HashToken(rolled.Token)) != nil && other.Lookup(HashToken(k.Token)) != nil
+	})
 	if err := e.keys.Delete(k.ID); err != nil {
 		t.Fatal(err)
 	}

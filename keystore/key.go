@@ -31,6 +31,10 @@ type Key struct {
 	// Enabled is false for a key switched off: refused 401 key_disabled,
 	// everything else kept, until it is enabled again.
 	Enabled bool `json:"enabled"`
+	// PreviousTokenExpiry is when the token a roll replaced stops
+	// working; null once it has (or when the key was never rolled with
+	// a grace period).
+	PreviousTokenExpiry *time.Time `json:"previousTokenExpiry"`
 	// Token is set only in the reply to a create.
 	Token string `json:"token,omitempty"`
 }
@@ -45,6 +49,9 @@ type record struct {
 	// Disabled is what is stored of Enabled: records written before keys
 	// could be disabled lack it and so load enabled.
 	Disabled bool `json:"disabled,omitempty"`
+	// PreviousTokenHash is the lookup hash of the token the last roll
+	// replaced, valid until Key.PreviousTokenExpiry.
+	PreviousTokenHash []byte `json:"previousTokenHash,omitempty"`
 }
 
 // storedRecord is record without its JSON methods.
@@ -79,10 +86,15 @@ type Usage struct {
 // reads: parsed ranges and a privilege bitmask, so a request allocates
 // nothing to check them.
 type compiled struct {
-	key      Key
-	hash     TokenHash
-	sealed   []byte
-	prefixes []netip.Prefix
+	key    Key
+	hash   TokenHash
+	sealed []byte
+	// prevHash is the replaced token's hash, which answers until
+	// prevUntil (hasPrev false: none).
+	prevHash  TokenHash
+	prevUntil time.Time
+	hasPrev   bool
+	prefixes  []netip.Prefix
 	// restricted is set when the key lists addresses at all: a listed
 	// entry that fails to parse narrows the key, it never opens it to all.
 	restricted bool
@@ -113,6 +125,10 @@ func privBit(p Privilege) uint8 {
 func compile(rec *record) *compiled {
 	c := &compiled{key: rec.Key, sealed: rec.SealedToken}
 	copy(c.hash[:], rec.TokenHash)
+	if len(rec.PreviousTokenHash) == len(c.prevHash) && rec.PreviousTokenExpiry != nil {
+		copy(c.prevHash[:], rec.PreviousTokenHash)
+		c.prevUntil, c.hasPrev = *rec.PreviousTokenExpiry, true
+	}
 	c.key.Token = ""
 	for _, p := range rec.Privileges {
 		c.privs |= privBit(p)
@@ -148,6 +164,15 @@ func parseRange(s string) (netip.Prefix, bool) {
 		return netip.PrefixFrom(a, a.BitLen()), true
 	}
 	return netip.Prefix{}, false
+}
+
+// hashes are the lookup hashes that lead to the key: its token's, and the
+// replaced token's while it may still answer.
+func (c *compiled) hashes() []TokenHash {
+	if c.hasPrev {
+		return []TokenHash{c.hash, c.prevHash}
+	}
+	return []TokenHash{c.hash}
 }
 
 // has reports whether the snapshot holds privilege p.

@@ -68,7 +68,16 @@ type keyEvent struct {
 // emitFor returns what Put runs in the transaction of key's change from
 // old: the event it causes, if any.
 func (k *Keys) emitFor(old, key *Key, now time.Time) func(storage.Tx) error {
-	if k.events == nil || !old.Enabled || key.Enabled {
+	if !old.Enabled || key.Enabled {
+		return nil
+	}
+	return k.emitKey(events.KeyDisabled, key, now)
+}
+
+// emitKey returns what Put runs to emit event typ of key in the
+// transaction of its change (nil without a sink).
+func (k *Keys) emitKey(typ string, key *Key, now time.Time) func(storage.Tx) error {
+	if k.events == nil {
 		return nil
 	}
 	data, err := json.Marshal(keyEvent{ID: key.ID, Name: key.Name, Owner: key.Owner, Service: key.Service, Time: now})
@@ -76,7 +85,7 @@ func (k *Keys) emitFor(old, key *Key, now time.Time) func(storage.Tx) error {
 		if err != nil {
 			return err
 		}
-		return k.events.Emit(tx, events.Event{Type: events.KeyDisabled, Owner: key.Owner, At: now, Data: data})
+		return k.events.Emit(tx, events.Event{Type: typ, Owner: key.Owner, At: now, Data: data})
 	}
 }
 
@@ -141,7 +150,9 @@ func Open(backend Backend, sealer *Sealer, now func() time.Time) (*Keys, error) 
 		byHash: make(map[TokenHash]*Entry), byID: make(map[string]*Entry)}
 	err := backend.Load(func(rec *record, u Usage) error {
 		e := newEntry(rec, u)
-		k.byHash[e.snap.Load().hash] = e
+		for _, h := range e.snap.Load().hashes() {
+			k.byHash[h] = e
+		}
 		k.byID[rec.ID] = e
 		return nil
 	})
@@ -216,11 +227,59 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 	}
 	key.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
 	rec := &record{Key: key, TokenHash: old.hash[:], SealedToken: old.sealed}
+	if old.hasPrev {
+		rec.PreviousTokenHash = old.prevHash[:]
+	}
 	if err := k.backend.Put(rec, k.emitFor(&old.key, &key, key.LastModificationTime)); err != nil {
 		return Key{}, err
 	}
 	e.snap.Store(compile(rec))
 	return k.view(e), nil
+}
+
+// MaxRollGrace bounds how long a rolled key's previous token may go on
+// working.
+const MaxRollGrace = 30 * 24 * time.Hour
+
+// Roll gives key id a new token, returned in the key this once, as on
+// create. The previous token goes on working for grace (none with 0);
+// a token an earlier roll replaced stops at once. Id, privileges, counts
+// and history stay.
+func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
+	if grace < 0 || grace > MaxRollGrace {
+		return Key{}, problem.Invalid([]problem.FieldError{{Field: "graceSeconds", Code: "out_of_range",
+			Message: "graceSeconds must be 0 to 2592000 (30 days)"}})
+	}
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	e := k.entry(id)
+	if e == nil {
+		return Key{}, ErrNotFound
+	}
+	old := e.snap.Load()
+	now := k.now().UTC().Truncate(time.Millisecond)
+	key := old.key
+	token := NewToken()
+	h := HashToken(token)
+	key.TokenPrefix = token[:12]
+	key.LastModificationTime = now
+	key.PreviousTokenExpiry = nil
+	rec := &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID))}
+	if grace > 0 {
+		until := now.Add(grace)
+		rec.PreviousTokenExpiry, rec.PreviousTokenHash = &until, old.hash[:]
+	}
+	if err := k.backend.Put(rec, k.emitKey(events.KeyRolled, &rec.Key, now)); err != nil {
+		return Key{}, err
+	}
+	next := compile(rec)
+	k.mu.Lock()
+	e.snap.Store(next)
+	k.rehash(e, old, next)
+	k.mu.Unlock()
+	out := k.view(e)
+	out.Token = token
+	return out, nil
 }
 
 // Delete removes key id; once it returns, a request with its token is
@@ -239,7 +298,9 @@ func (k *Keys) Delete(id string) error {
 	}
 	k.mu.Lock()
 	delete(k.byID, id)
-	delete(k.byHash, e.snap.Load().hash)
+	for _, h := range e.snap.Load().hashes() {
+		delete(k.byHash, h)
+	}
 	k.mu.Unlock()
 	return nil
 }
@@ -319,6 +380,13 @@ func (k *Keys) view(e *Entry) Key {
 	if key.NotValidAfter != nil {
 		t := *key.NotValidAfter
 		key.NotValidAfter = &t
+	}
+	if key.PreviousTokenExpiry != nil {
+		t := *key.PreviousTokenExpiry
+		key.PreviousTokenExpiry = &t
+		if !k.now().Before(t) {
+			key.PreviousTokenExpiry = nil // the previous token no longer answers
+		}
 	}
 	key.UsageCount = e.stored.Load() + e.uses.Load()
 	if ns := e.lastUse.Load(); ns != 0 {
@@ -475,7 +543,9 @@ func (k *Keys) apply(id string, rec *record, u Usage, force bool) {
 	if rec == nil {
 		if e != nil {
 			delete(k.byID, id)
-			delete(k.byHash, e.snap.Load().hash)
+			for _, h := range e.snap.Load().hashes() {
+				delete(k.byHash, h)
+			}
 		}
 		return
 	}
@@ -483,16 +553,28 @@ func (k *Keys) apply(id string, rec *record, u Usage, force bool) {
 		e = newEntry(rec, u)
 		e.born = k.resyncs.Load()
 		k.byID[id] = e
-		k.byHash[e.snap.Load().hash] = e
+		for _, h := range e.snap.Load().hashes() {
+			k.byHash[h] = e
+		}
 		return
 	}
 	if old := e.snap.Load(); force || !old.key.LastModificationTime.Equal(rec.LastModificationTime) {
 		next := compile(rec)
 		e.snap.Store(next)
-		if next.hash != old.hash {
-			delete(k.byHash, old.hash)
-			k.byHash[next.hash] = e
-		}
+		k.rehash(e, old, next)
 	}
 	e.setStored(u)
+}
+
+// rehash points the hashes of next at e in place of old's. The caller
+// holds mu.
+func (k *Keys) rehash(e *Entry, old, next *compiled) {
+	for _, h := range old.hashes() {
+		if k.byHash[h] == e {
+			delete(k.byHash, h)
+		}
+	}
+	for _, h := range next.hashes() {
+		k.byHash[h] = e
+	}
 }

@@ -31,6 +31,8 @@ const (
 	// KeyDisabled is an API key switched off by an administrator; its
 	// Owner is the key's owner.
 	KeyDisabled = "key.disabled"
+	// KeyRolled is an API key given a new token.
+	KeyRolled = "key.rolled"
 	// WebhookTest is queued by the admin API's test call for one
 	// subscription; no store emits it.
 	WebhookTest = "webhook.test"
@@ -41,7 +43,7 @@ var Types = []string{
 	ContractCreated, ContractOpened, ContractSigned, ContractRejected,
 	ContractCompleted, ContractExpired, ContractArchived, ContractDeleted,
 	ShareCreated, ShareUpdated, ShareDeleted, ShareViewed,
-	KeyDisabled,
+	KeyRolled, KeyDisabled,
 }
 
 // Event is one thing that happened, as a webhook delivers it.

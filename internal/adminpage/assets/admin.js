@@ -181,7 +181,8 @@
 				labelled("modified", timeCell(k.lastModificationTime, "")),
 				k.usageCount > 0
 					? labelled("used " + (k.usageCount === 1 ? "once" : k.usageCount + " times") + ", last", timeCell(k.lastUsageTime, "never"))
-					: el("div", { className: "muted", textContent: "never used" })),
+					: el("div", { className: "muted", textContent: "never used" }),
+				...(k.previousTokenExpiry ? [labelled("previous token until", timeCell(k.previousTokenExpiry, ""))] : [])),
 		];
 		const button = (label, cls, action) => {
 			const b = el("button", { type: "button", className: cls, textContent: label });
@@ -193,6 +194,7 @@
 			button("Edit", "edit", () => openKeyForm(service, k)),
 			button("Reveal", "reveal", () => reveal(k, false)),
 			button("Download", "download", () => reveal(k, true)),
+			button("Roll", "roll", () => openRoll(k)),
 			k.enabled === false
 				? button("Enable", "enable", () => setEnabled(k, true))
 				: button("Disable", "disable", () => confirm("Disable", "Disable key " + k.name + " (" + k.tokenPrefix + "…)?",
@@ -446,6 +448,37 @@
 			say(verb.replace(/e?$/, "ed") + " " + what + ".");
 		});
 	}
+
+	// --- roll ----------------------------------------------------------
+
+	const rollDialog = $("#roll-dialog");
+	let rolling = null; // the key the roll dialog is about
+
+	function openRoll(k) {
+		rolling = k;
+		$("#roll-title").textContent = "Roll key " + k.name + " (" + k.tokenPrefix + "…)?";
+		$("#roll-grace").value = "86400";
+		rollDialog.showModal();
+		$(".cancel", rollDialog).focus();
+	}
+	$("#roll-yes").addEventListener("click", async () => {
+		const k = rolling;
+		rolling = null;
+		const graceSeconds = Number($("#roll-grace").value);
+		rollDialog.close();
+		if (!k) return;
+		const what = "key " + k.name + " (" + k.tokenPrefix + "…)";
+		let rolled;
+		try {
+			rolled = await api("POST", "webapi/keys/" + encodeURIComponent(k.id) + "/roll", { graceSeconds });
+		} catch (e) {
+			say("Could not roll " + what + ": " + e.message, true);
+			return;
+		}
+		await loadKeys(k.service);
+		say("Rolled " + what + (rolled.previousTokenExpiry ? "; the previous token works until " + new Date(rolled.previousTokenExpiry).toLocaleString() : "; the previous token no longer works") + ".");
+		showToken(rolled, rolled.token);
+	});
 
 	// setEnabled switches key k off or on, reloads its table and says so.
 	async function setEnabled(k, enabled) {

@@ -1,0 +1,140 @@
+package keystore
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/storetest"
+)
+
+// TestRoll: a roll gives the key a new token (returned once) and keeps its
+// id, privileges and counts; the previous token answers, marked as such,
+// until its grace period ends, then 401 invalid_key; rolling again ends an
+// older one at once; grace 0 ends it at once; each roll emits key.rolled;
+// all of it survives a reopen.
+func TestRoll(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		sink := &sinkRecorder{}
+		e.keys.EmitTo(sink)
+		k := mustCreate(t, e.keys, `{"service":"contracts","name":"ci","owner":"alice","privileges":["get","search"]}`)
+		check := func(keys *Keys, token string) Decision {
+			return Authorize(&Request{Service: ServiceContracts, Authorization: []string{"Bearer " + token},
+				ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts", Now: e.clock.Now()},
+				&testContractsTable, keys.Lookup)
+		}
+		e.keys.Use(check(e.keys, k.Token).Entry, e.clock.Now())
+
+		r1, err := e.keys.Roll(k.ID, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		until := e.clock.Now().Add(time.Hour)
+		if r1.ID != k.ID || r1.Token == k.Token || !regexp.MustCompile(`^`+TokenPattern+`$`).MatchString(r1.Token) ||
+			r1.TokenPrefix != r1.Token[:12] || r1.UsageCount != 1 || len(r1.Privileges) != 2 ||
+			r1.PreviousTokenExpiry == nil || !r1.PreviousTokenExpiry.Equal(until) {
+			t.Fatalf("rolled: %+v", r1)
+		}
+		if got, err := e.keys.Reveal(k.ID); err != nil || got != r1.Token {
+			t.Errorf("Reveal = %q, %v", got, err)
+		}
+		if d := check(e.keys, r1.Token); !d.Authorized() || d.PreviousToken {
+			t.Errorf("the new token: %+v", d)
+		}
+		if d := check(e.keys, k.Token); !d.Authorized() || !d.PreviousToken {
+			t.Errorf("the previous token in its grace period: %+v", d)
+		}
+		// Read back from storage, the same.
+		reopened := e.reopen(t)
+		if d := check(reopened, k.Token); !d.Authorized() || !d.PreviousToken {
+			t.Errorf("the previous token after a reopen: %+v", d)
+		}
+		if g, _ := reopened.Get(k.ID); g.PreviousTokenExpiry == nil || !g.PreviousTokenExpiry.Equal(until) {
+			t.Errorf("after a reopen: %+v", g)
+		}
+
+		e.clock.Advance(time.Hour)
+		if d := check(e.keys, k.Token); d.Reason != problem.CodeInvalidKey {
+			t.Errorf("the previous token after its grace period: %+v", d)
+		}
+		if g, _ := e.keys.Get(k.ID); g.PreviousTokenExpiry != nil {
+			t.Errorf("previousTokenExpiry after the grace period: %v", g.PreviousTokenExpiry)
+		}
+
+		// Rolling again within a grace period ends the older token at once.
+		r2, err := e.keys.Roll(k.ID, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r3, err := e.keys.Roll(k.ID, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := check(e.keys, r1.Token); d.Reason != problem.CodeInvalidKey {
+			t.Errorf("the token before the previous: %+v", d)
+		}
+		if d := check(e.keys, r2.Token); !d.Authorized() || !d.PreviousToken {
+			t.Errorf("the previous token: %+v", d)
+		}
+		// Grace 0: the previous token ends at once.
+		r4, err := e.keys.Roll(k.ID, 0)
+		if err != nil || r4.PreviousTokenExpiry != nil {
+			t.Fatalf("roll without grace: %+v %v", r4, err)
+		}
+		for _, old := range []string{r2.Token, r3.Token} {
+			if d := check(e.keys, old); d.Reason != problem.CodeInvalidKey {
+				t.Errorf("an earlier token after a roll without grace: %+v", d)
+			}
+		}
+		if d := check(e.keys, r4.Token); !d.Authorized() {
+			t.Errorf("the newest token: %+v", d)
+		}
+		// Other changes keep the grace period.
+		r5, err := e.keys.Roll(k.ID, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.keys.Update(k.ID, mustInput(t, `{"name":"ci-2"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if d := check(e.keys, r4.Token); !d.Authorized() || !d.PreviousToken {
+			t.Errorf("the previous token after an update: %+v", d)
+		}
+		_ = r5
+
+		for _, bad := range []time.Duration{-time.Second, MaxRollGrace + time.Second} {
+			if _, err := e.keys.Roll(k.ID, bad); fieldErrorsOf(err) != "graceSeconds" {
+				t.Errorf("grace %s: %v", bad, err)
+			}
+		}
+		if _, err := e.keys.Roll("00000000-0000-4000-8000-000000000000", time.Hour); err != ErrNotFound {
+			t.Errorf("an unknown key: %v", err)
+		}
+
+		if len(sink.got) != 5 {
+			t.Fatalf("%d events, want one per roll (5)", len(sink.got))
+		}
+		for _, ev := range sink.got {
+			var data map[string]any
+			if err := json.Unmarshal(ev.Data, &data); err != nil || ev.Type != events.KeyRolled || ev.Owner != "alice" || data["id"] != k.ID {
+				t.Errorf("event %+v %s", ev, ev.Data)
+			}
+		}
+	})
+}
+
+// fieldErrorsOf is the one field a 400 problem names, or "".
+func fieldErrorsOf(err error) string {
+	d, ok := err.(*problem.Details)
+	if !ok || len(d.Errors) != 1 {
+		return ""
+	}
+	return d.Errors[0].Field
+}
