@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -362,13 +360,7 @@ func testDisableKey(t *testing.T, b backend) {
 // contracts (0 before the first).
 func disabledRefusals(t *testing.T) int {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^keygate_auth_refusals_total\{reason="key_disabled",service="contracts"\} (\d+)`).
-		FindSubmatch(do(t, "GET", adminURL+"/metrics", nil).body)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
+	return metricValue(t, `keygate_auth_refusals_total{reason="key_disabled",service="contracts"}`)
 }
 
 // TestRollKey: POST roll answers the key with a new token; the previous

@@ -60,8 +60,15 @@ func webhooksSent(t *testing.T) int { t.Helper(); return webhookOutcomes(t, "sen
 // no attempt had that outcome.
 func webhookOutcomes(t *testing.T, outcome string) int {
 	t.Helper()
+	return metricValue(t, `keygate_webhook_deliveries_total{outcome="`+outcome+`"}`)
+}
+
+// metricValue reads the counter series (name and labels as /metrics
+// prints them) from the admin endpoint, 0 while it is not there.
+func metricValue(t *testing.T, series string) int {
+	t.Helper()
 	r := do(t, http.MethodGet, adminURL+"/metrics", nil)
-	m := regexp.MustCompile(`(?m)^keygate_webhook_deliveries_total\{outcome="` + outcome + `"\} (\d+)`).FindSubmatch(r.body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\d+)`).FindSubmatch(r.body)
 	if m == nil {
 		return 0
 	}
