@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/url"
 	"time"
@@ -274,7 +275,8 @@ func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
 
 func (a *Admin) updateKey(w http.ResponseWriter, r *http.Request) {
 	var in keystore.KeyInput
-	if _, err := appOf(r).state.keys.Get(r.PathValue("id")); err != nil {
+	before, err := appOf(r).state.keys.Get(r.PathValue("id"))
+	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -287,7 +289,14 @@ func (a *Admin) updateKey(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.auditAdmin(r, "key updated", k, http.StatusOK)
+	msg := "key updated"
+	switch {
+	case before.Enabled && !k.Enabled:
+		msg = "key disabled" // who switched a key off, and when
+	case !before.Enabled && k.Enabled:
+		msg = "key enabled"
+	}
+	a.auditAdmin(r, msg, k, http.StatusOK)
 	writeJSON(w, http.StatusOK, k)
 }
 
@@ -319,8 +328,9 @@ func (a *Admin) rollKey(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err) // an unknown id is a 404 whatever the body
 		return
 	}
+	// A JSON number: 86400, 86400.0 and 8.64e4 are the same whole number.
 	var in struct {
-		GraceSeconds *int64 `json:"graceSeconds"`
+		GraceSeconds *float64 `json:"graceSeconds"`
 	}
 	if r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
 		if err := problem.DecodeJSON(w, r, &in); err != nil {
@@ -329,9 +339,14 @@ func (a *Admin) rollKey(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	grace := defaultRollGrace
-	if in.GraceSeconds != nil {
-		grace = time.Duration(*in.GraceSeconds) * time.Second
-		if *in.GraceSeconds < 0 || *in.GraceSeconds > int64(keystore.MaxRollGrace/time.Second) {
+	if g := in.GraceSeconds; g != nil {
+		if *g != math.Trunc(*g) {
+			a.fail(w, r, problem.Invalid([]problem.FieldError{{Field: "graceSeconds", Code: "invalid",
+				Message: "graceSeconds must be a whole number of seconds"}}))
+			return
+		}
+		grace = time.Duration(*g) * time.Second
+		if *g < 0 || *g > float64(keystore.MaxRollGrace/time.Second) {
 			grace = -1 // refused by Roll, naming the field
 		}
 	}

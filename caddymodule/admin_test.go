@@ -328,8 +328,12 @@ func testDisableKey(t *testing.T, b backend) {
 	if n := disabledRefusals(t); n != refusedBefore+1 {
 		t.Errorf("%d refusals counted, want %d", n, refusedBefore+1)
 	}
-	if logs := g.readLogs(t, `"reason":"key_disabled"`); !strings.Contains(logs, `"key_id":"`+k.ID+`"`) {
-		t.Errorf("the refusal is not audited: %s", logs)
+	if logs := g.readLogs(t, `"reason":"key_disabled"`); !strings.Contains(logs, `"key_id":"`+k.ID+`"`) || !strings.Contains(logs, `"msg":"key disabled"`) {
+		t.Errorf("the disable or the refusal is not audited: %s", logs)
+	}
+	// Every refusal's series is there from the start, at zero if need be.
+	if m := do(t, "GET", adminURL+"/metrics", nil); !strings.Contains(string(m.body), `keygate_auth_refusals_total{reason="key_disabled",service="share"} `) {
+		t.Error("no key_disabled series for share")
 	}
 	if r := do(t, "PATCH", one, map[string]any{"enabled": nil}); r.status != 400 || r.problem(t).Errors[0].Field != "enabled" {
 		t.Errorf("enabled null: %d %s", r.status, r.body)
@@ -379,7 +383,8 @@ func testRollKey(t *testing.T, b backend) {
 	roll := adminURL + "/webapi/keys/" + k.ID + "/roll"
 	use := func(token string) response { return do(t, "GET", siteURL+"/webapi/contracts", nil, bearer(token)...) }
 
-	for _, body := range []any{map[string]any{"graceSeconds": -1}, map[string]any{"graceSeconds": 2592001}, map[string]any{"graceSeconds": "1h"}, map[string]any{"grace": 5}} {
+	for _, body := range []any{map[string]any{"graceSeconds": -1}, map[string]any{"graceSeconds": 2592001}, map[string]any{"graceSeconds": "1h"},
+		map[string]any{"grace": 5}, map[string]any{"graceSeconds": 1.5}} {
 		if r := do(t, "POST", roll, body); r.status != 400 {
 			t.Errorf("roll %v: %d %s", body, r.status, r.body)
 		}
@@ -388,7 +393,7 @@ func testRollKey(t *testing.T, b backend) {
 		t.Errorf("roll an unknown key: %d", r.status)
 	}
 
-	r := do(t, "POST", roll, map[string]any{"graceSeconds": 3600})
+	r := do(t, "POST", roll, json.RawMessage(`{"graceSeconds": 3.6e3}`)) // a whole number, however written
 	var rolled keystore.Key
 	r.json(t, &rolled)
 	if r.status != 200 || rolled.ID != k.ID || rolled.Token == "" || rolled.Token == k.Token || rolled.PreviousTokenExpiry == nil ||
@@ -401,9 +406,13 @@ func testRollKey(t *testing.T, b backend) {
 	if r := use(k.Token); r.status != 200 {
 		t.Errorf("the previous token in its grace period: %d %s", r.status, r.body)
 	}
-	logs := g.readLogs(t, `"previous_token":true`)
-	if n := strings.Count(logs, `"previous_token":true`); n != 1 {
-		t.Errorf("%d uses audited with previous_token, want 1", n)
+	// A refused use of it is marked too (create: a privilege it lacks).
+	if r := do(t, "POST", siteURL+"/webapi/contracts", map[string]any{}, bearer(k.Token)...); r.status != 403 {
+		t.Errorf("the previous token without the privilege: %d %s", r.status, r.body)
+	}
+	logs := g.readLogs(t, `"reason":"missing_privilege"`)
+	if n := strings.Count(logs, `"previous_token":true`); n != 2 {
+		t.Errorf("%d uses audited with previous_token, want 2 (one used, one refused)", n)
 	}
 	if !strings.Contains(logs, `"msg":"key rolled"`) {
 		t.Errorf("the roll is not audited")

@@ -260,6 +260,8 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 		status:    d.Status,
 		reason:    d.Reason,
 		duration:  time.Since(start),
+		// A refused use of the token a roll replaced says so too.
+		previousToken: d.PreviousToken,
 	}
 	if k := d.Key(); k != nil {
 		rec.keyID, rec.keyName, rec.owner = k.ID, k.Name, k.Owner

@@ -232,7 +232,7 @@ func keysCommand() *cobra.Command {
 			Args:  cobra.ExactArgs(1),
 			RunE: func(c *cobra.Command, args []string) error {
 				var k keystore.Key
-				if err := adminCall(c, http.MethodPatch, "/webapi/keys/"+args[0], map[string]any{"enabled": enabled}, &k); err != nil {
+				if err := adminCall(c, http.MethodPatch, "/webapi/keys/"+url.PathEscape(args[0]), map[string]any{"enabled": enabled}, &k); err != nil {
 					return err
 				}
 				fmt.Fprintf(c.ErrOrStderr(), "key %s %sd\n", args[0], use)

@@ -68,6 +68,11 @@ func init() {
 	for _, o := range []string{"sent", "retry", "failed"} {
 		metrics.webhookDeliveries.WithLabelValues(o)
 	}
+	for _, svc := range []string{"contracts", "share"} {
+		for reason := range refusals {
+			metrics.refusals.WithLabelValues(svc, reason)
+		}
+	}
 }
 
 // registerMetrics adds our collectors to reg, tolerating that an earlier

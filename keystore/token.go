@@ -174,7 +174,15 @@ func isBase64URL(c byte) bool {
 func wellFormedToken(token string) bool {
 	switch {
 	case len(token) == legacyTokenLen:
-		return token[:len(TokenPrefix)] == TokenPrefix
+		if token[:len(TokenPrefix)] != TokenPrefix {
+			return false
+		}
+		for i := len(TokenPrefix); i < len(token); i++ {
+			if !isBase64URL(token[i]) {
+				return false
+			}
+		}
+		return true
 	case len(token) != tokenLen || token[:len(TokenPrefix)] != TokenPrefix || token[tokenLen-tokenCheckLen-1] != '_':
 		return false
 	}

@@ -58,6 +58,9 @@ func TestTokenFormat(t *testing.T) {
 			}
 		}
 	}
+	if wellFormedToken(TokenPrefix + strings.Repeat("!", 43)) {
+		t.Error("a token of the earlier length with other characters is well formed")
+	}
 	legacy := TokenPrefix + base64.RawURLEncoding.EncodeToString(make([]byte, 32))
 	if !wellFormedToken(legacy) || !wellFormedToken(TokenPrefix+RandomString()) {
 		t.Errorf("a token of the earlier format is refused: %q", legacy)

@@ -476,7 +476,7 @@
 			return;
 		}
 		await loadKeys(k.service);
-		say("Rolled " + what + (rolled.previousTokenExpiry ? "; the previous token works until " + new Date(rolled.previousTokenExpiry).toLocaleString() : "; the previous token no longer works") + ".");
+		say("Rolled key " + k.name + ", now " + rolled.tokenPrefix + "…" + (rolled.previousTokenExpiry ? "; the previous token works until " + new Date(rolled.previousTokenExpiry).toLocaleString() : "; the previous token no longer works") + ".");
 		showToken(rolled, rolled.token);
 	});
 
