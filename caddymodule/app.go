@@ -71,6 +71,10 @@ type App struct {
 	// for one on this machine. The addresses this gateway serves (its
 	// admin endpoint and listeners) stay refused whatever this says.
 	WebhookAllowNetworks []string `json:"webhook_allow_networks,omitempty"`
+	// KeyExpiryWarning is how long before a key's notValidAfter the
+	// webhook event key.expiring is sent, once per key and end of
+	// validity. Default 168h (7 days).
+	KeyExpiryWarning caddy.Duration `json:"key_expiry_warning,omitempty"`
 	// AllowSharedPorts lets this gateway start on an address that
 	// another process serves too, which it refuses by default: Caddy
 	// listens with SO_REUSEPORT, so the kernel would split the
@@ -95,6 +99,9 @@ type App struct {
 	audit         *auditLog
 	stop          chan struct{}
 	stopped       chan struct{}
+	// lastExpiryScan is when sweep last looked for keys about to expire
+	// (the background goroutine's only).
+	lastExpiryScan time.Time
 }
 
 // SMTPConfig is the `smtp` block of the webapi global option.
@@ -134,6 +141,10 @@ const (
 	defaultPublicBaseURL      = "http://localhost:8080"
 	defaultUsageFlushInterval = time.Second
 	defaultContractValidity   = 168 * time.Hour
+	defaultKeyExpiryWarning   = 168 * time.Hour
+	// expiryScanInterval spaces the scans for keys about to expire: each
+	// reads every key in memory.
+	expiryScanInterval = time.Second
 )
 
 // Provision opens (or joins) the shared database and key store.
@@ -174,6 +185,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	if a.ContractValidity <= 0 {
 		a.ContractValidity = caddy.Duration(defaultContractValidity)
+	}
+	if a.KeyExpiryWarning <= 0 {
+		a.KeyExpiryWarning = caddy.Duration(defaultKeyExpiryWarning)
 	}
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
@@ -324,6 +338,12 @@ func (a *App) sweep() {
 	}
 	if _, err := a.state.idempotency.Purge(context.Background(), sweepBatch); err != nil {
 		a.logger.Error("purging expired idempotency records", zap.Error(err))
+	}
+	if now := time.Now(); now.Sub(a.lastExpiryScan) >= expiryScanInterval {
+		a.lastExpiryScan = now
+		if _, err := a.state.keys.WarnExpiring(now, time.Duration(a.KeyExpiryWarning)); err != nil {
+			a.logger.Error("sending key.expiring", zap.Error(err))
+		}
 	}
 }
 

@@ -213,6 +213,12 @@ func TestWebhookAndPortOptionsCaddyfile(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
+	if out, err := adapt("key_expiry_warning 48h"); err != nil || !strings.Contains(out, `"key_expiry_warning":172800000000000`) {
+		t.Errorf("key_expiry_warning 48h: %v %s", err, out)
+	}
+	if _, err := adapt("key_expiry_warning soon"); err == nil || !strings.Contains(err.Error(), "key_expiry_warning") {
+		t.Errorf("key_expiry_warning soon: %v", err)
+	}
 	nets, err := parseNetworks([]string{"10.20.3.4/16", "192.0.2.7", "::1"})
 	if err != nil || fmt.Sprint(nets) != "[10.20.0.0/16 192.0.2.7/32 ::1/128]" {
 		t.Errorf("parseNetworks = %v, %v", nets, err)

@@ -351,6 +351,12 @@ func testWebhookEventsThroughGateway(t *testing.T, b backend) {
 	}
 	want = append(want, wantEvent{"key.rolled", off.ID, "", ""})
 	personal = append(personal, rolled.Token)
+	// A key whose end of validity is within key_expiry_warning (7 days by
+	// default): key.expiring, once.
+	ending := createKey(t, map[string]any{"service": "share", "name": "ending", "owner": "alice", "privileges": []string{"get"},
+		"notValidAfter": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)})
+	want = append(want, wantEvent{"key.expiring", ending.ID, "", ""})
+	personal = append(personal, ending.Token)
 
 	// On a failure, what came.
 	defer func() {

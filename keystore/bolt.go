@@ -30,6 +30,11 @@ type Backend interface {
 	// Put stores rec; emit, when set, runs in the same transaction (the
 	// events of the change, into the webhook outbox).
 	Put(rec *record, emit func(storage.Tx) error) error
+	// MarkExpiryWarned records, in one transaction with emit, that
+	// key.expiring was sent for key id ending at notValidAfter, unless
+	// it was already (or the key ends otherwise now): false then, and
+	// nothing runs. Of instances racing, one gets true.
+	MarkExpiryWarned(id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error)
 	Delete(id string) error
 	// AddUsage adds each entry's Count to its key's stored count and keeps
 	// the later of the two last uses, in one transaction: instances that
@@ -100,6 +105,52 @@ func (b *BoltBackend) Put(rec *record, emit func(storage.Tx) error) error {
 		}
 		return nil
 	})
+}
+
+// MarkExpiryWarned implements Backend.
+func (b *BoltBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error) {
+	k, err := idBytes(id)
+	if err != nil {
+		return false, err
+	}
+	marked := false
+	err = b.db.Update(func(tx *bbolt.Tx) error {
+		marked = false
+		v := tx.Bucket(bucketKeys).Get(k)
+		if v == nil {
+			return nil
+		}
+		rec := new(record)
+		if err := json.Unmarshal(v, rec); err != nil {
+			return fmt.Errorf("key %x: %w", k, err)
+		}
+		if !expiryDue(rec, notValidAfter) {
+			return nil
+		}
+		rec.ExpiryWarnedFor = &notValidAfter
+		v, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketKeys).Put(k, v); err != nil {
+			return err
+		}
+		if emit != nil {
+			if err := emit(boltdb.Wrap(tx)); err != nil {
+				return err
+			}
+		}
+		marked = true
+		return nil
+	})
+	return marked, err
+}
+
+// expiryDue tells whether rec still ends at notValidAfter without a
+// warning sent for it.
+func expiryDue(rec *record, notValidAfter time.Time) bool {
+	return rec.NotValidAfter != nil && rec.NotValidAfter.Equal(notValidAfter) &&
+		(rec.ExpiryWarnedFor == nil || !rec.ExpiryWarnedFor.Equal(notValidAfter))
 }
 
 // Delete implements Backend: the key and its usage go together.

@@ -287,6 +287,35 @@ func (m *memBackend) Put(rec *record, emit func(storage.Tx) error) error {
 	return nil
 }
 
+// MarkExpiryWarned marks under the backend's lock, as a transaction would.
+func (m *memBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.recs[id]
+	if !ok {
+		return false, nil
+	}
+	rec := new(record)
+	if err := json.Unmarshal(v, rec); err != nil {
+		return false, err
+	}
+	if !expiryDue(rec, notValidAfter) {
+		return false, nil
+	}
+	if emit != nil {
+		if err := emit(nil); err != nil {
+			return false, err
+		}
+	}
+	rec.ExpiryWarnedFor = &notValidAfter
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return false, err
+	}
+	m.recs[id] = v
+	return true, nil
+}
+
 func (m *memBackend) Delete(id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

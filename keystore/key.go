@@ -52,6 +52,9 @@ type record struct {
 	// PreviousTokenHash is the lookup hash of the token the last roll
 	// replaced, valid until Key.PreviousTokenExpiry.
 	PreviousTokenHash []byte `json:"previousTokenHash,omitempty"`
+	// ExpiryWarnedFor is the notValidAfter that key.expiring was sent
+	// for: once per key and end of validity, on every instance.
+	ExpiryWarnedFor *time.Time `json:"expiryWarnedFor,omitempty"`
 }
 
 // storedRecord is record without its JSON methods.
@@ -94,6 +97,8 @@ type compiled struct {
 	prevHash  TokenHash
 	prevUntil time.Time
 	hasPrev   bool
+	// warnedFor is the record's ExpiryWarnedFor, kept across changes.
+	warnedFor *time.Time
 	prefixes  []netip.Prefix
 	// restricted is set when the key lists addresses at all: a listed
 	// entry that fails to parse narrows the key, it never opens it to all.
@@ -123,7 +128,7 @@ func privBit(p Privilege) uint8 {
 }
 
 func compile(rec *record) *compiled {
-	c := &compiled{key: rec.Key, sealed: rec.SealedToken}
+	c := &compiled{key: rec.Key, sealed: rec.SealedToken, warnedFor: rec.ExpiryWarnedFor}
 	copy(c.hash[:], rec.TokenHash)
 	if len(rec.PreviousTokenHash) == len(c.prevHash) && rec.PreviousTokenExpiry != nil {
 		copy(c.prevHash[:], rec.PreviousTokenHash)

@@ -63,6 +63,8 @@ type keyEvent struct {
 	Owner   string    `json:"owner"`
 	Service Service   `json:"service"`
 	Time    time.Time `json:"time"`
+	// NotValidAfter is when the key stops working (key.expiring).
+	NotValidAfter *time.Time `json:"notValidAfter,omitempty"`
 }
 
 // emitFor returns what Put runs in the transaction of key's change from
@@ -80,7 +82,11 @@ func (k *Keys) emitKey(typ string, key *Key, now time.Time) func(storage.Tx) err
 	if k.events == nil {
 		return nil
 	}
-	data, err := json.Marshal(keyEvent{ID: key.ID, Name: key.Name, Owner: key.Owner, Service: key.Service, Time: now})
+	ev := keyEvent{ID: key.ID, Name: key.Name, Owner: key.Owner, Service: key.Service, Time: now}
+	if typ == events.KeyExpiring {
+		ev.NotValidAfter = key.NotValidAfter
+	}
+	data, err := json.Marshal(ev)
 	return func(tx storage.Tx) error {
 		if err != nil {
 			return err
@@ -226,7 +232,7 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 		return Key{}, err
 	}
 	key.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
-	rec := &record{Key: key, TokenHash: old.hash[:], SealedToken: old.sealed}
+	rec := &record{Key: key, TokenHash: old.hash[:], SealedToken: old.sealed, ExpiryWarnedFor: old.warnedFor}
 	if old.hasPrev {
 		rec.PreviousTokenHash = old.prevHash[:]
 	}
@@ -235,6 +241,49 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 	}
 	e.snap.Store(compile(rec))
 	return k.view(e), nil
+}
+
+// WarnExpiring sends key.expiring, once per key and end of validity,
+// for the keys whose notValidAfter is within window of now and not yet
+// past. Where instances share a database, the backend lets one of them
+// send it. It returns how many it sent.
+func (k *Keys) WarnExpiring(now time.Time, window time.Duration) (int, error) {
+	type due struct {
+		id  string
+		nva time.Time
+	}
+	var list []due
+	k.mu.RLock()
+	for id, e := range k.byID {
+		s := e.snap.Load()
+		nva := s.key.NotValidAfter
+		if nva == nil || !now.Before(*nva) || nva.Sub(now) > window || (s.warnedFor != nil && s.warnedFor.Equal(*nva)) {
+			continue
+		}
+		list = append(list, due{id, *nva})
+	}
+	k.mu.RUnlock()
+	sent := 0
+	for _, d := range list {
+		e := k.entry(d.id)
+		if e == nil {
+			continue
+		}
+		key := e.snap.Load().key
+		ok, err := k.backend.MarkExpiryWarned(d.id, d.nva, k.emitKey(events.KeyExpiring, &key, now))
+		if err != nil {
+			return sent, err
+		}
+		if ok {
+			sent++
+		}
+		// Sent here or elsewhere: read the mark back, so that it is not
+		// tried again.
+		if err := k.Refresh(d.id); err != nil {
+			return sent, err
+		}
+	}
+	return sent, nil
 }
 
 // MaxRollGrace bounds how long a rolled key's previous token may go on
@@ -264,7 +313,7 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 	key.TokenPrefix = token[:12]
 	key.LastModificationTime = now
 	key.PreviousTokenExpiry = nil
-	rec := &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID))}
+	rec := &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID)), ExpiryWarnedFor: old.warnedFor}
 	if grace > 0 {
 		until := now.Add(grace)
 		rec.PreviousTokenExpiry, rec.PreviousTokenHash = &until, old.hash[:]

@@ -127,6 +127,51 @@ func (b *PostgresBackend) Put(rec *record, emit func(storage.Tx) error) error {
 	})
 }
 
+// MarkExpiryWarned implements Backend: the key's row is locked while it
+// is read, so of instances racing one marks it and emits.
+func (b *PostgresBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error) {
+	k, err := idBytes(id)
+	if err != nil {
+		return false, err
+	}
+	ctx := context.Background()
+	marked := false
+	err = b.db.Update(ctx, func(tx storage.Tx) error {
+		marked = false
+		var raw []byte
+		err := pgdb.Of(tx).QueryRow(ctx, "SELECT record FROM keys WHERE id = $1 FOR UPDATE", k).Scan(&raw)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rec := new(record)
+		if err := json.Unmarshal(raw, rec); err != nil {
+			return fmt.Errorf("key %x: %w", k, err)
+		}
+		if !expiryDue(rec, notValidAfter) {
+			return nil
+		}
+		rec.ExpiryWarnedFor = &notValidAfter
+		v, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if _, err := pgdb.Of(tx).Exec(ctx, "UPDATE keys SET record = $2, updated_at = now() WHERE id = $1", k, v); err != nil {
+			return err
+		}
+		if emit != nil {
+			if err := emit(tx); err != nil {
+				return err
+			}
+		}
+		marked = true
+		return b.notify(ctx, tx, id)
+	})
+	return marked, err
+}
+
 // notify tells every instance's Watch of key id once tx commits.
 func (b *PostgresBackend) notify(ctx context.Context, tx storage.Tx, id string) error {
 	_, err := pgdb.Of(tx).Exec(ctx, "SELECT pg_notify($1, $2)", b.channel, id)

@@ -138,3 +138,66 @@ func fieldErrorsOf(err error) string {
 	}
 	return d.Errors[0].Field
 }
+
+// TestWarnExpiring: key.expiring goes out once per key and end of
+// validity, for keys ending within the window and not yet ended; a new
+// notValidAfter arms it again; a second instance on the same database
+// sends nothing more; the mark survives a reopen and other changes.
+func TestWarnExpiring(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		sink := &sinkRecorder{}
+		e.keys.EmitTo(sink)
+		now := e.clock.Now()
+		at := func(d time.Duration) string { return now.Add(d).UTC().Format(time.RFC3339) }
+		soon := mustCreate(t, e.keys, `{"service":"contracts","name":"soon","owner":"alice","privileges":["get"],"notValidAfter":"`+at(48*time.Hour)+`"}`)
+		mustCreate(t, e.keys, `{"service":"contracts","name":"later","owner":"bob","privileges":["get"],"notValidAfter":"`+at(30*24*time.Hour)+`"}`)
+		mustCreate(t, e.keys, `{"service":"contracts","name":"over","owner":"carol","privileges":["get"],"notValidAfter":"`+at(-time.Hour)+`"}`)
+		mustCreate(t, e.keys, `{"service":"share","name":"forever","owner":"dave","privileges":["get"]}`)
+
+		week := 7 * 24 * time.Hour
+		if n, err := e.keys.WarnExpiring(now, week); err != nil || n != 1 {
+			t.Fatalf("WarnExpiring = %d, %v; want 1", n, err)
+		}
+		if n, err := e.keys.WarnExpiring(now.Add(time.Minute), week); err != nil || n != 0 {
+			t.Fatalf("again: %d, %v; want 0", n, err)
+		}
+		// Another instance on the same database, or a restart: nothing more.
+		other := e.reopen(t)
+		other.EmitTo(sink)
+		if n, err := other.WarnExpiring(now.Add(2*time.Minute), week); err != nil || n != 0 {
+			t.Fatalf("a second instance: %d, %v; want 0", n, err)
+		}
+		// Another change keeps the mark; a new end of validity arms it.
+		if _, err := e.keys.Update(soon.ID, mustInput(t, `{"name":"soon-2"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.keys.Roll(soon.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := e.keys.WarnExpiring(now.Add(3*time.Minute), week); n != 0 {
+			t.Fatalf("after an update and a roll: %d warnings", n)
+		}
+		if _, err := e.keys.Update(soon.ID, mustInput(t, `{"notValidAfter":"`+at(72*time.Hour)+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := e.keys.WarnExpiring(now.Add(4*time.Minute), week); err != nil || n != 1 {
+			t.Fatalf("after a new notValidAfter: %d, %v; want 1", n, err)
+		}
+
+		var expiring []events.Event
+		for _, ev := range sink.got {
+			if ev.Type == events.KeyExpiring {
+				expiring = append(expiring, ev)
+			}
+		}
+		if len(expiring) != 2 {
+			t.Fatalf("%d key.expiring events, want 2: %+v", len(expiring), sink.got)
+		}
+		var data map[string]any
+		if err := json.Unmarshal(expiring[1].Data, &data); err != nil || data["id"] != soon.ID || data["name"] != "soon-2" ||
+			data["notValidAfter"] != at(72*time.Hour) || expiring[1].Owner != "alice" {
+			t.Errorf("event %s (%v)", expiring[1].Data, err)
+		}
+	})
+}

@@ -33,6 +33,9 @@ const (
 	KeyDisabled = "key.disabled"
 	// KeyRolled is an API key given a new token.
 	KeyRolled = "key.rolled"
+	// KeyExpiring is an API key whose notValidAfter is near
+	// (key_expiry_warning), once per key and end of validity.
+	KeyExpiring = "key.expiring"
 	// WebhookTest is queued by the admin API's test call for one
 	// subscription; no store emits it.
 	WebhookTest = "webhook.test"
@@ -43,7 +46,7 @@ var Types = []string{
 	ContractCreated, ContractOpened, ContractSigned, ContractRejected,
 	ContractCompleted, ContractExpired, ContractArchived, ContractDeleted,
 	ShareCreated, ShareUpdated, ShareDeleted, ShareViewed,
-	KeyRolled, KeyDisabled,
+	KeyRolled, KeyDisabled, KeyExpiring,
 }
 
 // Event is one thing that happened, as a webhook delivers it.
