@@ -120,16 +120,8 @@ func (b *BoltBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit 
 		if v == nil {
 			return nil
 		}
-		rec := new(record)
-		if err := json.Unmarshal(v, rec); err != nil {
-			return fmt.Errorf("key %x: %w", k, err)
-		}
-		if !expiryDue(rec, notValidAfter) {
-			return nil
-		}
-		rec.ExpiryWarnedFor = &notValidAfter
-		v, err := json.Marshal(rec)
-		if err != nil {
+		v, due, err := markExpiryWarned(v, notValidAfter)
+		if err != nil || !due {
 			return err
 		}
 		if err := tx.Bucket(bucketKeys).Put(k, v); err != nil {
@@ -146,11 +138,21 @@ func (b *BoltBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit 
 	return marked, err
 }
 
-// expiryDue tells whether rec still ends at notValidAfter without a
-// warning sent for it.
-func expiryDue(rec *record, notValidAfter time.Time) bool {
-	return rec.NotValidAfter != nil && rec.NotValidAfter.Equal(notValidAfter) &&
-		(rec.ExpiryWarnedFor == nil || !rec.ExpiryWarnedFor.Equal(notValidAfter))
+// markExpiryWarned is the stored record raw with the key.expiring mark
+// for notValidAfter, and whether it was due: the key still ends then and
+// no warning was sent for it. Both backends store what it returns.
+func markExpiryWarned(raw []byte, notValidAfter time.Time) ([]byte, bool, error) {
+	rec := new(record)
+	if err := json.Unmarshal(raw, rec); err != nil {
+		return nil, false, fmt.Errorf("a stored key record does not decode: %w", err)
+	}
+	if rec.NotValidAfter == nil || !rec.NotValidAfter.Equal(notValidAfter) ||
+		rec.ExpiryWarnedFor != nil && rec.ExpiryWarnedFor.Equal(notValidAfter) {
+		return nil, false, nil
+	}
+	rec.ExpiryWarnedFor = &notValidAfter
+	v, err := json.Marshal(rec)
+	return v, err == nil, err
 }
 
 // Delete implements Backend: the key and its usage go together.

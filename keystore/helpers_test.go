@@ -295,22 +295,14 @@ func (m *memBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit f
 	if !ok {
 		return false, nil
 	}
-	rec := new(record)
-	if err := json.Unmarshal(v, rec); err != nil {
+	v, due, err := markExpiryWarned(v, notValidAfter)
+	if err != nil || !due {
 		return false, err
-	}
-	if !expiryDue(rec, notValidAfter) {
-		return false, nil
 	}
 	if emit != nil {
 		if err := emit(nil); err != nil {
 			return false, err
 		}
-	}
-	rec.ExpiryWarnedFor = &notValidAfter
-	v, err := json.Marshal(rec)
-	if err != nil {
-		return false, err
 	}
 	m.recs[id] = v
 	return true, nil

@@ -146,16 +146,8 @@ func (b *PostgresBackend) MarkExpiryWarned(id string, notValidAfter time.Time, e
 		if err != nil {
 			return err
 		}
-		rec := new(record)
-		if err := json.Unmarshal(raw, rec); err != nil {
-			return fmt.Errorf("key %x: %w", k, err)
-		}
-		if !expiryDue(rec, notValidAfter) {
-			return nil
-		}
-		rec.ExpiryWarnedFor = &notValidAfter
-		v, err := json.Marshal(rec)
-		if err != nil {
+		v, due, err := markExpiryWarned(raw, notValidAfter)
+		if err != nil || !due {
 			return err
 		}
 		if _, err := pgdb.Of(tx).Exec(ctx, "UPDATE keys SET record = $2, updated_at = now() WHERE id = $1", k, v); err != nil {
