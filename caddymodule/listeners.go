@@ -88,11 +88,8 @@ func resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	if host == "" {
 		return []netip.Addr{{}}, nil
 	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return []netip.Addr{ip}, nil
-	}
-	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
-		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}, nil
+	if ips, ok := listenaddr.HostAddrs(host); ok {
+		return ips, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -55,7 +56,7 @@ func (a Addr) Reaches(ip netip.Addr, port uint16) bool {
 	case ip.IsUnspecified():
 		return true
 	case a.Wildcard():
-		return IsLocal(ip)
+		return isLocal(ip)
 	case la.IsLoopback():
 		return ip.IsLoopback()
 	default:
@@ -74,10 +75,24 @@ func (a Addr) Overlaps(other netip.AddrPort) bool {
 	return a.Wildcard() || oip.IsUnspecified() || oip == a.IP.Unmap().WithZone("")
 }
 
-// IsLocal tells whether ip is an address of this machine: loopback,
+// HostAddrs are the addresses host names without a lookup: an IP address
+// itself, and localhost (or the absolute "localhost.") 127.0.0.1 and ::1;
+// false for any other name. The webhook targets and the gateway's own
+// addresses read hosts alike with it.
+func HostAddrs(host string) ([]netip.Addr, bool) {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}, true
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{ip}, true
+	}
+	return nil, false
+}
+
+// isLocal tells whether ip is an address of this machine: loopback,
 // unspecified or one of its interfaces'. The interfaces are read at most
 // once a second.
-func IsLocal(ip netip.Addr) bool {
+func isLocal(ip netip.Addr) bool {
 	ip = ip.Unmap().WithZone("")
 	if ip.IsLoopback() || ip.IsUnspecified() {
 		return true

@@ -183,3 +183,15 @@ func TestHeldByOthers(t *testing.T) {
 		}
 	}
 }
+
+func TestHostAddrs(t *testing.T) {
+	for host, want := range map[string]string{
+		"localhost": "[127.0.0.1 ::1]", "LocalHost.": "[127.0.0.1 ::1]", "127.0.0.2": "[127.0.0.2]", "::1": "[::1]",
+		"10.0.0.1": "[10.0.0.1]", "example.com": "", "localhost.example.com": "", "2130706433": "",
+	} {
+		ips, ok := HostAddrs(host)
+		if got := fmt.Sprint(ips); ok != (want != "") || ok && got != want {
+			t.Errorf("HostAddrs(%q) = %s, %v; want %q", host, got, ok, want)
+		}
+	}
+}

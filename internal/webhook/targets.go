@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/keygate/keygate/internal/listenaddr"
 )
@@ -87,13 +86,7 @@ func (t *Targets) checkURL(raw string) error {
 		}
 		port = uint16(n)
 	}
-	host := strings.TrimSuffix(u.Hostname(), ".")
-	var ips []netip.Addr
-	if strings.EqualFold(host, "localhost") {
-		ips = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
-	} else if ip, err := netip.ParseAddr(host); err == nil {
-		ips = []netip.Addr{ip}
-	}
+	ips, _ := listenaddr.HostAddrs(u.Hostname())
 	for _, ip := range ips {
 		if err := t.Check(ip, port); err != nil {
 			return err

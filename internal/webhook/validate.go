@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/listenaddr"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/text"
 	"github.com/keygate/keygate/keystore"
@@ -228,11 +229,11 @@ func legacyIPv4(host string) (netip.Addr, bool) {
 // LoopbackHost reports whether host names the local machine: localhost
 // (or the absolute "localhost."), an address of 127.0.0.0/8, or ::1.
 func LoopbackHost(host string) bool {
-	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
-		return true
+	ips, ok := listenaddr.HostAddrs(host)
+	for _, ip := range ips {
+		ok = ok && loopbackAddr(ip)
 	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && loopbackAddr(ip)
+	return ok
 }
 
 func loopbackAddr(ip netip.Addr) bool {

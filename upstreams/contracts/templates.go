@@ -55,7 +55,7 @@ func NewTemplates(db storage.DB, backend TemplateBackend) (*Templates, error) {
 // Validate lists every rule t breaks.
 func (t *Template) Validate() error {
 	var f problem.Fields
-	CheckTemplateID(&f, "id", t.ID)
+	checkTemplateID(&f, "id", t.ID)
 	text.CheckID(&f, "collectionId", t.CollectionID)
 	switch {
 	case t.Title == "":
@@ -69,14 +69,14 @@ func (t *Template) Validate() error {
 	return f.Err()
 }
 
-// CheckTemplateID records in f that v is no id for a new template. A
+// checkTemplateID records in f that v is no id for a new template. A
 // template id is one path segment of /webapi/templates/{id} on the admin
 // API and the keys page, so it is 1 to 255 unreserved URL characters
 // (RFC 3986: letters, digits, '.', '_', '~', '-') and not a dot segment,
 // which clients resolve away ("..", "."). The seeds' page and issue ids
 // (PAGE-42, 10001) are such. Ids stored before the rule can still be
 // read and removed: only Add and Put check it.
-func CheckTemplateID(f *problem.Fields, field, v string) {
+func checkTemplateID(f *problem.Fields, field, v string) {
 	const msg = " must be 1 to 255 of the characters A-Z a-z 0-9 . _ ~ - and not . or .."
 	switch {
 	case v == "":
