@@ -3,9 +3,11 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -58,6 +60,7 @@ func (a *Admin) routes(webhooks bool) *http.ServeMux {
 	mux.HandleFunc("DELETE /webapi/keys/{id}", a.deleteKey)
 	mux.HandleFunc("POST /webapi/keys/{id}/reveal", a.revealKey)
 	mux.HandleFunc("POST /webapi/keys/{id}/roll", a.rollKey)
+	mux.HandleFunc("GET /webapi/keys/{id}/usage", a.keyUsage)
 	mux.HandleFunc("POST /webapi/templates", a.addTemplate)
 	mux.HandleFunc("GET /webapi/templates", a.listTemplates)
 	mux.HandleFunc("GET /webapi/templates/{id}", a.getTemplate)
@@ -265,6 +268,9 @@ func (a *Admin) sync(r *http.Request, id string) {
 
 func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
 	a.sync(r, r.PathValue("id"))
+	if err := appOf(r).state.keys.ReadQuota(r.PathValue("id")); err != nil {
+		appOf(r).logger.Warn("reading a key's quota use from the database", zap.Error(err))
+	}
 	k, err := appOf(r).state.keys.Get(r.PathValue("id"))
 	if err != nil {
 		a.fail(w, r, err)
@@ -447,3 +453,86 @@ var (
 	_ caddy.Provisioner = (*Admin)(nil)
 	_ caddy.AdminRouter = (*Admin)(nil)
 )
+
+// The usage series' defaults and bounds: the keys page's two charts, and
+// no further back than hourly usage is kept.
+const (
+	defaultUsageHours = 48 * time.Hour
+	defaultUsageDays  = 30 * 24 * time.Hour
+)
+
+// keyUsage returns a key's requests over time by outcome:
+// ?from=&to=&resolution=hour|day (RFC 3339 bounds; by default the last
+// 48 hours by hour, or the last 30 days by day).
+func (a *Admin) keyUsage(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := appOf(r).state.keys.Get(id); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	query, err := problem.DecodeQuery(r.URL.RawQuery)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var f problem.Fields
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		vals := query[name]
+		switch {
+		case name != "from" && name != "to" && name != "resolution":
+			f.Add(name, "unknown_parameter", name+" is not a parameter of the usage series: from, to, resolution")
+		case len(vals) > 1:
+			f.Add(name, "duplicate", name+" is given more than once")
+		}
+	}
+	byDay := false
+	switch query.Get("resolution") {
+	case "", "hour":
+	case "day":
+		byDay = true
+	default:
+		f.Add("resolution", "invalid", "resolution must be hour or day")
+	}
+	now := time.Now().UTC()
+	bound := func(name string) (time.Time, bool) {
+		v := query.Get(name)
+		if v == "" {
+			return time.Time{}, false
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			f.Add(name, "invalid", name+" must be an RFC 3339 time such as 2026-01-31T12:00:00Z")
+			return time.Time{}, false
+		}
+		return t.UTC(), true
+	}
+	to, hasTo := bound("to")
+	from, hasFrom := bound("from")
+	if !hasTo {
+		to = now
+	}
+	if !hasFrom {
+		from = to.Add(-defaultUsageHours)
+		if byDay {
+			from = to.Add(-defaultUsageDays)
+		}
+	}
+	switch {
+	case !from.Before(to):
+		f.Add("from", "invalid", "from must be earlier than to")
+	case from.Before(now.Add(-keystore.UsageRetention)):
+		f.Add("from", "out_of_range", "from must be within the last 90 days: hourly usage is kept 90 days")
+	case to.After(now.Add(24 * time.Hour)):
+		f.Add("to", "out_of_range", "to must be at most a day from now")
+	}
+	if err := f.Err(); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	series, err := appOf(r).state.keys.UsageOver(id, from, to, byDay)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, series)
+}

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/webhook"
+	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
 )
@@ -75,6 +76,12 @@ type App struct {
 	// webhook event key.expiring is sent, once per key and end of
 	// validity. Default 168h (7 days).
 	KeyExpiryWarning caddy.Duration `json:"key_expiry_warning,omitempty"`
+	// RateLimitSync is how often instances that share a PostgreSQL
+	// database exchange their rate-limit counts: each instance checks
+	// limits from memory, and learns what the others let through at
+	// this pace. Default 100ms. Read by the config that starts first,
+	// not at a reload; bbolt (one process) has nothing to exchange.
+	RateLimitSync caddy.Duration `json:"rate_limit_sync,omitempty"`
 	// AllowSharedPorts lets this gateway start on an address that
 	// another process serves too, which it refuses by default: Caddy
 	// listens with SO_REUSEPORT, so the kernel would split the
@@ -100,8 +107,10 @@ type App struct {
 	stop          chan struct{}
 	stopped       chan struct{}
 	// lastExpiryScan is when sweep last looked for keys about to expire
-	// (the background goroutine's only).
+	// and lastUsagePurge when it last purged old hourly usage (the
+	// background goroutine's only).
 	lastExpiryScan time.Time
+	lastUsagePurge time.Time
 }
 
 // SMTPConfig is the `smtp` block of the webapi global option.
@@ -142,6 +151,10 @@ const (
 	defaultUsageFlushInterval = time.Second
 	defaultContractValidity   = 168 * time.Hour
 	defaultKeyExpiryWarning   = 168 * time.Hour
+	defaultRateLimitSync      = 100 * time.Millisecond
+	// usagePurgeInterval spaces the purges of hourly usage older than
+	// 90 days.
+	usagePurgeInterval = time.Hour
 	// expiryScanInterval spaces the scans for keys about to expire: each
 	// reads every key in memory.
 	expiryScanInterval = time.Second
@@ -188,6 +201,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	if a.KeyExpiryWarning <= 0 {
 		a.KeyExpiryWarning = caddy.Duration(defaultKeyExpiryWarning)
+	}
+	if a.RateLimitSync <= 0 {
+		a.RateLimitSync = caddy.Duration(defaultRateLimitSync)
 	}
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
@@ -263,6 +279,7 @@ func (a *App) Start() error {
 	a.state.webhooks.SetTargets(&webhook.Targets{Allow: a.allowNetworks, Self: selfAddrs(served)})
 	a.replaced = a.state.useSenders(a.senders)
 	a.state.startWebhookWorker(time.Duration(a.WebhookTimeout))
+	a.state.startRateSync(time.Duration(a.RateLimitSync))
 	a.audit.start()
 	a.stop, a.stopped = make(chan struct{}), make(chan struct{})
 	go a.background(a.stop, a.stopped)
@@ -343,6 +360,12 @@ func (a *App) sweep() {
 		a.lastExpiryScan = now
 		if _, err := a.state.keys.WarnExpiring(now, time.Duration(a.KeyExpiryWarning)); err != nil {
 			a.logger.Error("sending key.expiring", zap.Error(err))
+		}
+	}
+	if now := time.Now(); now.Sub(a.lastUsagePurge) >= usagePurgeInterval {
+		a.lastUsagePurge = now
+		if err := a.state.stores.Keys.PurgeUsageHours(now.Add(-keystore.UsageRetention)); err != nil {
+			a.logger.Error("purging hourly key usage older than 90 days", zap.Error(err))
 		}
 	}
 }

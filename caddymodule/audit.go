@@ -34,6 +34,9 @@ type auditRecord struct {
 	duration   time.Duration // negative: not a request (administration)
 	// previousToken marks a use of the token a roll replaced.
 	previousToken bool
+	// refusals is how many rate-limit or quota refusals the entry stands
+	// for (0: not such a refusal).
+	refusals uint64
 }
 
 const (
@@ -175,6 +178,9 @@ func (a *auditLog) write(batch []auditRecord) {
 		}
 		if rec.previousToken {
 			fields = append(fields, zap.Bool("previous_token", true))
+		}
+		if rec.refusals > 0 {
+			fields = append(fields, zap.Uint64("refusals", rec.refusals))
 		}
 		ce.Write(fields...)
 	}

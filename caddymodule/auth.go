@@ -143,6 +143,11 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		Path:          r.URL.Path,
 		Now:           start,
 	}, h.table, h.keys.Lookup)
+	if policy, current := d.RateLimitHeaders(start); policy != "" {
+		hdr := w.Header()
+		hdr["Ratelimit-Policy"] = []string{policy}
+		hdr["Ratelimit"] = []string{current}
+	}
 	if !d.Authorized() {
 		h.refuse(w, r, &d, ip, start)
 		return nil
@@ -223,6 +228,9 @@ var refusals = map[string]string{
 	problem.CodeNotFound:         "no such resource",
 	problem.CodeMethodNotAllowed: "this method is not allowed on this resource",
 	problem.CodeMissingPrivilege: "the API key lacks the privilege for this operation",
+	problem.CodeRateLimited:      "the API key has made too many requests; retry after the time Retry-After gives",
+	problem.CodeQuotaExceeded:    "the API key's quota for this period is spent; it resets when Retry-After has passed",
+	problem.CodeUnavailable:      "the API key's quota cannot be checked now; try again later",
 }
 
 func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decision, ip netip.Addr, start time.Time) {
@@ -241,7 +249,12 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 	if d.Reason == problem.CodeMissingPrivilege {
 		detail = "the API key lacks the " + string(d.Missing) + " privilege"
 	}
-	problem.Write(w, problem.New(d.Status, d.Reason, detail))
+	p := problem.New(d.Status, d.Reason, detail)
+	p.ViolatedPolicies, p.RetryAfter = d.Violated, int(d.RetryAfter)
+	problem.Write(w, p)
+	if d.Entry != nil {
+		h.keys.Refused(d.Entry, d.Reason, start)
+	}
 
 	operation := "none"
 	if d.Operation != nil {
@@ -265,6 +278,15 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 	}
 	if k := d.Key(); k != nil {
 		rec.keyID, rec.keyName, rec.owner = k.ID, k.Name, k.Owner
+	}
+	if d.Reason == problem.CodeRateLimited || d.Reason == problem.CodeQuotaExceeded {
+		// A flood writes one entry a second a key, with the count of
+		// the refusals it stands for.
+		n, ok := d.Entry.AuditLimitRefusal(start)
+		if !ok {
+			return
+		}
+		rec.refusals = n
 	}
 	h.audit.record(rec)
 }

@@ -92,7 +92,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &a.PublicBaseURL); err != nil {
 				return err
 			}
-		case "usage_flush_interval", "contract_validity", "send_timeout", "webhook_timeout", "key_expiry_warning":
+		case "usage_flush_interval", "contract_validity", "send_timeout", "webhook_timeout", "key_expiry_warning", "rate_limit_sync":
 			name := d.Val()
 			var s string
 			if err := oneArg(d, &s); err != nil {
@@ -111,6 +111,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				a.WebhookTimeout = caddy.Duration(dur)
 			case "key_expiry_warning":
 				a.KeyExpiryWarning = caddy.Duration(dur)
+			case "rate_limit_sync":
+				a.RateLimitSync = caddy.Duration(dur)
 			default:
 				a.SendTimeout = caddy.Duration(dur)
 			}

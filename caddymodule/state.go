@@ -59,6 +59,12 @@ type state struct {
 	startWebhooks sync.Once
 	webhooksDone  chan struct{}
 
+	// startRates starts the exchange of rate-limit counts with other
+	// instances (a shared database only), which stopRates ends.
+	startRates sync.Once
+	stopRates  chan struct{}
+	ratesDone  chan struct{}
+
 	// stopFollow ends keys.Follow, the following of other instances'
 	// key changes on a shared database; followDone closes when it has.
 	stopFollow context.CancelFunc
@@ -159,13 +165,53 @@ func (s *state) updateKeyGauges() {
 	}
 }
 
+// startRateSync exchanges rate-limit counts with the other instances
+// every interval, once per process and database.
+func (s *state) startRateSync(interval time.Duration) {
+	s.startRates.Do(func() {
+		s.stopRates, s.ratesDone = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(s.ratesDone)
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			failing := false
+			for {
+				select {
+				case <-s.stopRates:
+					return
+				case now := <-t.C:
+					err := s.keys.SyncRates(now)
+					switch {
+					case err != nil && !failing:
+						// Once per outage: the limits go on from memory.
+						s.logger.Warn("sharing rate-limit counts with other instances", zap.Error(err))
+					case err == nil && failing:
+						s.logger.Info("sharing rate-limit counts again")
+					}
+					failing = err != nil
+				}
+			}
+		}()
+	})
+}
+
 // Destruct stops delivery, flushes what is pending and closes the
 // database, when the last config using it goes away.
 func (s *state) Destruct() error {
 	s.stopFollow()
 	<-s.followDone
+	if s.stopRates != nil {
+		close(s.stopRates)
+		<-s.ratesDone
+	}
 	s.stopWorker()
 	s.stopWebhookWorker()
+	// Unspent quota blocks go back for other instances to spend.
+	if n, err := s.keys.ReturnQuota(); err != nil {
+		s.logger.Warn("giving back unspent quota blocks", zap.Error(err))
+	} else if n > 0 {
+		s.logger.Info("gave back unspent quota", zap.Int64("units", n))
+	}
 	if _, err := s.keys.FlushUsage(); err != nil {
 		s.stores.DB.Close()
 		return err

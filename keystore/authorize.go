@@ -34,6 +34,11 @@ type Decision struct {
 	// PreviousToken is set when the token is the one a roll replaced,
 	// still in its grace period (audited as such).
 	PreviousToken bool
+	// Violated names the policies that refused a rate_limited or
+	// quota_exceeded request; RetryAfter is the whole seconds a 429 or
+	// 503 asks the client to wait.
+	Violated   []string
+	RetryAfter int64
 }
 
 // Authorized reports whether the use is allowed.
@@ -93,6 +98,13 @@ func Authorize(req *Request, table *Table, lookup func(TokenHash) *Entry) Decisi
 	// 4. The client address.
 	if !s.allows(req.ClientIP) {
 		return d.refuse(http.StatusForbidden, problem.CodeIPNotAllowed)
+	}
+	// 4½. What the key may spend: its rate limits and its quota, before
+	// the privilege and the handler, so a refused request reads nothing.
+	if s.policyHeader != "" {
+		if d = e.spend(d, s, req.Now); d.Reason != "" {
+			return d
+		}
 	}
 	// 5. The route.
 	op, allow := table.Match(req.Method, req.Path)

@@ -18,6 +18,10 @@ import (
 var (
 	bucketKeys     = []byte("keys")      // key id (16 bytes) -> record JSON
 	bucketKeyUsage = []byte("key_usage") // key id (16 bytes) -> count (8) | last usage unix ns (8), big-endian
+	// key id (16) | period start unix s (8) -> used (8) | exhausted (1)
+	bucketKeyQuota = []byte("key_quota")
+	// key id (16) | unix hour (8) | outcome -> count (8)
+	bucketKeyHours = []byte("key_usage_hourly")
 )
 
 // Backend is where keys persist. Keys keeps every key in memory and only
@@ -37,11 +41,25 @@ type Backend interface {
 	MarkExpiryWarned(id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error)
 	Delete(id string) error
 	// AddUsage adds each entry's Count to its key's stored count and keeps
-	// the later of the two last uses, in one transaction: instances that
-	// share a database each add their own uses. It then sets each entry to
-	// its key's stored totals; a key deleted meanwhile gets no row back
-	// and its entry becomes zero.
+	// the later of the two last uses, and adds its Hours to the key's
+	// hourly counts, in one transaction: instances that share a database
+	// each add their own. It then sets each entry's Count and LastUsage
+	// to its key's stored totals; a key deleted meanwhile gets no row
+	// back and its entry becomes zero.
 	AddUsage(batch []Usage) error
+	// UsageHours reads key id's hourly counts of the hours in [from, to).
+	UsageHours(id string, from, to time.Time) ([]HourCount, error)
+	// PurgeUsageHours removes the hourly counts of hours before before.
+	PurgeUsageHours(before time.Time) error
+	// LeaseQuota takes up to want of key id's quota limit for the period
+	// that begins at period, in one transaction, never beyond limit. The
+	// lease that takes the period's last unit runs emit in it, once per
+	// period (key.quota_exhausted).
+	LeaseQuota(id string, period time.Time, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error)
+	// ReturnQuota gives back n units of the period, unspent.
+	ReturnQuota(id string, period time.Time, n int64) error
+	// QuotaUsed reads what instances have taken of the period's quota.
+	QuotaUsed(id string, period time.Time) (int64, error)
 }
 
 // Watcher is a Backend that other gateway instances write to as well:
@@ -58,7 +76,7 @@ type BoltBackend struct{ db *bbolt.DB }
 
 // NewBoltBackend creates the key buckets in db.
 func NewBoltBackend(db *bbolt.DB) (*BoltBackend, error) {
-	if err := boltdb.New(db).CreateBuckets(bucketKeys, bucketKeyUsage); err != nil {
+	if err := boltdb.New(db).CreateBuckets(bucketKeys, bucketKeyUsage, bucketKeyQuota, bucketKeyHours); err != nil {
 		return nil, err
 	}
 	return &BoltBackend{db: db}, nil
@@ -165,6 +183,11 @@ func (b *BoltBackend) Delete(id string) error {
 		if err := tx.Bucket(bucketKeys).Delete(k); err != nil {
 			return err
 		}
+		for _, name := range [][]byte{bucketKeyQuota, bucketKeyHours} {
+			if err := deletePrefix(tx.Bucket(name), k); err != nil {
+				return err
+			}
+		}
 		return tx.Bucket(bucketKeyUsage).Delete(k)
 	})
 }
@@ -209,7 +232,7 @@ func (b *BoltBackend) AddUsage(batch []Usage) error {
 		for i, u := range batch {
 			k, err := idBytes(u.KeyID)
 			if err != nil || keys.Get(k) == nil {
-				batch[i] = Usage{KeyID: u.KeyID}
+				batch[i] = Usage{KeyID: u.KeyID, Hours: u.Hours}
 				continue
 			}
 			sum := boltUsage(u.KeyID, usage.Get(k))
@@ -223,6 +246,9 @@ func (b *BoltBackend) AddUsage(batch []Usage) error {
 				binary.BigEndian.PutUint64(v[8:], uint64(sum.LastUsage.UnixNano()))
 			}
 			if err := usage.Put(k, v[:]); err != nil {
+				return err
+			}
+			if err := addHours(tx.Bucket(bucketKeyHours), k, u.Hours); err != nil {
 				return err
 			}
 			batch[i] = sum

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -231,6 +232,8 @@ type memBackend struct {
 	fail  error
 	// putHook, if set, runs at the start of Put, outside mu.
 	putHook func()
+	quota   map[string]*memQuota
+	hours   map[string][]HourCount
 }
 
 func newMemBackend() *memBackend {
@@ -351,6 +354,10 @@ func (m *memBackend) AddUsage(batch []Usage) error {
 			sum.LastUsage = u.LastUsage
 		}
 		m.usage[u.KeyID] = sum
+		if m.hours == nil {
+			m.hours = map[string][]HourCount{}
+		}
+		m.hours[u.KeyID] = append(m.hours[u.KeyID], u.Hours...)
 		batch[i] = sum
 	}
 	return nil
@@ -367,4 +374,79 @@ func (m *memBackend) has(id string) bool {
 	defer m.mu.Unlock()
 	_, ok := m.recs[id]
 	return ok
+}
+
+// The traffic methods of memBackend: quota rows and hourly counts in
+// maps, under the backend's lock as a transaction would hold them.
+type memQuota struct {
+	used      int64
+	exhausted bool
+}
+
+func (m *memBackend) quotaRows() map[string]*memQuota {
+	if m.quota == nil {
+		m.quota = map[string]*memQuota{}
+	}
+	return m.quota
+}
+
+func (m *memBackend) UsageHours(id string, from, to time.Time) ([]HourCount, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []HourCount
+	for _, h := range m.hours[id] {
+		if !h.Hour.Before(from) && h.Hour.Before(to) {
+			out = append(out, h)
+		}
+	}
+	return out, m.fail
+}
+
+func (m *memBackend) PurgeUsageHours(before time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, list := range m.hours {
+		m.hours[id] = slices.DeleteFunc(list, func(h HourCount) bool { return h.Hour.Before(before) })
+	}
+	return m.fail
+}
+
+func (m *memBackend) LeaseQuota(id string, period time.Time, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return QuotaLease{}, m.fail
+	}
+	k := id + period.String()
+	row := m.quotaRows()[k]
+	if row == nil {
+		row = &memQuota{}
+		m.quotaRows()[k] = row
+	}
+	granted, total, first := leaseQuota(row.used, row.exhausted, limit, want)
+	if first && emit != nil {
+		if err := emit(nil); err != nil {
+			return QuotaLease{}, err
+		}
+	}
+	row.used, row.exhausted = total, row.exhausted || first
+	return QuotaLease{Granted: granted, Used: total}, nil
+}
+
+func (m *memBackend) ReturnQuota(id string, period time.Time, n int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if row := m.quotaRows()[id+period.String()]; row != nil {
+		row.used = max(row.used-n, 0)
+	}
+	return m.fail
+}
+
+func (m *memBackend) QuotaUsed(id string, period time.Time) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if row := m.quotaRows()[id+period.String()]; row != nil {
+		return row.used, m.fail
+	}
+	return 0, m.fail
 }

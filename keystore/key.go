@@ -35,6 +35,14 @@ type Key struct {
 	// working; null once it has (or when the key was never rolled with
 	// a grace period).
 	PreviousTokenExpiry *time.Time `json:"previousTokenExpiry"`
+	// RateLimits are the key's named rate-limit policies (at most 4).
+	RateLimits []RateLimit `json:"rateLimits"`
+	// Quota bounds the key's requests per calendar period; nil: none.
+	Quota *Quota `json:"quota"`
+	// QuotaUsed is what the key has spent of its quota this period and
+	// QuotaResetsAt when the next period begins; shown, never stored.
+	QuotaUsed     *int64     `json:"quotaUsed"`
+	QuotaResetsAt *time.Time `json:"quotaResetsAt"`
 	// Token is set only in the reply to a create.
 	Token string `json:"token,omitempty"`
 }
@@ -83,6 +91,8 @@ type Usage struct {
 	KeyID     string
 	Count     uint64
 	LastUsage time.Time // zero: never used
+	// Hours are the requests per hour and outcome to add (AddUsage).
+	Hours []HourCount
 }
 
 // compiled is an immutable snapshot of a key in the form the key check
@@ -107,6 +117,9 @@ type compiled struct {
 	// identities holds one Identity per operation name, made on first use,
 	// so an authorized request allocates none.
 	identities sync.Map
+	// policyHeader is the RateLimit-Policy value, empty without rate
+	// limits and quota.
+	policyHeader string
 }
 
 func privBit(p Privilege) uint8 {
@@ -135,6 +148,8 @@ func compile(rec *record) *compiled {
 		c.prevUntil, c.hasPrev = *rec.PreviousTokenExpiry, true
 	}
 	c.key.Token = ""
+	c.key.QuotaUsed, c.key.QuotaResetsAt = nil, nil
+	c.policyHeader = policyHeader(rec.RateLimits, rec.Quota)
 	for _, p := range rec.Privileges {
 		c.privs |= privBit(p)
 	}

@@ -107,14 +107,34 @@ type Entry struct {
 	lastUse  atomic.Int64 // unix ns; 0: never
 	flushedT int64        // lastUse already written; guarded by Keys.flushMu
 	born     uint64       // Keys.resyncs when this entry was made
+
+	// limits, quota and hourly are the key's traffic on this instance:
+	// rate-limit windows, its quota block, and its requests per hour.
+	limits limiter
+	quota  quotaState
+	hourly hourly
+	// lastLimitAudit is when a rate-limit or quota refusal of the key
+	// was last audited (unix ns), and unaudited how many were not since:
+	// a flood writes one entry a second.
+	lastLimitAudit atomic.Int64
+	unaudited      atomic.Uint64
+	// keys leases the quota's blocks.
+	keys *Keys
 }
 
 // newEntry is rec in memory with its stored usage u.
-func newEntry(rec *record, u Usage) *Entry {
-	e := &Entry{}
-	e.snap.Store(compile(rec))
+func (k *Keys) newEntry(rec *record, u Usage) *Entry {
+	e := &Entry{keys: k}
+	e.setSnap(compile(rec))
 	e.setStored(u)
 	return e
+}
+
+// setSnap makes c the key's snapshot; rate-limit policies that stay keep
+// their counts.
+func (e *Entry) setSnap(c *compiled) {
+	e.snap.Store(c)
+	e.limits.adopt(c.key.RateLimits)
 }
 
 // setStored takes the stored usage u: its count, and its last use when
@@ -155,7 +175,7 @@ func Open(backend Backend, sealer *Sealer, now func() time.Time) (*Keys, error) 
 	k := &Keys{backend: backend, sealer: sealer, now: now,
 		byHash: make(map[TokenHash]*Entry), byID: make(map[string]*Entry)}
 	err := backend.Load(func(rec *record, u Usage) error {
-		e := newEntry(rec, u)
+		e := k.newEntry(rec, u)
 		for _, h := range e.snap.Load().hashes() {
 			k.byHash[h] = e
 		}
@@ -181,8 +201,31 @@ func (k *Keys) Lookup(h TokenHash) *Entry {
 
 // Use counts one authorized use of e at now.
 func (k *Keys) Use(e *Entry, now time.Time) {
+	ns := now.UnixNano()
 	e.uses.Add(1)
-	e.laterUse(now.UnixNano())
+	e.laterUse(ns)
+	e.hourly.add(0, ns)
+}
+
+// Refused counts a refused request of e at now, for usage over time; it
+// does not add to usageCount.
+func (k *Keys) Refused(e *Entry, reason string, now time.Time) {
+	if i := outcomeIndex(reason); i > 0 {
+		e.hourly.add(i, now.UnixNano())
+	}
+}
+
+// AuditLimitRefusal reports whether a rate-limit or quota refusal of e at
+// now is to be audited, and how many refusals the entry stands for (it
+// and those not audited since the last): at most one a second a key.
+func (e *Entry) AuditLimitRefusal(now time.Time) (uint64, bool) {
+	ns := now.UnixNano()
+	last := e.lastLimitAudit.Load()
+	if ns-last < int64(time.Second) || !e.lastLimitAudit.CompareAndSwap(last, ns) {
+		e.unaudited.Add(1)
+		return 0, false
+	}
+	return e.unaudited.Swap(0) + 1, true
 }
 
 // Create validates in, stores a new key and returns it with its token,
@@ -202,7 +245,7 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	if err := k.backend.Put(rec, nil); err != nil {
 		return Key{}, err
 	}
-	e := newEntry(rec, Usage{})
+	e := k.newEntry(rec, Usage{})
 	// Read after the commit: a resync whose read began before it cannot
 	// take the new key for one deleted elsewhere.
 	e.born = k.resyncs.Load()
@@ -239,7 +282,7 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 	if err := k.backend.Put(rec, k.emitFor(&old.key, &key, key.LastModificationTime)); err != nil {
 		return Key{}, err
 	}
-	e.snap.Store(compile(rec))
+	e.setSnap(compile(rec))
 	return k.view(e), nil
 }
 
@@ -323,7 +366,7 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 	}
 	next := compile(rec)
 	k.mu.Lock()
-	e.snap.Store(next)
+	e.setSnap(next)
 	k.rehash(e, old, next)
 	k.mu.Unlock()
 	out := k.view(e)
@@ -437,6 +480,15 @@ func (k *Keys) view(e *Entry) Key {
 			key.PreviousTokenExpiry = nil // the previous token no longer answers
 		}
 	}
+	key.RateLimits = slices.Clone(key.RateLimits)
+	if key.RateLimits == nil {
+		key.RateLimits = []RateLimit{}
+	}
+	if key.Quota != nil {
+		q := *key.Quota
+		key.Quota = &q
+		e.quotaView(&key, k.now())
+	}
 	key.UsageCount = e.stored.Load() + e.uses.Load()
 	if ns := e.lastUse.Load(); ns != 0 {
 		t := time.Unix(0, ns).UTC().Truncate(time.Millisecond)
@@ -461,11 +513,12 @@ func (k *Keys) FlushUsage() (int, error) {
 	k.mu.RLock()
 	for id, e := range k.byID {
 		uses, last := e.uses.Load(), e.lastUse.Load()
-		if uses == 0 && last == e.flushedT {
+		hours := e.hourly.take()
+		if uses == 0 && last == e.flushedT && len(hours) == 0 {
 			continue
 		}
 		dirty = append(dirty, pending{e, uses, last})
-		u := Usage{KeyID: id, Count: uses}
+		u := Usage{KeyID: id, Count: uses, Hours: hours}
 		if last != 0 {
 			u.LastUsage = time.Unix(0, last)
 		}
@@ -476,6 +529,9 @@ func (k *Keys) FlushUsage() (int, error) {
 		return 0, nil
 	}
 	if err := k.backend.AddUsage(batch); err != nil {
+		for i, d := range dirty {
+			d.e.hourly.giveBack(batch[i].Hours)
+		}
 		return 0, err
 	}
 	for i, d := range dirty {
@@ -599,7 +655,7 @@ func (k *Keys) apply(id string, rec *record, u Usage, force bool) {
 		return
 	}
 	if e == nil {
-		e = newEntry(rec, u)
+		e = k.newEntry(rec, u)
 		e.born = k.resyncs.Load()
 		k.byID[id] = e
 		for _, h := range e.snap.Load().hashes() {
@@ -609,7 +665,7 @@ func (k *Keys) apply(id string, rec *record, u Usage, force bool) {
 	}
 	if old := e.snap.Load(); force || !old.key.LastModificationTime.Equal(rec.LastModificationTime) {
 		next := compile(rec)
-		e.snap.Store(next)
+		e.setSnap(next)
 		k.rehash(e, old, next)
 	}
 	e.setStored(u)

@@ -47,7 +47,7 @@ func TestCreateEveryField(t *testing.T) {
 			AllowedIPs:    []string{"192.0.2.7", "10.0.0.0/8", "2001:db8::1", "2001:db8:1::/48", "198.51.100.9"},
 			AdminProjects: []string{"p1", "*"},
 			CreationTime:  t0, LastModificationTime: t0,
-			TokenPrefix: key.Token[:12], Token: key.Token, Enabled: true,
+			TokenPrefix: key.Token[:12], Token: key.Token, Enabled: true, RateLimits: []RateLimit{},
 		}
 		if !reflect.DeepEqual(key, want) {
 			t.Fatalf("Create returned\n%+v\nwant\n%+v", key, want)

@@ -26,6 +26,10 @@ type KeyInput struct {
 	// Enabled switches the key off (false) and on again; true at creation
 	// when absent.
 	Enabled Optional[bool] `json:"enabled"`
+	// RateLimits replaces the key's policies; null or [] removes them.
+	RateLimits Optional[[]RateLimitInput] `json:"rateLimits"`
+	// Quota replaces the key's quota; null removes it.
+	Quota Optional[QuotaInput] `json:"quota"`
 }
 
 const (
@@ -124,6 +128,18 @@ func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 	}
 	if in.AdminProjects.Set {
 		k.AdminProjects = checkAdminProjects(f, k.Service, in.AdminProjects.Value)
+	}
+	if in.RateLimits.Set {
+		k.RateLimits = nil
+		if !in.RateLimits.Null {
+			k.RateLimits = checkRateLimits(f, in.RateLimits.Value)
+		}
+	}
+	if in.Quota.Set {
+		k.Quota = nil
+		if !in.Quota.Null {
+			k.Quota = checkQuota(f, in.Quota.Value)
+		}
 	}
 	if in.Enabled.Set {
 		if in.Enabled.Null {

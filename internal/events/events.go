@@ -36,6 +36,9 @@ const (
 	// KeyExpiring is an API key whose notValidAfter is near
 	// (key_expiry_warning), once per key and end of validity.
 	KeyExpiring = "key.expiring"
+	// KeyQuotaExhausted is an API key whose quota for the current period
+	// is spent, once per period.
+	KeyQuotaExhausted = "key.quota_exhausted"
 	// WebhookTest is queued by the admin API's test call for one
 	// subscription; no store emits it.
 	WebhookTest = "webhook.test"
@@ -46,7 +49,7 @@ var Types = []string{
 	ContractCreated, ContractOpened, ContractSigned, ContractRejected,
 	ContractCompleted, ContractExpired, ContractArchived, ContractDeleted,
 	ShareCreated, ShareUpdated, ShareDeleted, ShareViewed,
-	KeyRolled, KeyDisabled, KeyExpiring,
+	KeyRolled, KeyDisabled, KeyExpiring, KeyQuotaExhausted,
 }
 
 // Event is one thing that happened, as a webhook delivers it.

@@ -30,6 +30,7 @@ const (
 	CodeConflict            = "conflict"
 	CodeGone                = "gone"
 	CodeRateLimited         = "rate_limited"
+	CodeQuotaExceeded       = "quota_exceeded" // 429: the key's quota for the period is spent
 	CodeInternal            = "internal"
 	CodeInsufficientStorage = "insufficient_storage" // 507: the disk or quota is full; Retry-After
 	CodeUnavailable         = "unavailable"          // 503: another storage failure; Retry-After
@@ -61,6 +62,9 @@ type Details struct {
 	Code   string       `json:"code"`
 	Detail string       `json:"detail,omitempty"`
 	Errors []FieldError `json:"errors,omitempty"`
+	// ViolatedPolicies names the rate-limit policies (or "quota") that
+	// refused a 429.
+	ViolatedPolicies []string `json:"violatedPolicies,omitempty"`
 	// RetryAfter, in seconds, is sent as the Retry-After header when
 	// positive.
 	RetryAfter int `json:"-"`

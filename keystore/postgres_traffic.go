@@ -1,0 +1,207 @@
+package keystore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+)
+
+// queueHours queues the additions of hours to key k's hourly counts,
+// after the UPDATE of its usage has locked its row (migration
+// 0009_traffic.sql); a key deleted meanwhile gets none.
+func queueHours(q *pgx.Batch, k []byte, hours []HourCount) {
+	for _, h := range hours {
+		q.Queue(`INSERT INTO key_usage_hourly (key_id, hour, outcome, count)
+				SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
+			ON CONFLICT (key_id, hour, outcome) DO UPDATE SET count = key_usage_hourly.count + excluded.count`,
+			k, h.Hour.UTC(), h.Outcome, int64(h.Count))
+	}
+}
+
+// UsageHours implements Backend.
+func (b *PostgresBackend) UsageHours(id string, from, to time.Time) ([]HourCount, error) {
+	k, err := idBytes(id)
+	if err != nil {
+		return nil, nil
+	}
+	ctx := context.Background()
+	var out []HourCount
+	err = b.db.View(ctx, func(tx storage.Tx) error {
+		out = out[:0]
+		rows, err := pgdb.Of(tx).Query(ctx, `SELECT hour, outcome, count FROM key_usage_hourly
+			WHERE key_id = $1 AND hour >= $2 AND hour < $3 ORDER BY hour, outcome`, k, from.UTC(), to.UTC())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var h HourCount
+			var n int64
+			if err := rows.Scan(&h.Hour, &h.Outcome, &n); err != nil {
+				return err
+			}
+			h.Hour, h.Count = h.Hour.UTC(), uint64(n)
+			out = append(out, h)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// PurgeUsageHours implements Backend.
+func (b *PostgresBackend) PurgeUsageHours(before time.Time) error {
+	ctx := context.Background()
+	return b.db.Update(ctx, func(tx storage.Tx) error {
+		_, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM key_usage_hourly WHERE hour < $1", before.UTC())
+		return err
+	})
+}
+
+// LeaseQuota implements Backend: the period's row is created if need be
+// and locked while the lease is computed, so instances leasing at once
+// take turns and never grant beyond the limit together.
+func (b *PostgresBackend) LeaseQuota(id string, period time.Time, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+	k, err := idBytes(id)
+	if err != nil {
+		return QuotaLease{}, err
+	}
+	ctx := context.Background()
+	var l QuotaLease
+	err = b.db.Update(ctx, func(tx storage.Tx) error {
+		l = QuotaLease{}
+		db := pgdb.Of(tx)
+		_, err := db.Exec(ctx, `INSERT INTO key_quota (key_id, period_start, used)
+				SELECT $1, $2, 0 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
+			ON CONFLICT (key_id, period_start) DO NOTHING`, k, period.UTC())
+		if err != nil {
+			return err
+		}
+		var used int64
+		var exhausted bool
+		err = db.QueryRow(ctx, `SELECT used, exhausted FROM key_quota WHERE key_id = $1 AND period_start = $2 FOR UPDATE`,
+			k, period.UTC()).Scan(&used, &exhausted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		granted, total, first := leaseQuota(used, exhausted, limit, want)
+		if _, err := db.Exec(ctx, `UPDATE key_quota SET used = $3, exhausted = $4 WHERE key_id = $1 AND period_start = $2`,
+			k, period.UTC(), total, exhausted || first); err != nil {
+			return err
+		}
+		if first && emit != nil {
+			if err := emit(tx); err != nil {
+				return err
+			}
+		}
+		l = QuotaLease{Granted: granted, Used: total}
+		return nil
+	})
+	return l, err
+}
+
+// ReturnQuota implements Backend.
+func (b *PostgresBackend) ReturnQuota(id string, period time.Time, n int64) error {
+	k, err := idBytes(id)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	return b.db.Update(ctx, func(tx storage.Tx) error {
+		_, err := pgdb.Of(tx).Exec(ctx, `UPDATE key_quota SET used = greatest(used - $3, 0)
+			WHERE key_id = $1 AND period_start = $2`, k, period.UTC(), n)
+		return err
+	})
+}
+
+// QuotaUsed implements Backend.
+func (b *PostgresBackend) QuotaUsed(id string, period time.Time) (int64, error) {
+	k, err := idBytes(id)
+	if err != nil {
+		return 0, nil
+	}
+	ctx := context.Background()
+	var used int64
+	err = b.db.View(ctx, func(tx storage.Tx) error {
+		err := pgdb.Of(tx).QueryRow(ctx, `SELECT used FROM key_quota WHERE key_id = $1 AND period_start = $2`,
+			k, period.UTC()).Scan(&used)
+		if errors.Is(err, pgx.ErrNoRows) {
+			used = 0
+			return nil
+		}
+		return err
+	})
+	return used, err
+}
+
+// ShareRates implements RateSharer: one transaction adds this
+// instance's deltas (in key order, so instances cannot deadlock), drops
+// windows that ended before the previous one, and reads every count
+// still current.
+func (b *PostgresBackend) ShareRates(now time.Time, deltas []RateCount) ([]RateCount, error) {
+	ctx := context.Background()
+	sec := now.Unix()
+	sortRateCounts(deltas)
+	var out []RateCount
+	err := b.db.Update(ctx, func(tx storage.Tx) error {
+		out = out[:0]
+		var q pgx.Batch
+		for _, d := range deltas {
+			k, err := idBytes(d.KeyID)
+			if err != nil {
+				continue
+			}
+			q.Queue(`INSERT INTO key_rate_counts (key_id, policy, window_seconds, window_index, count, window_end)
+					SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
+				ON CONFLICT (key_id, policy, window_seconds, window_index)
+					DO UPDATE SET count = key_rate_counts.count + excluded.count`,
+				k, d.Policy, d.WindowSeconds, d.Index, d.Count, (d.Index+1)*d.WindowSeconds)
+		}
+		// A window is still current while it or the one after it runs.
+		q.Queue("DELETE FROM key_rate_counts WHERE window_end + window_seconds <= $1", sec)
+		if err := pgdb.Of(tx).SendBatch(ctx, &q).Close(); err != nil {
+			return err
+		}
+		rows, err := pgdb.Of(tx).Query(ctx, `SELECT key_id, policy, window_seconds, window_index, count
+			FROM key_rate_counts WHERE window_end + window_seconds > $1`, sec)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id [16]byte
+			var c RateCount
+			if err := rows.Scan(&id, &c.Policy, &c.WindowSeconds, &c.Index, &c.Count); err != nil {
+				return err
+			}
+			c.KeyID = uuidString(id)
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+var _ RateSharer = (*PostgresBackend)(nil)
+
+// uuidString is a key id as the key store names it.
+func uuidString(id [16]byte) string { return uuid.UUID(id).String() }
+
+// sortRateCounts orders deltas by key, policy and window, the order in
+// which every instance adds them.
+func sortRateCounts(list []RateCount) {
+	slices.SortFunc(list, func(a, b RateCount) int {
+		return cmp.Or(cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Policy, b.Policy),
+			cmp.Compare(a.WindowSeconds, b.WindowSeconds), cmp.Compare(a.Index, b.Index))
+	})
+}

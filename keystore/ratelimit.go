@@ -1,0 +1,396 @@
+package keystore
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// RateLimit is one named policy of a key: in any window of WindowSeconds,
+// at most about Limit requests of the key are let through.
+type RateLimit struct {
+	Name          string `json:"name"`
+	Limit         int64  `json:"limit"`
+	WindowSeconds int64  `json:"windowSeconds"`
+}
+
+// RateLimitInput is one policy as a create or update sends it; numbers
+// arrive as JSON numbers and are checked to be whole.
+type RateLimitInput struct {
+	Name          Optional[string]  `json:"name"`
+	Limit         Optional[float64] `json:"limit"`
+	WindowSeconds Optional[float64] `json:"windowSeconds"`
+}
+
+const (
+	// MaxRateLimits is how many policies a key may carry.
+	MaxRateLimits     = 4
+	maxRateLimit      = 1_000_000_000
+	maxRateWindow     = 86_400
+	maxPolicyNameLen  = 20
+	rateLimitedReason = "rate_limited"
+)
+
+// checkRateLimits checks every policy of list, naming each bad field.
+func checkRateLimits(f *problem.Fields, list []RateLimitInput) []RateLimit {
+	if len(list) > MaxRateLimits {
+		f.Add("rateLimits", "too_many", fmt.Sprintf("a key carries at most %d rate-limit policies", MaxRateLimits))
+		return nil
+	}
+	out := make([]RateLimit, 0, len(list))
+	seen := map[string]bool{}
+	bad := false
+	for i, in := range list {
+		at := fmt.Sprintf("rateLimits[%d].", i)
+		var p RateLimit
+		switch {
+		case !in.Name.Set || in.Name.Null:
+			f.Add(at+"name", "required", "a policy needs a name")
+			bad = true
+		case !validPolicyName(in.Name.Value):
+			f.Add(at+"name", "invalid", "name must be 1 to 20 characters of a-z, 0-9, _ and -")
+			bad = true
+		case in.Name.Value == quotaPolicy:
+			f.Add(at+"name", "reserved", `"quota" names the key's quota in the RateLimit headers`)
+			bad = true
+		case seen[in.Name.Value]:
+			f.Add(at+"name", "duplicate", fmt.Sprintf("%q names two policies of the key", in.Name.Value))
+			bad = true
+		default:
+			seen[in.Name.Value] = true
+			p.Name = in.Name.Value
+		}
+		var ok bool
+		if p.Limit, ok = wholeNumber(f, at+"limit", in.Limit, 1, maxRateLimit, "limit must be a whole number from 1 to 1000000000"); !ok {
+			bad = true
+		}
+		if p.WindowSeconds, ok = wholeNumber(f, at+"windowSeconds", in.WindowSeconds, 1, maxRateWindow, "windowSeconds must be a whole number from 1 to 86400"); !ok {
+			bad = true
+		}
+		out = append(out, p)
+	}
+	if bad {
+		return nil
+	}
+	return out
+}
+
+// wholeNumber checks a required whole number within [lo, hi].
+func wholeNumber(f *problem.Fields, field string, o Optional[float64], lo, hi int64, msg string) (int64, bool) {
+	switch {
+	case !o.Set || o.Null:
+		f.Add(field, "required", msg)
+		return 0, false
+	case o.Value != math.Trunc(o.Value):
+		f.Add(field, "invalid", msg)
+		return 0, false
+	case o.Value < float64(lo) || o.Value > float64(hi):
+		f.Add(field, "out_of_range", msg)
+		return 0, false
+	}
+	return int64(o.Value), true
+}
+
+func validPolicyName(s string) bool {
+	if len(s) == 0 || len(s) > maxPolicyNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// limiter is the rate-limit state of one key on this instance: for each
+// policy, the sliding-window counter of two fixed windows (Kong's
+// rate-limiting-advanced, Cloudflare): the estimate at time t, a fraction
+// f into window i, is count(i-1)·(1-f) + count(i). It is exact when the
+// previous window's requests were spread evenly; otherwise a burst at
+// the end of one window and a steady flow in the next can let through up
+// to twice the limit within one sliding window, never more. Counts are
+// of requests let through, across instances: total holds what the last
+// sync read from the database (every instance's, ours included) and
+// local what this instance let through since.
+type limiter struct {
+	mu       sync.Mutex
+	policies []policyState
+	// dirty is set when a count changed since the last sync.
+	dirty bool
+}
+
+// policyState is one policy's two windows.
+type policyState struct {
+	RateLimit
+	window int64 // windowSeconds in ns
+	index  int64 // the current window: unix ns / window
+	// cur and prev are the counts of windows index and index-1 as the
+	// last sync read them (0 on one instance), curLocal and prevLocal
+	// what this instance added since, not yet sent.
+	cur, prev           int64
+	curLocal, prevLocal int64
+}
+
+// estimate is the sliding-window count at ns, which must be in window
+// p.index.
+func (p *policyState) estimate(ns int64) float64 {
+	into := ns - p.index*p.window
+	weight := float64(p.window-into) / float64(p.window)
+	return float64(p.prev+p.prevLocal)*weight + float64(p.cur+p.curLocal)
+}
+
+// roll moves p to the window of ns.
+func (p *policyState) roll(ns int64) {
+	idx := ns / p.window
+	switch {
+	case idx == p.index:
+		return
+	case idx == p.index+1:
+		p.prev, p.prevLocal = p.cur, p.curLocal
+	default:
+		// A previous window older than one window counts for nothing;
+		// its unsent count is dropped with it.
+		p.prev, p.prevLocal = 0, 0
+	}
+	p.cur, p.curLocal, p.index = 0, 0, idx
+}
+
+// adopt makes the limiter follow policies, keeping the counts of those
+// that stay (same name and window).
+func (l *limiter) adopt(policies []RateLimit) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := make([]policyState, len(policies))
+	for i, p := range policies {
+		next[i] = policyState{RateLimit: p, window: p.WindowSeconds * int64(time.Second)}
+		for _, old := range l.policies {
+			if old.Name == p.Name && old.WindowSeconds == p.WindowSeconds {
+				next[i] = old
+				next[i].Limit = p.Limit
+			}
+		}
+	}
+	l.policies = next
+}
+
+// rateResult is what the limiter decided for one request.
+type rateResult struct {
+	// violated has a bit per policy (by index) that refused.
+	violated uint8
+	// retryAfter is the whole seconds until the refused policies would
+	// let one more through (at least 1).
+	retryAfter int64
+}
+
+// take lets one request through at ns if every policy has room, counting
+// it in each; else counts nothing and says which refused.
+func (l *limiter) take(ns int64) rateResult {
+	var res rateResult
+	l.mu.Lock()
+	for i := range l.policies {
+		p := &l.policies[i]
+		p.roll(ns)
+		if p.estimate(ns)+1 > float64(p.Limit) {
+			res.violated |= 1 << i
+			if s := p.wait(ns); s > res.retryAfter {
+				res.retryAfter = s
+			}
+		}
+	}
+	if res.violated == 0 {
+		for i := range l.policies {
+			l.policies[i].curLocal++
+		}
+		l.dirty = true
+	}
+	l.mu.Unlock()
+	return res
+}
+
+// untake takes back a request that take let through but the quota then
+// refused: it was not let through after all.
+func (l *limiter) untake(ns int64) {
+	l.mu.Lock()
+	for i := range l.policies {
+		p := &l.policies[i]
+		if p.index == ns/p.window && p.curLocal > 0 {
+			p.curLocal--
+		}
+	}
+	l.mu.Unlock()
+}
+
+// wait is the whole seconds from ns until p has room for one more
+// request, at least 1.
+func (p *policyState) wait(ns int64) int64 {
+	limit := float64(p.Limit)
+	cur, prev := float64(p.cur+p.curLocal), float64(p.prev+p.prevLocal)
+	start := p.index * p.window
+	var at float64 // ns when the estimate drops to limit-1
+	switch {
+	case cur+1 <= limit && prev > 0:
+		// Within this window, as the previous one's weight falls.
+		f := 1 - (limit-1-cur)/prev
+		at = float64(start) + f*float64(p.window)
+	case cur > 0:
+		// In the next window, as this one's weight falls.
+		f := 1 - (limit-1)/cur
+		at = float64(start+p.window) + math.Max(f, 0)*float64(p.window)
+	default:
+		at = float64(start + p.window)
+	}
+	s := int64(math.Ceil((at - float64(ns)) / float64(time.Second)))
+	return max(s, 1)
+}
+
+// state is the remaining count of p at ns and the whole seconds until
+// it is restored in full.
+func (p *policyState) state(ns int64) (remaining, reset int64) {
+	est := p.estimate(ns)
+	remaining = max(p.Limit-int64(math.Ceil(est)), 0)
+	end := (p.index + 1) * p.window
+	switch {
+	case p.cur+p.curLocal > 0:
+		reset = end + p.window - ns
+	case p.prev+p.prevLocal > 0:
+		reset = end - ns
+	}
+	return remaining, (reset + int64(time.Second) - 1) / int64(time.Second)
+}
+
+// closest returns the policy closest to being exhausted at ns: its
+// index, remaining and reset seconds; -1 without policies.
+func (l *limiter) closest(ns int64) (idx int, remaining, reset int64, frac float64) {
+	idx, frac = -1, 2
+	l.mu.Lock()
+	for i := range l.policies {
+		p := &l.policies[i]
+		p.roll(ns)
+		r, t := p.state(ns)
+		if f := float64(r) / float64(p.Limit); f < frac {
+			idx, remaining, reset, frac = i, r, t, f
+		}
+	}
+	l.mu.Unlock()
+	return idx, remaining, reset, frac
+}
+
+// RateCount is one policy window's count of one key, as instances share
+// them through the database.
+type RateCount struct {
+	KeyID         string
+	Policy        string
+	WindowSeconds int64
+	Index         int64 // the window: unix seconds / WindowSeconds
+	Count         int64
+}
+
+// pending takes what this instance let through since the last sync, as
+// deltas to add, and counts them into the totals meanwhile.
+func (l *limiter) pending(id string, out []RateCount) []RateCount {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.dirty {
+		return out
+	}
+	l.dirty = false
+	for i := range l.policies {
+		p := &l.policies[i]
+		if p.prevLocal > 0 {
+			out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.index - 1, p.prevLocal})
+			p.prev += p.prevLocal
+			p.prevLocal = 0
+		}
+		if p.curLocal > 0 {
+			out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.index, p.curLocal})
+			p.cur += p.curLocal
+			p.curLocal = 0
+		}
+	}
+	return out
+}
+
+// unsent gives back deltas that could not be sent.
+func (l *limiter) unsent(c RateCount) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.policies {
+		p := &l.policies[i]
+		if p.Name != c.Policy || p.WindowSeconds != c.WindowSeconds {
+			continue
+		}
+		switch c.Index {
+		case p.index:
+			p.cur -= c.Count
+			p.curLocal += c.Count
+		case p.index - 1:
+			p.prev -= c.Count
+			p.prevLocal += c.Count
+		}
+		l.dirty = true
+	}
+}
+
+// total takes a window's count of every instance as the database holds
+// it, now that this instance's deltas are in it.
+func (l *limiter) total(c RateCount, ns int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.policies {
+		p := &l.policies[i]
+		if p.Name != c.Policy || p.WindowSeconds != c.WindowSeconds {
+			continue
+		}
+		p.roll(ns)
+		switch c.Index {
+		case p.index:
+			p.cur = max(p.cur, c.Count)
+		case p.index - 1:
+			p.prev = max(p.prev, c.Count)
+		}
+	}
+}
+
+// policyHeader is the RateLimit-Policy value of a key's policies and
+// quota (draft-ietf-httpapi-ratelimit-headers-10), empty without.
+func policyHeader(policies []RateLimit, q *Quota) string {
+	var b []byte
+	for _, p := range policies {
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendPolicy(b, p.Name, p.Limit, p.WindowSeconds)
+	}
+	if q != nil {
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendPolicy(b, quotaPolicy, q.Limit, q.Period.nominalSeconds())
+	}
+	return string(b)
+}
+
+func appendPolicy(b []byte, name string, q, w int64) []byte {
+	b = append(b, '"')
+	b = append(b, name...)
+	b = append(b, `";q=`...)
+	b = strconv.AppendInt(b, q, 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, w, 10)
+}
+
+// appendRateLimit appends the RateLimit value of one policy.
+func appendRateLimit(b []byte, name string, r, t int64) []byte {
+	b = append(b, '"')
+	b = append(b, name...)
+	b = append(b, `";r=`...)
+	b = strconv.AppendInt(b, r, 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, t, 10)
+}
