@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -67,12 +70,53 @@ func keyFlags(c *cobra.Command, create bool) {
 	f.String("not-valid-after", "", "RFC 3339 time the key stops working ('none' clears)")
 	f.String("allowed-ips", "", "comma-separated addresses and CIDR ranges ('none': any address)")
 	f.String("admin-projects", "", "share keys: comma-separated project ids with admin rights, * for all")
+	f.StringArray("rate-limit", nil, "a rate-limit policy NAME=LIMIT/WINDOW, e.g. burst=20/1s or minute=600/1m; repeat for up to 4 ('none' removes them all)")
+	f.String("quota", "", "LIMIT/PERIOD with PERIOD hour, day or month, e.g. 100000/month ('none' removes it)")
 	f.Bool("json", false, "print the whole key as JSON")
+}
+
+// rateLimitFlags reads --rate-limit values: NAME=LIMIT/WINDOW, WINDOW a
+// duration of whole seconds (1s, 1m, 1h), or the one value none.
+func rateLimitFlags(values []string) ([]map[string]any, error) {
+	out := []map[string]any{}
+	if len(values) == 1 && values[0] == "none" {
+		return out, nil
+	}
+	for _, v := range values {
+		name, rest, ok := strings.Cut(v, "=")
+		limit, window, ok2 := strings.Cut(rest, "/")
+		if !ok || !ok2 {
+			return nil, fmt.Errorf("--rate-limit %q: want NAME=LIMIT/WINDOW, e.g. burst=20/1s", v)
+		}
+		n, err := strconv.ParseInt(limit, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--rate-limit %q: the limit %q is not a whole number", v, limit)
+		}
+		w, err := time.ParseDuration(window)
+		if err != nil || w%time.Second != 0 {
+			return nil, fmt.Errorf("--rate-limit %q: the window %q is not a duration of whole seconds (1s, 1m, 1h)", v, window)
+		}
+		out = append(out, map[string]any{"name": name, "limit": n, "windowSeconds": int64(w / time.Second)})
+	}
+	return out, nil
+}
+
+// quotaFlag reads --quota: LIMIT/PERIOD, or none (null).
+func quotaFlag(v string) (any, error) {
+	if v == "none" {
+		return nil, nil
+	}
+	limit, period, ok := strings.Cut(v, "/")
+	n, err := strconv.ParseInt(limit, 10, 64)
+	if !ok || err != nil {
+		return nil, fmt.Errorf("--quota %q: want LIMIT/PERIOD, e.g. 100000/month", v)
+	}
+	return map[string]any{"limit": n, "period": period}, nil
 }
 
 // keyBody builds the JSON body from the flags the user set, so an update
 // sends only what changes.
-func keyBody(c *cobra.Command) map[string]any {
+func keyBody(c *cobra.Command) (map[string]any, error) {
 	body := map[string]any{}
 	f := c.Flags()
 	str := func(flag, field string) {
@@ -106,7 +150,23 @@ func keyBody(c *cobra.Command) map[string]any {
 	list("admin-projects", "adminProjects")
 	nullable("not-valid-before", "notValidBefore")
 	nullable("not-valid-after", "notValidAfter")
-	return body
+	if f.Changed("rate-limit") {
+		v, _ := f.GetStringArray("rate-limit")
+		policies, err := rateLimitFlags(v)
+		if err != nil {
+			return nil, err
+		}
+		body["rateLimits"] = policies
+	}
+	if f.Changed("quota") {
+		v, _ := f.GetString("quota")
+		q, err := quotaFlag(v)
+		if err != nil {
+			return nil, err
+		}
+		body["quota"] = q
+	}
+	return body, nil
 }
 
 func splitList(s string) []string {
@@ -130,8 +190,12 @@ func keysCommand() *cobra.Command {
 		Short: "Creates a key and prints its token",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			body, err := keyBody(c)
+			if err != nil {
+				return err
+			}
 			var k keystore.Key
-			if err := adminCall(c, http.MethodPost, "/webapi/keys", keyBody(c), &k); err != nil {
+			if err := adminCall(c, http.MethodPost, "/webapi/keys", body, &k); err != nil {
 				return err
 			}
 			return printKeyOr(c, k, k.Token)
@@ -186,8 +250,12 @@ func keysCommand() *cobra.Command {
 		Short: "Changes a key's editable fields",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			body, err := keyBody(c)
+			if err != nil {
+				return err
+			}
 			var k keystore.Key
-			if err := adminCall(c, http.MethodPatch, "/webapi/keys/"+args[0], keyBody(c), &k); err != nil {
+			if err := adminCall(c, http.MethodPatch, "/webapi/keys/"+args[0], body, &k); err != nil {
 				return err
 			}
 			return printKeyOr(c, k, "")
@@ -266,8 +334,58 @@ func keysCommand() *cobra.Command {
 	disable := switchKey("disable", "Switches a key off: refused 401 key_disabled at once, everything else kept", false)
 	enable := switchKey("enable", "Switches a disabled key on again", true)
 
-	keys.AddCommand(create, list, show, update, reveal, roll, del, disable, enable)
+	usage := &cobra.Command{
+		Use:   "usage ID [--resolution hour|day] [--from T] [--to T] [--json]",
+		Short: "Prints a key's requests over time: let through, and refused by reason",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			q := url.Values{}
+			for _, name := range []string{"resolution", "from", "to"} {
+				if v, _ := c.Flags().GetString(name); v != "" {
+					q.Set(name, v)
+				}
+			}
+			uri := "/webapi/keys/" + url.PathEscape(args[0]) + "/usage"
+			if len(q) > 0 {
+				uri += "?" + q.Encode()
+			}
+			var series keystore.UsageSeries
+			if err := adminCall(c, http.MethodGet, uri, nil, &series); err != nil {
+				return err
+			}
+			if asJSON(c) {
+				return printJSON(c, series)
+			}
+			return printUsage(c, series)
+		},
+	}
+	usage.Flags().String("resolution", "", "hour (the default: the last 48 hours) or day (the last 30 days)")
+	usage.Flags().String("from", "", "RFC 3339 start, within the last 90 days")
+	usage.Flags().String("to", "", "RFC 3339 end (default now)")
+	usage.Flags().Bool("json", false, "print JSON")
+
+	keys.AddCommand(create, list, show, update, reveal, roll, del, disable, enable, usage)
 	return keys
+}
+
+// printUsage prints a usage series as a table: one line per hour or day
+// with requests, let through, and refused by reason.
+func printUsage(c *cobra.Command, s keystore.UsageSeries) error {
+	tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "START	OK	REFUSED	BY REASON")
+	var ok, refused uint64
+	for _, b := range s.Buckets {
+		n := uint64(0)
+		reasons := make([]string, 0, len(b.Refused))
+		for _, r := range slices.Sorted(maps.Keys(b.Refused)) {
+			n += b.Refused[r]
+			reasons = append(reasons, fmt.Sprintf("%s=%d", r, b.Refused[r]))
+		}
+		ok, refused = ok+b.OK, refused+n
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", b.Start.Format(time.RFC3339), b.OK, n, orDash(strings.Join(reasons, " ")))
+	}
+	fmt.Fprintf(tw, "total\t%d\t%d\t\n", ok, refused)
+	return tw.Flush()
 }
 
 func templatesCommand() *cobra.Command {
@@ -379,11 +497,40 @@ func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
 		{"modified", k.LastModificationTime.Format(time.RFC3339)}, {"last used", timeOrDash(k.LastUsageTime)},
 		{"uses", fmt.Sprint(k.UsageCount)}, {"enabled", fmt.Sprint(k.Enabled)},
 		{"previous token until", timeOrDash(k.PreviousTokenExpiry)},
+		{"rate limits", rateLimitsText(k.RateLimits)}, {"quota", quotaText(k)},
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
 	}
 	return tw.Flush()
+}
+
+// rateLimitsText is a key's policies as --rate-limit takes them.
+func rateLimitsText(list []keystore.RateLimit) string {
+	out := make([]string, len(list))
+	for i, p := range list {
+		w := fmt.Sprintf("%ds", p.WindowSeconds)
+		switch {
+		case p.WindowSeconds%3600 == 0:
+			w = fmt.Sprintf("%dh", p.WindowSeconds/3600)
+		case p.WindowSeconds%60 == 0:
+			w = fmt.Sprintf("%dm", p.WindowSeconds/60)
+		}
+		out[i] = fmt.Sprintf("%s=%d/%s", p.Name, p.Limit, w)
+	}
+	return orDash(strings.Join(out, " "))
+}
+
+// quotaText is a key's quota, what is used of it and when it resets.
+func quotaText(k keystore.Key) string {
+	if k.Quota == nil {
+		return "-"
+	}
+	s := fmt.Sprintf("%d/%s", k.Quota.Limit, k.Quota.Period)
+	if k.QuotaUsed != nil && k.QuotaResetsAt != nil {
+		s += fmt.Sprintf(", %d used, resets %s", *k.QuotaUsed, k.QuotaResetsAt.Format(time.RFC3339))
+	}
+	return s
 }
 
 func joinPrivs(ps []keystore.Privilege) string {

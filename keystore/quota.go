@@ -125,7 +125,11 @@ type quotaState struct {
 	// spentUntil is the unix ns before which the period counts as spent
 	// here without asking again (the backend granted nothing).
 	spentUntil atomic.Int64
-	prefetch   atomic.Bool
+	// failedUntil is the unix ns before which a lease is not tried again
+	// after one failed (the database away): requests that find the block
+	// empty get 503 at once rather than each waiting on the database.
+	failedUntil atomic.Int64
+	prefetch    atomic.Bool
 
 	mu sync.Mutex // one lease at a time
 }

@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -77,6 +78,9 @@ func (k *Keys) spendQuota(e *Entry, s *compiled, q *Quota, now time.Time) error 
 		if now.UnixNano() < qs.spentUntil.Load() {
 			return errQuotaSpent
 		}
+		if now.UnixNano() < qs.failedUntil.Load() {
+			return ErrQuotaUnavailable
+		}
 	}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
@@ -90,9 +94,13 @@ func (k *Keys) spendQuota(e *Entry, s *compiled, q *Quota, now time.Time) error 
 				return errQuotaSpent
 			}
 		}
+		if now.UnixNano() < qs.failedUntil.Load() {
+			return ErrQuotaUnavailable
+		}
 		granted, err := k.leaseGranted(e, s, q, start, now)
 		if err != nil {
-			return err
+			qs.failedUntil.Store(time.Now().Add(quotaRetry).UnixNano())
+			return fmt.Errorf("%w: %w", ErrQuotaUnavailable, err)
 		}
 		if granted == 0 {
 			return errQuotaSpent

@@ -38,11 +38,16 @@ func runInstances(bin string, st store, d *dataset, n int) {
 		}
 		gws = append(gws, g)
 	}
-	fmt.Printf("%d instances on one database, the load spread evenly, against the first alone\n", n)
-	creates := spread(gws, 64, func(g *gatewayProc) loadSpec { return g.createContract(d) }, "contract creates, 64 clients")
-	gets := spread(gws, *clients, func(g *gatewayProc) loadSpec { return g.getContract(d) }, fmt.Sprintf("GET /webapi/contracts/{id}, %d clients", *clients))
-	fmt.Printf("contract creates:        %d instances / 1 = %.3f\n", n, creates)
-	fmt.Printf("contract get:            %d instances / 1 = %.3f\n", n, gets)
+	if want("spread") {
+		fmt.Printf("%d instances on one database, the load spread evenly, against the first alone\n", n)
+		creates := spread(gws, 64, func(g *gatewayProc) loadSpec { return g.createContract(d) }, "contract creates, 64 clients")
+		gets := spread(gws, *clients, func(g *gatewayProc) loadSpec { return g.getContract(d) }, fmt.Sprintf("GET /webapi/contracts/{id}, %d clients", *clients))
+		fmt.Printf("contract creates:        %d instances / 1 = %.3f\n", n, creates)
+		fmt.Printf("contract get:            %d instances / 1 = %.3f\n\n", n, gets)
+	}
+	if want("accuracy") {
+		accuracy(gws)
+	}
 }
 
 // spread runs spec with clients connections on the first gateway alone,

@@ -21,6 +21,9 @@ import (
 type request struct {
 	raw    []byte
 	expect int // the status a success answers
+	// alt is another status the run accepts (a 429 of a rate-limited
+	// flood), counted apart from the successes; 0: none.
+	alt int
 }
 
 func newRequest(method, host, path string, header http.Header, body []byte, expect int) request {
@@ -117,7 +120,8 @@ func (c *conn) skipChunks() error {
 
 // result is what a load run measured.
 type result struct {
-	requests  int64
+	requests  int64 // answered with the expected status
+	alts      int64 // answered with the request's alt status
 	failures  int64
 	elapsed   time.Duration
 	latencies []time.Duration // only when kept
@@ -127,7 +131,7 @@ func (r result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds()
 
 // load runs clients connections for d, each sending next(i) in a loop.
 func load(addr string, clients int, d time.Duration, keepLatency bool, next func(client, n int) request) (result, error) {
-	var ok, failed atomic.Int64
+	var ok, alt, failed atomic.Int64
 	var mu sync.Mutex
 	var lat []time.Duration
 	var firstErr error
@@ -162,6 +166,8 @@ func load(addr string, clients int, d time.Duration, keepLatency bool, next func
 				}
 				if status == req.expect {
 					ok.Add(1)
+				} else if req.alt != 0 && status == req.alt {
+					alt.Add(1)
 				} else if failed.Add(1) == 1 {
 					mu.Lock()
 					firstErr = fmt.Errorf("status %d, want %d", status, req.expect)
@@ -174,7 +180,7 @@ func load(addr string, clients int, d time.Duration, keepLatency bool, next func
 		}(i)
 	}
 	wg.Wait()
-	return result{requests: ok.Load(), failures: failed.Load(), elapsed: time.Since(start), latencies: lat}, firstErr
+	return result{requests: ok.Load(), alts: alt.Load(), failures: failed.Load(), elapsed: time.Since(start), latencies: lat}, firstErr
 }
 
 // percentile returns the p-th percentile (0..100) of ds.

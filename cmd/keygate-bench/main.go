@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -31,7 +32,18 @@ var (
 	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, contract-get, share-get, contract-create")
 	backendOf = flag.String("backend", "bolt", "the storage backend: bolt, or postgres (a throwaway durable PostgreSQL started for the run)")
 	instances = flag.Int("instances", 1, "with -backend postgres and more than 1: only compare that many gateways on one database with one")
+	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, creates, limits, neighbour, large; with -instances: spread, accuracy")
 )
+
+// want says whether -figures asks for figure name.
+func want(name string) bool {
+	for _, f := range strings.Split(*figures, ",") {
+		if f = strings.TrimSpace(f); f == "all" || f == name {
+			return true
+		}
+	}
+	return false
+}
 
 func main() {
 	flag.Parse()
@@ -89,10 +101,12 @@ func main() {
 		runAgainst(be, tmp, smallStore, small)
 		return
 	}
-	log.Printf("preparing a store with %d keys, %d contracts and %d shares (takes a while)", *large, *large, *large)
-	big, err := prepare(largeStore, *large, *large, *large)
-	if err != nil {
-		fatalf("%v", err)
+	var big *dataset
+	if want("large") {
+		log.Printf("preparing a store with %d keys, %d contracts and %d shares (takes a while)", *large, *large, *large)
+		if big, err = prepare(largeStore, *large, *large, *large); err != nil {
+			fatalf("%v", err)
+		}
 	}
 
 	fmt.Printf("keygate benchmark: %d clients, %d interleaved rounds of %s, %d in the large store\n", *clients, *rounds, *runFor, *large)
@@ -102,18 +116,42 @@ func main() {
 	if err != nil {
 		fatalf("%v", err)
 	}
-	authSmall := gw.compare("bare respond (a)", gw.bare(), "webapi_auth contracts + respond (b)", gw.authRespond(small))
-	fmt.Printf("gateway overhead:        b/a = %.3f   (goal >= %.2f)\n", authSmall, goal.overhead)
-	getContract := gw.compare("bare respond", gw.bare(), "GET /webapi/contracts/{id}", gw.getContract(small))
-	fmt.Printf("contract get:            ratio = %.3f   (goal >= %.2f)\n", getContract, goal.contractGet)
-	getShare := gw.compare("bare respond", gw.bare(), "GET /webapi/share/{uuid}", gw.getShare(small))
-	fmt.Printf("share get:               ratio = %.3f   (%s)\n", getShare, goal.atLeast(goal.shareGet))
-	creates := gw.creates(small, 64)
-	fmt.Printf("contract creates:        %.0f/s with 64 clients, each reply durable   (goal >= %.0f/s)\n", creates, goal.creates)
-	keyed := gw.createsOf(gw.createContractKeyed(small), 64)
-	fmt.Printf("  with an Idempotency-Key: %.0f/s (each key new: every request creates and stores its reply)\n\n", keyed)
+	var authSmall float64
+	if want("overhead") || want("large") {
+		authSmall = gw.compare("bare respond (a)", gw.bare(), "webapi_auth contracts + respond (b)", gw.authRespond(small))
+		fmt.Printf("gateway overhead:        b/a = %.3f   (goal >= %.2f)\n", authSmall, goal.overhead)
+	}
+	if want("limits") {
+		r := gw.limitedAuth(small)
+		fmt.Printf("auth with two rate-limit policies and a quota: b/a = %.3f   (goal >= %.2f)\n", r, goal.limitedAuth)
+	}
+	if want("contract-get") {
+		getContract := gw.compare("bare respond", gw.bare(), "GET /webapi/contracts/{id}", gw.getContract(small))
+		fmt.Printf("contract get:            ratio = %.3f   (goal >= %.2f)\n", getContract, goal.contractGet)
+	}
+	if want("share-get") {
+		getShare := gw.compare("bare respond", gw.bare(), "GET /webapi/share/{uuid}", gw.getShare(small))
+		fmt.Printf("share get:               ratio = %.3f   (%s)\n", getShare, goal.atLeast(goal.shareGet))
+	}
+	if want("creates") {
+		creates := gw.creates(small, 64)
+		fmt.Printf("contract creates:        %.0f/s with 64 clients, each reply durable   (goal >= %.0f/s)\n", creates, goal.creates)
+		keyed := gw.createsOf(gw.createContractKeyed(small), 64)
+		fmt.Printf("  with an Idempotency-Key: %.0f/s (each key new: every request creates and stores its reply)\n", keyed)
+	}
+	if want("neighbour") {
+		fmt.Printf("noisy neighbour: key A (%d/s) floods POST /webapi/contracts from %d connections, key B reads GET /webapi/contracts/{id} from %d\n",
+			floodLimit, floodClients, neighbourClients)
+		perSec, r := gw.neighbour(small)
+		fmt.Printf("  flood's creates let through: %.1f/s   (goal <= %d/s, the limit: as many invitation mails)\n", perSec, floodLimit)
+		fmt.Printf("  B beside the limited flood / beside the same flood with an unknown key (401): ratio = %.3f   (goal >= %.2f)\n", r, goal.neighbour)
+	}
+	fmt.Println()
 	gw.stop()
 
+	if !want("large") {
+		return
+	}
 	gw, err = startGateway(*caddyBin, largeStore)
 	if err != nil {
 		fatalf("%v", err)

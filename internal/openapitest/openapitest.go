@@ -469,17 +469,24 @@ func isJSON(mt string) bool { return mt == "application/json" || strings.HasSuff
 // checkUnrouted checks the reply to a path (or method) no operation
 // has: it must be refused with a problem (or, on the pages, an HTML page)
 // that says so: 404 for a path, 405 with Allow for a method; the key
-// check, which runs first, may refuse with 401 or 403.
+// check, which runs first, may refuse with 401 or 403, and on the Web
+// APIs with its rate limits' and quota's 429 or 503 (before the route is
+// matched), with the RateLimit headers of a key that has them.
 func (e *exchange) checkUnrouted() {
 	status := e.resp.StatusCode
-	switch status {
-	case http.StatusNotFound, http.StatusUnauthorized, http.StatusForbidden:
-	case http.StatusMethodNotAllowed:
+	keyCheck := e.d == e.v.api && strings.HasPrefix(e.req.URL.Path, "/webapi/")
+	switch {
+	case status == http.StatusNotFound, status == http.StatusUnauthorized, status == http.StatusForbidden:
+	case status == http.StatusMethodNotAllowed:
 		if e.resp.Header.Get("Allow") == "" {
 			e.fail("a 405 without Allow")
 		}
+	case keyCheck && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable):
+		if e.resp.Header.Get("Retry-After") == "" {
+			e.fail("a %d without Retry-After", status)
+		}
 	default:
-		e.fail("no operation has this method and path, yet it answered %d (want 404, 405, or the key check's 401 or 403)", status)
+		e.fail("no operation has this method and path, yet it answered %d (want 404, 405, or the key check's 401, 403, 429 or 503)", status)
 	}
 	mt := mediaType(e.resp.Header.Get("Content-Type"))
 	switch {
@@ -491,9 +498,34 @@ func (e *exchange) checkUnrouted() {
 		e.fail("Content-Type %q, want application/problem+json", e.resp.Header.Get("Content-Type"))
 	}
 	for name := range e.resp.Header {
-		if !genericHeaders[name] && name != "Allow" && name != "Cache-Control" && name != "Www-Authenticate" && name != "Retry-After" {
+		switch {
+		case genericHeaders[name], name == "Allow", name == "Cache-Control", name == "Www-Authenticate", name == "Retry-After":
+		case keyCheck && rateLimitHeaders[name] != "":
+			e.checkHeaderValue(name, rateLimitHeaders[name])
+		default:
 			e.fail("header %s is not documented", name)
 		}
+	}
+}
+
+// rateLimitHeaders are the headers the Web APIs' key check sets on every
+// reply to a key with rate limits or a quota, by the component that
+// documents each.
+var rateLimitHeaders = map[string]string{
+	"Ratelimit-Policy": "/components/headers/RateLimitPolicy/schema",
+	"Ratelimit":        "/components/headers/RateLimit/schema",
+}
+
+// checkHeaderValue checks a reply header's one value against the schema
+// at pointer, for a reply no operation describes.
+func (e *exchange) checkHeaderValue(name, pointer string) {
+	vals := e.resp.Header.Values(name)
+	if len(vals) != 1 {
+		e.fail("header %s sent %d times", name, len(vals))
+		return
+	}
+	if err := e.d.schemas.validate(pointer, vals[0]); err != nil {
+		e.fail("header %s %q does not match its schema: %v", name, vals[0], err)
 	}
 }
 

@@ -31,6 +31,27 @@ var share = `{"id":1,"uuid":"` + shareUUID + `","type":"ISSUE","issueId":"10001"
 
 const problem404 = `{"type":"about:blank","title":"Not Found","status":404,"code":"not_found","detail":"no such resource"}`
 
+const (
+	problem429 = `{"type":"about:blank","title":"Too Many Requests","status":429,"code":"rate_limited","detail":"x","violatedPolicies":["burst"]}`
+	policy     = `"burst";q=20;w=1, "minute";q=600;w=60, "quota";q=100000;w=2592000`
+	keyID      = "3b9c1f0e-8a7d-4c6b-9e5f-2d1a0b9c8d7e"
+)
+
+// limited are the headers of a reply to a key with rate limits.
+func limited(h http.Header) http.Header {
+	h.Set("RateLimit-Policy", policy)
+	h.Set("RateLimit", `"minute";r=412;t=37`)
+	return h
+}
+
+var usage = `{"keyId":"` + keyID + `","resolution":"hour","from":"2026-11-22T10:00:00Z","to":"2026-11-22T12:00:00Z",
+"buckets":[{"start":"2026-11-22T10:00:00Z","ok":3,"refused":{}},{"start":"2026-11-22T11:00:00Z","ok":0,"refused":{"rate_limited":2,"quota_exceeded":1}}]}`
+
+var adminKey = `{"id":"` + keyID + `","service":"contracts","name":"k","description":"","owner":"alice","privileges":["get"],
+"notValidBefore":null,"notValidAfter":null,"allowedIps":[],"creationTime":"2026-11-22T10:15:00Z","lastModificationTime":"2026-11-22T10:15:00Z",
+"lastUsageTime":null,"usageCount":0,"tokenPrefix":"kg_AAAAAAAAA","enabled":true,"previousTokenExpiry":null,
+"rateLimits":[{"name":"burst","limit":1,"windowSeconds":60}],"quota":{"limit":100,"period":"month"},"quotaUsed":0,"quotaResetsAt":"2026-12-01T00:00:00Z"}`
+
 func secure(h http.Header) http.Header {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
@@ -117,6 +138,44 @@ func TestCheck(t *testing.T) {
 			http.Header{"Content-Type": {"application/json"}}, "", ""},
 		{"HEAD with an undocumented status", "HEAD", "/webapi/contracts/" + contractID, auth, "", 202,
 			http.Header{"Content-Type": {"application/json"}}, "", "status 202"},
+		{"contract get with RateLimit headers", "GET", "/webapi/contracts/" + contractID, auth, "", 200,
+			limited(http.Header{"Content-Type": {"application/json"}}), contract, ""},
+		{"RateLimit not in its syntax", "GET", "/webapi/contracts/" + contractID, auth, "", 200,
+			http.Header{"Content-Type": {"application/json"}, "Ratelimit-Policy": {policy}, "Ratelimit": {"remaining=3"}}, contract, "'remaining=3' does not match"},
+		{"204 with RateLimit headers", "DELETE", "/webapi/share/" + shareUUID, auth, "", 204,
+			limited(http.Header{}), "", ""},
+		{"404 with RateLimit headers", "GET", "/webapi/share/" + shareUUID, auth, "", 404,
+			limited(http.Header{"Content-Type": {"application/problem+json"}}), problem404, ""},
+		{"429 rate_limited", "GET", "/webapi/contracts/" + contractID, auth, "", 429,
+			limited(http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"3"}}), problem429, ""},
+		{"429 quota_exceeded", "POST", "/webapi/share", jsonReq, `{"type":"ISSUE","issueId":"10001"}`, 429,
+			limited(http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"86400"}}),
+			`{"type":"about:blank","title":"Too Many Requests","status":429,"code":"quota_exceeded","violatedPolicies":["quota"]}`, ""},
+		{"429 without violatedPolicies", "GET", "/webapi/contracts/" + contractID, auth, "", 429,
+			limited(http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"3"}}),
+			`{"type":"about:blank","title":"Too Many Requests","status":429,"code":"rate_limited"}`, "violatedPolicies"},
+		{"429 without Retry-After", "GET", "/webapi/contracts/" + contractID, auth, "", 429,
+			limited(http.Header{"Content-Type": {"application/problem+json"}}), problem429, "Retry-After"},
+		{"429 of another code", "GET", "/webapi/contracts/" + contractID, auth, "", 429,
+			http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"3"}},
+			strings.Replace(problem429, "rate_limited", "invalid_key", 1), "code"},
+		{"503 of a quota key", "GET", "/webapi/share/" + shareUUID, auth, "", 503,
+			limited(http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}}),
+			`{"type":"about:blank","title":"Service Unavailable","status":503,"code":"unavailable","detail":"x"}`, ""},
+		{"unknown path, 429", "GET", "/webapi/contracts/" + contractID + "/nothing", auth, "", 429,
+			limited(http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"3"}}), problem429, ""},
+		{"unknown path, RateLimit-Policy not in its syntax", "GET", "/webapi/contracts/" + contractID + "/nothing", auth, "", 404,
+			http.Header{"Content-Type": {"application/problem+json"}, "Ratelimit-Policy": {"burst=20"}}, problem404, "header Ratelimit-Policy"},
+		{"admin key with rate limits and a quota", "GET", "/webapi/keys/" + keyID, nil, "", 200,
+			http.Header{"Content-Type": {"application/json"}}, adminKey, ""},
+		{"admin key named quota", "GET", "/webapi/keys/" + keyID, nil, "", 200,
+			http.Header{"Content-Type": {"application/json"}}, strings.Replace(adminKey, `"name":"burst"`, `"name":"quota"`, 1), "name"},
+		{"key usage", "GET", "/webapi/keys/" + keyID + "/usage?resolution=hour", nil, "", 200,
+			http.Header{"Content-Type": {"application/json"}}, usage, ""},
+		{"key usage with an unknown refusal", "GET", "/webapi/keys/" + keyID + "/usage", nil, "", 200,
+			http.Header{"Content-Type": {"application/json"}}, strings.Replace(usage, "quota_exceeded", "teapot", 1), "teapot"},
+		{"key usage by week", "GET", "/webapi/keys/" + keyID + "/usage?resolution=week", nil, "", 200,
+			http.Header{"Content-Type": {"application/json"}}, usage, "the document refuses the request"},
 		{"not the API", "GET", "/metrics", nil, "", 200,
 			http.Header{"Content-Type": {"text/plain"}, "X-Anything": {"1"}}, "whatever", ""},
 	}
@@ -127,6 +186,9 @@ func TestCheck(t *testing.T) {
 				req.Header[k] = vs
 			}
 			resp := &http.Response{StatusCode: tc.status, Header: secure(tc.header.Clone()), Request: req}
+			if tc.status == http.StatusNoContent {
+				resp.Header.Del("Cache-Control") // a 204 carries none
+			}
 			err := v.Check(req, []byte(tc.reqBody), resp, []byte(tc.body))
 			if err != nil && testing.Verbose() {
 				t.Log(err)

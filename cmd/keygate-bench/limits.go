@@ -1,0 +1,201 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/keygate/keygate/keystore"
+)
+
+// The figures of rate limits and quotas: what a key's policies cost a
+// request (a), what a rate-limited flood of one key costs another key's
+// requests (b), and with several instances on one database, how closely
+// they hold a limit and a quota between them (c, instances.go).
+
+const (
+	// floodLimit is the noisy neighbour's limit, per second.
+	floodLimit = 50
+	// floodClients and neighbourClients are the connections of the flood
+	// and of the key that reads beside it.
+	floodClients, neighbourClients = 64, 8
+)
+
+// policy is one rate-limit policy as the admin API takes it.
+func policy(name string, limit, windowSeconds int64) map[string]any {
+	return map[string]any{"name": name, "limit": limit, "windowSeconds": windowSeconds}
+}
+
+// createKey creates a contracts key through g's admin endpoint, with
+// extra attributes (rateLimits, quota), and returns it.
+func (g *gatewayProc) createKey(name string, privileges []string, extra map[string]any) (id, token string) {
+	k, err := g.CreateKey(string(keystore.ServiceContracts), name, "user-00", privileges, extra)
+	if err != nil {
+		fatalf("creating key %s: %v", name, err)
+	}
+	return k.ID, k.Token
+}
+
+// authRespondWith is authRespond with another key's token.
+func (g *gatewayProc) authRespondWith(name, token string) loadSpec {
+	req := newRequest("GET", g.authAddr, "/webapi/contracts/00000000-0000-4000-8000-000000000000", auth(token), nil, 200)
+	return loadSpec{name: name, addr: g.authAddr, next: func(int, int) request { return req }}
+}
+
+// limitedAuth is figure (a): webapi_auth + respond with a key of two
+// policies and a quota, none of which ever refuses, against the same
+// request with the key without any (the one authRespond sends).
+func (g *gatewayProc) limitedAuth(d *dataset) float64 {
+	_, token := g.createKey("bench-limited", []string{"get"}, map[string]any{
+		"rateLimits": []any{policy("burst", 1e9, 1), policy("minute", 1e9, 60)},
+		"quota":      map[string]any{"limit": 1e12, "period": "month"},
+	})
+	return g.compare("key without policies (a)", g.authRespond(d),
+		"2 policies + quota (b)", g.authRespondWith("auth-limited", token))
+}
+
+// neighbour is figure (b): a key limited to floodLimit a second floods
+// contract creates from floodClients connections while the bench's
+// contracts key reads one contract from neighbourClients; the same flood
+// with an unknown key (401 each) is the baseline. It returns the flood's
+// creates let through per second over all rounds and the median ratio of
+// the reader's throughput, limited flood / unknown-key flood.
+func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio float64) {
+	h := auth(keystore.NewToken()) // well formed, in no store: looked up and refused
+	h.Set("Content-Type", "application/json")
+	unknown := newRequest("POST", g.apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 401)
+	reader := g.getContract(d)
+
+	// run floods with req from floodClients connections while the reader
+	// reads, from the start of a second (the limiter's windows are
+	// aligned to the clock: a key's first window lets its whole limit
+	// through at once, and a run that starts mid-window would count that
+	// burst and most of the next window's share in one second).
+	run := func(flood request) (floodRes, readRes result) {
+		alignTo(time.Second)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			floodRes, err = load(g.apiAddr, floodClients, *runFor, false, func(int, int) request { return flood })
+			if err != nil && floodRes.failures == 0 {
+				fatalf("flood: %v", err)
+			}
+		}()
+		var err error
+		readRes, err = load(reader.addr, neighbourClients, *runFor, false, reader.next)
+		wg.Wait()
+		if err != nil || readRes.failures > 0 {
+			fatalf("reader: %d unexpected statuses, %v", readRes.failures, err)
+		}
+		if floodRes.failures > 0 {
+			fatalf("flood: %d unexpected statuses", floodRes.failures)
+		}
+		return floodRes, readRes
+	}
+
+	var ratios []float64
+	var created int64
+	var elapsed time.Duration
+	for i := 0; i < *rounds; i++ {
+		// A key of its own each round: a round starts with no count.
+		_, token := g.createKey(fmt.Sprintf("bench-flood-%d", i+1), []string{"create"}, map[string]any{
+			"rateLimits": []any{policy("flood", floodLimit, 1)},
+		})
+		h := auth(token)
+		h.Set("Content-Type", "application/json")
+		limited := newRequest("POST", g.apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 201)
+		limited.alt = 429
+
+		uf, ur := run(unknown)
+		lf, lr := run(limited)
+		r := lr.rps() / ur.rps()
+		ratios = append(ratios, r)
+		created += lf.requests
+		elapsed += lf.elapsed
+		fmt.Printf("  round %d: reader beside unknown-key flood %7.0f req/s (%6.0f 401/s)   beside limited flood %7.0f req/s (%4.0f 201/s, %6.0f 429/s)   ratio %.3f\n",
+			i+1, ur.rps(), uf.rps(), lr.rps(), lf.rps(), float64(lf.alts)/lf.elapsed.Seconds(), r)
+	}
+	sort.Float64s(ratios)
+	return float64(created) / elapsed.Seconds(), ratios[len(ratios)/2]
+}
+
+// alignTo sleeps until the clock is at a whole multiple of w.
+func alignTo(w time.Duration) {
+	now := time.Now()
+	time.Sleep(now.Truncate(w).Add(w).Sub(now))
+}
+
+// pacedResult counts the answers of a paced run.
+type pacedResult struct {
+	ok, limited int // 200s and 429s
+}
+
+// paced sends n copies of the request reqs[i%len(reqs)] gives (one per
+// target, each on its own connections), the i-th at start + i/rate,
+// from the next whole multiple of align on. Only 200 and 429 are
+// expected; anything else ends the bench. A request waits for a free
+// connection when all of its target's are busy, and goes as soon as one
+// is: the pace is held as long as the gateway keeps up.
+func paced(reqs []targetReq, rate float64, n int, align time.Duration) pacedResult {
+	const connsPerTarget = 8
+	queues := make([]chan request, len(reqs))
+	answers := make(chan int, n)
+	var wg sync.WaitGroup
+	for t, r := range reqs {
+		queues[t] = make(chan request, n)
+		for c := 0; c < connsPerTarget; c++ {
+			conn, err := dial(r.addr)
+			if err != nil {
+				fatalf("paced: %v", err)
+			}
+			wg.Add(1)
+			go func(q <-chan request) {
+				defer wg.Done()
+				defer conn.c.Close()
+				for req := range q {
+					status, err := conn.do(req)
+					if err != nil {
+						fatalf("paced: %v", err)
+					}
+					answers <- status
+				}
+			}(queues[t])
+		}
+	}
+	alignTo(align)
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / rate)
+	for i := 0; i < n; i++ {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		t := i % len(reqs)
+		queues[t] <- reqs[t].req
+	}
+	for _, q := range queues {
+		close(q)
+	}
+	wg.Wait()
+	close(answers)
+	var res pacedResult
+	for status := range answers {
+		switch status {
+		case 200:
+			res.ok++
+		case 429:
+			res.limited++
+		default:
+			fatalf("paced: status %d, want 200 or 429", status)
+		}
+	}
+	return res
+}
+
+// targetReq is one request and the address it goes to.
+type targetReq struct {
+	addr string
+	req  request
+}

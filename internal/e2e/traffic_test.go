@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/keygate/keygate/internal/gatewayproc"
+	"github.com/keygate/keygate/internal/testwait"
+)
+
+// The promises of traffic control across instances (README, Rate
+// limits and quotas), with real processes on one PostgreSQL.
+
+// trafficKey creates a contracts key with extra (rateLimits, quota) on
+// the cluster's first instance.
+func trafficKey(t *testing.T, c *cluster, name string, extra map[string]any) gatewayproc.Key {
+	t.Helper()
+	k, err := c.gws[0].CreateKey("contracts", name, "traffic@example.com", []string{"get"}, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every instance knows the key within a second (NOTIFY).
+	for _, g := range c.gws {
+		testwait.For(t, 5*time.Second, "the key on every instance", func() bool {
+			return status(t, g, k.Token, "/webapi/contracts/"+uuid.NewString()) != http.StatusUnauthorized
+		})
+	}
+	return k
+}
+
+// letThrough sends n GETs of key token from clients connections, spread
+// over gws in turn, and counts those the key check let through (the
+// handler's 404 for an unknown contract) and those it refused by status.
+func letThrough(t *testing.T, gws []*gatewayproc.Gateway, token string, n, clients int) (int, map[int]int) {
+	t.Helper()
+	var next atomic.Int64
+	var mu sync.Mutex
+	refused := map[int]int{}
+	through := 0
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				g := gws[int(i)%len(gws)]
+				r, err := crashDo("GET", g.Site+"/webapi/contracts/"+uuid.NewString(), token, nil)
+				mu.Lock()
+				switch {
+				case err != nil:
+					refused[0]++
+				case byKeyCheck(r):
+					refused[r.status]++
+				default:
+					through++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return through, refused
+}
+
+// byKeyCheck tells a refusal of the key check from the API handler's
+// reply (404 for the unknown contract, or 503 with the database away).
+func byKeyCheck(r crashReply) bool {
+	switch r.status {
+	case http.StatusNotFound:
+		return false
+	case http.StatusServiceUnavailable:
+		return strings.Contains(string(r.body), "quota cannot be checked")
+	}
+	return true
+}
+
+// paced sends GETs of token at rate per second for d, spread over gws in
+// turn, and counts those let through.
+func paced(t *testing.T, gws []*gatewayproc.Gateway, token string, rate int, d time.Duration) (through, refused int) {
+	t.Helper()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	var in, out atomic.Int64
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end); i++ {
+		<-tick.C
+		g := gws[i%len(gws)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := crashDo("GET", g.Site+"/webapi/contracts/"+uuid.NewString(), token, nil)
+			switch {
+			case err != nil:
+				t.Error(err)
+			case r.status == http.StatusNotFound:
+				in.Add(1)
+			case r.status == http.StatusTooManyRequests:
+				out.Add(1)
+			default:
+				t.Errorf("status %d: %s", r.status, r.body)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(in.Load()), int(out.Load())
+}
+
+func TestTrafficAcrossInstances(t *testing.T) {
+	c := startCluster(t, 3)
+
+	t.Run("quota of 1000 over three instances", func(t *testing.T) {
+		k := trafficKey(t, c, "quota", map[string]any{"quota": map[string]any{"limit": 1000, "period": "day"}})
+		// trafficKey's probes spent one unit on each instance.
+		through, refused := letThrough(t, c.gws, k.Token, 3000, 12)
+		through += len(c.gws)
+		t.Logf("quota 1000: %d let through, refused %v", through, refused)
+		if through > 1000 || through < 990 {
+			t.Errorf("%d let through, want 990 to 1000", through)
+		}
+		if refused[http.StatusTooManyRequests] != 3000+len(c.gws)-through {
+			t.Errorf("refused %v, want every other request 429", refused)
+		}
+		// The database holds what was leased; an instance that did not
+		// serve the key shows it.
+		if used := c.query(t, "SELECT sum(used)::bigint FROM keygate.key_quota WHERE key_id = $1", k.ID); used > 1000 || used < int64(through) {
+			t.Errorf("key_quota.used = %d, want %d to 1000", used, through)
+		}
+		var view struct {
+			QuotaUsed     *int64     `json:"quotaUsed"`
+			QuotaResetsAt *time.Time `json:"quotaResetsAt"`
+		}
+		if err := c.gws[2].AdminJSON("GET", "/webapi/keys/"+k.ID, nil, &view); err != nil {
+			t.Fatal(err)
+		}
+		if view.QuotaUsed == nil || *view.QuotaUsed < int64(through) || *view.QuotaUsed > 1000 || view.QuotaResetsAt == nil {
+			t.Errorf("quotaUsed %v quotaResetsAt %v, want %d to 1000 and the next midnight", view.QuotaUsed, view.QuotaResetsAt, through)
+		}
+	})
+
+	t.Run("rate limit held on one instance and spread", func(t *testing.T) {
+		const limit, rate, windows = 50, 100, 10
+		for _, tc := range []struct {
+			name   string
+			gws    []*gatewayproc.Gateway
+			margin float64
+		}{
+			{"one instance", c.gws[:1], 0.05},
+			{"three instances", c.gws, 0.10},
+		} {
+			k := trafficKey(t, c, "rate "+tc.name, map[string]any{"rateLimits": []map[string]any{{"name": "second", "limit": limit, "windowSeconds": 1}}})
+			time.Sleep(2 * time.Second) // the probes' windows have passed
+			through, refused := paced(t, tc.gws, k.Token, rate, windows*time.Second)
+			want := float64(limit * windows)
+			t.Logf("%s: %d of %d let through (limit × windows = %.0f, ratio %.3f)", tc.name, through, through+refused, want, float64(through)/want)
+			if r := float64(through) / want; r < 1-tc.margin || r > 1+tc.margin {
+				t.Errorf("%s: %d let through, want %.0f ± %.0f%%", tc.name, through, want, tc.margin*100)
+			}
+		}
+	})
+
+	t.Run("database outage", func(t *testing.T) {
+		rl := trafficKey(t, c, "outage rate", map[string]any{"rateLimits": []map[string]any{{"name": "minute", "limit": 5, "windowSeconds": 60}}})
+		q := trafficKey(t, c, "outage quota", map[string]any{"quota": map[string]any{"limit": 100000, "period": "month"}})
+		// The quota key's block on the first instance: 1000 units, of
+		// which the probe spent one. The rate-limited key's probes (one
+		// on each instance) reach every instance by the next sync.
+		time.Sleep(500 * time.Millisecond)
+		if err := c.pg.Halt(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := c.pg.Resume(); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		// Rate limits go on from memory: 2 more let through on the
+		// first instance (the three probes took three), then 429.
+		through, refused := letThrough(t, c.gws[:1], rl.Token, 10, 1)
+		if through != 2 || refused[http.StatusTooManyRequests] != 8 {
+			t.Errorf("rate-limited key with the database away: %d let through, refused %v; want 2 and eight 429", through, refused)
+		}
+		// The quota key spends its block, then 503: never overspent.
+		through, refused = letThrough(t, c.gws[:1], q.Token, 1100, 4)
+		t.Logf("quota key with the database away: %d let through, refused %v", through, refused)
+		if through != 999 || refused[http.StatusServiceUnavailable] != 101 {
+			t.Errorf("%d let through, refused %v; want the block's 999, then 503", through, refused)
+		}
+	})
+}
+
+// TestQuotaCrash: an instance killed while it holds a quota block loses
+// at most that block; a clean stop gives its block back.
+func TestQuotaCrash(t *testing.T) {
+	c := startCluster(t, 2)
+	k := trafficKey(t, c, "crash", map[string]any{"quota": map[string]any{"limit": 500, "period": "hour"}})
+	// Each instance holds a block of 5 (a hundredth), of which the probe
+	// spent one.
+	c.gws[1].Kill()
+	through, refused := letThrough(t, c.gws[:1], k.Token, 600, 4)
+	through += 2 // the probes
+	t.Logf("after a crash: %d let through, refused %v", through, refused)
+	if through > 500 || through < 496 {
+		t.Errorf("%d let through after one instance with a block of 5 crashed, want 496 to 500", through)
+	}
+	// A clean stop gives the unspent block back.
+	if err := c.gws[1].Launch(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.gws[1].WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	k2 := trafficKey(t, c, "clean stop", map[string]any{"quota": map[string]any{"limit": 500, "period": "hour"}})
+	if err := c.gws[1].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	through, _ = letThrough(t, c.gws[:1], k2.Token, 600, 4)
+	through += 2
+	if through != 500 {
+		t.Errorf("%d let through after a clean stop, want all 500", through)
+	}
+	if err := c.gws[1].Launch(); err != nil {
+		t.Fatal(fmt.Errorf("relaunching for the cleanup: %w", err))
+	}
+}
