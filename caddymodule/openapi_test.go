@@ -5,7 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
@@ -134,4 +139,126 @@ func TestRepliesAreChecked(t *testing.T) {
 	if err := v.Check(req, nil, resp, body); err == nil {
 		t.Fatal("a reply with an undocumented field passed")
 	}
+}
+
+// TestOpenAPIRateLimitsAndUsage: the replies of the traffic controls,
+// checked against the documents like every other (do goes through
+// openapitest): a key's rate limits and quota as the admin API shows
+// them, the RateLimit headers on each reply to such a key, the 429s of a
+// spent policy and quota (on a documented operation and on a path none
+// has), the usage series and its refusals.
+func TestOpenAPIRateLimitsAndUsage(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		startGateway(t, b, defaultSite)
+		v, err := openapitest.Default()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := v.Checked()
+
+		limited := createKey(t, map[string]any{"service": "contracts", "name": "limited", "owner": "alice",
+			"privileges": []string{"search"}, "rateLimits": []map[string]any{{"name": "burst", "limit": 1, "windowSeconds": 60}}})
+		if len(limited.RateLimits) != 1 || limited.RateLimits[0].Name != "burst" || limited.Quota != nil || limited.QuotaUsed != nil {
+			t.Fatalf("created %+v", limited)
+		}
+		first := do(t, http.MethodGet, siteURL+"/webapi/contracts", nil, bearer(limited.Token)...)
+		if first.status != http.StatusOK {
+			t.Fatalf("first request: %d %s", first.status, first.body)
+		}
+		if got := first.header.Get("RateLimit-Policy"); got != `"burst";q=1;w=60` {
+			t.Errorf("RateLimit-Policy %q", got)
+		}
+		if got := first.header.Get("RateLimit"); !strings.HasPrefix(got, `"burst";r=0;t=`) {
+			t.Errorf("RateLimit %q", got)
+		}
+		for _, path := range []string{"/webapi/contracts", "/webapi/contracts/no/such/path"} {
+			r := do(t, http.MethodGet, siteURL+path, nil, bearer(limited.Token)...)
+			if r.status != http.StatusTooManyRequests {
+				t.Fatalf("%s: %d %s, want 429", path, r.status, r.body)
+			}
+			p := r.problem(t)
+			if p.Code != "rate_limited" || !slices.Equal(p.ViolatedPolicies, []string{"burst"}) {
+				t.Errorf("%s: %+v", path, p)
+			}
+			if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 || s > 120 { // a sliding window: up to two of 60 s
+				t.Errorf("%s: Retry-After %q", path, r.header.Get("Retry-After"))
+			}
+		}
+
+		quota := createKey(t, map[string]any{"service": "share", "name": "quota", "owner": "alice",
+			"privileges": []string{"get"}, "quota": map[string]any{"limit": 1, "period": "day"}})
+		if quota.Quota == nil || quota.Quota.Limit != 1 || quota.QuotaUsed == nil || *quota.QuotaUsed != 0 || quota.QuotaResetsAt == nil {
+			t.Fatalf("created %+v", quota)
+		}
+		share := siteURL + "/webapi/share/8c1f5b7e-2d4a-4f6b-9c8d-7e6f5a4b3c2d"
+		if r := do(t, http.MethodGet, share, nil, bearer(quota.Token)...); r.status != http.StatusNotFound ||
+			r.header.Get("RateLimit-Policy") != `"quota";q=1;w=86400` {
+			t.Fatalf("within the quota: %d %s, RateLimit-Policy %q", r.status, r.body, r.header.Get("RateLimit-Policy"))
+		}
+		r := do(t, http.MethodGet, share, nil, bearer(quota.Token)...)
+		if r.status != http.StatusTooManyRequests {
+			t.Fatalf("beyond the quota: %d %s", r.status, r.body)
+		}
+		if p := r.problem(t); p.Code != "quota_exceeded" || !slices.Equal(p.ViolatedPolicies, []string{"quota"}) {
+			t.Errorf("beyond the quota: %+v", p)
+		}
+		var k map[string]any
+		do(t, http.MethodGet, adminURL+"/webapi/keys/"+quota.ID, nil).json(t, &k)
+		if k["quotaUsed"] != 1.0 {
+			t.Errorf("quotaUsed %v, want 1", k["quotaUsed"])
+		}
+		// Both removed: the key has no policies left, and its replies no
+		// RateLimit headers.
+		r = do(t, http.MethodPatch, adminURL+"/webapi/keys/"+quota.ID, map[string]any{"rateLimits": nil, "quota": nil})
+		r.json(t, &k)
+		if r.status != http.StatusOK || k["quota"] != nil || k["quotaUsed"] != nil || k["quotaResetsAt"] != nil {
+			t.Fatalf("removing the quota: %d %s", r.status, r.body)
+		}
+		if r := do(t, http.MethodGet, share, nil, bearer(quota.Token)...); r.status != http.StatusNotFound || r.header.Get("RateLimit-Policy") != "" {
+			t.Fatalf("without a quota: %d, RateLimit-Policy %q", r.status, r.header.Get("RateLimit-Policy"))
+		}
+		r = do(t, http.MethodPost, adminURL+"/webapi/keys", map[string]any{"service": "share", "name": "bad", "owner": "alice",
+			"privileges": []string{"get"}, "rateLimits": []map[string]any{{"name": "quota", "limit": 1, "windowSeconds": 1}}})
+		if r.status != http.StatusBadRequest {
+			t.Fatalf("a policy named quota: %d %s", r.status, r.body)
+		}
+
+		usage := adminURL + "/webapi/keys/" + limited.ID + "/usage"
+		for _, q := range []string{"", "?resolution=hour", "?resolution=day",
+			"?from=" + url.QueryEscape(time.Now().Add(-3*time.Hour).UTC().Format(time.RFC3339))} {
+			r := do(t, http.MethodGet, usage+q, nil)
+			if r.status != http.StatusOK {
+				t.Fatalf("usage%s: %d %s", q, r.status, r.body)
+			}
+			var series struct {
+				KeyID   string `json:"keyId"`
+				Buckets []struct {
+					OK      uint64            `json:"ok"`
+					Refused map[string]uint64 `json:"refused"`
+				} `json:"buckets"`
+			}
+			r.json(t, &series)
+			var ok, refused uint64
+			for _, b := range series.Buckets {
+				ok += b.OK
+				refused += b.Refused["rate_limited"]
+			}
+			if series.KeyID != limited.ID || ok != 1 || refused != 2 {
+				t.Errorf("usage%s: %s", q, r.body)
+			}
+		}
+		for _, q := range []string{"?resolution=week", "?from=yesterday", "?color=red", "?resolution=day&resolution=hour",
+			"?from=" + url.QueryEscape(time.Now().Add(-100*24*time.Hour).UTC().Format(time.RFC3339)),
+			"?to=" + url.QueryEscape(time.Now().Add(-48*time.Hour).UTC().Format(time.RFC3339)) + "&from=" + url.QueryEscape(time.Now().UTC().Format(time.RFC3339))} {
+			if r := do(t, http.MethodGet, usage+q, nil); r.status != http.StatusBadRequest {
+				t.Errorf("usage%s: %d %s, want 400", q, r.status, r.body)
+			}
+		}
+		if r := do(t, http.MethodGet, adminURL+"/webapi/keys/no-such-key/usage", nil); r.status != http.StatusNotFound {
+			t.Errorf("usage of no key: %d %s", r.status, r.body)
+		}
+		if v.Checked() == before {
+			t.Fatal("no reply was checked")
+		}
+	})
 }

@@ -196,7 +196,10 @@ func (l *limiter) take(ns int64) rateResult {
 	for i := range l.policies {
 		p := &l.policies[i]
 		p.roll(ns)
-		if p.estimate(ns)+1 > float64(p.Limit) {
+		// The request is let through while the estimate is below the
+		// limit: with a steady flow that holds each window to the limit
+		// (est+1 <= limit would hold small limits to one less).
+		if p.estimate(ns) >= float64(p.Limit) {
 			res.violated |= 1 << i
 			if s := p.wait(ns); s > res.retryAfter {
 				res.retryAfter = s
@@ -231,21 +234,23 @@ func (l *limiter) untake(ns int64) {
 func (p *policyState) wait(ns int64) int64 {
 	limit := float64(p.Limit)
 	cur, prev := float64(p.cur+p.curLocal), float64(p.prev+p.prevLocal)
-	start := p.index * p.window
-	var at float64 // ns when the estimate drops to limit-1
+	// In ns from ns (small numbers: a float64 of unix ns loses them).
+	start := float64(p.index*p.window - ns)
+	var at float64 // when the estimate falls below the limit
 	switch {
-	case cur+1 <= limit && prev > 0:
+	case cur < limit && prev > 0:
 		// Within this window, as the previous one's weight falls.
-		f := 1 - (limit-1-cur)/prev
-		at = float64(start) + f*float64(p.window)
+		f := 1 - (limit-cur)/prev
+		at = start + f*float64(p.window)
 	case cur > 0:
 		// In the next window, as this one's weight falls.
-		f := 1 - (limit-1)/cur
-		at = float64(start+p.window) + math.Max(f, 0)*float64(p.window)
+		f := 1 - limit/cur
+		at = start + float64(p.window) + math.Max(f, 0)*float64(p.window)
 	default:
-		at = float64(start + p.window)
+		at = start + float64(p.window)
 	}
-	s := int64(math.Ceil((at - float64(ns)) / float64(time.Second)))
+	// Strictly below: a nanosecond past the point where it equals.
+	s := int64(math.Ceil((at + 1) / float64(time.Second)))
 	return max(s, 1)
 }
 

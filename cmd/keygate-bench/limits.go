@@ -199,3 +199,95 @@ type targetReq struct {
 	addr string
 	req  request
 }
+
+const (
+	// accLimit per accWindow is the limit of the accuracy figures, sent
+	// at twice the limit for accWindows windows.
+	accLimit   = 100
+	accWindow  = time.Second
+	accWindows = 10
+	// accQuota is the quota of the quota figure, sent accQuotaSends
+	// requests at accQuotaRate a second.
+	accQuota      = 1000
+	accQuotaSends = 3000
+	accQuotaRate  = 600
+)
+
+// accuracy is figure (c), for several instances on one database: how
+// closely they hold a key's rate limit between them, sent all to one
+// and spread evenly over all, and a quota spread over all. Each run has
+// a key of its own, created on the first instance and used once every
+// instance knows it.
+func accuracy(gws []*gatewayProc) {
+	n := len(gws)
+	fmt.Printf("rate-limit accuracy: a key of %d per %s, sent at %d/s for %d windows from a window's start, %d rounds\n",
+		accLimit, accWindow, 2*accLimit*int(time.Second/accWindow), accWindows, *rounds)
+	sends := 2 * accLimit * accWindows
+	rate := float64(2*accLimit) / accWindow.Seconds()
+	want := float64(accLimit * accWindows)
+	var one, all []float64
+	for round := 1; round <= *rounds; round++ {
+		token := newKeyOn(gws, fmt.Sprintf("bench-rate-one-%d", round), map[string]any{
+			"rateLimits": []any{policy("acc", accLimit, int64(accWindow/time.Second))},
+		})
+		r1 := paced([]targetReq{{gws[0].authAddr, gws[0].authRespondWith("", token).next(0, 0)}}, rate, sends, accWindow)
+		token = newKeyOn(gws, fmt.Sprintf("bench-rate-all-%d", round), map[string]any{
+			"rateLimits": []any{policy("acc", accLimit, int64(accWindow/time.Second))},
+		})
+		var targets []targetReq
+		for _, g := range gws {
+			targets = append(targets, targetReq{g.authAddr, g.authRespondWith("", token).next(0, 0)})
+		}
+		rn := paced(targets, rate, sends, accWindow)
+		one = append(one, float64(r1.ok)/want)
+		all = append(all, float64(rn.ok)/want)
+		fmt.Printf("  round %d: one instance %5d let through of %d (%.3f)   spread over %d: %5d (%.3f)\n",
+			round, r1.ok, sends, float64(r1.ok)/want, n, rn.ok, float64(rn.ok)/want)
+	}
+	fmt.Printf("rate limit, one instance:    let through / (L x %d) = %.3f   (goal 1 +- 0.05)\n", accWindows, median(one))
+	fmt.Printf("rate limit, spread over %d:   let through / (L x %d) = %.3f   (goal 1 +- 0.10)\n", n, accWindows, median(all))
+
+	fmt.Printf("quota accuracy: a key with a quota of %d a month, %d requests at %d/s spread over %d instances\n", accQuota, accQuotaSends, accQuotaRate, n)
+	var got []float64
+	for round := 1; round <= *rounds; round++ {
+		token := newKeyOn(gws, fmt.Sprintf("bench-quota-%d", round), map[string]any{
+			"quota": map[string]any{"limit": accQuota, "period": "month"},
+		})
+		var targets []targetReq
+		for _, g := range gws {
+			targets = append(targets, targetReq{g.authAddr, g.authRespondWith("", token).next(0, 0)})
+		}
+		r := paced(targets, accQuotaRate, accQuotaSends, time.Millisecond)
+		got = append(got, float64(r.ok))
+		fmt.Printf("  round %d: let through %d of %d\n", round, r.ok, accQuotaSends)
+	}
+	sort.Float64s(got)
+	fmt.Printf("quota, spread over %d:        let through %.0f (fewest %.0f, most %.0f)   (goal <= %d and >= %d)\n",
+		n, median(got), got[0], got[len(got)-1], accQuota, accQuota-accQuota/100)
+}
+
+// newKeyOn creates a contracts key with extra attributes on the first of
+// gws and waits until every one of them knows it; it returns the token.
+func newKeyOn(gws []*gatewayProc, name string, extra map[string]any) string {
+	id, token := gws[0].createKey(name, []string{"get"}, extra)
+	deadline := time.Now().Add(30 * time.Second)
+	for _, g := range gws[1:] {
+		for {
+			err := g.AdminJSON("GET", "/webapi/keys/"+id, nil, nil)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				fatalf("key %s not on instance %s: %v", id, g.Admin, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return token
+}
+
+// median of xs (sorted in place).
+func median(xs []float64) float64 {
+	sort.Float64s(xs)
+	return xs[len(xs)/2]
+}

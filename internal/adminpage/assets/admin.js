@@ -98,6 +98,26 @@
 		return d.toISOString().replace(/\.\d{3}Z$/, "Z");
 	}
 	const lines = (v) => v.split(/[\s,]+/).map((s) => s.trim()).filter(Boolean);
+	// number reads a number field: null when empty, so that the gateway
+	// names it as required.
+	const number = (v) => (v.trim() === "" ? null : Number(v));
+	// Counts are written as the page's language writes them (100,000).
+	const numberFormat = new Intl.NumberFormat(document.documentElement.lang || undefined);
+	const count = (n) => numberFormat.format(n);
+	// duration writes a policy's window in its largest whole unit.
+	function duration(seconds) {
+		if (seconds % 3600 === 0) return seconds / 3600 + " h";
+		if (seconds % 60 === 0) return seconds / 60 + " min";
+		return seconds + " s";
+	}
+	// utcTime is a time shown in UTC, as the quota's periods and the usage
+	// buckets are counted: "2026-12-01 00:00 UTC".
+	function utcTime(iso) {
+		const t = document.createElement("time");
+		t.dateTime = iso;
+		t.textContent = new Date(iso).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+		return t;
+	}
 	const fileName = (name) => (name.replace(/[^A-Za-z0-9._-]+/g, "-").replace(/^[-.]+|-+$/g, "") || "key") + ".txt";
 
 	// --- tabs ----------------------------------------------------------
@@ -136,7 +156,7 @@
 	const keyColumns = (service) => [
 		"Key Name", "Key Value", "Privileges", "Validity", "Allowed IPs", "Owner",
 		...(service === "share" ? ["Admin projects"] : []),
-		"Activity", "Actions",
+		"Limits", "Activity", "Actions",
 	];
 
 	async function loadKeys(service) {
@@ -175,6 +195,7 @@
 			cell("td", null, list(k.allowedIps, "any")),
 			el("td", { textContent: k.owner }),
 			...(service === "share" ? [cell("td", null, list(k.adminProjects, "none"))] : []),
+			cell("td", { className: "limits" }, limitsList(k)),
 			// Creation Time, Last Modification Time, Usage Count, Last Usage Time.
 			cell("td", { className: "activity" },
 				labelled("created", timeCell(k.creationTime, "")),
@@ -195,6 +216,7 @@
 			button("Reveal", "reveal", () => reveal(k, false)),
 			button("Download", "download", () => reveal(k, true)),
 			button("Roll", "roll", () => openRoll(k)),
+			button("Usage", "usage", () => openUsage(k)),
 			k.enabled === false
 				? button("Enable", "enable", () => setEnabled(k, true))
 				: button("Disable", "disable", () => confirm("Disable", "Disable key " + k.name + " (" + k.tokenPrefix + "…)?",
@@ -205,6 +227,23 @@
 		const row = el("tr", null, ...cells);
 		row.dataset.id = k.id;
 		return row;
+	}
+
+	// limitsList shows a key's rate-limit policies ("burst: 20 / 1 s") and
+	// what is left of its quota.
+	const quotaLeft = { hour: "this hour", day: "today", month: "this month" };
+	const quotaEach = { hour: "an hour", day: "a day", month: "a month" };
+	function limitsList(k) {
+		const items = (k.rateLimits || []).map((p) => el("li", { textContent: p.name + ": " + count(p.limit) + " / " + duration(p.windowSeconds) }));
+		const q = k.quota;
+		if (q && k.quotaUsed != null) {
+			items.push(el("li", { className: "quota" },
+				"quota: " + count(Math.max(q.limit - k.quotaUsed, 0)) + " of " + count(q.limit) + " left " + (quotaLeft[q.period] || "this " + q.period),
+				...(k.quotaResetsAt ? [", resets ", utcTime(k.quotaResetsAt)] : [])));
+		} else if (q) {
+			items.push(el("li", { className: "quota", textContent: "quota: " + count(q.limit) + " " + (quotaEach[q.period] || "a " + q.period) }));
+		}
+		return items.length > 0 ? el("ul", { className: "plain" }, ...items) : document.createTextNode("none");
 	}
 
 	// --- the key form --------------------------------------------------
@@ -236,6 +275,11 @@
 			$("#f-allowedIps").value = (key.allowedIps || []).join("\n");
 			$("#f-adminProjects").value = (key.adminProjects || []).join("\n");
 		}
+		policies.replaceChildren(...((key && key.rateLimits) || []).map(policyRow));
+		renumberPolicies();
+		$("#f-quota-period").value = key && key.quota ? key.quota.period : "";
+		$("#f-quota-limit").value = key && key.quota ? String(key.quota.limit) : "";
+		quotaPeriodChanged();
 		$("#key-save").textContent = key ? "Save" : "Create key";
 		// What the form shows before any change, read back as a submit
 		// would read it: the edit sends only what differs from this.
@@ -255,8 +299,82 @@
 			allowedIps: lines($("#f-allowedIps").value),
 		};
 		if (service === "share") v.adminProjects = lines($("#f-adminProjects").value);
+		v.rateLimits = $$(".policy", policies).map((row) => ({
+			name: $('[data-field="name"]', row).value.trim(),
+			limit: number($('[data-field="limit"]', row).value),
+			windowSeconds: number($('[data-field="windowSeconds"]', row).value),
+		}));
+		const period = $("#f-quota-period").value;
+		v.quota = period ? { limit: number($("#f-quota-limit").value), period } : null;
 		return v;
 	}
+
+	// --- rate limits and quota in the form -----------------------------
+
+	const policies = $(".policies", keyForm);
+	const addPolicy = $("#add-policy");
+	const maxPolicies = 4;
+	const policyFields = [
+		["name", "Name", { maxLength: 20, autocomplete: "off", spellcheck: false }],
+		["limit", "Limit (requests)", { type: "number", min: "1", max: "1000000000", step: "1", inputMode: "numeric", autocomplete: "off" }],
+		["windowSeconds", "Window (seconds)", { type: "number", min: "1", max: "86400", step: "1", inputMode: "numeric", autocomplete: "off" }],
+	];
+
+	// policyRow is one rate-limit policy's fields, filled from p (a
+	// policy of the key) or empty; renumberPolicies gives it its ids.
+	function policyRow(p) {
+		const row = el("fieldset", { className: "policy" }, el("legend"));
+		for (const [field, label, props] of policyFields) {
+			const input = el("input", { ...props, value: p ? String(p[field]) : "" });
+			input.dataset.field = field;
+			row.append(el("div", { className: "field" }, el("label", { textContent: label }), input, el("p", { className: "error", hidden: true })));
+		}
+		const remove = el("button", { type: "button", className: "remove-policy", textContent: "Remove" });
+		remove.addEventListener("click", () => {
+			const next = row.nextElementSibling;
+			row.remove();
+			renumberPolicies();
+			(next ? $(".remove-policy", next) : addPolicy).focus();
+		});
+		row.append(remove);
+		return row;
+	}
+
+	// renumberPolicies names each policy's fields after its place in the
+	// list, as the gateway names them in its errors: f-rateLimits-1-limit
+	// and e-rateLimits-1-limit for rateLimits[1].limit.
+	function renumberPolicies() {
+		const rows = $$(".policy", policies);
+		rows.forEach((row, i) => {
+			$("legend", row).textContent = "Policy " + (i + 1);
+			for (const f of $$(".field", row)) {
+				const input = $("input", f);
+				const id = "rateLimits-" + i + "-" + input.dataset.field;
+				input.id = "f-" + id;
+				$("label", f).htmlFor = input.id;
+				$(".error", f).id = "e-" + id;
+				input.setAttribute("aria-describedby", "e-" + id);
+			}
+			$(".remove-policy", row).setAttribute("aria-label", "Remove policy " + (i + 1));
+		});
+		addPolicy.disabled = rows.length >= maxPolicies;
+		addPolicy.textContent = rows.length >= maxPolicies ? "Add policy (at most " + maxPolicies + ")" : "Add policy";
+	}
+	addPolicy.addEventListener("click", () => {
+		if ($$(".policy", policies).length >= maxPolicies) return;
+		const row = policyRow(null);
+		policies.append(row);
+		renumberPolicies();
+		$("input", row).focus();
+	});
+
+	// Without a period there is no quota, and so no limit to give.
+	function quotaPeriodChanged() {
+		const limit = $("#f-quota-limit");
+		limit.disabled = $("#f-quota-period").value === "";
+		if (limit.disabled) limit.value = "";
+	}
+	$("#f-quota-period").addEventListener("change", quotaPeriodChanged);
 
 	// busy runs a form's request with its submit button disabled, so a
 	// second click cannot send it twice.
@@ -309,13 +427,17 @@
 	});
 
 	// showErrors puts each of the problem's field errors beside its field
-	// (the field named before any [index]); the rest go above the form.
+	// (the field itself when it has a box, else the one named before any
+	// [index] or .); the rest go above the form.
 	function showErrors(form, err, inputPrefix, errorPrefix, generalId) {
 		const general = document.getElementById(generalId);
 		const p = err.problem;
 		const rest = [];
 		for (const fe of (p && p.errors) || []) {
-			const field = fe.field.split(/[[.]/)[0];
+			// rateLimits[1].limit has a box of its own (e-rateLimits-1-limit);
+			// privileges[1] is told beside privileges.
+			const exact = fe.field.replace(/\[(\d+)\]/g, "-$1").replace(/\./g, "-");
+			const field = document.getElementById(errorPrefix + exact) ? exact : fe.field.split(/[[.]/)[0];
 			const box = document.getElementById(errorPrefix + field);
 			if (!box) {
 				rest.push(fe.message);
@@ -497,6 +619,176 @@
 		confirmRemoval("Delete", "key " + k.name + " (" + k.tokenPrefix + "…)",
 			"Clients that use this key are refused from the moment it is deleted. This cannot be undone.",
 			"webapi/keys/" + encodeURIComponent(k.id), () => loadKeys(k.service));
+	}
+
+	// --- usage ---------------------------------------------------------
+
+	// The key's requests over time, let through and refused, from
+	// webapi/keys/{id}/usage: the last 30 days by day or the last 48 hours
+	// by hour, as a bar chart drawn here in SVG (no library: the page
+	// loads nothing else), a summary line and the numbers as a table.
+	const usageDialog = $("#usage-dialog");
+	const usageSpans = {
+		day: { text: "the last 30 days", when: "Day (UTC)", every: [1, 2, 5, 7, 10, 15] },
+		hour: { text: "the last 48 hours", when: "Hour (UTC)", every: [1, 2, 3, 6, 12, 24] },
+	};
+	// What a refused request was refused for, as the gateway's codes say.
+	const refusals = {
+		rate_limited: "rate limited", quota_exceeded: "quota exceeded", unavailable: "quota unavailable",
+		key_disabled: "key disabled", key_not_valid: "key not valid", ip_not_allowed: "IP not allowed",
+		not_found: "no such resource", method_not_allowed: "method not allowed", missing_privilege: "missing privilege",
+	};
+	const dayLabel = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", timeZone: "UTC" });
+	const hourLabel = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZone: "UTC" });
+	let usage = null; // { key, resolution, series, asked } of the dialog
+
+	function openUsage(k) {
+		usage = { key: k, resolution: "day", series: null, asked: 0 };
+		$("#usage-title").textContent = "Usage of key " + k.name;
+		const limits = limitsList(k);
+		$("#usage-limits").replaceChildren(el("span", { className: "muted", textContent: "Limits: " }), limits.nodeType === Node.TEXT_NODE ? el("span", null, limits) : limits);
+		$(".usage-data", usageDialog).open = false;
+		usageDialog.showModal();
+		$("#usage-done").focus();
+		loadUsage("day");
+	}
+
+	async function loadUsage(resolution) {
+		const u = usage;
+		if (!u) return;
+		u.resolution = resolution;
+		const asked = ++u.asked;
+		for (const b of $$("[data-resolution]", usageDialog)) b.setAttribute("aria-pressed", String(b.dataset.resolution === resolution));
+		const error = $("#usage-error");
+		error.hidden = true;
+		$("#usage-figure").setAttribute("aria-busy", "true");
+		let series;
+		try {
+			series = await api("GET", "webapi/keys/" + encodeURIComponent(u.key.id) + "/usage?resolution=" + resolution);
+		} catch (e) {
+			if (usage !== u || asked !== u.asked) return;
+			$("#usage-figure").removeAttribute("aria-busy");
+			error.textContent = "Could not load the usage of " + u.key.name + ": " + e.message;
+			error.hidden = false;
+			return;
+		}
+		if (usage !== u || asked !== u.asked) return; // another span was asked for meanwhile
+		u.series = series;
+		$("#usage-figure").removeAttribute("aria-busy");
+		showUsage(u);
+	}
+	for (const b of $$("[data-resolution]", usageDialog)) b.addEventListener("click", () => loadUsage(b.dataset.resolution));
+	usageDialog.addEventListener("close", () => { usage = null; });
+	// The chart is drawn to the dialog's width, so that its text stays
+	// readable on a phone: again when the window changes.
+	window.addEventListener("resize", () => {
+		if (usage && usage.series) drawUsage(usage);
+	});
+
+	const refusedOf = (b) => Object.values(b.refused || {}).reduce((a, n) => a + n, 0);
+	// reasons writes refusals by reason: "3 rate limited, 1 quota exceeded".
+	const reasons = (byReason) => Object.entries(byReason || {}).filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1])
+		.map(([r, n]) => count(n) + " " + (refusals[r] || r.replace(/_/g, " "))).join(", ");
+	const bucketName = (resolution, iso) => new Date(iso).toISOString().slice(0, resolution === "day" ? 10 : 16).replace("T", " ");
+
+	function showUsage(u) {
+		const { series, key } = u;
+		const span = usageSpans[series.resolution] || usageSpans.day;
+		let ok = 0, refused = 0;
+		const byReason = {};
+		for (const b of series.buckets) {
+			ok += b.ok;
+			for (const [r, n] of Object.entries(b.refused || {})) {
+				refused += n;
+				byReason[r] = (byReason[r] || 0) + n;
+			}
+		}
+		const total = ok + refused;
+		$("#usage-summary").textContent = count(total) + (total === 1 ? " request" : " requests") + " in " + span.text +
+			(refused > 0 ? ", " + count(refused) + " refused (" + reasons(byReason) + ")." : ", none refused.");
+		drawUsage(u);
+		// The same numbers as a table, for a screen reader and for anyone
+		// who wants the exact counts.
+		const table = $("#usage-table");
+		$("caption", table).textContent = "Requests of key " + key.name + " in " + span.text + ", by " + series.resolution + " (UTC)";
+		$("#usage-when").textContent = span.when;
+		$("tbody", table).replaceChildren(...series.buckets.map((b) => el("tr", null,
+			el("th", { scope: "row" }, el("time", { dateTime: b.start, textContent: bucketName(series.resolution, b.start) })),
+			el("td", { className: "num", textContent: count(b.ok) }),
+			el("td", { className: "num", textContent: count(refusedOf(b)) }),
+			el("td", { textContent: reasons(b.refused) }))));
+	}
+
+	// svg makes an SVG element with attributes attrs and children.
+	const svgNS = "http://www.w3.org/2000/svg";
+	function svg(tag, attrs, ...children) {
+		const e = document.createElementNS(svgNS, tag);
+		for (const [name, v] of Object.entries(attrs || {})) e.setAttribute(name, String(v));
+		for (const c of children) e.append(c);
+		return e;
+	}
+
+	// niceStep is the step of the count axis: 1, 2 or 5 times a power of
+	// ten, whole, at least raw.
+	function niceStep(raw) {
+		if (raw <= 1) return 1;
+		const p = 10 ** Math.floor(Math.log10(raw));
+		return [1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw);
+	}
+
+	// drawUsage draws the series of u as stacked bars, let through below
+	// and refused above, with the counts on the left and the days or
+	// hours below.
+	function drawUsage(u) {
+		const { series, key } = u;
+		const span = usageSpans[series.resolution] || usageSpans.day;
+		const box = $("#usage-chart");
+		const width = Math.max(Math.round(box.clientWidth) || 600, 280);
+		const buckets = series.buckets;
+		const max = Math.max(0, ...buckets.map((b) => b.ok + refusedOf(b)));
+		const step = niceStep(max / 4);
+		const yMax = Math.max(step, Math.ceil(max / step) * step);
+		// Room on the left for the axis title and the longest count.
+		const height = 220, left = 30 + 7 * count(yMax).length, right = 20, top = 12, bottom = 44;
+		const plotW = width - left - right, plotH = height - top - bottom;
+		const y = (v) => top + plotH - (v / yMax) * plotH;
+		const slot = plotW / Math.max(buckets.length, 1);
+		const barW = Math.max(slot * 0.7, 1);
+
+		const chart = svg("svg", { class: "usage", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-labelledby": "usage-chart-title usage-summary" },
+			svg("title", { id: "usage-chart-title" }, "Requests of key " + key.name + " in " + span.text + ", by " + series.resolution));
+		for (let v = 0; v <= yMax; v += step) {
+			chart.append(
+				svg("line", { class: v === 0 ? "axis" : "grid", x1: left, x2: width - right, y1: y(v), y2: y(v) }),
+				svg("text", { class: "tick", x: left - 6, y: y(v), "text-anchor": "end", "dominant-baseline": "middle" }, count(v)));
+		}
+		// A label every few buckets, as many as fit, on round hours or days.
+		const fit = Math.max(Math.floor(plotW / 60), 1);
+		const every = span.every.find((n) => buckets.length / n <= fit) || span.every[span.every.length - 1];
+		buckets.forEach((b, i) => {
+			const x = left + i * slot + (slot - barW) / 2;
+			const start = new Date(b.start);
+			const r = refusedOf(b);
+			if (b.ok + r > 0) {
+				const g = svg("g", { class: "bucket" }, svg("title", null, bucketName(series.resolution, b.start) + " UTC: " + count(b.ok) + " let through" +
+					(r > 0 ? ", " + count(r) + " refused (" + reasons(b.refused) + ")" : "")));
+				// At least a pixel, so that a small count still shows.
+				const bar = (cls, from, to) => g.append(svg("rect", { class: cls, x, width: barW, y: Math.min(y(to), y(from) - 1), height: Math.max(y(from) - y(to), 1) }));
+				if (b.ok > 0) bar("bar-ok", 0, b.ok);
+				if (r > 0) bar("bar-refused", b.ok, b.ok + r);
+				chart.append(g);
+			}
+			const at = series.resolution === "day" ? Math.round((start - new Date(buckets[0].start)) / 86400000) : start.getUTCHours();
+			if (at % every === 0) {
+				const label = series.resolution === "day" || start.getUTCHours() === 0 ? dayLabel.format(start) : hourLabel.format(start);
+				chart.append(
+					svg("line", { class: "axis", x1: x + barW / 2, x2: x + barW / 2, y1: y(0), y2: y(0) + 4 }),
+					svg("text", { class: "tick", x: x + barW / 2, y: y(0) + 16, "text-anchor": "middle" }, label));
+			}
+		});
+		chart.append(svg("text", { class: "axis-title", x: left + plotW / 2, y: height - 6, "text-anchor": "middle" }, span.when));
+		chart.append(svg("text", { class: "axis-title", x: 0, y: 0, transform: `translate(12 ${top + plotH / 2}) rotate(-90)`, "text-anchor": "middle" }, "Requests"));
+		box.replaceChildren(chart);
 	}
 
 	// --- templates -----------------------------------------------------

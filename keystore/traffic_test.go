@@ -1,0 +1,366 @@
+package keystore
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/storetest"
+)
+
+// newLimiter is a limiter of policies, as a key's entry holds it.
+func newLimiter(policies ...RateLimit) *limiter {
+	l := &limiter{}
+	l.adopt(policies)
+	return l
+}
+
+// sec is s seconds after t0, in unix ns (the limiter's clock).
+func sec(s float64) int64 { return t0.UnixNano() + int64(s*float64(time.Second)) }
+
+// TestSlidingWindow checks the two-counter estimate on a fake clock:
+// what is let through, what a refusal says, and that a steady flow at
+// twice the limit is held to the limit in every window.
+func TestSlidingWindow(t *testing.T) {
+	t.Run("limit within one window", func(t *testing.T) {
+		l := newLimiter(RateLimit{Name: "burst", Limit: 3, WindowSeconds: 1})
+		for i, want := range []bool{true, true, true, false, false} {
+			if got := l.take(sec(0.1)).violated == 0; got != want {
+				t.Errorf("request %d: let through %v, want %v", i+1, got, want)
+			}
+		}
+	})
+	t.Run("the previous window weighs by what is left of it", func(t *testing.T) {
+		l := newLimiter(RateLimit{Name: "minute", Limit: 10, WindowSeconds: 60})
+		for range 10 {
+			if r := l.take(sec(59)); r.violated != 0 {
+				t.Fatal("refused within the limit")
+			}
+		}
+		// 15 s into the next window, the previous 10 count 7.5: let
+		// through while the estimate is below 10, three more.
+		for i, want := range []bool{true, true, true, false} {
+			if got := l.take(sec(75)).violated == 0; got != want {
+				t.Errorf("request %d at 75 s: let through %v, want %v", i+1, got, want)
+			}
+		}
+		// Two windows on, nothing of the first is left.
+		if r := l.take(sec(180)); r.violated != 0 {
+			t.Error("refused two windows later")
+		}
+	})
+	t.Run("retry after", func(t *testing.T) {
+		l := newLimiter(RateLimit{Name: "minute", Limit: 10, WindowSeconds: 60})
+		for range 10 {
+			l.take(sec(30))
+		}
+		r := l.take(sec(30))
+		if r.violated != 1 {
+			t.Fatalf("violated %b, want the first policy", r.violated)
+		}
+		// Full until the window ends at 60 s; just after, 10·(1-f) falls
+		// below 10: the next whole second from 30 s is 31.
+		if r.retryAfter != 31 {
+			t.Errorf("Retry-After %d, want 31", r.retryAfter)
+		}
+		if l.take(sec(30+30)).violated == 0 {
+			t.Error("let through before Retry-After")
+		}
+		if l.take(sec(30+31)).violated != 0 {
+			t.Error("refused at Retry-After")
+		}
+	})
+	t.Run("which policies refuse", func(t *testing.T) {
+		l := newLimiter(RateLimit{Name: "burst", Limit: 2, WindowSeconds: 1}, RateLimit{Name: "minute", Limit: 3, WindowSeconds: 60})
+		l.take(sec(0))
+		l.take(sec(0))
+		if r := l.take(sec(0.5)); r.violated != 0b01 {
+			t.Errorf("violated %b, want burst alone", r.violated)
+		}
+		l.take(sec(2.5))
+		if r := l.take(sec(4.5)); r.violated != 0b10 {
+			t.Errorf("violated %b, want minute alone", r.violated)
+		}
+	})
+	// The measured promise on one instance: twice the limit for 10
+	// windows lets through limit × 10 ± 5 %.
+	for _, tc := range []struct {
+		limit, window int64
+	}{{20, 1}, {600, 60}, {5, 10}, {1000, 1}} {
+		t.Run("twice the limit", func(t *testing.T) {
+			l := newLimiter(RateLimit{Name: "p", Limit: tc.limit, WindowSeconds: tc.window})
+			n := 2 * tc.limit * 10
+			step := float64(tc.window*10) / float64(n)
+			through := 0
+			for i := range n {
+				if l.take(sec(float64(i)*step)).violated == 0 {
+					through++
+				}
+			}
+			want := float64(tc.limit * 10)
+			if r := float64(through) / want; r < 0.95 || r > 1.05 {
+				t.Errorf("limit %d per %d s: %d let through, want %.0f ± 5%%", tc.limit, tc.window, through, want)
+			}
+		})
+	}
+	t.Run("headers", func(t *testing.T) {
+		l := newLimiter(RateLimit{Name: "burst", Limit: 20, WindowSeconds: 1}, RateLimit{Name: "minute", Limit: 600, WindowSeconds: 60})
+		for range 15 {
+			l.take(sec(0.5))
+		}
+		i, r, reset, _ := l.closest(sec(0.5))
+		var b []byte
+		b = appendRateLimit(b, l.policies[i].Name, r, reset)
+		if string(b) != `"burst";r=5;t=2` {
+			t.Errorf("RateLimit %s", b)
+		}
+		if h := policyHeader(nil, nil); h != "" {
+			t.Errorf("no policies: %q", h)
+		}
+		if h := policyHeader([]RateLimit{{"burst", 20, 1}, {"minute", 600, 60}}, &Quota{100000, QuotaMonth}); h != `"burst";q=20;w=1, "minute";q=600;w=60, "quota";q=100000;w=2592000` {
+			t.Errorf("RateLimit-Policy %s", h)
+		}
+	})
+	t.Run("a policy that stays keeps its counts", func(t *testing.T) {
+		l := newLimiter(RateLimit{Name: "burst", Limit: 2, WindowSeconds: 1})
+		l.take(sec(0))
+		l.take(sec(0))
+		l.adopt([]RateLimit{{Name: "burst", Limit: 3, WindowSeconds: 1}, {Name: "new", Limit: 5, WindowSeconds: 1}})
+		if l.take(sec(0.1)).violated != 0 || l.take(sec(0.1)).violated != 1 {
+			t.Error("the raised limit did not keep the two counted")
+		}
+	})
+}
+
+// TestRateLimitInput: every bad field of every policy and of the quota
+// is named at once; nothing is stored.
+func TestRateLimitInput(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"too many", `"rateLimits":[{"name":"a","limit":1,"windowSeconds":1},{"name":"b","limit":1,"windowSeconds":1},{"name":"c","limit":1,"windowSeconds":1},{"name":"d","limit":1,"windowSeconds":1},{"name":"e","limit":1,"windowSeconds":1}]`,
+			[]string{"rateLimits:too_many"}},
+		{"every field", `"rateLimits":[{"name":"Burst!","limit":0,"windowSeconds":86401},{"limit":1.5,"windowSeconds":null},{"name":"quota","limit":1000000001,"windowSeconds":0.5}]`,
+			[]string{"rateLimits[0].name:invalid", "rateLimits[0].limit:out_of_range", "rateLimits[0].windowSeconds:out_of_range",
+				"rateLimits[1].name:required", "rateLimits[1].limit:invalid", "rateLimits[1].windowSeconds:required",
+				"rateLimits[2].name:reserved", "rateLimits[2].limit:out_of_range", "rateLimits[2].windowSeconds:invalid"}},
+		{"duplicate and long names", `"rateLimits":[{"name":"a","limit":1,"windowSeconds":1},{"name":"a","limit":1,"windowSeconds":2},{"name":"` + strings.Repeat("x", 21) + `","limit":1,"windowSeconds":1}]`,
+			[]string{"rateLimits[1].name:duplicate", "rateLimits[2].name:invalid"}},
+		{"quota", `"quota":{"limit":0,"period":"week"}`, []string{"quota.limit:out_of_range", "quota.period:invalid"}},
+		{"quota without fields", `"quota":{}`, []string{"quota.limit:required", "quota.period:required"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, storetest.OpenBolt(t))
+			_, err := e.keys.Create(input(t, `{`+validContracts+`,`+tc.body+`}`))
+			if got := fieldErrors(t, err); !slices.Equal(got, tc.want) {
+				t.Errorf("errors %v\nwant   %v", got, tc.want)
+			}
+			if n := len(e.keys.List("")); n != 0 {
+				t.Errorf("%d keys stored", n)
+			}
+		})
+	}
+}
+
+// checkAt runs the key check of token at now.
+func checkAt(keys *Keys, token string, now time.Time) Decision {
+	return Authorize(&Request{Service: ServiceContracts, Authorization: []string{"Bearer " + token},
+		ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts/x", Now: now},
+		&testContractsTable, keys.Lookup)
+}
+
+// TestQuota: exactly the quota is let through, on two instances of one
+// database as on one; the period's end resets it; key.quota_exhausted
+// goes out once a period; a clean stop gives the unspent block back.
+func TestQuota(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		sink := &sinkRecorder{}
+		e.keys.EmitTo(sink)
+		other := e.reopen(t)
+		other.EmitTo(sink)
+		k := mustCreate(t, e.keys, `{"service":"contracts","name":"q","owner":"alice","privileges":["get"],"quota":{"limit":250,"period":"hour"}}`)
+		if err := other.Resync(); err != nil {
+			t.Fatal(err)
+		}
+		now := e.clock.Now()
+		through := 0
+		for i := range 400 {
+			keys := []*Keys{e.keys, other}[i%2]
+			d := checkAt(keys, k.Token, now)
+			switch d.Reason {
+			case "":
+				through++
+			case problem.CodeQuotaExceeded:
+				if d.Status != http.StatusTooManyRequests || !slices.Equal(d.Violated, []string{"quota"}) || d.RetryAfter != 3600 {
+					t.Fatalf("refusal %d %v retry %d", d.Status, d.Violated, d.RetryAfter)
+				}
+			default:
+				t.Fatalf("refused %s", d.Reason)
+			}
+		}
+		if through != 250 {
+			t.Errorf("%d let through, want the quota's 250", through)
+		}
+		// The view: all of it used, resetting at the next hour.
+		if err := e.keys.ReadQuota(k.ID); err != nil {
+			t.Fatal(err)
+		}
+		g, _ := e.keys.Get(k.ID)
+		if g.QuotaUsed == nil || *g.QuotaUsed != 250 || !g.QuotaResetsAt.Equal(now.Truncate(time.Hour).Add(time.Hour)) {
+			t.Errorf("quotaUsed %v resets %v", g.QuotaUsed, g.QuotaResetsAt)
+		}
+		n := 0
+		for _, ev := range sink.got {
+			if ev.Type == events.KeyQuotaExhausted {
+				n++
+				var data map[string]any
+				if err := json.Unmarshal(ev.Data, &data); err != nil || data["id"] != k.ID || ev.Owner != "alice" || strings.Contains(string(ev.Data), k.Token) {
+					t.Errorf("event %s", ev.Data)
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d key.quota_exhausted events, want 1", n)
+		}
+		// The next hour starts afresh.
+		next := now.Truncate(time.Hour).Add(time.Hour)
+		if d := checkAt(e.keys, k.Token, next); d.Reason != "" {
+			t.Errorf("next hour: refused %s", d.Reason)
+		}
+		// A clean stop gives back the block the instance holds: the
+		// other instance can spend it.
+		gaveBack, err := func() (int64, error) { e.clock.Set(next); return e.keys.ReturnQuota() }()
+		if err != nil || gaveBack != 1 {
+			t.Fatalf("ReturnQuota = %d, %v; want the block of 2 less the one spent", gaveBack, err)
+		}
+		through = 1
+		for range 300 {
+			if checkAt(other, k.Token, next.Add(time.Minute)).Reason == "" {
+				through++
+			}
+		}
+		if through != 250 {
+			t.Errorf("next hour: %d let through, want 250", through)
+		}
+	})
+}
+
+// TestUsageOverTime: requests count per hour and outcome in memory,
+// reach storage with the usage flush from two instances, and read back
+// by hour and by day; old hours are purged.
+func TestUsageOverTime(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		other := e.reopen(t)
+		k := mustCreate(t, e.keys, `{"service":"contracts","name":"u","owner":"alice","privileges":["get"],"rateLimits":[{"name":"burst","limit":2,"windowSeconds":1}]}`)
+		if err := other.Resync(); err != nil {
+			t.Fatal(err)
+		}
+		use := func(keys *Keys, at time.Time, n int) {
+			for range n {
+				d := checkAt(keys, k.Token, at)
+				if d.Authorized() {
+					keys.Use(d.Entry, at)
+				} else {
+					keys.Refused(d.Entry, d.Reason, at)
+				}
+			}
+		}
+		h0 := t0.Truncate(time.Hour)
+		use(e.keys, h0.Add(10*time.Minute), 5)    // 2 ok, 3 rate_limited
+		use(other, h0.Add(20*time.Minute), 1)     // 1 ok (its own window)
+		use(e.keys, h0.Add(90*time.Minute), 1)    // the next hour
+		use(e.keys, h0.Add(-24*time.Hour), 1)     // yesterday
+		use(e.keys, h0.Add(-100*24*time.Hour), 1) // beyond 90 days
+		for _, keys := range []*Keys{e.keys, other} {
+			if _, err := keys.FlushUsage(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		use(e.keys, h0.Add(95*time.Minute), 1) // not flushed yet: still shown
+
+		s, err := e.keys.UsageOver(k.ID, h0, h0.Add(2*time.Hour), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Buckets) != 2 || s.Buckets[0].OK != 3 || s.Buckets[0].Refused[problem.CodeRateLimited] != 3 ||
+			s.Buckets[1].OK != 2 || len(s.Buckets[1].Refused) != 0 {
+			t.Errorf("by hour: %+v", s.Buckets)
+		}
+		day := h0.Truncate(24 * time.Hour)
+		s, err = other.UsageOver(k.ID, day.Add(-24*time.Hour), day.Add(24*time.Hour), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Buckets) != 2 || s.Buckets[0].OK != 1 || s.Buckets[1].OK != 4 || s.Buckets[1].Refused[problem.CodeRateLimited] != 3 {
+			t.Errorf("by day, from the other instance: %+v", s.Buckets)
+		}
+		if err := e.backend.PurgeUsageHours(h0.Add(-90 * 24 * time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if hours, err := e.backend.UsageHours(k.ID, h0.Add(-200*24*time.Hour), h0.Add(3*time.Hour)); err != nil || len(hours) != 4 {
+			t.Errorf("after the purge: %+v, %v; want the 4 rows of the last 90 days", hours, err)
+		}
+		// A deleted key's hours go with it.
+		if err := e.keys.Delete(k.ID); err != nil {
+			t.Fatal(err)
+		}
+		if hours, err := e.backend.UsageHours(k.ID, h0.Add(-200*24*time.Hour), h0.Add(3*time.Hour)); err != nil || len(hours) != 0 {
+			t.Errorf("after delete: %+v, %v", hours, err)
+		}
+	})
+}
+
+// TestRateSharing: instances on one PostgreSQL learn each other's
+// counts at each sync, and the limit holds over both.
+func TestRateSharing(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		if _, ok := e.backend.(RateSharer); !ok {
+			t.Skip("one process: nothing to share")
+		}
+		other := e.reopen(t)
+		k := mustCreate(t, e.keys, `{"service":"contracts","name":"r","owner":"alice","privileges":["get"],"rateLimits":[{"name":"minute","limit":10,"windowSeconds":60}]}`)
+		if err := other.Resync(); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now() // the database drops windows by its own clock's seconds
+		for range 6 {
+			if d := checkAt(e.keys, k.Token, now); d.Reason != "" {
+				t.Fatalf("refused %s", d.Reason)
+			}
+		}
+		for _, keys := range []*Keys{e.keys, other} {
+			if err := keys.SyncRates(now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		through := 0
+		for range 10 {
+			if checkAt(other, k.Token, now).Reason == "" {
+				through++
+			}
+		}
+		if through != 4 {
+			t.Errorf("the other instance let through %d after the sync, want the 4 left", through)
+		}
+		// Its 4 reach the first instance at the next sync.
+		for _, keys := range []*Keys{other, e.keys} {
+			if err := keys.SyncRates(now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if checkAt(e.keys, k.Token, now).Reason == "" {
+			t.Error("the first instance let one through over the shared limit")
+		}
+	})
+}
