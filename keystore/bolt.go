@@ -49,8 +49,9 @@ type Backend interface {
 	AddUsage(batch []Usage) error
 	// UsageHours reads key id's hourly counts of the hours in [from, to).
 	UsageHours(id string, from, to time.Time) ([]HourCount, error)
-	// PurgeUsageHours removes the hourly counts of hours before before.
-	PurgeUsageHours(before time.Time) error
+	// PurgeUsage removes the hourly counts of hours before before, and
+	// the quota periods that began before it.
+	PurgeUsage(before time.Time) error
 	// LeaseQuota takes up to want of key id's quota limit for the period
 	// that begins at period, in one transaction, never beyond limit. The
 	// lease that takes the period's last unit runs emit in it, once per

@@ -68,9 +68,9 @@ func (b *BoltBackend) UsageHours(id string, from, to time.Time) ([]HourCount, er
 	return out, err
 }
 
-// PurgeUsageHours implements Backend: it reads every key's hours, which
-// it is called for about once an hour.
-func (b *BoltBackend) PurgeUsageHours(before time.Time) error {
+// PurgeUsage implements Backend: it reads every key's hours and quota
+// periods, which it is called for about once an hour.
+func (b *BoltBackend) PurgeUsage(before time.Time) error {
 	limit := uint64(before.Unix() / 3600)
 	return b.db.Update(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketKeyHours).Cursor()
@@ -86,12 +86,32 @@ func (b *BoltBackend) PurgeUsageHours(before time.Time) error {
 			// Past this key's old hours: on to the next key id.
 			next := append([]byte(nil), k[:16]...)
 			if !increment(next) {
-				return nil
+				break
 			}
 			k, _ = c.Seek(next)
 		}
+		return deleteOldPeriods(tx.Bucket(bucketKeyQuota), before)
+	})
+}
+
+// deleteOldPeriods removes the quota periods that began before before.
+func deleteOldPeriods(b *bbolt.Bucket, before time.Time) error {
+	var old [][]byte
+	err := b.ForEach(func(k, _ []byte) error {
+		if len(k) == 24 && int64(binary.BigEndian.Uint64(k[16:])) < before.Unix() {
+			old = append(old, bytes.Clone(k))
+		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for _, k := range old {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // increment adds one to the big-endian number b; false when it overflows.

@@ -3,11 +3,13 @@ package keystore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
@@ -73,6 +75,10 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *Sealer) ([
 	if err != nil {
 		return nil, err
 	}
+	hours, quotas, err := copyTraffic(ctx, btx, to)
+	if err != nil {
+		return nil, err
+	}
 	// Gateways already running on the schema read every key again once
 	// the copy commits.
 	var schema string
@@ -82,6 +88,45 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *Sealer) ([
 	if _, err := pgdb.Of(to).Exec(ctx, "SELECT pg_notify($1, $2)", pgdb.Channel(schema, keysTopic), resyncAll); err != nil {
 		return nil, err
 	}
-	note := fmt.Sprintf("%d contracts, %d share; %d used", perService[ServiceContracts], perService[ServiceShare], used)
+	note := fmt.Sprintf("%d contracts, %d share; %d used; %d hourly usage rows, %d quota periods", perService[ServiceContracts], perService[ServiceShare], used, hours, quotas)
 	return []storage.Copied{{Kind: "keys", N: n, Note: note}}, nil
+}
+
+// copyTraffic copies what keys spent: the hourly usage and the quota
+// periods (rate-limit counts live a window or two and are not copied).
+// The gateway was stopped cleanly, so its quota blocks were given back.
+func copyTraffic(ctx context.Context, btx *bbolt.Tx, to storage.Tx) (hours, quotas int64, err error) {
+	if b := btx.Bucket(bucketKeyHours); b != nil {
+		out := pgdb.NewCopier(ctx, to, "key_usage_hourly", "key_id", "hour", "outcome", "count")
+		err := b.ForEach(func(k, v []byte) error {
+			if len(k) < 24 || len(v) != 8 {
+				return fmt.Errorf("hourly usage %x: malformed", k)
+			}
+			hour := time.Unix(int64(binary.BigEndian.Uint64(k[16:24]))*3600, 0).UTC()
+			return out.Add(k[:16], hour, string(k[24:]), int64(binary.BigEndian.Uint64(v)))
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		if hours, err = out.Close(); err != nil {
+			return 0, 0, err
+		}
+	}
+	if b := btx.Bucket(bucketKeyQuota); b != nil {
+		out := pgdb.NewCopier(ctx, to, "key_quota", "key_id", "period_start", "used", "exhausted")
+		err := b.ForEach(func(k, v []byte) error {
+			if len(k) != 24 || len(v) != 9 {
+				return fmt.Errorf("quota period %x: malformed", k)
+			}
+			used, exhausted := quotaRow(v)
+			return out.Add(k[:16], time.Unix(int64(binary.BigEndian.Uint64(k[16:])), 0).UTC(), used, exhausted)
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		if quotas, err = out.Close(); err != nil {
+			return 0, 0, err
+		}
+	}
+	return hours, quotas, nil
 }

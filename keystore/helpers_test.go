@@ -402,7 +402,7 @@ func (m *memBackend) UsageHours(id string, from, to time.Time) ([]HourCount, err
 	return out, m.fail
 }
 
-func (m *memBackend) PurgeUsageHours(before time.Time) error {
+func (m *memBackend) PurgeUsage(before time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, list := range m.hours {

@@ -56,11 +56,14 @@ func (b *PostgresBackend) UsageHours(id string, from, to time.Time) ([]HourCount
 	return out, err
 }
 
-// PurgeUsageHours implements Backend.
-func (b *PostgresBackend) PurgeUsageHours(before time.Time) error {
+// PurgeUsage implements Backend.
+func (b *PostgresBackend) PurgeUsage(before time.Time) error {
 	ctx := context.Background()
 	return b.db.Update(ctx, func(tx storage.Tx) error {
-		_, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM key_usage_hourly WHERE hour < $1", before.UTC())
+		if _, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM key_usage_hourly WHERE hour < $1", before.UTC()); err != nil {
+			return err
+		}
+		_, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM key_quota WHERE period_start < $1", before.UTC())
 		return err
 	})
 }

@@ -304,7 +304,7 @@ func TestUsageOverTime(t *testing.T) {
 		if len(s.Buckets) != 2 || s.Buckets[0].OK != 1 || s.Buckets[1].OK != 4 || s.Buckets[1].Refused[problem.CodeRateLimited] != 3 {
 			t.Errorf("by day, from the other instance: %+v", s.Buckets)
 		}
-		if err := e.backend.PurgeUsageHours(h0.Add(-90 * 24 * time.Hour)); err != nil {
+		if err := e.backend.PurgeUsage(h0.Add(-90 * 24 * time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 		if hours, err := e.backend.UsageHours(k.ID, h0.Add(-200*24*time.Hour), h0.Add(3*time.Hour)); err != nil || len(hours) != 4 {

@@ -395,6 +395,15 @@ func TestCopyToPostgres(t *testing.T) {
 			t.Fatalf("key %s reveals %q on bbolt, was created with %q", name, tokensBefore[name], tok)
 		}
 	}
+	usageFrom, usageTo := t0.Add(-48*time.Hour), t0.Add(48*time.Hour)
+	usageBefore := map[string]string{}
+	for _, k := range keysBefore {
+		sb, err := w1.keys.UsageOver(k.ID, usageFrom, usageTo, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		usageBefore[k.ID] = mustJSON(t, sb)
+	}
 	if err := src.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -436,6 +445,23 @@ func TestCopyToPostgres(t *testing.T) {
 	}
 	if !reflect.DeepEqual(tokensBefore, tokensAfter) {
 		t.Fatalf("revealed tokens differ:\nbbolt    %v\npostgres %v", tokensBefore, tokensAfter)
+	}
+	// Usage over time came along, hour by hour.
+	hours := 0
+	for _, k := range keysBefore {
+		sa, err := w2.keys.UsageOver(k.ID, usageFrom, usageTo, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, a := usageBefore[k.ID], mustJSON(t, sa); b != a {
+			t.Errorf("usage over time of %s differs:\nbbolt    %s\npostgres %s", k.Name, b, a)
+		}
+		for _, b := range sa.Buckets {
+			hours += int(b.OK)
+		}
+	}
+	if hours == 0 {
+		t.Error("no usage over time to copy: the fill used no key")
 	}
 	used := 0
 	for _, k := range keysAfter {
