@@ -152,3 +152,33 @@ func benchKeys(b *testing.B, n int) benchStore {
 	benchCache[n] = s
 	return s
 }
+
+// BenchmarkAuthorizeTraffic is the key check of a key with two rate-limit
+// policies and a quota (limits never reached), and its RateLimit headers.
+func BenchmarkAuthorizeTraffic(b *testing.B) {
+	sealer, err := NewSealer(randomKey(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ks, err := Open(newMemBackend(), sealer, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	k := mustCreate(b, ks, `{"service":"contracts","name":"b","owner":"o","privileges":["get"],
+		"rateLimits":[{"name":"second","limit":1000000000,"windowSeconds":1},{"name":"minute","limit":1000000000,"windowSeconds":60}],
+		"quota":{"limit":1000000000000,"period":"month"}}`)
+	req := &Request{Service: ServiceContracts, Authorization: []string{"Bearer " + k.Token},
+		ClientIP: netip.MustParseAddr("2001:db8::7"), Method: "GET", Path: "/webapi/contracts/c1/attachments/a1"}
+	lookup := ks.Lookup
+	b.ReportAllocs()
+	for b.Loop() {
+		req.Now = time.Now()
+		d := Authorize(req, &testContractsTable, lookup)
+		if !d.Authorized() {
+			b.Fatal(d.Reason)
+		}
+		if p, c := d.RateLimitHeaders(req.Now); p == "" || c == "" {
+			b.Fatal("no headers")
+		}
+	}
+}

@@ -194,13 +194,19 @@ func (e *Entry) quotaView(key *Key, now time.Time) {
 	if key.Quota == nil {
 		return
 	}
-	start := key.Quota.Period.start(now)
-	reset := key.Quota.Period.next(start)
+	used, reset := e.quotaUsed(key.Quota, now)
+	key.QuotaUsed, key.QuotaResetsAt = &used, &reset
+}
+
+// quotaUsed is what instances have taken of q in the period of now, less
+// this instance's unspent block, and when the next period begins.
+func (e *Entry) quotaUsed(q *Quota, now time.Time) (int64, time.Time) {
+	start := q.Period.start(now)
 	used := int64(0)
 	if e.quota.period.Load() == start.Unix() {
 		used = max(e.quota.used.Load()-max(e.quota.block.Load(), 0), 0)
 	}
-	key.QuotaUsed, key.QuotaResetsAt = &used, &reset
+	return used, q.Period.next(start)
 }
 
 // ReadQuota reads key id's quota use of the current period back from the
@@ -283,13 +289,11 @@ func (d *Decision) RateLimitHeaders(now time.Time) (policy, current string) {
 		name = s.key.RateLimits[i].Name
 	}
 	if q := s.key.Quota; q != nil {
-		var k Key
-		k.Quota = q
-		d.Entry.quotaView(&k, now)
-		qr := max(q.Limit-*k.QuotaUsed, 0)
+		used, reset := d.Entry.quotaUsed(q, now)
+		qr := max(q.Limit-used, 0)
 		if f := float64(qr) / float64(q.Limit); name == "" || f < frac {
 			name, r = quotaPolicy, qr
-			t = max(int64(k.QuotaResetsAt.Sub(now)+time.Second-1)/int64(time.Second), 0)
+			t = max(int64(reset.Sub(now)+time.Second-1)/int64(time.Second), 0)
 		}
 	}
 	var buf [96]byte

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -363,4 +364,30 @@ func TestRateSharing(t *testing.T) {
 			t.Error("the first instance let one through over the shared limit")
 		}
 	})
+}
+
+// TestHourlyTurn: counts land in their request's hour, also for a request
+// that began before the hour turned and is counted after.
+func TestHourlyTurn(t *testing.T) {
+	var h hourly
+	at := func(hr int, min float64) int64 {
+		return t0.Truncate(time.Hour).Add(time.Duration(hr)*time.Hour + time.Duration(min*float64(time.Minute))).UnixNano()
+	}
+	h.add(0, at(0, 10))
+	h.add(7, at(0, 59.9))
+	h.add(0, at(1, 0))
+	h.add(0, at(0, 59.99)) // late: still the first hour's
+	h.add(0, at(1, 30))
+	got := map[string]uint64{}
+	for _, c := range h.take() {
+		got[c.Hour.Format("15")+" "+c.Outcome] += c.Count
+	}
+	h0 := t0.Truncate(time.Hour)
+	want := map[string]uint64{h0.Format("15") + " ok": 2, h0.Format("15") + " rate_limited": 1, h0.Add(time.Hour).Format("15") + " ok": 2}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("counts %v, want %v", got, want)
+	}
+	if rest := h.take(); len(rest) != 0 {
+		t.Errorf("taken twice: %v", rest)
+	}
 }

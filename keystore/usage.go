@@ -10,7 +10,7 @@ import (
 
 // Outcomes are what a request of a known key came to, as usage over time
 // counts them: ok, or the reason it was refused.
-var Outcomes = []string{
+var Outcomes = [...]string{
 	OutcomeOK,
 	problem.CodeKeyDisabled,
 	problem.CodeKeyNotValid,
@@ -51,7 +51,7 @@ type HourCount struct {
 // hours before it, not yet flushed, in done.
 type hourly struct {
 	hour   atomic.Int64 // unix hours of counts
-	counts [10]atomic.Uint64
+	counts [len(Outcomes)]atomic.Uint64
 
 	mu   sync.Mutex
 	done []HourCount
@@ -60,20 +60,28 @@ type hourly struct {
 // add counts one request of outcome i at ns.
 func (h *hourly) add(i int, ns int64) {
 	hr := ns / int64(time.Hour)
-	if h.hour.Load() != hr {
-		h.turn(hr)
+	if h.hour.Load() != hr && !h.turn(i, hr) {
+		return
 	}
 	h.counts[i].Add(1)
 }
 
-// turn moves the counts of the hour that ended into done.
-func (h *hourly) turn(hr int64) {
+// turn moves the counts of the hour that ended into done when hr is a
+// later hour, and reports whether the request is to be counted in
+// counts; one of an earlier hour (a request that began before the hour
+// turned) is counted into done as its own hour's.
+func (h *hourly) turn(i int, hr int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if old := h.hour.Load(); old != hr {
+	switch old := h.hour.Load(); {
+	case hr > old:
 		h.drain(old)
 		h.hour.Store(hr)
+	case hr < old:
+		h.done = append(h.done, HourCount{Hour: time.Unix(hr*3600, 0).UTC(), Outcome: Outcomes[i], Count: 1})
+		return false
 	}
+	return true
 }
 
 // drain moves the counts into done as hour hr's. The caller holds mu.
