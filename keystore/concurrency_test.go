@@ -128,14 +128,7 @@ func benchKeys(b *testing.B, n int) benchStore {
 	if s, ok := benchCache[n]; ok {
 		return s
 	}
-	sealer, err := NewSealer(randomKey(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ks, err := Open(newMemBackend(), sealer, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ks := memKeys(b)
 	var token string
 	for i := 0; i < n; i++ {
 		k, err := ks.Create(&KeyInput{
@@ -156,14 +149,7 @@ func benchKeys(b *testing.B, n int) benchStore {
 // BenchmarkAuthorizeTraffic is the key check of a key with two rate-limit
 // policies and a quota (limits never reached), and its RateLimit headers.
 func BenchmarkAuthorizeTraffic(b *testing.B) {
-	sealer, err := NewSealer(randomKey(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ks, err := Open(newMemBackend(), sealer, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ks := memKeys(b)
 	k := mustCreate(b, ks, `{"service":"contracts","name":"b","owner":"o","privileges":["get"],
 		"rateLimits":[{"name":"second","limit":1000000000,"windowSeconds":1},{"name":"minute","limit":1000000000,"windowSeconds":60}],
 		"quota":{"limit":1000000000000,"period":"month"}}`)
@@ -181,4 +167,17 @@ func BenchmarkAuthorizeTraffic(b *testing.B) {
 			b.Fatal("no headers")
 		}
 	}
+}
+
+// memKeys is a key store in memory.
+func memKeys(b *testing.B) *Keys {
+	sealer, err := NewSealer(randomKey(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ks, err := Open(newMemBackend(), sealer, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ks
 }

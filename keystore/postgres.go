@@ -231,7 +231,7 @@ func (b *PostgresBackend) AddUsage(batch []Usage) error {
 					}
 					return nil
 				})
-				queueHours(&q, k, u.Hours)
+			queueHours(&q, k, u.Hours)
 		}
 		return pgdb.Of(tx).SendBatch(ctx, &q).Close()
 	})

@@ -321,25 +321,34 @@ func (l *limiter) pending(id string, out []RateCount) []RateCount {
 	return out
 }
 
+// policy is the state of the policy c counts for, nil if the key no
+// longer has it. The caller holds mu.
+func (l *limiter) policy(c RateCount) *policyState {
+	for i := range l.policies {
+		if p := &l.policies[i]; p.Name == c.Policy && p.WindowSeconds == c.WindowSeconds {
+			return p
+		}
+	}
+	return nil
+}
+
 // unsent gives back deltas that could not be sent.
 func (l *limiter) unsent(c RateCount) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for i := range l.policies {
-		p := &l.policies[i]
-		if p.Name != c.Policy || p.WindowSeconds != c.WindowSeconds {
-			continue
-		}
-		switch c.Index {
-		case p.index:
-			p.cur -= c.Count
-			p.curLocal += c.Count
-		case p.index - 1:
-			p.prev -= c.Count
-			p.prevLocal += c.Count
-		}
-		l.dirty = true
+	p := l.policy(c)
+	if p == nil {
+		return
 	}
+	switch c.Index {
+	case p.index:
+		p.cur -= c.Count
+		p.curLocal += c.Count
+	case p.index - 1:
+		p.prev -= c.Count
+		p.prevLocal += c.Count
+	}
+	l.dirty = true
 }
 
 // total takes a window's count of every instance as the database holds
@@ -347,18 +356,16 @@ func (l *limiter) unsent(c RateCount) {
 func (l *limiter) total(c RateCount, ns int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for i := range l.policies {
-		p := &l.policies[i]
-		if p.Name != c.Policy || p.WindowSeconds != c.WindowSeconds {
-			continue
-		}
-		p.roll(ns)
-		switch c.Index {
-		case p.index:
-			p.cur = max(p.cur, c.Count)
-		case p.index - 1:
-			p.prev = max(p.prev, c.Count)
-		}
+	p := l.policy(c)
+	if p == nil {
+		return
+	}
+	p.roll(ns)
+	switch c.Index {
+	case p.index:
+		p.cur = max(p.cur, c.Count)
+	case p.index - 1:
+		p.prev = max(p.prev, c.Count)
 	}
 }
 
@@ -381,21 +388,24 @@ func policyHeader(policies []RateLimit, q *Quota) string {
 	return string(b)
 }
 
+// appendPolicy appends the RateLimit-Policy item of one policy.
 func appendPolicy(b []byte, name string, q, w int64) []byte {
-	b = append(b, '"')
-	b = append(b, name...)
-	b = append(b, `";q=`...)
-	b = strconv.AppendInt(b, q, 10)
-	b = append(b, ";w="...)
-	return strconv.AppendInt(b, w, 10)
+	return appendItem(b, name, ";q=", q, ";w=", w)
 }
 
-// appendRateLimit appends the RateLimit value of one policy.
+// appendRateLimit appends the RateLimit item of one policy.
 func appendRateLimit(b []byte, name string, r, t int64) []byte {
+	return appendItem(b, name, ";r=", r, ";t=", t)
+}
+
+// appendItem appends a structured-field item: the policy's name as a
+// string with two integer parameters.
+func appendItem(b []byte, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
 	b = append(b, '"')
 	b = append(b, name...)
-	b = append(b, `";r=`...)
-	b = strconv.AppendInt(b, r, 10)
-	b = append(b, ";t="...)
-	return strconv.AppendInt(b, t, 10)
+	b = append(b, '"')
+	b = append(b, k1...)
+	b = strconv.AppendInt(b, v1, 10)
+	b = append(b, k2...)
+	return strconv.AppendInt(b, v2, 10)
 }

@@ -63,8 +63,8 @@ func (k *Keys) spendQuota(e *Entry, s *compiled, q *Quota, now time.Time) error 
 	start := q.Period.start(now)
 	p := start.Unix()
 	if qs.period.Load() == p {
-		if left := qs.block.Add(-1); left >= 0 {
-			if left < quotaBlock(q.Limit, qs.used.Load())/2 && qs.prefetch.CompareAndSwap(false, true) {
+		if left, err := qs.take(now); left >= 0 || err != nil {
+			if left >= 0 && left < quotaBlock(q.Limit, qs.used.Load())/2 && qs.prefetch.CompareAndSwap(false, true) {
 				go func() {
 					defer qs.prefetch.Store(false)
 					qs.mu.Lock()
@@ -72,29 +72,17 @@ func (k *Keys) spendQuota(e *Entry, s *compiled, q *Quota, now time.Time) error 
 					_ = k.lease(e, s, q, start, now) // a failure shows when the block is empty
 				}()
 			}
-			return nil
-		}
-		qs.block.Add(1)
-		if now.UnixNano() < qs.spentUntil.Load() {
-			return errQuotaSpent
-		}
-		if now.UnixNano() < qs.failedUntil.Load() {
-			return ErrQuotaUnavailable
+			return err
 		}
 	}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	for {
 		if qs.period.Load() == p {
-			if qs.block.Add(-1) >= 0 {
-				return nil
+			if left, err := qs.take(now); left >= 0 || err != nil {
+				return err
 			}
-			qs.block.Add(1)
-			if now.UnixNano() < qs.spentUntil.Load() {
-				return errQuotaSpent
-			}
-		}
-		if now.UnixNano() < qs.failedUntil.Load() {
+		} else if now.UnixNano() < qs.failedUntil.Load() {
 			return ErrQuotaUnavailable
 		}
 		granted, err := k.leaseGranted(e, s, q, start, now)
@@ -106,6 +94,24 @@ func (k *Keys) spendQuota(e *Entry, s *compiled, q *Quota, now time.Time) error 
 			return errQuotaSpent
 		}
 	}
+}
+
+// take spends one unit of the block of the current period and returns
+// what is left of it; -1 when the block is empty, with errQuotaSpent or
+// ErrQuotaUnavailable when the last lease said so a moment ago, nil when
+// a lease is to be tried.
+func (qs *quotaState) take(now time.Time) (int64, error) {
+	if left := qs.block.Add(-1); left >= 0 {
+		return left, nil
+	}
+	qs.block.Add(1)
+	switch ns := now.UnixNano(); {
+	case ns < qs.spentUntil.Load():
+		return -1, errQuotaSpent
+	case ns < qs.failedUntil.Load():
+		return -1, ErrQuotaUnavailable
+	}
+	return -1, nil
 }
 
 // leaseGranted is lease returning what it granted.
