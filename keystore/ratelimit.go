@@ -135,14 +135,28 @@ type policyState struct {
 	// what this instance added since, not yet sent.
 	cur, prev           int64
 	curLocal, prevLocal int64
+	// others is the pace of the other instances in this window at the
+	// last sync (requests a ns), syncedAt when that sync was and gap the
+	// interval before it. Between syncs the estimate counts what they
+	// let through at that pace, for at most one gap, so that instances
+	// sharing a load do not each let through the others' share of a
+	// whole sync interval beyond the limit.
+	others        float64
+	syncedAt, gap int64
 }
 
 // estimate is the sliding-window count at ns, which must be in window
 // p.index.
 func (p *policyState) estimate(ns int64) float64 {
-	into := ns - p.index*p.window
-	weight := float64(p.window-into) / float64(p.window)
-	return float64(p.prev+p.prevLocal)*weight + float64(p.cur+p.curLocal)
+	start := p.index * p.window
+	weight := float64(p.window-(ns-start)) / float64(p.window)
+	cur := float64(p.cur + p.curLocal)
+	if p.others > 0 {
+		if d := min(ns-max(p.syncedAt, start), p.gap); d > 0 {
+			cur += p.others * float64(d)
+		}
+	}
+	return float64(p.prev+p.prevLocal)*weight + cur
 }
 
 // roll moves p to the window of ns.
@@ -351,21 +365,37 @@ func (l *limiter) unsent(c RateCount) {
 	l.dirty = true
 }
 
-// total takes a window's count of every instance as the database holds
-// it, now that this instance's deltas are in it.
-func (l *limiter) total(c RateCount, ns int64) {
+// apply takes the counts of every instance as the database holds them
+// after a sync at ns, this instance's deltas included: rows are the
+// key's counts of the windows still current.
+func (l *limiter) apply(rows []RateCount, ns int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	p := l.policy(c)
-	if p == nil {
-		return
-	}
-	p.roll(ns)
-	switch c.Index {
-	case p.index:
-		p.cur = max(p.cur, c.Count)
-	case p.index - 1:
-		p.prev = max(p.prev, c.Count)
+	for i := range l.policies {
+		p := &l.policies[i]
+		p.roll(ns)
+		var cur int64
+		for _, c := range rows {
+			if c.Policy != p.Name || c.WindowSeconds != p.WindowSeconds {
+				continue
+			}
+			switch c.Index {
+			case p.index:
+				cur = c.Count
+			case p.index - 1:
+				p.prev = max(p.prev, c.Count)
+			}
+		}
+		// What the others let through since the last sync, and its pace.
+		p.others = 0
+		if from := max(p.syncedAt, p.index*p.window); p.syncedAt > 0 && ns > from && cur > p.cur {
+			p.others = float64(cur-p.cur) / float64(ns-from)
+		}
+		if p.syncedAt > 0 {
+			p.gap = ns - p.syncedAt
+		}
+		p.syncedAt = ns
+		p.cur = max(p.cur, cur)
 	}
 }
 

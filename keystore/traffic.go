@@ -267,10 +267,14 @@ func (k *Keys) SyncRates(now time.Time) error {
 		}
 		return err
 	}
-	ns := now.UnixNano()
+	byKey := make(map[string][]RateCount)
 	for _, c := range totals {
-		if e := k.entry(c.KeyID); e != nil {
-			e.limits.total(c, ns)
+		byKey[c.KeyID] = append(byKey[c.KeyID], c)
+	}
+	ns := now.UnixNano()
+	for _, e := range k.entries() {
+		if s := e.snap.Load(); len(s.key.RateLimits) > 0 {
+			e.limits.apply(byKey[s.key.ID], ns)
 		}
 	}
 	return nil

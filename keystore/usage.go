@@ -144,11 +144,15 @@ func (k *Keys) UsageOver(id string, from, to time.Time, byDay bool) (UsageSeries
 	if !to.Equal(to.Truncate(step)) {
 		to = to.Truncate(step).Add(step)
 	}
+	// Under flushMu: a flush takes counts from memory before storage has
+	// them, and would otherwise be missing from both reads.
+	k.flushMu.Lock()
 	stored, err := k.backend.UsageHours(id, from, to)
+	pending := e.hourly.peek()
+	k.flushMu.Unlock()
 	if err != nil {
 		return UsageSeries{}, err
 	}
-	pending := e.hourly.peek()
 	n := int(to.Sub(from) / step)
 	out := UsageSeries{KeyID: id, Resolution: res, From: from, To: to, Buckets: make([]UsageBucket, n)}
 	for i := range out.Buckets {

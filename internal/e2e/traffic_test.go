@@ -89,6 +89,9 @@ func byKeyCheck(r crashReply) bool {
 // turn, and counts those let through.
 func paced(t *testing.T, gws []*gatewayproc.Gateway, token string, rate int, d time.Duration) (through, refused int) {
 	t.Helper()
+	// Start as a window (of whole seconds) starts: a run that began
+	// within one would have a first window with nothing before it.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	var wg sync.WaitGroup
