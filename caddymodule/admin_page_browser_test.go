@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +21,15 @@ import (
 
 // TestAdminPageInBrowser is an administrator's session on the Web API
 // Keys page in headless Chromium: log in, create a share key with "Get
-// Shares" and "List Shares", copy and download its token and use it on
-// the share API, reveal it again, restrict its allowed IPs and see the
-// next request refused, see invalid fields named beside them, delete the
-// key with confirmation, add and remove a template; a cross-site form
-// post from another origin is refused. axe-core checks every state, on a
+// Shares" and "List Shares", two rate-limit policies and a monthly quota,
+// copy and download its token and use it on the share API until a policy
+// refuses it, see the policies and the quota left in its row and its
+// usage chart by day and by hour, reveal it again, edit a policy (an
+// invalid limit first, named beside its field) and restrict its allowed
+// IPs and see the next request refused, see invalid fields named beside
+// them, disable, enable and roll it with its limits kept, delete the key
+// with confirmation, add and remove a template; a cross-site form post
+// from another origin is refused. axe-core checks every state, on a
 // laptop, and on a phone in the dark.
 func TestAdminPageInBrowser(t *testing.T) { eachBackend(t, testAdminPageInBrowser) }
 
@@ -49,6 +54,15 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		s, err := chromedp.Run(ctx, chromedp.Value(chromedp.CSS(sel)))
 		must(t, "read "+sel, err)
 		return s
+	}
+	// choose picks value in the select id, as a user's pick does (its
+	// change event too).
+	choose := func(id, value string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById(%q); s.value = %q;
+				s.dispatchEvent(new Event("change", { bubbles: true })); return s.value === %[2]q; })()`, id, value))(ctx, tg)
+			return err
+		})
 	}
 	waitStatus := func(holding string) {
 		t.Helper()
@@ -84,8 +98,17 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		chromedp.Click(chromedp.CSS(`#panel-share .create-key`)),
 		chromedp.WaitVisible(chromedp.ID("key-form")),
 	))
+	// Two rate-limit policies and a quota: the fields are there to fill.
+	must(t, "two policies and a quota", chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("add-policy")),
+		chromedp.Click(chromedp.ID("add-policy")),
+		chromedp.WaitVisible(chromedp.ID("f-rateLimits-1-windowSeconds")),
+		choose("f-quota-period", "month"),
+		chromedp.WaitEnabled(chromedp.ID("f-quota-limit")),
+	))
 	labels := text("#key-form")
-	for _, want := range []string{"Key Name", "Description", "Owner", "Not valid before", "Not valid after", "Allowed IPs", "Get Shares", "List Shares", "Create Shares", "Delete Shares", "Admin projects"} {
+	for _, want := range []string{"Key Name", "Description", "Owner", "Not valid before", "Not valid after", "Allowed IPs", "Get Shares", "List Shares", "Create Shares", "Delete Shares", "Admin projects",
+		"Rate limits", "Policy 1", "Policy 2", "Name", "Limit", "Window (seconds)", "Quota", "Period", "Requests per period"} {
 		if !strings.Contains(labels, want) {
 			t.Errorf("the create form lacks the label %q", want)
 		}
@@ -97,6 +120,13 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		chromedp.SendKeys(chromedp.ID("f-owner"), "bob"),
 		chromedp.Click(chromedp.ID("p-get")),
 		chromedp.Click(chromedp.ID("p-list")),
+		chromedp.SendKeys(chromedp.ID("f-rateLimits-0-name"), "burst"),
+		chromedp.SendKeys(chromedp.ID("f-rateLimits-0-limit"), "20"),
+		chromedp.SendKeys(chromedp.ID("f-rateLimits-0-windowSeconds"), "1"),
+		chromedp.SendKeys(chromedp.ID("f-rateLimits-1-name"), "daily"),
+		chromedp.SendKeys(chromedp.ID("f-rateLimits-1-limit"), "3"),
+		chromedp.SendKeys(chromedp.ID("f-rateLimits-1-windowSeconds"), "86400"),
+		chromedp.SendKeys(chromedp.ID("f-quota-limit"), "100000"),
 	))
 	// Twice, as an impatient double click: one key is made.
 	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const b = document.getElementById("key-save"); b.click(); b.click(); return true; })()`))
@@ -137,8 +167,20 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	if len(keys) != 1 || keys[0].Name != "browser key" || keys[0].Owner != "bob" || strings.Join(privileges(keys[0]), ",") != "get,list" || keys[0].Description != "made in the browser test" {
 		t.Fatalf("the stored key: %+v", keys)
 	}
+	wantLimits := []keystore.RateLimit{{Name: "burst", Limit: 20, WindowSeconds: 1}, {Name: "daily", Limit: 3, WindowSeconds: 86400}}
+	wantQuota := keystore.Quota{Limit: 100000, Period: keystore.QuotaMonth}
+	checkLimits := func(when string, k keystore.Key) {
+		t.Helper()
+		if !slices.Equal(k.RateLimits, wantLimits) || k.Quota == nil || *k.Quota != wantQuota {
+			t.Errorf("%s: the key's rate limits %+v and quota %+v, want %+v and %+v", when, k.RateLimits, k.Quota, wantLimits, wantQuota)
+		}
+	}
+	checkLimits("created on the page", keys[0])
 	id := keys[0].ID
 	rowSel := `#panel-share tr[data-id="` + id + `"]`
+	if row := text(rowSel); !strings.Contains(row, "burst: 20 / 1 s") || !strings.Contains(row, "daily: 3 / 24 h") || !strings.Contains(row, "of 100,000 left this month, resets ") {
+		t.Errorf("the new key's row does not show its limits: %q", row)
+	}
 
 	// Reveal it again, and download it from its row.
 	must(t, "reveal", chromedp.Do(ctx,
@@ -156,6 +198,88 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		t.Errorf("downloaded from the row: %q", got)
 	}
 
+	// Two more requests, and the "daily" policy (3 a day) refuses the next.
+	for i := range 2 {
+		if r := share(); r.status != http.StatusOK {
+			t.Fatalf("request %d of the daily 3: %d %s", i+2, r.status, r.body)
+		}
+	}
+	if r := share(); r.status != http.StatusTooManyRequests || r.problem(t).Code != "rate_limited" {
+		t.Fatalf("the fourth request of the day: %d %s", r.status, r.body)
+	}
+	// The row shows what is left of the quota: the refused request took none.
+	var used keystore.Key
+	do(t, http.MethodGet, adminURL+"/webapi/keys/"+id, nil).json(t, &used)
+	if used.QuotaUsed == nil || *used.QuotaUsed != 3 || used.QuotaResetsAt == nil {
+		t.Fatalf("the quota used: %v, resets %v", used.QuotaUsed, used.QuotaResetsAt)
+	}
+	must(t, "reload", chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(rowSel))))
+	wantQuotaLine := "quota: 99,997 of 100,000 left this month, resets " + used.QuotaResetsAt.UTC().Format("2006-01-02 15:04") + " UTC"
+	if row := text(rowSel); !strings.Contains(row, wantQuotaLine) {
+		t.Errorf("the row does not show the quota left %q: %q", wantQuotaLine, row)
+	}
+
+	// Its usage: 3 let through and 1 refused, by day and by hour, as bars
+	// and as text.
+	usageSummary := func(holding string) string {
+		t.Helper()
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf(`document.getElementById("usage-summary").textContent.includes(%q) &&
+			document.querySelector("#usage-chart svg") !== null && !document.getElementById("usage-figure").hasAttribute("aria-busy")`, holding),
+			chromedp.WithPollingTimeout(testwait.Generous)))
+		if err != nil {
+			t.Fatalf("the usage summary %q does not say %q: %v", text("#usage-summary"), holding, err)
+		}
+		return text("#usage-summary")
+	}
+	type chart struct {
+		OK, Refused, Rows, Labels int
+		Title, Role               string
+		TableOK, TableRefused     int
+		TableText                 string
+	}
+	readChart := func() chart {
+		t.Helper()
+		c, err := chromedp.Run(ctx, chromedp.Evaluate[chart](`(() => {
+			const svg = document.querySelector("#usage-chart svg");
+			const sum = (col) => Array.from(document.querySelectorAll("#usage-table tbody tr")).reduce((a, r) => a + Number(r.cells[col].textContent.replace(/\D/g, "")), 0);
+			return {
+				ok: svg.querySelectorAll("rect.bar-ok").length, refused: svg.querySelectorAll("rect.bar-refused").length,
+				rows: document.querySelectorAll("#usage-table tbody tr").length, labels: svg.querySelectorAll("text.tick").length,
+				title: svg.querySelector("title").textContent, role: svg.getAttribute("role"),
+				tableOK: sum(1), tableRefused: sum(2), tableText: document.getElementById("usage-table").textContent,
+			};
+		})()`))
+		must(t, "read the chart", err)
+		return c
+	}
+	must(t, "open the usage", chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(rowSel+` button.usage`)),
+		chromedp.WaitVisible(chromedp.ID("usage-dialog")),
+	))
+	if got, want := usageSummary("in the last 30 days"), "4 requests in the last 30 days, 1 refused (1 rate limited)."; got != want {
+		t.Errorf("the usage by day says %q, want %q", got, want)
+	}
+	if c := readChart(); c.OK != 1 || c.Refused != 1 || c.Rows < 30 || c.Labels < 4 || c.Role != "img" || !strings.Contains(c.Title, "browser key") ||
+		c.TableOK != 3 || c.TableRefused != 1 || !strings.Contains(c.TableText, "1 rate limited") {
+		t.Errorf("the usage chart by day: %+v", c)
+	}
+	if q := text("#usage-limits"); !strings.Contains(q, "burst: 20 / 1 s") || !strings.Contains(q, wantQuotaLine) {
+		t.Errorf("the usage dialog's limits: %q", q)
+	}
+	must(t, "by hour", chromedp.Do(ctx, chromedp.Click(chromedp.ID("usage-hour"))))
+	if got, want := usageSummary("in the last 48 hours"), "4 requests in the last 48 hours, 1 refused (1 rate limited)."; got != want {
+		t.Errorf("the usage by hour says %q, want %q", got, want)
+	}
+	if c := readChart(); c.OK != 1 || c.Refused != 1 || c.Rows < 48 || c.TableOK != 3 || c.TableRefused != 1 {
+		t.Errorf("the usage chart by hour: %+v", c)
+	}
+	if p, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`["usage-day", "usage-hour"].map((id) => document.getElementById(id).getAttribute("aria-pressed"))`)); err != nil || strings.Join(p, ",") != "false,true" {
+		t.Errorf("the span buttons pressed: %v %v", p, err)
+	}
+	must(t, "the table", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#usage-dialog summary`)), chromedp.WaitVisible(chromedp.ID("usage-table"))))
+	browsertest.Axe(t, ctx, "the usage chart")
+	must(t, "close the usage", chromedp.Do(ctx, chromedp.Click(chromedp.ID("usage-done")), chromedp.WaitNotVisible(chromedp.ID("usage-dialog"))))
+
 	// Edit: allowed IPs that exclude the test's client. What the form
 	// cannot show exactly (a fraction of a second, CR LF line ends) and
 	// was not touched stays as the API set it.
@@ -172,20 +296,50 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	if got := value("#f-name"); got != "browser key" {
 		t.Errorf("the edit form shows the name %q", got)
 	}
-	must(t, "restrict", chromedp.Do(ctx,
+	for sel, want := range map[string]string{"#f-rateLimits-0-name": "burst", "#f-rateLimits-0-limit": "20", "#f-rateLimits-1-windowSeconds": "86400", "#f-quota-period": "month", "#f-quota-limit": "100000"} {
+		if got := value(sel); got != want {
+			t.Errorf("the edit form shows %s %q, want %q", sel, got, want)
+		}
+	}
+	// A limit of 0 is refused, beside its field; nothing is saved.
+	must(t, "an invalid limit", chromedp.Do(ctx,
 		chromedp.SendKeys(chromedp.ID("f-allowedIps"), "203.0.113.0/24"),
+		chromedp.SetValue(chromedp.ID("f-rateLimits-0-limit"), "0"),
+		chromedp.Click(chromedp.ID("key-save")),
+		chromedp.WaitVisible(chromedp.ID("e-rateLimits-0-limit")),
+	))
+	if msg := text("#e-rateLimits-0-limit"); !strings.Contains(msg, "limit") {
+		t.Errorf("beside the policy's limit: %q", msg)
+	}
+	if inv, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("f-rateLimits-0-limit").getAttribute("aria-invalid")`)); err != nil || inv != "true" {
+		t.Errorf("the policy's limit not marked invalid: %q %v", inv, err)
+	}
+	if general, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("key-form-error").hidden && document.getElementById("e-rateLimits-1-limit").hidden`)); err != nil || !general {
+		t.Errorf("the error is told elsewhere than beside its field (%v)", err)
+	}
+	browsertest.Axe(t, ctx, "the edit form with a policy's error")
+	var unsaved keystore.Key
+	do(t, http.MethodGet, adminURL+"/webapi/keys/"+id, nil).json(t, &unsaved)
+	checkLimits("after the refused edit", unsaved)
+	if len(unsaved.AllowedIPs) != 0 {
+		t.Errorf("the refused edit saved the allowed IPs %v", unsaved.AllowedIPs)
+	}
+	must(t, "restrict, and a burst of 50", chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("f-rateLimits-0-limit"), "50"),
 		chromedp.Click(chromedp.ID("key-save")),
 		chromedp.WaitNotVisible(chromedp.ID("key-dialog")),
 	))
 	waitStatus("Saved key browser key")
+	wantLimits[0].Limit = 50
 	if r := share(); r.status != http.StatusForbidden || r.problem(t).Code != "ip_not_allowed" {
 		t.Fatalf("after restricting the allowed IPs: %d %s", r.status, r.body)
 	}
-	if row := text(rowSel); !strings.Contains(row, "203.0.113.0/24") {
-		t.Errorf("the row does not show the allowed IPs: %q", row)
+	if row := text(rowSel); !strings.Contains(row, "203.0.113.0/24") || !strings.Contains(row, "burst: 50 / 1 s") || !strings.Contains(row, "daily: 3 / 24 h") {
+		t.Errorf("the row does not show the allowed IPs and the edited policy: %q", row)
 	}
 	var edited keystore.Key
 	do(t, http.MethodGet, adminURL+"/webapi/keys/"+id, nil).json(t, &edited)
+	checkLimits("after the edit", edited)
 	if edited.NotValidAfter == nil || edited.NotValidAfter.Format(time.RFC3339Nano) != after || edited.Description != description {
 		t.Errorf("the edit changed what it did not touch: notValidAfter %v, description %q", edited.NotValidAfter, edited.Description)
 	}
@@ -197,6 +351,13 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		chromedp.SendKeys(chromedp.ID("f-name"), "bad"),
 		chromedp.SendKeys(chromedp.ID("f-owner"), "bob"),
 		chromedp.SendKeys(chromedp.ID("f-allowedIps"), "10.0.0.300"),
+		// A policy whose name and window are wrong, and a quota without
+		// its limit.
+		chromedp.Click(chromedp.ID("add-policy")),
+		chromedp.SendKeys(chromedp.ID("f-rateLimits-0-name"), "Bad Name"),
+		chromedp.SendKeys(chromedp.ID("f-rateLimits-0-limit"), "5"),
+		chromedp.SendKeys(chromedp.ID("f-rateLimits-0-windowSeconds"), "90000"),
+		choose("f-quota-period", "day"),
 		// A date picker takes no keystrokes here; set the values as it would.
 		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			_, err := chromedp.Evaluate[bool](`document.getElementById("f-notValidBefore").value = "2030-01-02T00:00:00";
@@ -206,10 +367,13 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		chromedp.Click(chromedp.ID("key-save")),
 		chromedp.WaitVisible(chromedp.ID("e-allowedIps")),
 	))
-	for _, f := range []string{"privileges", "allowedIps", "notValidAfter"} {
+	for _, f := range []string{"privileges", "allowedIps", "notValidAfter", "rateLimits-0-name", "rateLimits-0-windowSeconds", "quota-limit"} {
 		if msg := text("#e-" + f); msg == "" {
 			t.Errorf("no error beside %s", f)
 		}
+	}
+	if msg := text("#e-rateLimits-0-limit"); msg != "" {
+		t.Errorf("an error beside the valid limit: %q", msg)
 	}
 	if inv, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("f-allowedIps").getAttribute("aria-invalid")`)); err != nil || inv != "true" {
 		t.Errorf("Allowed IPs not marked invalid: %q %v", inv, err)
@@ -264,6 +428,12 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	if r := share(); r.status != http.StatusForbidden || r.problem(t).Code != "ip_not_allowed" { // as before: its allowed IPs
 		t.Fatalf("the enabled key's token: %d %s", r.status, r.body)
 	}
+	var enabled keystore.Key
+	do(t, http.MethodGet, adminURL+"/webapi/keys/"+id, nil).json(t, &enabled)
+	checkLimits("disabled and enabled", enabled)
+	if row := text(rowSel); !strings.Contains(row, "burst: 50 / 1 s") || !strings.Contains(row, "left this month") {
+		t.Errorf("the enabled key's row lacks its limits: %q", row)
+	}
 
 	// Roll, with a grace period of an hour: a new token shown once, and
 	// the previous one still answers (its allowed IPs refuse this address,
@@ -289,6 +459,10 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	if !strings.HasPrefix(rolledToken, afterRoll.TokenPrefix) || rolledToken == downloaded || afterRoll.PreviousTokenExpiry == nil ||
 		time.Until(*afterRoll.PreviousTokenExpiry) < 59*time.Minute || time.Until(*afterRoll.PreviousTokenExpiry) > time.Hour {
 		t.Errorf("after the roll: token %q, key %+v", rolledToken, afterRoll)
+	}
+	checkLimits("rolled", afterRoll)
+	if row := text(rowSel); !strings.Contains(row, "burst: 50 / 1 s") || !strings.Contains(row, "daily: 3 / 24 h") || !strings.Contains(row, "left this month") {
+		t.Errorf("the rolled key's row lacks its limits: %q", row)
 	}
 	for _, tok := range []string{downloaded, rolledToken} {
 		if r := do(t, http.MethodGet, siteURL+"/webapi/share?userId=bob", nil, bearer(tok)...); r.status != http.StatusForbidden || r.problem(t).Code != "ip_not_allowed" {
@@ -360,6 +534,24 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		t.Errorf("on the phone the page is %v px wide in a %v px window (dark: %v)", layout[0], layout[1], layout[2])
 	}
 	browsertest.Axe(t, phone, "the page on a phone, dark")
+	// A key that made no request: its chart, on the phone.
+	must(t, "the usage on the phone", chromedp.Do(phone,
+		chromedp.Click(chromedp.CSS(`#panel-contracts tr[data-id="`+existing.ID+`"] button.usage`)),
+		chromedp.WaitVisible(chromedp.ID("usage-dialog")),
+	))
+	_, err = chromedp.Run(phone, chromedp.Poll[bool](`document.getElementById("usage-summary").textContent !== "" && document.querySelector("#usage-chart svg") !== null`,
+		chromedp.WithPollingTimeout(testwait.Generous)))
+	must(t, "the chart on the phone", err)
+	if s, err := chromedp.Run(phone, chromedp.Text(chromedp.ID("usage-summary"))); err != nil || s != "0 requests in the last 30 days, none refused." {
+		t.Errorf("the unused key's usage says %q (%v)", s, err)
+	}
+	layout, err = chromedp.Run(phone, chromedp.Evaluate[[]float64](`(() => { const d = document.getElementById("usage-dialog"), s = document.querySelector("#usage-chart svg");
+		return [d.scrollWidth, d.clientWidth, s.getBoundingClientRect().width, s.querySelectorAll("rect").length]; })()`))
+	must(t, "measure the chart", err)
+	if layout[0] > layout[1] || layout[2] > layout[1] || layout[3] != 0 {
+		t.Errorf("on the phone the usage dialog is %v px wide in %v px, its chart %v px with %v bars", layout[0], layout[1], layout[2], layout[3])
+	}
+	browsertest.Axe(t, phone, "the usage chart on a phone, dark")
 }
 
 func privileges(k keystore.Key) []string {

@@ -207,6 +207,28 @@ func testAdminPage(t *testing.T, b backend) {
 		}
 	})
 
+	t.Run("the usage series, by day and by hour", func(t *testing.T) {
+		for _, tc := range []struct {
+			resolution string
+			buckets    int
+		}{{"day", 30}, {"hour", 48}} {
+			r := pageCall(t, http.MethodGet, "webapi/keys/"+key.ID+"/usage?resolution="+tc.resolution, nil)
+			var series keystore.UsageSeries
+			r.json(t, &series)
+			ok := uint64(0)
+			for _, b := range series.Buckets {
+				ok += b.OK
+			}
+			// The create's request on the share API, let through.
+			if r.status != http.StatusOK || series.KeyID != key.ID || series.Resolution != tc.resolution || len(series.Buckets) < tc.buckets || ok != 1 {
+				t.Errorf("by %s: %d %s", tc.resolution, r.status, r.body)
+			}
+		}
+		if r := pageCall(t, http.MethodGet, "webapi/keys/"+key.ID+"/usage?resolution=minute", nil); r.status != http.StatusBadRequest || len(r.problem(t).Errors) != 1 || r.problem(t).Errors[0].Field != "resolution" {
+			t.Errorf("by minute: %d %s", r.status, r.body)
+		}
+	})
+
 	t.Run("restrict the allowed IPs: the next request is refused", func(t *testing.T) {
 		r := pageCall(t, http.MethodPatch, "webapi/keys/"+key.ID, map[string]any{"allowedIps": []string{"203.0.113.0/24"}})
 		if r.status != http.StatusOK {

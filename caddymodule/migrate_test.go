@@ -118,7 +118,7 @@ func TestMigrateCommand(t *testing.T) {
 	for _, want := range []string{
 		"Copied " + filepath.Join(dataDir, "webapi.db") + " into postgres://127.0.0.1:",
 		", schema " + schema + ", in one transaction:",
-		"  keys                2  (1 contracts, 1 share; 0 used)\n",
+		"  keys                2  (1 contracts, 1 share; 0 used; 0 hourly usage rows, 0 quota periods)\n",
 		"  contracts           0\n",
 		"  pending messages    0  (0 attachments in 0 chunks)\n",
 		"  shares              0  (0 with a password; 0 openings)\n",

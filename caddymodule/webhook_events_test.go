@@ -357,6 +357,18 @@ func testWebhookEventsThroughGateway(t *testing.T, b backend) {
 		"notValidAfter": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)})
 	want = append(want, wantEvent{"key.expiring", ending.ID, "", ""})
 	personal = append(personal, ending.Token)
+	// A key that spends its quota, then is refused: key.quota_exhausted,
+	// once for the period.
+	spent := createKey(t, map[string]any{"service": "share", "name": "spent", "owner": "alice", "privileges": []string{"get"},
+		"quota": map[string]any{"limit": 2, "period": "month"}})
+	for i := range 4 {
+		r := do(t, "GET", siteURL+"/webapi/share/"+sh.UUID, nil, bearer(spent.Token)...)
+		if (i < 2) == (r.status == http.StatusTooManyRequests) {
+			t.Fatalf("request %d of a quota of 2: %d %s", i+1, r.status, r.body)
+		}
+	}
+	want = append(want, wantEvent{"key.quota_exhausted", spent.ID, "", ""})
+	personal = append(personal, spent.Token)
 
 	// On a failure, what came.
 	defer func() {

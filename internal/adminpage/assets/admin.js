@@ -111,12 +111,10 @@
 		return seconds + " s";
 	}
 	// utcTime is a time shown in UTC, as the quota's periods and the usage
-	// buckets are counted: "2026-12-01 00:00 UTC".
+	// buckets are counted: "2026-12-01 00:00 UTC", broken only after the date.
 	function utcTime(iso) {
-		const t = document.createElement("time");
-		t.dateTime = iso;
-		t.textContent = new Date(iso).toISOString().slice(0, 16).replace("T", " ") + " UTC";
-		return t;
+		const [date, time] = new Date(iso).toISOString().slice(0, 16).split("T");
+		return el("time", { dateTime: iso }, el("span", { className: "nowrap", textContent: date }), " ", el("span", { className: "nowrap", textContent: time + " UTC" }));
 	}
 	const fileName = (name) => (name.replace(/[^A-Za-z0-9._-]+/g, "-").replace(/^[-.]+|-+$/g, "") || "key") + ".txt";
 
@@ -316,7 +314,7 @@
 	const maxPolicies = 4;
 	const policyFields = [
 		["name", "Name", { maxLength: 20, autocomplete: "off", spellcheck: false }],
-		["limit", "Limit (requests)", { type: "number", min: "1", max: "1000000000", step: "1", inputMode: "numeric", autocomplete: "off" }],
+		["limit", "Limit", { type: "number", min: "1", max: "1000000000", step: "1", inputMode: "numeric", autocomplete: "off" }],
 		["windowSeconds", "Window (seconds)", { type: "number", min: "1", max: "86400", step: "1", inputMode: "numeric", autocomplete: "off" }],
 	];
 
