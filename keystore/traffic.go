@@ -253,10 +253,15 @@ func (k *Keys) SyncRates(now time.Time) error {
 		return nil
 	}
 	var deltas []RateCount
+	limited := false
 	for _, e := range k.entries() {
-		if len(e.snap.Load().key.RateLimits) > 0 {
-			deltas = e.limits.pending(e.snap.Load().key.ID, deltas)
+		if s := e.snap.Load(); len(s.key.RateLimits) > 0 {
+			limited = true
+			deltas = e.limits.pending(s.key.ID, deltas)
 		}
+	}
+	if !limited {
+		return nil // no key has a policy: nothing to share
 	}
 	totals, err := rs.ShareRates(now, deltas)
 	if err != nil {
