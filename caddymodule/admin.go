@@ -264,13 +264,15 @@ func (a *Admin) sync(r *http.Request, id string) {
 	if err := appOf(r).state.keys.Sync(id); err != nil {
 		appOf(r).logger.Warn("reading keys back from the database", zap.Error(err))
 	}
+	// What instances took of each quota this period, this one before a
+	// restart included.
+	if err := appOf(r).state.keys.ReadQuotas(id); err != nil {
+		appOf(r).logger.Warn("reading quota use from the database", zap.Error(err))
+	}
 }
 
 func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
 	a.sync(r, r.PathValue("id"))
-	if err := appOf(r).state.keys.ReadQuota(r.PathValue("id")); err != nil {
-		appOf(r).logger.Warn("reading a key's quota use from the database", zap.Error(err))
-	}
 	k, err := appOf(r).state.keys.Get(r.PathValue("id"))
 	if err != nil {
 		a.fail(w, r, err)

@@ -295,6 +295,7 @@ func (a *App) Stop() error {
 		a.stop = nil
 	}
 	a.flush()
+	a.auditUnaudited(time.Now(), true)
 	a.audit.close()
 	a.state.dropSenders(a.senders, a.replaced)
 	return nil
@@ -362,12 +363,35 @@ func (a *App) sweep() {
 			a.logger.Error("sending key.expiring", zap.Error(err))
 		}
 	}
+	a.auditUnaudited(time.Now(), false)
 	if now := time.Now(); now.Sub(a.lastUsagePurge) >= usagePurgeInterval {
 		a.lastUsagePurge = now
 		if err := a.state.stores.Keys.PurgeUsage(now.Add(-keystore.UsageRetention)); err != nil {
 			a.logger.Error("purging hourly key usage older than 90 days", zap.Error(err))
 		}
 	}
+}
+
+// auditUnaudited writes an entry for the rate-limit and quota refusals
+// of each key that its once-a-second entries did not stand for (a flood
+// that stopped): `key refused` with the reason and the count, without a
+// request's method, path or address, which differ among them.
+func (a *App) auditUnaudited(now time.Time, force bool) {
+	a.state.keys.UnauditedRefusals(now, force, func(k *keystore.Key, reason string, n uint64) {
+		a.audit.record(auditRecord{
+			at:        now,
+			msg:       "key refused",
+			keyID:     k.ID,
+			keyName:   k.Name,
+			owner:     k.Owner,
+			service:   string(k.Service),
+			operation: "none",
+			status:    http.StatusTooManyRequests,
+			reason:    reason,
+			duration:  -1,
+			refusals:  n,
+		})
+	})
 }
 
 // parseNetworks reads webhook_allow_networks: CIDR prefixes, or single

@@ -144,9 +144,11 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		Now:           start,
 	}, h.table, h.keys.Lookup)
 	if policy, current := d.RateLimitHeaders(start); policy != "" {
+		// Spelled as the draft spells them (HTTP/1.1 writes map keys as
+		// they are; HTTP/2 lower-cases them), not Go's Ratelimit.
 		hdr := w.Header()
-		hdr["Ratelimit-Policy"] = []string{policy}
-		hdr["Ratelimit"] = []string{current}
+		hdr["RateLimit-Policy"] = []string{policy}
+		hdr["RateLimit"] = []string{current}
 	}
 	if !d.Authorized() {
 		h.refuse(w, r, &d, ip, start)
@@ -282,7 +284,7 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 	if d.Reason == problem.CodeRateLimited || d.Reason == problem.CodeQuotaExceeded {
 		// A flood writes one entry a second a key, with the count of
 		// the refusals it stands for.
-		n, ok := d.Entry.AuditLimitRefusal(start)
+		n, ok := d.Entry.AuditLimitRefusal(d.Reason, start)
 		if !ok {
 			return
 		}

@@ -53,14 +53,14 @@ type Backend interface {
 	// the quota periods that began before it.
 	PurgeUsage(before time.Time) error
 	// LeaseQuota takes up to want of key id's quota limit for the period
-	// that begins at period, in one transaction, never beyond limit. The
+	// span, in one transaction, never beyond limit. The
 	// lease that takes the period's last unit runs emit in it, once per
 	// period (key.quota_exhausted).
-	LeaseQuota(id string, period time.Time, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error)
+	LeaseQuota(id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error)
 	// ReturnQuota gives back n units of the period, unspent.
-	ReturnQuota(id string, period time.Time, n int64) error
+	ReturnQuota(id string, span QuotaSpan, n int64) error
 	// QuotaUsed reads what instances have taken of the period's quota.
-	QuotaUsed(id string, period time.Time) (int64, error)
+	QuotaUsed(id string, span QuotaSpan) (int64, error)
 }
 
 // Watcher is a Backend that other gateway instances write to as well:

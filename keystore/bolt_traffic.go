@@ -98,7 +98,7 @@ func (b *BoltBackend) PurgeUsage(before time.Time) error {
 func deleteOldPeriods(b *bbolt.Bucket, before time.Time) error {
 	var old [][]byte
 	err := b.ForEach(func(k, _ []byte) error {
-		if len(k) == 24 && int64(binary.BigEndian.Uint64(k[16:])) < before.Unix() {
+		if span, ok := quotaSpanOf(k); ok && span.Start.Before(before) {
 			old = append(old, bytes.Clone(k))
 		}
 		return nil
@@ -125,9 +125,25 @@ func increment(b []byte) bool {
 	return false
 }
 
-// quotaKey is the key_quota key of key id's period.
-func quotaKey(id []byte, period time.Time) []byte {
-	return binary.BigEndian.AppendUint64(append([]byte(nil), id...), uint64(period.Unix()))
+// quotaKey is the key_quota key of key id's period span: the id, the
+// start, and the kind's initial (h, d, m).
+func quotaKey(id []byte, span QuotaSpan) []byte {
+	k := binary.BigEndian.AppendUint64(append(make([]byte, 0, 25), id...), uint64(span.Start.Unix()))
+	return append(k, span.Period[0])
+}
+
+// quotaSpanOf reads the span of a key_quota key.
+func quotaSpanOf(k []byte) (QuotaSpan, bool) {
+	if len(k) != 25 {
+		return QuotaSpan{}, false
+	}
+	start := time.Unix(int64(binary.BigEndian.Uint64(k[16:24])), 0).UTC()
+	for _, p := range []QuotaPeriod{QuotaHour, QuotaDay, QuotaMonth} {
+		if p[0] == k[24] {
+			return QuotaSpan{p, start}, true
+		}
+	}
+	return QuotaSpan{}, false
 }
 
 // quotaRow decodes a key_quota value: used and whether key.quota_exhausted
@@ -159,7 +175,7 @@ func leaseQuota(used int64, exhausted bool, limit, want int64) (granted, total i
 }
 
 // LeaseQuota implements Backend.
-func (b *BoltBackend) LeaseQuota(id string, period time.Time, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+func (b *BoltBackend) LeaseQuota(id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return QuotaLease{}, err
@@ -171,7 +187,7 @@ func (b *BoltBackend) LeaseQuota(id string, period time.Time, limit, want int64,
 			return nil // deleted meanwhile: nothing to spend
 		}
 		qb := tx.Bucket(bucketKeyQuota)
-		qk := quotaKey(k, period)
+		qk := quotaKey(k, span)
 		used, exhausted := quotaRow(qb.Get(qk))
 		granted, total, first := leaseQuota(used, exhausted, limit, want)
 		if err := putQuotaRow(qb, qk, total, exhausted || first); err != nil {
@@ -189,14 +205,14 @@ func (b *BoltBackend) LeaseQuota(id string, period time.Time, limit, want int64,
 }
 
 // ReturnQuota implements Backend.
-func (b *BoltBackend) ReturnQuota(id string, period time.Time, n int64) error {
+func (b *BoltBackend) ReturnQuota(id string, span QuotaSpan, n int64) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return err
 	}
 	return b.db.Update(func(tx *bbolt.Tx) error {
 		qb := tx.Bucket(bucketKeyQuota)
-		qk := quotaKey(k, period)
+		qk := quotaKey(k, span)
 		v := qb.Get(qk)
 		if v == nil {
 			return nil
@@ -207,14 +223,14 @@ func (b *BoltBackend) ReturnQuota(id string, period time.Time, n int64) error {
 }
 
 // QuotaUsed implements Backend.
-func (b *BoltBackend) QuotaUsed(id string, period time.Time) (int64, error) {
+func (b *BoltBackend) QuotaUsed(id string, span QuotaSpan) (int64, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return 0, nil
 	}
 	var used int64
 	err = b.db.View(func(tx *bbolt.Tx) error {
-		used, _ = quotaRow(tx.Bucket(bucketKeyQuota).Get(quotaKey(k, period)))
+		used, _ = quotaRow(tx.Bucket(bucketKeyQuota).Get(quotaKey(k, span)))
 		return nil
 	})
 	return used, err

@@ -113,13 +113,14 @@ func copyTraffic(ctx context.Context, btx *bbolt.Tx, to storage.Tx) (hours, quot
 		}
 	}
 	if b := btx.Bucket(bucketKeyQuota); b != nil {
-		out := pgdb.NewCopier(ctx, to, "key_quota", "key_id", "period_start", "used", "exhausted")
+		out := pgdb.NewCopier(ctx, to, "key_quota", "key_id", "period", "period_start", "used", "exhausted")
 		err := b.ForEach(func(k, v []byte) error {
-			if len(k) != 24 || len(v) != 9 {
+			span, ok := quotaSpanOf(k)
+			if !ok || len(v) != 9 {
 				return fmt.Errorf("quota period %x: malformed", k)
 			}
 			used, exhausted := quotaRow(v)
-			return out.Add(k[:16], time.Unix(int64(binary.BigEndian.Uint64(k[16:])), 0).UTC(), used, exhausted)
+			return out.Add(k[:16], string(span.Period), span.Start, used, exhausted)
 		})
 		if err != nil {
 			return 0, 0, err

@@ -411,13 +411,13 @@ func (m *memBackend) PurgeUsage(before time.Time) error {
 	return m.fail
 }
 
-func (m *memBackend) LeaseQuota(id string, period time.Time, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+func (m *memBackend) LeaseQuota(id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail != nil {
 		return QuotaLease{}, m.fail
 	}
-	k := id + period.String()
+	k := id + string(span.Period) + span.Start.String()
 	row := m.quotaRows()[k]
 	if row == nil {
 		row = &memQuota{}
@@ -433,19 +433,19 @@ func (m *memBackend) LeaseQuota(id string, period time.Time, limit, want int64, 
 	return QuotaLease{Granted: granted, Used: total}, nil
 }
 
-func (m *memBackend) ReturnQuota(id string, period time.Time, n int64) error {
+func (m *memBackend) ReturnQuota(id string, span QuotaSpan, n int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if row := m.quotaRows()[id+period.String()]; row != nil {
+	if row := m.quotaRows()[id+string(span.Period)+span.Start.String()]; row != nil {
 		row.used = max(row.used-n, 0)
 	}
 	return m.fail
 }
 
-func (m *memBackend) QuotaUsed(id string, period time.Time) (int64, error) {
+func (m *memBackend) QuotaUsed(id string, span QuotaSpan) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if row := m.quotaRows()[id+period.String()]; row != nil {
+	if row := m.quotaRows()[id+string(span.Period)+span.Start.String()]; row != nil {
 		return row.used, m.fail
 	}
 	return 0, m.fail

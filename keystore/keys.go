@@ -117,7 +117,7 @@ type Entry struct {
 	// was last audited (unix ns), and unaudited how many were not since:
 	// a flood writes one entry a second.
 	lastLimitAudit atomic.Int64
-	unaudited      atomic.Uint64
+	unaudited      [2]atomic.Uint64 // rate_limited, quota_exceeded
 	// keys leases the quota's blocks.
 	keys *Keys
 }
@@ -133,8 +133,11 @@ func (k *Keys) newEntry(rec *record, u Usage) *Entry {
 // setSnap makes c the key's snapshot; rate-limit policies that stay keep
 // their counts.
 func (e *Entry) setSnap(c *compiled) {
-	e.snap.Store(c)
+	old := e.snap.Swap(c)
 	e.limits.adopt(c.key.RateLimits)
+	if old != nil {
+		e.quota.changed(old.key.Quota, c.key.Quota)
+	}
 }
 
 // setStored takes the stored usage u: its count, and its last use when
@@ -215,17 +218,49 @@ func (k *Keys) Refused(e *Entry, reason string, now time.Time) {
 	}
 }
 
-// AuditLimitRefusal reports whether a rate-limit or quota refusal of e at
-// now is to be audited, and how many refusals the entry stands for (it
-// and those not audited since the last): at most one a second a key.
-func (e *Entry) AuditLimitRefusal(now time.Time) (uint64, bool) {
+// limitReasons are the refusals audited at most once a second a key, in
+// the order of Entry.unaudited.
+var limitReasons = [2]string{problem.CodeRateLimited, problem.CodeQuotaExceeded}
+
+// AuditLimitRefusal reports whether a refusal of e at now for reason
+// (rate_limited or quota_exceeded) is to be audited, and how many
+// refusals of that reason the entry stands for: it and those not audited
+// since. At most one is audited a second a key; UnauditedRefusals reports
+// the rest.
+func (e *Entry) AuditLimitRefusal(reason string, now time.Time) (uint64, bool) {
+	i := 0
+	if reason == limitReasons[1] {
+		i = 1
+	}
 	ns := now.UnixNano()
 	last := e.lastLimitAudit.Load()
 	if ns-last < int64(time.Second) || !e.lastLimitAudit.CompareAndSwap(last, ns) {
-		e.unaudited.Add(1)
+		e.unaudited[i].Add(1)
 		return 0, false
 	}
-	return e.unaudited.Swap(0) + 1, true
+	return e.unaudited[i].Swap(0) + 1, true
+}
+
+// UnauditedRefusals calls fn for each key with rate-limit or quota
+// refusals not audited yet, once its last audited one is a second old
+// (at once with force, at a stop), with the key, the reason and how many.
+func (k *Keys) UnauditedRefusals(now time.Time, force bool, fn func(key *Key, reason string, n uint64)) {
+	ns := now.UnixNano()
+	for _, e := range k.entries() {
+		if e.unaudited[0].Load() == 0 && e.unaudited[1].Load() == 0 {
+			continue
+		}
+		last := e.lastLimitAudit.Load()
+		if !force && (ns-last < int64(time.Second) || !e.lastLimitAudit.CompareAndSwap(last, ns)) {
+			continue
+		}
+		key := &e.snap.Load().key
+		for i, reason := range limitReasons {
+			if n := e.unaudited[i].Swap(0); n > 0 {
+				fn(key, reason, n)
+			}
+		}
+	}
 }
 
 // Create validates in, stores a new key and returns it with its token,

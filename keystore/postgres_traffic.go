@@ -71,7 +71,7 @@ func (b *PostgresBackend) PurgeUsage(before time.Time) error {
 // LeaseQuota implements Backend: the period's row is created if need be
 // and locked while the lease is computed, so instances leasing at once
 // take turns and never grant beyond the limit together.
-func (b *PostgresBackend) LeaseQuota(id string, period time.Time, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+func (b *PostgresBackend) LeaseQuota(id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return QuotaLease{}, err
@@ -81,16 +81,16 @@ func (b *PostgresBackend) LeaseQuota(id string, period time.Time, limit, want in
 	err = b.db.Update(ctx, func(tx storage.Tx) error {
 		l = QuotaLease{}
 		db := pgdb.Of(tx)
-		_, err := db.Exec(ctx, `INSERT INTO key_quota (key_id, period_start, used)
-				SELECT $1, $2, 0 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
-			ON CONFLICT (key_id, period_start) DO NOTHING`, k, period.UTC())
+		_, err := db.Exec(ctx, `INSERT INTO key_quota (key_id, period, period_start, used)
+				SELECT $1, $2, $3, 0 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
+			ON CONFLICT (key_id, period, period_start) DO NOTHING`, k, string(span.Period), span.Start.UTC())
 		if err != nil {
 			return err
 		}
 		var used int64
 		var exhausted bool
-		err = db.QueryRow(ctx, `SELECT used, exhausted FROM key_quota WHERE key_id = $1 AND period_start = $2 FOR UPDATE`,
-			k, period.UTC()).Scan(&used, &exhausted)
+		err = db.QueryRow(ctx, `SELECT used, exhausted FROM key_quota WHERE key_id = $1 AND period = $2 AND period_start = $3 FOR UPDATE`,
+			k, string(span.Period), span.Start.UTC()).Scan(&used, &exhausted)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // deleted meanwhile
 		}
@@ -98,8 +98,8 @@ func (b *PostgresBackend) LeaseQuota(id string, period time.Time, limit, want in
 			return err
 		}
 		granted, total, first := leaseQuota(used, exhausted, limit, want)
-		if _, err := db.Exec(ctx, `UPDATE key_quota SET used = $3, exhausted = $4 WHERE key_id = $1 AND period_start = $2`,
-			k, period.UTC(), total, exhausted || first); err != nil {
+		if _, err := db.Exec(ctx, `UPDATE key_quota SET used = $4, exhausted = $5 WHERE key_id = $1 AND period = $2 AND period_start = $3`,
+			k, string(span.Period), span.Start.UTC(), total, exhausted || first); err != nil {
 			return err
 		}
 		if first && emit != nil {
@@ -114,21 +114,21 @@ func (b *PostgresBackend) LeaseQuota(id string, period time.Time, limit, want in
 }
 
 // ReturnQuota implements Backend.
-func (b *PostgresBackend) ReturnQuota(id string, period time.Time, n int64) error {
+func (b *PostgresBackend) ReturnQuota(id string, span QuotaSpan, n int64) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
 	return b.db.Update(ctx, func(tx storage.Tx) error {
-		_, err := pgdb.Of(tx).Exec(ctx, `UPDATE key_quota SET used = greatest(used - $3, 0)
-			WHERE key_id = $1 AND period_start = $2`, k, period.UTC(), n)
+		_, err := pgdb.Of(tx).Exec(ctx, `UPDATE key_quota SET used = greatest(used - $4, 0)
+			WHERE key_id = $1 AND period = $2 AND period_start = $3`, k, string(span.Period), span.Start.UTC(), n)
 		return err
 	})
 }
 
 // QuotaUsed implements Backend.
-func (b *PostgresBackend) QuotaUsed(id string, period time.Time) (int64, error) {
+func (b *PostgresBackend) QuotaUsed(id string, span QuotaSpan) (int64, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return 0, nil
@@ -136,8 +136,8 @@ func (b *PostgresBackend) QuotaUsed(id string, period time.Time) (int64, error) 
 	ctx := context.Background()
 	var used int64
 	err = b.db.View(ctx, func(tx storage.Tx) error {
-		err := pgdb.Of(tx).QueryRow(ctx, `SELECT used FROM key_quota WHERE key_id = $1 AND period_start = $2`,
-			k, period.UTC()).Scan(&used)
+		err := pgdb.Of(tx).QueryRow(ctx, `SELECT used FROM key_quota WHERE key_id = $1 AND period = $2 AND period_start = $3`,
+			k, string(span.Period), span.Start.UTC()).Scan(&used)
 		if errors.Is(err, pgx.ErrNoRows) {
 			used = 0
 			return nil

@@ -1,11 +1,14 @@
 package keystore
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 )
 
@@ -13,12 +16,6 @@ import (
 type Quota struct {
 	Limit  int64       `json:"limit"`
 	Period QuotaPeriod `json:"period"`
-}
-
-// QuotaInput is a quota as a create or update sends it.
-type QuotaInput struct {
-	Limit  Optional[float64] `json:"limit"`
-	Period Optional[string]  `json:"period"`
 }
 
 // QuotaPeriod is hour, day or month.
@@ -35,6 +32,17 @@ const (
 	// maxQuota bounds a quota's limit.
 	maxQuota = 1_000_000_000_000
 )
+
+// QuotaSpan is one calendar period of a quota: its kind and its start.
+// The kind is part of it: an hour, a day and a month can start at the
+// same instant.
+type QuotaSpan struct {
+	Period QuotaPeriod
+	Start  time.Time
+}
+
+// span is the period of kind p that holds t.
+func (p QuotaPeriod) span(t time.Time) QuotaSpan { return QuotaSpan{p, p.start(t)} }
 
 // start is the beginning of the period that holds t.
 func (p QuotaPeriod) start(t time.Time) time.Time {
@@ -74,23 +82,26 @@ func (p QuotaPeriod) nominalSeconds() int64 {
 	}
 }
 
-func checkQuota(f *problem.Fields, in QuotaInput) *Quota {
-	q := &Quota{}
-	ok := true
-	if q.Limit, ok = wholeNumber(f, "quota.limit", in.Limit, 1, maxQuota, "quota.limit must be a whole number from 1 to 1000000000000"); !ok {
-		q = nil
+// checkQuota reads and checks a quota, a JSON object as sent.
+func checkQuota(f *problem.Fields, raw json.RawMessage) *Quota {
+	bad := len(f.List())
+	in, ok := jsonObject(f, "quota", raw, "limit", "period")
+	if !ok {
+		return nil
 	}
-	switch p := QuotaPeriod(in.Period.Value); {
-	case !in.Period.Set || in.Period.Null:
-		f.Add("quota.period", "required", "quota.period must be hour, day or month")
-		return nil
-	case p != QuotaHour && p != QuotaDay && p != QuotaMonth:
-		f.Add("quota.period", "invalid", "quota.period must be hour, day or month")
-		return nil
-	default:
-		if q != nil {
+	q := &Quota{}
+	q.Limit, _ = wholeNumber(f, "quota.limit", in["limit"], 1, maxQuota, "quota.limit must be a whole number from 1 to 1000000000000")
+	const msg = "quota.period must be hour, day or month"
+	if period, ok := jsonString(f, "quota.period", in["period"], msg); ok {
+		switch p := QuotaPeriod(period); p {
+		case QuotaHour, QuotaDay, QuotaMonth:
 			q.Period = p
+		default:
+			f.Add("quota.period", "invalid", msg)
 		}
+	}
+	if len(f.List()) > bad {
+		return nil
 	}
 	return q
 }
@@ -141,4 +152,224 @@ type quotaState struct {
 func quotaBlock(limit, used int64) int64 {
 	b := min(max(limit/100, 1), 1000)
 	return max(min(b, (limit-used)/8), 1)
+}
+
+// errQuotaSpent is the quota of the period used up.
+var errQuotaSpent = errors.New("quota spent")
+
+// spendQuota takes one unit of e's quota q at now: from the block this
+// instance holds, or, when it is empty, from a new block it leases.
+func (k *Keys) spendQuota(e *Entry, s *compiled, q *Quota, now time.Time) error {
+	qs := &e.quota
+	span := q.Period.span(now)
+	if cur := qs.period.Load(); span.Start.Unix() < cur {
+		// A request that began before the period turned spends from the
+		// current one: the block never goes back a period.
+		span.Start = time.Unix(cur, 0).UTC()
+	}
+	p := span.Start.Unix()
+	if qs.period.Load() == p {
+		if left, err := qs.take(now); left >= 0 || err != nil {
+			if left >= 0 && left < quotaBlock(q.Limit, qs.used.Load())/2 && qs.prefetch.CompareAndSwap(false, true) {
+				go func() {
+					defer qs.prefetch.Store(false)
+					qs.mu.Lock()
+					defer qs.mu.Unlock()
+					_ = k.lease(e, s, q, span, now) // a failure shows when the block is empty
+				}()
+			}
+			return err
+		}
+	}
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	for {
+		if qs.period.Load() == p {
+			if left, err := qs.take(now); left >= 0 || err != nil {
+				return err
+			}
+		} else if now.UnixNano() < qs.failedUntil.Load() {
+			return ErrQuotaUnavailable
+		}
+		granted, err := k.leaseGranted(e, s, q, span, now)
+		if err != nil {
+			qs.failedUntil.Store(time.Now().Add(quotaRetry).UnixNano())
+			return fmt.Errorf("%w: %w", ErrQuotaUnavailable, err)
+		}
+		if granted == 0 {
+			return errQuotaSpent
+		}
+	}
+}
+
+// take spends one unit of the block of the current period and returns
+// what is left of it; -1 when the block is empty, with errQuotaSpent or
+// ErrQuotaUnavailable when the last lease said so a moment ago, nil when
+// a lease is to be tried.
+func (qs *quotaState) take(now time.Time) (int64, error) {
+	if left := qs.block.Add(-1); left >= 0 {
+		return left, nil
+	}
+	qs.block.Add(1)
+	switch ns := now.UnixNano(); {
+	case ns < qs.spentUntil.Load():
+		return -1, errQuotaSpent
+	case ns < qs.failedUntil.Load():
+		return -1, ErrQuotaUnavailable
+	}
+	return -1, nil
+}
+
+// changed follows a change of the key's quota from old to q: a block of
+// another kind of period was leased from another row and is dropped (its
+// units count as spent there); a new limit may open a spent period.
+func (qs *quotaState) changed(old, q *Quota) {
+	if old == nil || q == nil || *old == *q {
+		return
+	}
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	qs.spentUntil.Store(0)
+	if old.Period != q.Period {
+		qs.block.Store(0)
+		qs.used.Store(0)
+		qs.period.Store(0)
+	}
+}
+
+// leaseGranted is lease returning what it granted.
+func (k *Keys) leaseGranted(e *Entry, s *compiled, q *Quota, span QuotaSpan, now time.Time) (int64, error) {
+	before := e.quota.block.Load()
+	if err := k.lease(e, s, q, span, now); err != nil {
+		return 0, err
+	}
+	return max(e.quota.block.Load()-before, 0), nil
+}
+
+// quotaRetry is how long an instance counts a period as spent after the
+// backend granted nothing, before it asks again (a block another
+// instance gave back on its stop).
+const quotaRetry = time.Second
+
+// lease takes a new block of e's quota for the period span. The caller
+// holds e.quota.mu.
+func (k *Keys) lease(e *Entry, s *compiled, q *Quota, span QuotaSpan, now time.Time) error {
+	qs := &e.quota
+	if p := span.Start.Unix(); qs.period.Load() != p {
+		// A block of a period that has ended is worth nothing.
+		qs.block.Store(0)
+		qs.used.Store(0)
+		qs.spentUntil.Store(0)
+		qs.period.Store(p)
+	}
+	want := quotaBlock(q.Limit, qs.used.Load())
+	l, err := k.backend.LeaseQuota(s.key.ID, span, q.Limit, want, k.emitKey(events.KeyQuotaExhausted, &s.key, now))
+	if err != nil {
+		return err
+	}
+	qs.used.Store(l.Used)
+	if l.Granted == 0 {
+		qs.spentUntil.Store(now.Add(quotaRetry).UnixNano())
+		return nil
+	}
+	qs.block.Add(l.Granted)
+	return nil
+}
+
+// ReturnQuota gives back, on a clean stop, the unspent blocks of the
+// current period that this instance holds, so that other instances can
+// spend them. It returns how many units it gave back.
+func (k *Keys) ReturnQuota() (int64, error) {
+	now := k.now()
+	var total int64
+	var errs []error
+	for _, e := range k.entries() {
+		key := e.snap.Load().key
+		if key.Quota == nil {
+			continue
+		}
+		qs := &e.quota
+		qs.mu.Lock()
+		span := key.Quota.Period.span(now)
+		if qs.period.Load() == span.Start.Unix() {
+			if n := qs.block.Swap(0); n > 0 {
+				if err := k.backend.ReturnQuota(key.ID, span, n); err != nil {
+					qs.block.Add(n)
+					errs = append(errs, err)
+				} else {
+					total += n
+					qs.used.Add(-n)
+				}
+			}
+		}
+		qs.mu.Unlock()
+	}
+	return total, errors.Join(errs...)
+}
+
+// entries returns every key in memory.
+func (k *Keys) entries() []*Entry {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	out := make([]*Entry, 0, len(k.byID))
+	for _, e := range k.byID {
+		out = append(out, e)
+	}
+	return out
+}
+
+// quotaView fills key's quotaUsed and quotaResetsAt from what e knows.
+func (e *Entry) quotaView(key *Key, now time.Time) {
+	if key.Quota == nil {
+		return
+	}
+	used, reset := e.quotaUsed(key.Quota, now)
+	key.QuotaUsed, key.QuotaResetsAt = &used, &reset
+}
+
+// quotaUsed is what instances have taken of q in the period of now, less
+// this instance's unspent block, and when the next period begins.
+func (e *Entry) quotaUsed(q *Quota, now time.Time) (int64, time.Time) {
+	start := q.Period.start(now)
+	used := int64(0)
+	if e.quota.period.Load() == start.Unix() {
+		used = max(e.quota.used.Load()-max(e.quota.block.Load(), 0), 0)
+	}
+	return used, q.Period.next(start)
+}
+
+// ReadQuotas reads the quota use of the current period back from the
+// backend (what other instances, or this one before a restart, took) for
+// key id, or every key with a quota when id is empty: for an
+// administrator's view.
+func (k *Keys) ReadQuotas(id string) error {
+	list := k.entries()
+	if id != "" {
+		list = list[:0]
+		if e := k.entry(id); e != nil {
+			list = append(list, e)
+		}
+	}
+	now := k.now()
+	for _, e := range list {
+		key := e.snap.Load().key
+		if key.Quota == nil {
+			continue
+		}
+		span := key.Quota.Period.span(now)
+		used, err := k.backend.QuotaUsed(key.ID, span)
+		if err != nil {
+			return err
+		}
+		qs := &e.quota
+		qs.mu.Lock()
+		if qs.period.Load() != span.Start.Unix() {
+			qs.block.Store(0)
+			qs.spentUntil.Store(0)
+			qs.period.Store(span.Start.Unix())
+		}
+		qs.used.Store(max(used, qs.used.Load()))
+		qs.mu.Unlock()
+	}
+	return nil
 }

@@ -1,9 +1,14 @@
 package keystore
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,81 +23,108 @@ type RateLimit struct {
 	WindowSeconds int64  `json:"windowSeconds"`
 }
 
-// RateLimitInput is one policy as a create or update sends it; numbers
-// arrive as JSON numbers and are checked to be whole.
-type RateLimitInput struct {
-	Name          Optional[string]  `json:"name"`
-	Limit         Optional[float64] `json:"limit"`
-	WindowSeconds Optional[float64] `json:"windowSeconds"`
-}
-
 const (
 	// MaxRateLimits is how many policies a key may carry.
-	MaxRateLimits     = 4
-	maxRateLimit      = 1_000_000_000
-	maxRateWindow     = 86_400
-	maxPolicyNameLen  = 20
-	rateLimitedReason = "rate_limited"
+	MaxRateLimits    = 4
+	maxRateLimit     = 1_000_000_000
+	maxRateWindow    = 86_400
+	maxPolicyNameLen = 20
 )
 
-// checkRateLimits checks every policy of list, naming each bad field.
-func checkRateLimits(f *problem.Fields, list []RateLimitInput) []RateLimit {
+// checkRateLimits reads and checks every policy of list, each a JSON
+// object as sent, naming every bad field of every policy at once.
+func checkRateLimits(f *problem.Fields, list []json.RawMessage) []RateLimit {
+	bad := len(f.List())
 	if len(list) > MaxRateLimits {
 		f.Add("rateLimits", "too_many", fmt.Sprintf("a key carries at most %d rate-limit policies", MaxRateLimits))
-		return nil
 	}
 	out := make([]RateLimit, 0, len(list))
 	seen := map[string]bool{}
-	bad := false
-	for i, in := range list {
-		at := fmt.Sprintf("rateLimits[%d].", i)
+	for i, raw := range list {
+		at := fmt.Sprintf("rateLimits[%d]", i)
+		in, ok := jsonObject(f, at, raw, "name", "limit", "windowSeconds")
+		if !ok {
+			continue
+		}
 		var p RateLimit
+		name, ok := jsonString(f, at+".name", in["name"], "a policy needs a name: 1 to 20 characters of a-z, 0-9, _ and -")
 		switch {
-		case !in.Name.Set || in.Name.Null:
-			f.Add(at+"name", "required", "a policy needs a name")
-			bad = true
-		case !validPolicyName(in.Name.Value):
-			f.Add(at+"name", "invalid", "name must be 1 to 20 characters of a-z, 0-9, _ and -")
-			bad = true
-		case in.Name.Value == quotaPolicy:
-			f.Add(at+"name", "reserved", `"quota" names the key's quota in the RateLimit headers`)
-			bad = true
-		case seen[in.Name.Value]:
-			f.Add(at+"name", "duplicate", fmt.Sprintf("%q names two policies of the key", in.Name.Value))
-			bad = true
+		case !ok:
+		case !validPolicyName(name):
+			f.Add(at+".name", "invalid", "name must be 1 to 20 characters of a-z, 0-9, _ and -")
+		case name == quotaPolicy:
+			f.Add(at+".name", "reserved", `"quota" names the key's quota in the RateLimit headers`)
+		case seen[name]:
+			f.Add(at+".name", "duplicate", fmt.Sprintf("%q names two policies of the key", name))
 		default:
-			seen[in.Name.Value] = true
-			p.Name = in.Name.Value
+			seen[name] = true
+			p.Name = name
 		}
-		var ok bool
-		if p.Limit, ok = wholeNumber(f, at+"limit", in.Limit, 1, maxRateLimit, "limit must be a whole number from 1 to 1000000000"); !ok {
-			bad = true
-		}
-		if p.WindowSeconds, ok = wholeNumber(f, at+"windowSeconds", in.WindowSeconds, 1, maxRateWindow, "windowSeconds must be a whole number from 1 to 86400"); !ok {
-			bad = true
-		}
+		p.Limit, _ = wholeNumber(f, at+".limit", in["limit"], 1, maxRateLimit, "limit must be a whole number from 1 to 1000000000")
+		p.WindowSeconds, _ = wholeNumber(f, at+".windowSeconds", in["windowSeconds"], 1, maxRateWindow, "windowSeconds must be a whole number from 1 to 86400")
 		out = append(out, p)
 	}
-	if bad {
+	if len(f.List()) > bad {
 		return nil
 	}
 	return out
 }
 
-// wholeNumber checks a required whole number within [lo, hi].
-func wholeNumber(f *problem.Fields, field string, o Optional[float64], lo, hi int64, msg string) (int64, bool) {
+// jsonObject reads raw, the value of field, as a JSON object whose
+// members are among names; each other member is an unknown_field, and
+// the known ones are checked all the same.
+func jsonObject(f *problem.Fields, field string, raw json.RawMessage, names ...string) (map[string]json.RawMessage, bool) {
+	var in map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &in); err != nil || in == nil {
+		f.Add(field, "invalid", field+" must be a JSON object")
+		return nil, false
+	}
+	for _, k := range slices.Sorted(maps.Keys(in)) {
+		if !slices.Contains(names, k) {
+			f.Add(field+"."+k, "unknown_field", fmt.Sprintf("%s has no field %q (it has %s)", field, k, strings.Join(names, ", ")))
+		}
+	}
+	return in, true
+}
+
+// jsonString reads a required JSON string.
+func jsonString(f *problem.Fields, field string, raw json.RawMessage, msg string) (string, bool) {
+	var s string
 	switch {
-	case !o.Set || o.Null:
+	case raw == nil || string(raw) == "null":
+		f.Add(field, "required", msg)
+		return "", false
+	case json.Unmarshal(raw, &s) != nil:
+		f.Add(field, "invalid", msg)
+		return "", false
+	}
+	return s, true
+}
+
+// wholeNumber reads a required JSON number that is a whole number within
+// [lo, hi]: 20, 20.0 and 2e1 alike.
+func wholeNumber(f *problem.Fields, field string, raw json.RawMessage, lo, hi int64, msg string) (int64, bool) {
+	if raw == nil || string(raw) == "null" {
 		f.Add(field, "required", msg)
 		return 0, false
-	case o.Value != math.Trunc(o.Value):
+	}
+	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
+		f.Add(field, "invalid", msg) // a string, a boolean, an object
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(string(raw), 64)
+	switch {
+	case err != nil && errors.Is(err, strconv.ErrRange):
+		f.Add(field, "out_of_range", msg)
+		return 0, false
+	case err != nil || v != math.Trunc(v):
 		f.Add(field, "invalid", msg)
 		return 0, false
-	case o.Value < float64(lo) || o.Value > float64(hi):
+	case v < float64(lo) || v > float64(hi):
 		f.Add(field, "out_of_range", msg)
 		return 0, false
 	}
-	return int64(o.Value), true
+	return int64(v), true
 }
 
 func validPolicyName(s string) bool {
@@ -149,6 +181,7 @@ type policyState struct {
 // p.index.
 func (p *policyState) estimate(ns int64) float64 {
 	start := p.index * p.window
+	ns = max(ns, start) // an earlier request's time counts as the window's start
 	weight := float64(p.window-(ns-start)) / float64(p.window)
 	cur := float64(p.cur + p.curLocal)
 	if p.others > 0 {
@@ -159,11 +192,13 @@ func (p *policyState) estimate(ns int64) float64 {
 	return float64(p.prev+p.prevLocal)*weight + cur
 }
 
-// roll moves p to the window of ns.
+// roll moves p to the window of ns. A request whose time is of an
+// earlier window (it began before another request moved the window on)
+// counts in the current one: the windows never go back.
 func (p *policyState) roll(ns int64) {
 	idx := ns / p.window
 	switch {
-	case idx == p.index:
+	case idx <= p.index:
 		return
 	case idx == p.index+1:
 		p.prev, p.prevLocal = p.cur, p.curLocal

@@ -156,6 +156,13 @@ func TestRateLimitInput(t *testing.T) {
 		{"duplicate and long names", `"rateLimits":[{"name":"a","limit":1,"windowSeconds":1},{"name":"a","limit":1,"windowSeconds":2},{"name":"` + strings.Repeat("x", 21) + `","limit":1,"windowSeconds":1}]`,
 			[]string{"rateLimits[1].name:duplicate", "rateLimits[2].name:invalid"}},
 		{"quota", `"quota":{"limit":0,"period":"week"}`, []string{"quota.limit:out_of_range", "quota.period:invalid"}},
+		{"wrong types, every one named", `"rateLimits":[{"name":"ok","limit":1,"windowSeconds":1},{"name":7,"limit":"10","windowSeconds":1e309}],"quota":{"limit":true,"period":5}`,
+			[]string{"rateLimits[1].name:invalid", "rateLimits[1].limit:invalid", "rateLimits[1].windowSeconds:out_of_range", "quota.limit:invalid", "quota.period:invalid"}},
+		{"unknown fields within", `"rateLimits":[{"name":"a","limit":1,"windowSeconds":1,"extra":true},"x"],"quota":{"limit":1,"period":"hour","Limit":2}`,
+			[]string{"rateLimits[0].extra:unknown_field", "rateLimits[1]:invalid", "quota.Limit:unknown_field"}},
+		{"too many, and a bad one among them", `"rateLimits":[{"name":"a","limit":1,"windowSeconds":1},{"name":"b","limit":1,"windowSeconds":1},{"name":"c","limit":1,"windowSeconds":1},{"name":"d","limit":1,"windowSeconds":1},{"name":"e","limit":0,"windowSeconds":1}]`,
+			[]string{"rateLimits:too_many", "rateLimits[4].limit:out_of_range"}},
+		{"quota not an object", `"quota":[1]`, []string{"quota:invalid"}},
 		{"quota without fields", `"quota":{}`, []string{"quota.limit:required", "quota.period:required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -212,7 +219,7 @@ func TestQuota(t *testing.T) {
 			t.Errorf("%d let through, want the quota's 250", through)
 		}
 		// The view: all of it used, resetting at the next hour.
-		if err := e.keys.ReadQuota(k.ID); err != nil {
+		if err := e.keys.ReadQuotas(k.ID); err != nil {
 			t.Fatal(err)
 		}
 		g, _ := e.keys.Get(k.ID)
@@ -390,4 +397,75 @@ func TestHourlyTurn(t *testing.T) {
 	if rest := h.take(); len(rest) != 0 {
 		t.Errorf("taken twice: %v", rest)
 	}
+}
+
+// TestWindowNeverGoesBack: a request whose time is of the window before
+// (it began before another moved the window on) counts in the current
+// window; it must not empty it.
+func TestWindowNeverGoesBack(t *testing.T) {
+	l := newLimiter(RateLimit{Name: "s", Limit: 100, WindowSeconds: 1})
+	for i := range 1000 {
+		l.take(sec(float64(i) / 1000))
+	}
+	l.take(sec(1.000001))    // moves to the next window
+	l.closest(sec(0.999999)) // an earlier request's header
+	l.take(sec(0.999998))    // and its check
+	through := 0
+	for i := range 100 {
+		if l.take(sec(1.000002+float64(i)/1e6)).violated == 0 {
+			through++
+		}
+	}
+	if through > 2 {
+		t.Errorf("%d let through just after 100 in the window before, want at most 2", through)
+	}
+}
+
+// TestQuotaPeriodChange: an hour spent, then a day quota: the day is
+// counted apart from the hour that began with it, and gets its own
+// key.quota_exhausted; a new instance (a restart) lists what was used.
+func TestQuotaPeriodChange(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		sink := &sinkRecorder{}
+		e.keys.EmitTo(sink)
+		midnight := t0.Truncate(24 * time.Hour).Add(24 * time.Hour)
+		e.clock.Set(midnight.Add(30 * time.Minute))
+		k := mustCreate(t, e.keys, `{"service":"contracts","name":"p","owner":"alice","privileges":["get"],"quota":{"limit":5,"period":"hour"}}`)
+		spend := func(keys *Keys, n int) int {
+			through := 0
+			for range n {
+				if checkAt(keys, k.Token, e.clock.Now()).Reason == "" {
+					through++
+				}
+			}
+			return through
+		}
+		if n := spend(e.keys, 8); n != 5 {
+			t.Fatalf("hour: %d let through, want 5", n)
+		}
+		if _, err := e.keys.Update(k.ID, mustInput(t, `{"quota":{"limit":10,"period":"day"}}`)); err != nil {
+			t.Fatal(err)
+		}
+		if n := spend(e.keys, 12); n != 10 {
+			t.Errorf("day after the hour: %d let through, want 10", n)
+		}
+		n := 0
+		for _, ev := range sink.got {
+			if ev.Type == events.KeyQuotaExhausted {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Errorf("%d key.quota_exhausted, want one for the hour and one for the day", n)
+		}
+		// A restart: the list shows the day's use once read back.
+		other := e.reopen(t)
+		if err := other.ReadQuotas(""); err != nil {
+			t.Fatal(err)
+		}
+		if l := other.List(""); len(l) != 1 || l[0].QuotaUsed == nil || *l[0].QuotaUsed != 10 {
+			t.Errorf("listed after a restart: %+v", l)
+		}
+	})
 }

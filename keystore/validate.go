@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -27,9 +28,11 @@ type KeyInput struct {
 	// when absent.
 	Enabled Optional[bool] `json:"enabled"`
 	// RateLimits replaces the key's policies; null or [] removes them.
-	RateLimits Optional[[]RateLimitInput] `json:"rateLimits"`
+	// Each is read field by field, so that every bad field of every
+	// policy is named at once (checkRateLimits).
+	RateLimits Optional[[]json.RawMessage] `json:"rateLimits"`
 	// Quota replaces the key's quota; null removes it.
-	Quota Optional[QuotaInput] `json:"quota"`
+	Quota Optional[json.RawMessage] `json:"quota"`
 }
 
 const (

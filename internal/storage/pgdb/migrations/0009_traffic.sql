@@ -3,13 +3,15 @@
 -- rate_limit_sync, and requests per hour and outcome, kept 90 days.
 CREATE TABLE key_quota (
 	key_id       uuid NOT NULL REFERENCES keys (id) ON DELETE CASCADE,
+	-- period is hour, day or month: they can start at the same instant.
+	period       text NOT NULL,
 	period_start timestamptz NOT NULL,
 	-- used counts the units leased to instances, spent or not; a clean
 	-- stop gives the unspent back.
 	used         bigint NOT NULL,
 	-- exhausted is set once key.quota_exhausted was sent for the period.
 	exhausted    boolean NOT NULL DEFAULT false,
-	PRIMARY KEY (key_id, period_start)
+	PRIMARY KEY (key_id, period, period_start)
 );
 
 CREATE TABLE key_rate_counts (
