@@ -29,8 +29,8 @@ type goals struct {
 	// and a quota) / (with a key of none); neighbour is a reader's
 	// throughput beside a rate-limited flood / beside a flood of an
 	// unknown key.
-	limitedAuth, neighbour float64
-	search, substring, shareList               time.Duration
+	limitedAuth, neighbour       float64
+	search, substring, shareList time.Duration
 }
 
 // atLeast describes a ratio's goal; 0 is none.

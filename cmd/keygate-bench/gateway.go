@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -165,6 +166,28 @@ func (g *gatewayProc) listShares(d *dataset) loadSpec {
 		reqs = append(reqs, newRequest("GET", g.apiAddr, "/webapi/share?"+q.Encode(), auth(d.shareToken), nil, 200))
 	}
 	return loadSpec{name: "share-list", addr: g.apiAddr, next: func(_ int, n int) request { return reqs[n%len(reqs)] }}
+}
+
+// clockTick is the unit of /proc/PID/stat's times (USER_HZ, 100 on
+// every Linux the bench runs on).
+const clockTick = 10 * time.Millisecond
+
+// cpuTime is the CPU time the gateway process has used so far, user and
+// system, all its threads; 0 where /proc cannot tell.
+func (g *gatewayProc) cpuTime() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", g.Pid()))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and
+	// may hold spaces: state is the first, utime the 12th, stime the 13th.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * clockTick
 }
 
 // captureProfile fetches a CPU profile from the admin endpoint while a run

@@ -12,7 +12,8 @@ import (
 // The figures of rate limits and quotas: what a key's policies cost a
 // request (a), what a rate-limited flood of one key costs another key's
 // requests (b), and with several instances on one database, how closely
-// they hold a limit and a quota between them (c, instances.go).
+// they hold a limit and a quota between them (c, accuracy, which
+// runInstances runs).
 
 const (
 	// floodLimit is the noisy neighbour's limit, per second.
@@ -60,7 +61,9 @@ func (g *gatewayProc) limitedAuth(d *dataset) float64 {
 // contracts key reads one contract from neighbourClients; the same flood
 // with an unknown key (401 each) is the baseline. It returns the flood's
 // creates let through per second over all rounds and the median ratio of
-// the reader's throughput, limited flood / unknown-key flood.
+// the reader's throughput, limited flood / unknown-key flood. The
+// limited flood's creates are real ones (a durable write, an invitation
+// mail each): part of what it costs the reader.
 func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio float64) {
 	h := auth(keystore.NewToken()) // well formed, in no store: looked up and refused
 	h.Set("Content-Type", "application/json")
@@ -68,12 +71,18 @@ func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio float64) {
 	reader := g.getContract(d)
 
 	// run floods with req from floodClients connections while the reader
-	// reads, from the start of a second (the limiter's windows are
-	// aligned to the clock: a key's first window lets its whole limit
-	// through at once, and a run that starts mid-window would count that
-	// burst and most of the next window's share in one second).
-	run := func(flood request) (floodRes, readRes result) {
+	// reads, from the start of a second: the limiter's windows are
+	// aligned to the clock, and a key's first window lets its whole limit
+	// through at once (the creates per second count from that window's
+	// start).
+	run := func(name string, flood request) (floodRes, readRes result) {
 		alignTo(time.Second)
+		if *profile != "" && name == *profileOf {
+			done := g.captureProfile(*profile, *runFor)
+			defer func() { <-done; *profile = "" }()
+		}
+		cpu0 := g.cpuTime()
+		defer func() { floodRes.cpu = g.cpuTime() - cpu0 }()
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
@@ -98,7 +107,7 @@ func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio float64) {
 
 	var ratios []float64
 	var created int64
-	var elapsed time.Duration
+	var windows time.Duration
 	for i := 0; i < *rounds; i++ {
 		// A key of its own each round: a round starts with no count.
 		_, token := g.createKey(fmt.Sprintf("bench-flood-%d", i+1), []string{"create"}, map[string]any{
@@ -109,17 +118,22 @@ func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio float64) {
 		limited := newRequest("POST", g.apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 201)
 		limited.alt = 429
 
-		uf, ur := run(unknown)
-		lf, lr := run(limited)
+		uf, ur := run("flood-unknown", unknown)
+		lf, lr := run("flood-limited", limited)
 		r := lr.rps() / ur.rps()
 		ratios = append(ratios, r)
 		created += lf.requests
-		elapsed += lf.elapsed
-		fmt.Printf("  round %d: reader beside unknown-key flood %7.0f req/s (%6.0f 401/s)   beside limited flood %7.0f req/s (%4.0f 201/s, %6.0f 429/s)   ratio %.3f\n",
-			i+1, ur.rps(), uf.rps(), lr.rps(), lf.rps(), float64(lf.alts)/lf.elapsed.Seconds(), r)
+		// From the start of the window the flood began in: a key's first
+		// window lets its whole limit through, however late in it the
+		// first request comes.
+		windows += lf.start.Add(lf.elapsed).Sub(lf.start.Truncate(time.Second))
+		// The gateway's CPU per request of the flood and the reader.
+		ucpu := float64(uf.cpu.Microseconds()) / float64(uf.requests+ur.requests)
+		lcpu := float64(lf.cpu.Microseconds()) / float64(lf.requests+lf.alts+lr.requests)
+		fmt.Printf("  round %d: B beside unknown-key flood %6.0f req/s (flood %6.0f 401/s, %4.1f µs/req)   beside limited flood %6.0f req/s (flood %3.0f 201/s + %6.0f 429/s, %4.1f µs/req)   ratio %.3f\n",
+			i+1, ur.rps(), uf.rps(), ucpu, lr.rps(), lf.rps(), float64(lf.alts)/lf.elapsed.Seconds(), lcpu, r)
 	}
-	sort.Float64s(ratios)
-	return float64(created) / elapsed.Seconds(), ratios[len(ratios)/2]
+	return float64(created) / windows.Seconds(), median(ratios)
 }
 
 // alignTo sleeps until the clock is at a whole multiple of w.

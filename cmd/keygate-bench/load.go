@@ -123,11 +123,20 @@ type result struct {
 	requests  int64 // answered with the expected status
 	alts      int64 // answered with the request's alt status
 	failures  int64
+	start     time.Time // when the first request went
 	elapsed   time.Duration
 	latencies []time.Duration // only when kept
+	// cpu is the gateway's CPU time (user and system) during the run,
+	// where the caller measured it.
+	cpu time.Duration
 }
 
 func (r result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
+
+// cpuPerRequest is the gateway's CPU time per answered request, in µs.
+func (r result) cpuPerRequest() float64 {
+	return float64(r.cpu.Microseconds()) / float64(r.requests+r.alts)
+}
 
 // load runs clients connections for d, each sending next(i) in a loop.
 func load(addr string, clients int, d time.Duration, keepLatency bool, next func(client, n int) request) (result, error) {
@@ -180,7 +189,7 @@ func load(addr string, clients int, d time.Duration, keepLatency bool, next func
 		}(i)
 	}
 	wg.Wait()
-	return result{requests: ok.Load(), alts: alt.Load(), failures: failed.Load(), elapsed: time.Since(start), latencies: lat}, firstErr
+	return result{requests: ok.Load(), alts: alt.Load(), failures: failed.Load(), start: start, elapsed: time.Since(start), latencies: lat}, firstErr
 }
 
 // percentile returns the p-th percentile (0..100) of ds.

@@ -16,7 +16,6 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 )
@@ -29,7 +28,7 @@ var (
 	large     = flag.Int("n", 100000, "keys, contracts and shares in the large store")
 	keep      = flag.Bool("keep", false, "keep the data directories")
 	profile   = flag.String("profile", "", "write a CPU profile of the gateway during the first run named by -profile-of to this file")
-	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, contract-get, share-get, contract-create")
+	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, auth-limited, contract-get, share-get, contract-create, flood-limited, flood-unknown")
 	backendOf = flag.String("backend", "bolt", "the storage backend: bolt, or postgres (a throwaway durable PostgreSQL started for the run)")
 	instances = flag.Int("instances", 1, "with -backend postgres and more than 1: only compare that many gateways on one database with one")
 	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, creates, limits, neighbour, large; with -instances: spread, accuracy")
@@ -168,18 +167,25 @@ func main() {
 }
 
 // compare runs base and subject in interleaved rounds and returns the
-// median of the per-round ratios subject/base.
+// median of the per-round ratios subject/base. It prints the gateway's
+// CPU time per request of each too, and their ratio base/subject: on a
+// machine that others load, throughput swings with their work, while
+// what a request costs the gateway moves much less.
 func (g *gatewayProc) compare(baseName string, base loadSpec, subjName string, subject loadSpec) float64 {
-	var ratios []float64
+	var ratios, cpuRatios []float64
+	var cpuA, cpuB []float64
 	for i := 0; i < *rounds; i++ {
 		a := g.run(base)
 		b := g.run(subject)
 		r := b.rps() / a.rps()
 		ratios = append(ratios, r)
-		fmt.Printf("  round %d: %-34s %8.0f req/s   %-38s %8.0f req/s   ratio %.3f\n", i+1, baseName, a.rps(), subjName, b.rps(), r)
+		ca, cb := a.cpuPerRequest(), b.cpuPerRequest()
+		cpuA, cpuB = append(cpuA, ca), append(cpuB, cb)
+		cpuRatios = append(cpuRatios, ca/cb)
+		fmt.Printf("  round %d: %-34s %8.0f req/s %5.1f µs   %-38s %8.0f req/s %5.1f µs   ratio %.3f\n", i+1, baseName, a.rps(), ca, subjName, b.rps(), cb, r)
 	}
-	sort.Float64s(ratios)
-	return ratios[len(ratios)/2]
+	fmt.Printf("  gateway CPU per request (medians): %.1f µs and %.1f µs, first/second = %.3f\n", median(cpuA), median(cpuB), median(cpuRatios))
+	return median(ratios)
 }
 
 func (g *gatewayProc) latency(spec loadSpec, n int) (p50, p99 time.Duration) {
@@ -210,7 +216,9 @@ func (g *gatewayProc) run(spec loadSpec) result {
 		done := g.captureProfile(*profile, *runFor)
 		defer func() { <-done; *profile = "" }()
 	}
+	cpu0 := g.cpuTime()
 	res, err := load(spec.addr, *clients, *runFor, false, spec.next)
+	res.cpu = g.cpuTime() - cpu0
 	if err != nil {
 		fatalf("load on %s: %v", spec.addr, err)
 	}
