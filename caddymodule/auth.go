@@ -1,11 +1,14 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -251,9 +254,13 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 	if d.Reason == problem.CodeMissingPrivilege {
 		detail = "the API key lacks the " + string(d.Missing) + " privilege"
 	}
-	p := problem.New(d.Status, d.Reason, detail)
-	p.ViolatedPolicies, p.RetryAfter = d.Violated, int(d.RetryAfter)
-	problem.Write(w, p)
+	if len(d.Violated) > 0 {
+		writeLimitRefusal(w, d, detail)
+	} else {
+		p := problem.New(d.Status, d.Reason, detail)
+		p.RetryAfter = int(d.RetryAfter)
+		problem.Write(w, p)
+	}
 	if d.Entry != nil {
 		h.keys.Refused(d.Entry, d.Reason, start)
 	}
@@ -291,6 +298,45 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 		rec.refusals = n
 	}
 	h.audit.record(rec)
+}
+
+// limitBodies holds the encoded problem bodies of rate-limit and quota
+// refusals by reason and violated policies: a flood of them is answered
+// without encoding each (a refusal of a known key must cost no more than
+// one of an unknown key). At most maxLimitBodies are kept.
+var (
+	limitBodies     sync.Map // string -> []byte
+	limitBodiesKept atomic.Int64
+)
+
+const maxLimitBodies = 10000
+
+// writeLimitRefusal writes the 429 of d, which names violated policies.
+func writeLimitRefusal(w http.ResponseWriter, d *keystore.Decision, detail string) {
+	key := d.Reason
+	for _, v := range d.Violated {
+		key += "\x00" + v
+	}
+	body, ok := limitBodies.Load(key)
+	if !ok {
+		p := problem.New(d.Status, d.Reason, detail)
+		p.ViolatedPolicies = d.Violated
+		b, err := json.Marshal(p)
+		if err != nil {
+			problem.Write(w, p)
+			return
+		}
+		body = append(b, '\n')
+		if limitBodiesKept.Add(1) <= maxLimitBodies {
+			limitBodies.Store(key, body)
+		}
+	}
+	h := w.Header()
+	problem.SecureHeaders(h)
+	h["Content-Type"] = []string{problem.ContentType}
+	h["Retry-After"] = []string{strconv.FormatInt(d.RetryAfter, 10)}
+	w.WriteHeader(d.Status)
+	_, _ = w.Write(body.([]byte))
 }
 
 // requestClientIP is Caddy's client_ip, which honours trusted_proxies.
