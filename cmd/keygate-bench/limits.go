@@ -64,7 +64,12 @@ func (g *gatewayProc) limitedAuth(d *dataset) float64 {
 // the reader's throughput, limited flood / unknown-key flood. The
 // limited flood's creates are real ones (a durable write, an invitation
 // mail each): part of what it costs the reader.
-func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio float64) {
+//
+// refusalRatio isolates what the spec's goal is about, a rate-limit
+// refusal against a bad-key refusal: the reader beside a flood whose key
+// is over its limit for the whole run (every request 429, no create)
+// against the unknown-key flood.
+func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio, refusalRatio float64) {
 	h := auth(keystore.NewToken()) // well formed, in no store: looked up and refused
 	h.Set("Content-Type", "application/json")
 	unknown := newRequest("POST", g.apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 401)
@@ -105,7 +110,7 @@ func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio float64) {
 		return floodRes, readRes
 	}
 
-	var ratios []float64
+	var ratios, refusalRatios []float64
 	var created int64
 	var windows time.Duration
 	for i := 0; i < *rounds; i++ {
@@ -118,10 +123,29 @@ func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio float64) {
 		limited := newRequest("POST", g.apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 201)
 		limited.alt = 429
 
+		// A key over its limit all along: one create a day, spent first.
+		_, spentToken := g.createKey(fmt.Sprintf("bench-spent-%d", i+1), []string{"create"}, map[string]any{
+			"rateLimits": []any{policy("day", 1, 86400)},
+		})
+		sh := auth(spentToken)
+		sh.Set("Content-Type", "application/json")
+		first := newRequest("POST", g.apiAddr, "/webapi/contracts", sh, contractBody(d.templates[0], 1), 201)
+		c, err := dial(g.apiAddr)
+		if err != nil {
+			fatalf("spending the refused flood's limit: %v", err)
+		}
+		if status, err := c.do(first); err != nil || status != 201 {
+			fatalf("spending the refused flood's limit: %d %v", status, err)
+		}
+		c.c.Close()
+		refused := newRequest("POST", g.apiAddr, "/webapi/contracts", sh, contractBody(d.templates[0], 1), 429)
+
 		uf, ur := run("flood-unknown", unknown)
 		lf, lr := run("flood-limited", limited)
+		rf, rr := run("flood-refused", refused)
 		r := lr.rps() / ur.rps()
 		ratios = append(ratios, r)
+		refusalRatios = append(refusalRatios, rr.rps()/ur.rps())
 		created += lf.requests
 		// From the start of the window the flood began in: a key's first
 		// window lets its whole limit through, however late in it the
@@ -130,10 +154,11 @@ func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio float64) {
 		// The gateway's CPU per request of the flood and the reader.
 		ucpu := float64(uf.cpu.Microseconds()) / float64(uf.requests+ur.requests)
 		lcpu := float64(lf.cpu.Microseconds()) / float64(lf.requests+lf.alts+lr.requests)
-		fmt.Printf("  round %d: B beside unknown-key flood %6.0f req/s (flood %6.0f 401/s, %4.1f µs/req)   beside limited flood %6.0f req/s (flood %3.0f 201/s + %6.0f 429/s, %4.1f µs/req)   ratio %.3f\n",
-			i+1, ur.rps(), uf.rps(), ucpu, lr.rps(), lf.rps(), float64(lf.alts)/lf.elapsed.Seconds(), lcpu, r)
+		rcpu := float64(rf.cpu.Microseconds()) / float64(rf.requests+rr.requests)
+		fmt.Printf("  round %d: B beside unknown-key flood %6.0f req/s (flood %6.0f 401/s, %4.1f µs/req)   beside limited flood %6.0f req/s (flood %3.0f 201/s + %6.0f 429/s, %4.1f µs/req)   ratio %.3f   beside an all-429 flood %6.0f req/s (%4.1f µs/req)   ratio %.3f\n",
+			i+1, ur.rps(), uf.rps(), ucpu, lr.rps(), lf.rps(), float64(lf.alts)/lf.elapsed.Seconds(), lcpu, r, rr.rps(), rcpu, rr.rps()/ur.rps())
 	}
-	return float64(created) / windows.Seconds(), median(ratios)
+	return float64(created) / windows.Seconds(), median(ratios), median(refusalRatios)
 }
 
 // alignTo sleeps until the clock is at a whole multiple of w.

@@ -141,9 +141,10 @@ func main() {
 	if want("neighbour") {
 		fmt.Printf("noisy neighbour: key A (%d/s) floods POST /webapi/contracts from %d connections, key B reads GET /webapi/contracts/{id} from %d\n",
 			floodLimit, floodClients, neighbourClients)
-		perSec, r := gw.neighbour(small)
+		perSec, r, refusal := gw.neighbour(small)
 		fmt.Printf("  flood's creates let through: %.1f/s   (goal <= %d/s, the limit: as many invitation mails)\n", perSec, floodLimit)
 		fmt.Printf("  B beside the limited flood / beside the same flood with an unknown key (401): ratio = %.3f   (goal >= %.2f)\n", r, goal.neighbour)
+		fmt.Printf("  B beside a flood all refused 429 / beside the unknown-key flood (401): ratio = %.3f   (a rate-limit refusal against a bad-key refusal)\n", refusal)
 	}
 	fmt.Println()
 	gw.stop()
