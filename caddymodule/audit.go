@@ -127,6 +127,10 @@ func (a *auditLog) close() {
 	a.stopped = true
 	a.mu.Unlock()
 	a.flush()
+	// Down to the file: at a process's exit Caddy may not close the log's
+	// writer, and a buffered one would keep the last entries.
+	_ = a.logger.Sync()
+	syncBufferedFiles()
 }
 
 // flush writes the pending batch.

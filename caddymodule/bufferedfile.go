@@ -53,7 +53,23 @@ func (w BufferedFileWriter) OpenWriter() (io.WriteCloser, error) {
 	}
 	bw := newBufferedWriter(f)
 	go bw.flushEvery(every)
+	openBuffered.Store(bw, struct{}{})
 	return bw, nil
+}
+
+// openBuffered holds the buffered writers not closed yet. At a process's
+// exit Caddy stops the apps but may leave log writers unclosed, and the
+// writer's Sync is out of reach behind Caddy's wrapper: the webapi app
+// flushes them all when it stops (syncBufferedFiles), after its last
+// audit entries.
+var openBuffered sync.Map // *bufferedWriter -> struct{}
+
+// syncBufferedFiles writes what every open buffered writer holds.
+func syncBufferedFiles() {
+	openBuffered.Range(func(k, _ any) bool {
+		_ = k.(*bufferedWriter).Sync()
+		return true
+	})
 }
 
 // bufferSize is how much the writer gathers before it writes at once.
@@ -132,8 +148,17 @@ func (b *bufferedWriter) flushEvery(d time.Duration) {
 	}
 }
 
+// Sync writes what is buffered, so that a logger's Sync reaches the file
+// (zapcore.AddSync keeps this method).
+func (b *bufferedWriter) Sync() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.flushLocked()
+}
+
 // Close flushes what is buffered and closes the file.
 func (b *bufferedWriter) Close() error {
+	openBuffered.Delete(b)
 	close(b.stop)
 	<-b.done
 	b.mu.Lock()

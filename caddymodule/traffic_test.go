@@ -144,7 +144,8 @@ func testQuotaOverAPI(t *testing.T, b backend) {
 		Type string         `json:"type"`
 		Data map[string]any `json:"data"`
 	}
-	if err := json.Unmarshal(bodies[0], &ev); err != nil || ev.Type != "key.quota_exhausted" || ev.Data["id"] != k.ID || strings.Contains(string(bodies[0]), k.Token) {
+	if err := json.Unmarshal(bodies[0], &ev); err != nil || ev.Type != "key.quota_exhausted" || ev.Data["id"] != k.ID || strings.Contains(string(bodies[0]), k.Token) ||
+		fmt.Sprint(ev.Data["quota"]) != "map[limit:5 period:day]" || ev.Data["periodStart"] != nextDay.Add(-24*time.Hour).Format(time.RFC3339) {
 		t.Errorf("delivery %s (%v)", bodies[0], err)
 	}
 	// Raising the quota opens the key again, in the same period.

@@ -65,6 +65,11 @@ type keyEvent struct {
 	Time    time.Time `json:"time"`
 	// NotValidAfter is when the key stops working (key.expiring).
 	NotValidAfter *time.Time `json:"notValidAfter,omitempty"`
+	// Quota and PeriodStart are the quota that was spent and the start
+	// of its period (key.quota_exhausted): an hour's and a day's look
+	// alike otherwise.
+	Quota       *Quota     `json:"quota,omitempty"`
+	PeriodStart *time.Time `json:"periodStart,omitempty"`
 }
 
 // emitFor returns what Put runs in the transaction of key's change from
@@ -83,8 +88,14 @@ func (k *Keys) emitKey(typ string, key *Key, now time.Time) func(storage.Tx) err
 		return nil
 	}
 	ev := keyEvent{ID: key.ID, Name: key.Name, Owner: key.Owner, Service: key.Service, Time: now}
-	if typ == events.KeyExpiring {
+	switch typ {
+	case events.KeyExpiring:
 		ev.NotValidAfter = key.NotValidAfter
+	case events.KeyQuotaExhausted:
+		if q := key.Quota; q != nil {
+			start := q.Period.start(now)
+			ev.Quota, ev.PeriodStart = q, &start
+		}
 	}
 	data, err := json.Marshal(ev)
 	return func(tx storage.Tx) error {

@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -235,5 +238,55 @@ func TestQuotaCrash(t *testing.T) {
 	}
 	if err := c.gws[1].Launch(); err != nil {
 		t.Fatal(fmt.Errorf("relaunching for the cleanup: %w", err))
+	}
+}
+
+// TestAuditAtStop: the audit entries of the last requests before a clean
+// stop reach the file, buffered_file's included (Caddy does not close log
+// writers at exit), and so do the rate-limit refusals that the
+// once-a-second entry did not stand for yet.
+func TestAuditAtStop(t *testing.T) {
+	for _, output := range []string{"buffered_file", "file"} {
+		t.Run(output, func(t *testing.T) {
+			dir := t.TempDir()
+			g, err := gatewayproc.Start(gatewayproc.Options{Bin: bin, Dir: dir, AuditOutput: output})
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := g.CreateKey("contracts", "stop", "o", []string{"get"}, map[string]any{
+				"rateLimits": []map[string]any{{"name": "minute", "limit": 1, "windowSeconds": 60}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			statuses := ""
+			for range 4 {
+				statuses += fmt.Sprint(status(t, g, k.Token, "/webapi/contracts/"+uuid.NewString()), " ")
+			}
+			if statuses != "404 429 429 429 " {
+				t.Fatalf("statuses %s", statuses)
+			}
+			if err := g.Stop(); err != nil { // at once: the entries are still in memory
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "audit.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := string(b)
+			refusals := 0
+			for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+				var e struct {
+					Msg      string `json:"msg"`
+					Reason   string `json:"reason"`
+					Refusals int    `json:"refusals"`
+				}
+				if json.Unmarshal([]byte(line), &e) == nil && e.Reason == "rate_limited" {
+					refusals += e.Refusals
+				}
+			}
+			if !strings.Contains(log, `"msg":"key created"`) || !strings.Contains(log, `"msg":"key used"`) || refusals != 3 {
+				t.Errorf("after a clean stop the audit log holds %d of the 3 refusals, and:\n%s", refusals, log)
+			}
+		})
 	}
 }
