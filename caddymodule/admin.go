@@ -61,6 +61,7 @@ func (a *Admin) routes(webhooks bool) *http.ServeMux {
 	mux.HandleFunc("POST /webapi/keys/{id}/reveal", a.revealKey)
 	mux.HandleFunc("POST /webapi/keys/{id}/roll", a.rollKey)
 	mux.HandleFunc("GET /webapi/keys/{id}/usage", a.keyUsage)
+	mux.HandleFunc("GET /webapi/seal", a.showSeal)
 	mux.HandleFunc("POST /webapi/templates", a.addTemplate)
 	mux.HandleFunc("GET /webapi/templates", a.listTemplates)
 	mux.HandleFunc("GET /webapi/templates/{id}", a.getTemplate)
@@ -455,6 +456,12 @@ var (
 	_ caddy.Provisioner = (*Admin)(nil)
 	_ caddy.AdminRouter = (*Admin)(nil)
 )
+
+// showSeal shows the certificate that seals completed contracts'
+// documents: subject, issuer, SHA-256 fingerprint and validity.
+func (a *Admin) showSeal(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, appOf(r).sealInfo())
+}
 
 // The usage series' defaults and bounds: the keys page's two charts, and
 // no further back than hourly usage is kept.

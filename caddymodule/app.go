@@ -5,6 +5,7 @@
 package caddymodule
 
 import (
+	"github.com/keygate/keygate/internal/docseal"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,6 +83,10 @@ type App struct {
 	// this pace. Default 100ms. Read by the config that starts first,
 	// not at a reload; bbolt (one process) has nothing to exchange.
 	RateLimitSync caddy.Duration `json:"rate_limit_sync,omitempty"`
+	// DocumentSeal is the certificate that seals completed contracts'
+	// documents: the operator's PKCS#12 file, or by default one the
+	// gateway makes at first start and keeps in the database.
+	DocumentSeal *DocumentSealConfig `json:"document_seal,omitempty"`
 	// AllowSharedPorts lets this gateway start on an address that
 	// another process serves too, which it refuses by default: Caddy
 	// listens with SO_REUSEPORT, so the kernel would split the
@@ -101,6 +106,7 @@ type App struct {
 	shares        *share.Store
 	senders       *senders
 	replaced      *senders // the senders installed before ours
+	sealer        *docseal.Sealer
 	poolKey       string
 	logger        *zap.Logger
 	audit         *auditLog

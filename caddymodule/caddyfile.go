@@ -37,6 +37,7 @@ var terminalDirectives = []struct {
 	{"webapi_signing", noArgs(func() caddyhttp.MiddlewareHandler { return new(Signing) })},
 	{"webapi_share", noArgs(func() caddyhttp.MiddlewareHandler { return new(Share) })},
 	{"webapi_share_viewer", noArgs(func() caddyhttp.MiddlewareHandler { return new(ShareViewer) })},
+	{"webapi_documents", noArgs(func() caddyhttp.MiddlewareHandler { return new(Documents) })},
 }
 
 // parseGlobalOption sets up the webapi app:
@@ -176,6 +177,27 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					err = oneArg(d, &a.SMS.From)
 				default:
 					return d.Errf("unknown sms option %q", d.Val())
+				}
+				if err != nil {
+					return err
+				}
+			}
+		case "document_seal":
+			a.DocumentSeal = new(DocumentSealConfig)
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			for d.NextBlock(1) {
+				var err error
+				switch d.Val() {
+				case "pkcs12_file":
+					err = oneArg(d, &a.DocumentSeal.PKCS12File)
+				case "password_file":
+					err = oneArg(d, &a.DocumentSeal.PasswordFile)
+				case "timestamp_url":
+					err = oneArg(d, &a.DocumentSeal.TimestampURL)
+				default:
+					return d.Errf("unknown document_seal option %q", d.Val())
 				}
 				if err != nil {
 					return err

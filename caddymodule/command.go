@@ -33,7 +33,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "webapi",
-		Usage: "keys|templates|webhooks|migrate|openapi <command> [flags]",
+		Usage: "keys|templates|webhooks|migrate|openapi|seal <command> [flags]",
 		Short: "Manages keygate API keys, contract templates and webhooks; moves data to PostgreSQL; prints the OpenAPI documents",
 		Long: `
 Manages keygate API keys, contract templates and webhook subscriptions
@@ -53,7 +53,7 @@ object. Errors go to standard error with a non-zero exit status.`,
 // setupWebapiCommand adds the subcommands and the --address flag.
 func setupWebapiCommand(cmd *cobra.Command) {
 	cmd.PersistentFlags().String("address", "", "The address of the admin endpoint (default localhost:2019)")
-	cmd.AddCommand(keysCommand(), templatesCommand(), webhooksCommand(), migrateCommand(), openapiCommand())
+	cmd.AddCommand(keysCommand(), templatesCommand(), webhooksCommand(), migrateCommand(), openapiCommand(), sealCommand())
 }
 
 // keyFlags are the flags of keys create and keys update.
@@ -469,6 +469,42 @@ func readBodyFile(c *cobra.Command, name string) ([]byte, error) {
 func asJSON(c *cobra.Command) bool {
 	v, _ := c.Flags().GetBool("json")
 	return v
+}
+
+// sealCommand is `caddy webapi seal show`: the certificate that seals
+// completed contracts' documents.
+func sealCommand() *cobra.Command {
+	seal := &cobra.Command{Use: "seal", Short: "Shows the document seal certificate"}
+	show := &cobra.Command{
+		Use:   "show [--json]",
+		Short: "Prints the seal certificate's SHA-256 fingerprint, subject and validity",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			var info sealInfo
+			if err := adminCall(c, http.MethodGet, "/webapi/seal", nil, &info); err != nil {
+				return err
+			}
+			if asJSON(c) {
+				return printJSON(c, info)
+			}
+			origin := "the operator's (document_seal pkcs12_file)"
+			if info.SelfMade {
+				origin = "made by the gateway, kept in its database"
+			}
+			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+			for _, r := range [][2]string{
+				{"sha256", info.SHA256}, {"subject", info.Subject}, {"issuer", info.Issuer},
+				{"valid from", info.NotBefore.Format(time.RFC3339)}, {"valid until", info.NotAfter.Format(time.RFC3339)},
+				{"certificate", origin}, {"timestamps", fmt.Sprint(info.Timestamped)},
+			} {
+				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+			}
+			return tw.Flush()
+		},
+	}
+	show.Flags().Bool("json", false, "print JSON")
+	seal.AddCommand(show)
+	return seal
 }
 
 func printJSON(c *cobra.Command, v any) error {

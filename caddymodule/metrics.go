@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"errors"
 
+	"github.com/keygate/keygate/internal/docseal"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -20,6 +22,8 @@ var metrics = struct {
 	// webhookDeliveries counts webhook delivery attempts by outcome.
 	webhookDeliveries *prometheus.CounterVec
 	dbErrors          prometheus.Counter
+	// documentSeals counts the seals of completed contracts' documents.
+	documentSeals *prometheus.CounterVec
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_requests_total",
@@ -55,6 +59,10 @@ var metrics = struct {
 		Name: "keygate_database_unavailable_total",
 		Help: "Database operations that failed because the database could not be reached (PostgreSQL storage).",
 	}),
+	documentSeals: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "keygate_document_seals_total",
+		Help: "Seals of completed contracts' documents, by outcome: sealed, sealed_with_timestamp, sealed_without_timestamp (the timestamp authority failed), failed.",
+	}, []string{"outcome"}),
 }
 
 func init() {
@@ -67,6 +75,9 @@ func init() {
 	}
 	for _, o := range []string{"sent", "retry", "failed"} {
 		metrics.webhookDeliveries.WithLabelValues(o)
+	}
+	for _, o := range []docseal.Outcome{docseal.Sealed, docseal.SealedWithTimestamp, docseal.SealedWithoutTimestamp, docseal.Failed} {
+		metrics.documentSeals.WithLabelValues(string(o))
 	}
 	for _, svc := range []string{"contracts", "share"} {
 		for reason := range refusals {
@@ -81,6 +92,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.duration, metrics.refusals,
 		metrics.keys, metrics.usageFlush, metrics.notifications, metrics.webhookDeliveries, metrics.dbErrors,
+		metrics.documentSeals,
 	} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError

@@ -224,6 +224,10 @@ func (s *state) Destruct() error {
 // openings, which the app flushes when it stops.
 func (s *state) provisionAPIs(a *App) error {
 	s.updateKeyGauges()
+	var err error
+	if a.sealer, err = s.buildSealer(a); err != nil {
+		return err
+	}
 	lifecycle, err := signing.New(contracts.Config{
 		DB:               s.stores.DB,
 		Backend:          s.stores.Contracts,
@@ -239,6 +243,7 @@ func (s *state) provisionAPIs(a *App) error {
 		Outbox:  s.outbox,
 		Backend: s.stores.Signing,
 		OTPKey:  s.derivedKey("keygate signing one-time password v1"),
+		Seal:    sealFunc(a.sealer, a.logger.Named("documents")),
 	})
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"github.com/keygate/keygate/internal/docseal"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/idempotency"
@@ -50,6 +51,8 @@ type Stores struct {
 	// Idempotency keeps the replies of creates sent with an
 	// Idempotency-Key.
 	Idempotency idempotency.Backend
+	// DocumentSeal keeps the self-made seal certificate.
+	DocumentSeal docseal.Backend
 	// Where names the database in logs and errors, without a secret.
 	Where string
 }

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"github.com/keygate/keygate/internal/docseal"
 	"os"
 	"path/filepath"
 	"time"
@@ -145,6 +146,9 @@ func boltStores(db *bbolt.DB, path string) (st *Stores, err error) {
 		return nil, err
 	}
 	if st.Idempotency, err = idempotency.NewBoltBackend(bdb); err != nil {
+		return nil, err
+	}
+	if st.DocumentSeal, err = docseal.NewBoltBackend(bdb); err != nil {
 		return nil, err
 	}
 	return st, nil

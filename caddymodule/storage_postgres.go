@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keygate/keygate/internal/docseal"
 	"os"
 	"strconv"
 	"strings"
@@ -145,6 +146,7 @@ func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
 		Where:     where,
 	}
 	st.Idempotency = idempotency.NewPostgresBackend(db)
+	st.DocumentSeal = docseal.NewPostgresBackend(db)
 	return st, nil
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need beyond Go: from Debian packages, chromium
-# for the browser tests, PostgreSQL's server binaries for the tests of the
+# for the browser tests, poppler-utils (pdfsig, the document seals'
+# independent verifier), PostgreSQL's server binaries for the tests of the
 # PostgreSQL backend (each test binary starts its own throwaway server
 # from them, see internal/pgtest) and npm; from the npm registry,
 # axe-core for the browser tests' accessibility check, pinned by
@@ -25,6 +26,10 @@ if [ -z "${KEYGATE_TEST_POSTGRES:-}" ] && ! have_postgres; then
 fi
 if ! command -v npm >/dev/null 2>&1; then
 	need+=(nodejs npm)
+fi
+# poppler's pdfsig checks the document seals as an independent verifier.
+if ! command -v pdfsig >/dev/null 2>&1; then
+	need+=(poppler-utils)
 fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then

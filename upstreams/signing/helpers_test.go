@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/keygate/keygate/internal/docseal"
 	"image"
 	"image/color"
 	"image/png"
@@ -99,7 +100,7 @@ func (f *fixture) open() {
 	f.events = eventstest.New(t, f.db)
 	f.svc, err = New(contracts.Config{DB: f.db, Backend: cb, Templates: tpl, Sealer: sealer, PublicBaseURL: "https://sign.example.com",
 		SMSConfigured: true, Now: f.clock.Now, Events: f.events,
-		Idempotency: newIdempotency(t, f.db, sealer, f.clock.Now)}, Config{Outbox: f.outbox, Backend: f.backend, OTPKey: []byte(testOTPKey)})
+		Idempotency: newIdempotency(t, f.db, sealer, f.clock.Now)}, Config{Outbox: f.outbox, Backend: f.backend, OTPKey: []byte(testOTPKey), Seal: testSeal(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,4 +424,18 @@ func readOTP(tb testing.TB, db storage.DB, b Backend, signerID string) *OTPRecor
 		tb.Fatal(err)
 	}
 	return rec
+}
+
+// testSeal seals completed contracts' documents as the gateway does, with
+// a self-made certificate.
+func testSeal(t testing.TB) func([]byte, *contracts.Contract) ([]byte, error) {
+	cert, err := docseal.MakeSelfSigned("sign.example.com", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer := docseal.NewSealer(cert, "")
+	return func(doc []byte, c *contracts.Contract) ([]byte, error) {
+		out, _, err := sealer.Seal(doc, docseal.Info{Name: "keygate document seal", Reason: "contract " + c.ID + " completed", Time: time.Now()})
+		return out, err
+	}
 }

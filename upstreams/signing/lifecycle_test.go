@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"github.com/keygate/keygate/internal/pdftest"
 	"io"
 	"maps"
 	"mime/multipart"
@@ -172,6 +173,13 @@ func TestParallelSigning(t *testing.T) {
 		finalized := f.download(got["finalizedPdf"].(map[string]any))
 		certificate := f.download(got["certificatePdf"].(map[string]any))
 		sum := sha256.Sum256(finalized)
+		// Both are sealed, over the whole file, for poppler's pdfsig; the
+		// certificate names the finalized PDF as sealed.
+		for name, doc := range map[string][]byte{"finalized": finalized, "certificate": certificate} {
+			if out, ok := pdftest.SealValid(t, doc); !ok {
+				t.Errorf("the %s PDF's seal:\n%s", name, out)
+			}
+		}
 
 		ftext := pdfText(t, finalized)
 		for _, want := range []string{"Lease agreement", "The tenant shall pay the rent", "Ann Email", "Bob Phone", "Cleo None", "Signed electronically"} {

@@ -44,9 +44,17 @@ func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body str
 	if err != nil {
 		return err
 	}
+	if finalized, err = s.sealDocument(finalized, c); err != nil {
+		return err
+	}
+	// The certificate names the finalized PDF as sealed: the file a
+	// signer receives and anyone can check.
 	sum := sha256.Sum256(finalized)
 	certificate, err := contractpdf.Certificate(in, hex.EncodeToString(sum[:]))
 	if err != nil {
+		return err
+	}
+	if certificate, err = s.sealDocument(certificate, c); err != nil {
 		return err
 	}
 	base := fileBase(c.Name)
@@ -73,6 +81,14 @@ func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body str
 		}
 	}
 	return s.forgetSigners(tx, c)
+}
+
+// sealDocument seals doc of c, when a sealer is configured.
+func (s *Service) sealDocument(doc []byte, c *contracts.Contract) ([]byte, error) {
+	if s.seal == nil {
+		return doc, nil
+	}
+	return s.seal(doc, c)
 }
 
 // fileBase makes a file name from a contract name: ASCII letters, digits,

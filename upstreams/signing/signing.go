@@ -65,6 +65,12 @@ type Config struct {
 	// copy of the database alone does not let anyone test the million
 	// possible codes. At least 32 bytes; derive it from the master key.
 	OTPKey []byte
+	// Seal seals a document of a completed contract (the finalized PDF,
+	// then the certificate of completion) with a PDF digital signature
+	// over the whole file; nil leaves them unsealed. A seal that fails
+	// fails the completion: a contract is never completed with a
+	// document that claims a seal it lacks.
+	Seal func(doc []byte, c *contracts.Contract) ([]byte, error)
 }
 
 // Service runs the signing lifecycle over a contract store.
@@ -76,6 +82,7 @@ type Service struct {
 	otpKey  []byte
 	clock   func() time.Time
 	log     *zap.Logger
+	seal    func(doc []byte, c *contracts.Contract) ([]byte, error)
 }
 
 // New makes the contract store of cc with the lifecycle hooked into it:
@@ -99,7 +106,7 @@ func New(cc contracts.Config, cfg Config) (*Service, error) {
 	if cc.Logger == nil {
 		cc.Logger = zap.NewNop()
 	}
-	s := &Service{db: cc.DB, backend: cfg.Backend, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger}
+	s := &Service{db: cc.DB, backend: cfg.Backend, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger, seal: cfg.Seal}
 	cc.OnCreate = s.onCreate
 	cc.OnDelete = s.onDelete
 	if s.backend == nil {

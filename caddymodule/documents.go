@@ -1,0 +1,191 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/docseal"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/upstreams/contracts"
+)
+
+func init() {
+	caddy.RegisterModule(Documents{})
+}
+
+// DocumentSealConfig is the `document_seal` block of the webapi global
+// option: the certificate that seals completed contracts' documents.
+// Without a pkcs12_file the gateway makes one of its own at first start
+// and keeps it, sealed under the master key, in the database.
+type DocumentSealConfig struct {
+	// PKCS12File is the operator's certificate and key (OpenSSL 3's
+	// default format included).
+	PKCS12File string `json:"pkcs12_file,omitempty"`
+	// PasswordFile holds the PKCS#12 file's password (never inline).
+	PasswordFile string `json:"password_file,omitempty"`
+	// TimestampURL is an RFC 3161 timestamp authority; when it fails the
+	// document is sealed without a timestamp and the failure counted.
+	TimestampURL string `json:"timestamp_url,omitempty"`
+}
+
+// selfMadeSealAD binds the sealed self-made certificate to its purpose.
+var selfMadeSealAD = []byte("keygate document seal v1")
+
+// buildSealer makes the document sealer of config a: the operator's
+// PKCS#12 certificate, or the self-made one of the database (made on the
+// first call of any instance).
+func (s *state) buildSealer(a *App) (*docseal.Sealer, error) {
+	cfg := a.DocumentSeal
+	if cfg == nil {
+		cfg = &DocumentSealConfig{}
+	}
+	var cert *docseal.Certificate
+	if cfg.PKCS12File != "" {
+		data, err := os.ReadFile(cfg.PKCS12File)
+		if err != nil {
+			return nil, fmt.Errorf("document_seal: reading pkcs12_file: %w", err)
+		}
+		password := ""
+		if cfg.PasswordFile != "" {
+			p, err := os.ReadFile(cfg.PasswordFile)
+			if err != nil {
+				return nil, fmt.Errorf("document_seal: reading password_file: %w", err)
+			}
+			password = strings.TrimRight(string(p), "\r\n")
+		}
+		if cert, err = docseal.LoadPKCS12(data, password); err != nil {
+			return nil, fmt.Errorf("document_seal: %s: %w", cfg.PKCS12File, err)
+		}
+	} else {
+		sealed, err := s.stores.DocumentSeal.SelfMade(func() ([]byte, error) {
+			c, err := docseal.MakeSelfSigned(docseal.Host(a.PublicBaseURL), time.Now())
+			if err != nil {
+				return nil, err
+			}
+			raw, err := c.Marshal()
+			if err != nil {
+				return nil, err
+			}
+			return s.sealer.Seal(raw, selfMadeSealAD), nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("document_seal: the self-made certificate: %w", err)
+		}
+		raw, err := s.sealer.Open(sealed, selfMadeSealAD)
+		if err != nil {
+			return nil, errors.New("document_seal: the stored certificate does not open with this master key")
+		}
+		if cert, err = docseal.Unmarshal(raw); err != nil {
+			return nil, fmt.Errorf("document_seal: the stored certificate: %w", err)
+		}
+	}
+	return docseal.NewSealer(cert, cfg.TimestampURL), nil
+}
+
+// sealFunc is what the signing lifecycle seals a completed contract's
+// documents with: counted, and logged when the timestamp authority fails.
+func sealFunc(sealer *docseal.Sealer, logger *zap.Logger) func([]byte, *contracts.Contract) ([]byte, error) {
+	return func(doc []byte, c *contracts.Contract) ([]byte, error) {
+		out, outcome, err := sealer.Seal(doc, docseal.Info{
+			Name:   "keygate document seal",
+			Reason: "Contract " + c.ID + " completed; sealed so that any change shows",
+			Time:   time.Now(),
+		})
+		metrics.documentSeals.WithLabelValues(string(outcome)).Inc()
+		switch {
+		case outcome == docseal.Failed:
+			logger.Error("sealing a completed contract's document", zap.String("contract", c.ID), zap.Error(err))
+			return nil, err
+		case err != nil:
+			logger.Warn("document sealed without a timestamp: the timestamp authority failed", zap.String("contract", c.ID), zap.Error(err))
+		}
+		return out, nil
+	}
+}
+
+// Documents is the `webapi_documents` handler: what anyone may fetch to
+// check the gateway's documents, without a key. Today the seal
+// certificate, at GET /webapi/documents/seal-certificate, in PEM with its
+// SHA-256 fingerprint in the Seal-Certificate-SHA256 header, so that
+// relying parties can pin it.
+type Documents struct {
+	app *App
+}
+
+// CaddyModule returns the Caddy module information.
+func (Documents) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.webapi_documents",
+		New: func() caddy.Module { return new(Documents) },
+	}
+}
+
+// Provision finds the webapi app.
+func (h *Documents) Provision(ctx caddy.Context) error {
+	app, err := webapiApp(ctx)
+	if err != nil {
+		return err
+	}
+	h.app = app
+	return nil
+}
+
+// sealFingerprintHeader carries the seal certificate's SHA-256.
+const sealFingerprintHeader = "Seal-Certificate-SHA256"
+
+func (h *Documents) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	if !strings.HasSuffix(r.URL.Path, "/seal-certificate") {
+		problem.Write(w, problem.NotFound("no such document resource"))
+		return nil
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "only GET"))
+		return nil
+	}
+	cert := h.app.sealer.Certificate()
+	hdr := w.Header()
+	problem.SecureHeaders(hdr)
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("Content-Type", "application/x-pem-file")
+	hdr.Set(sealFingerprintHeader, cert.Fingerprint())
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(cert.PEM())
+	}
+	return nil
+}
+
+// sealInfo is the seal certificate as the admin API shows it.
+type sealInfo struct {
+	Subject     string    `json:"subject"`
+	Issuer      string    `json:"issuer"`
+	SHA256      string    `json:"sha256"`
+	NotBefore   time.Time `json:"notBefore"`
+	NotAfter    time.Time `json:"notAfter"`
+	SelfMade    bool      `json:"selfMade"`
+	Timestamped bool      `json:"timestamped"`
+}
+
+func (a *App) sealInfo() sealInfo {
+	c := a.sealer.Certificate()
+	return sealInfo{
+		Subject: c.Cert.Subject.String(), Issuer: c.Cert.Issuer.String(), SHA256: c.Fingerprint(),
+		NotBefore: c.Cert.NotBefore.UTC(), NotAfter: c.Cert.NotAfter.UTC(), SelfMade: c.SelfMade,
+		Timestamped: a.DocumentSeal != nil && a.DocumentSeal.TimestampURL != "",
+	}
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Documents)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Documents)(nil)
+)

@@ -1,0 +1,247 @@
+// Package docseal seals PDFs with a PDF digital signature over the whole
+// file (an incremental update, adbe.pkcs7.detached, made by
+// digitorus/pdfsign), with the operator's PKCS#12 certificate or one the
+// gateway makes once. It knows nothing of Caddy or of contracts.
+package docseal
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/url"
+	"time"
+
+	"github.com/digitorus/pdf"
+	"github.com/digitorus/pdfsign/sign"
+	"software.sslmate.com/src/go-pkcs12"
+)
+
+// Certificate is what seals: the certificate, the chain above it (empty
+// when self-signed) and its private key.
+type Certificate struct {
+	Cert  *x509.Certificate
+	Chain []*x509.Certificate
+	Key   crypto.Signer
+	// SelfMade is set for the certificate the gateway made itself.
+	SelfMade bool
+}
+
+// Fingerprint is the SHA-256 of the certificate's DER, in hex.
+func (c *Certificate) Fingerprint() string {
+	sum := sha256.Sum256(c.Cert.Raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// PEM is the certificate and its chain in PEM.
+func (c *Certificate) PEM() []byte {
+	var b bytes.Buffer
+	for _, cert := range append([]*x509.Certificate{c.Cert}, c.Chain...) {
+		_ = pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
+	}
+	return b.Bytes()
+}
+
+// LoadPKCS12 reads a PKCS#12 file (OpenSSL 3's default AES and PBKDF2
+// included) with its password: the certificate, its chain and its key,
+// which must be able to sign.
+func LoadPKCS12(data []byte, password string) (*Certificate, error) {
+	key, cert, chain, err := pkcs12.DecodeChain(data, password)
+	if err != nil {
+		return nil, fmt.Errorf("reading the PKCS#12 file: %w", err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, errors.New("the PKCS#12 file's key cannot sign")
+	}
+	if !publicKeysMatch(cert.PublicKey, signer.Public()) {
+		return nil, errors.New("the PKCS#12 file's key is not the key of its certificate")
+	}
+	return &Certificate{Cert: cert, Chain: chain, Key: signer}, nil
+}
+
+func publicKeysMatch(a, b crypto.PublicKey) bool {
+	type equaler interface{ Equal(crypto.PublicKey) bool }
+	e, ok := a.(equaler)
+	return ok && e.Equal(b)
+}
+
+// SelfMadeValidity is how long a self-made certificate is valid.
+const SelfMadeValidity = 10 * 365 * 24 * time.Hour
+
+// MakeSelfSigned makes the gateway's own seal certificate: ECDSA P-256,
+// self-signed, subject "keygate document seal" with host (the public
+// base URL's) as its organizational unit and DNS name, valid 10 years.
+func MakeSelfSigned(host string, now time.Time) (*Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "keygate document seal", OrganizationalUnit: []string{host}},
+		NotBefore:             now.Add(-time.Hour).UTC(),
+		NotAfter:              now.Add(SelfMadeValidity).UTC(),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageContentCommitment,
+		BasicConstraintsValid: true,
+	}
+	if host != "" {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &Certificate{Cert: cert, Key: key, SelfMade: true}, nil
+}
+
+// stored is a self-made certificate as it is kept (sealed under the
+// master key by the caller).
+type stored struct {
+	Cert []byte `json:"cert"`
+	Key  []byte `json:"key"` // PKCS#8
+}
+
+// Marshal encodes a self-made certificate and its key for storage.
+func (c *Certificate) Marshal() ([]byte, error) {
+	key, err := x509.MarshalPKCS8PrivateKey(c.Key)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(stored{Cert: c.Cert.Raw, Key: key})
+}
+
+// Unmarshal decodes what Marshal encoded.
+func Unmarshal(b []byte) (*Certificate, error) {
+	var s stored
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(s.Cert)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParsePKCS8PrivateKey(s.Key)
+	if err != nil {
+		return nil, err
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, errors.New("the stored seal key cannot sign")
+	}
+	return &Certificate{Cert: cert, Key: signer, SelfMade: true}, nil
+}
+
+// Outcome is what a seal came to, as keygate_document_seals_total counts it.
+type Outcome string
+
+const (
+	Sealed                 Outcome = "sealed"
+	SealedWithTimestamp    Outcome = "sealed_with_timestamp"
+	SealedWithoutTimestamp Outcome = "sealed_without_timestamp" // the timestamp authority failed
+	Failed                 Outcome = "failed"
+)
+
+// Sealer seals PDFs with one certificate.
+type Sealer struct {
+	cert *Certificate
+	// timestampURL, when set, is an RFC 3161 timestamp authority whose
+	// token the seal carries; one that fails leaves the seal without.
+	timestampURL string
+}
+
+// NewSealer seals with cert, timestamped by timestampURL if not empty.
+func NewSealer(cert *Certificate, timestampURL string) *Sealer {
+	return &Sealer{cert: cert, timestampURL: timestampURL}
+}
+
+// Certificate is the certificate the sealer seals with.
+func (s *Sealer) Certificate() *Certificate { return s.cert }
+
+// Info describes a seal: who seals, why, and when.
+type Info struct {
+	Name, Reason, Location string
+	Time                   time.Time
+}
+
+// Seal returns doc with a certification signature over the whole file
+// (no change allowed after it), and the outcome. With a timestamp
+// authority that fails, the document is sealed without a timestamp
+// (SealedWithoutTimestamp) and err says why the timestamp failed.
+func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
+	if s.timestampURL != "" {
+		out, err := s.seal(doc, info, s.timestampURL)
+		if err == nil {
+			return out, SealedWithTimestamp, nil
+		}
+		out, err2 := s.seal(doc, info, "")
+		if err2 != nil {
+			return nil, Failed, err2
+		}
+		return out, SealedWithoutTimestamp, fmt.Errorf("timestamp authority: %w", err)
+	}
+	out, err := s.seal(doc, info, "")
+	if err != nil {
+		return nil, Failed, err
+	}
+	return out, Sealed, nil
+}
+
+func (s *Sealer) seal(doc []byte, info Info, tsa string) ([]byte, error) {
+	rd := bytes.NewReader(doc)
+	r, err := pdf.NewReader(rd, int64(len(doc)))
+	if err != nil {
+		return nil, fmt.Errorf("reading the PDF to seal: %w", err)
+	}
+	var chains [][]*x509.Certificate
+	if len(s.cert.Chain) > 0 {
+		chains = [][]*x509.Certificate{append([]*x509.Certificate{s.cert.Cert}, s.cert.Chain...)}
+	}
+	var out bytes.Buffer
+	err = sign.Sign(rd, &out, r, int64(len(doc)), sign.SignData{
+		Signature: sign.SignDataSignature{
+			CertType:   sign.CertificationSignature,
+			DocMDPPerm: sign.DoNotAllowAnyChangesPerms,
+			Info: sign.SignDataSignatureInfo{
+				Name: info.Name, Reason: info.Reason, Location: info.Location, Date: info.Time,
+			},
+		},
+		Signer:            s.cert.Key,
+		DigestAlgorithm:   crypto.SHA256,
+		Certificate:       s.cert.Cert,
+		CertificateChains: chains,
+		TSA:               sign.TSA{URL: tsa},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sealing the PDF: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+// Host is the host of a base URL, for the self-made certificate's
+// subject.
+func Host(baseURL string) string {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}

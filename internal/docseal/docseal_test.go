@@ -1,0 +1,157 @@
+package docseal
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/pdftest"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/storage/storetest"
+)
+
+// TestSealCheckedByPdfsig: a sealed PDF is valid and wholly signed for
+// poppler's pdfsig, with a self-made certificate and with a PKCS#12 file
+// from OpenSSL 3; a changed byte or appended bytes fail.
+func TestSealCheckedByPdfsig(t *testing.T) {
+	self, err := MakeSelfSigned("gateway.example.com", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p12 := openSSLPKCS12(t, "s3cret")
+	fromFile, err := LoadPKCS12(p12, "s3cret")
+	if err != nil {
+		t.Fatalf("an OpenSSL 3 PKCS#12 file: %v", err)
+	}
+	if _, err := LoadPKCS12(p12, "wrong"); err == nil {
+		t.Error("a wrong password opened the PKCS#12 file")
+	}
+	for _, tc := range []struct {
+		name string
+		cert *Certificate
+	}{{"self-made", self}, {"PKCS#12 from OpenSSL 3", fromFile}} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := minimalPDF("A contract to seal")
+			sealed, outcome, err := NewSealer(tc.cert, "").Seal(doc, Info{Name: "keygate", Reason: "sealed on completion", Time: time.Now()})
+			if err != nil || outcome != Sealed {
+				t.Fatalf("Seal: %v %v", outcome, err)
+			}
+			if !bytes.HasPrefix(sealed, doc) {
+				t.Error("the seal is not an incremental update of the document")
+			}
+			if out, ok := pdftest.SealValid(t, sealed); !ok {
+				t.Fatalf("pdfsig on the sealed document:\n%s", out)
+			}
+			changed := bytes.Clone(sealed)
+			i := bytes.Index(changed, []byte("A contract"))
+			if i < 0 {
+				t.Fatal("the text is not in the file")
+			}
+			changed[i] = 'B'
+			if out := pdftest.Pdfsig(t, changed); strings.Contains(out, "Signature is Valid.") {
+				t.Errorf("pdfsig on a changed byte:\n%s", out)
+			}
+			appended := append(bytes.Clone(sealed), []byte("\n% appended\n")...)
+			if out := pdftest.Pdfsig(t, appended); !strings.Contains(out, "Not total document signed") {
+				t.Errorf("pdfsig on appended bytes:\n%s", out)
+			}
+		})
+	}
+}
+
+// openSSLPKCS12 makes a key, a self-signed certificate and a PKCS#12 file
+// of both with the openssl command, in OpenSSL 3's default format.
+func openSSLPKCS12(t *testing.T, password string) []byte {
+	t.Helper()
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("no openssl command")
+	}
+	dir := t.TempDir()
+	run := func(args ...string) {
+		if out, err := exec.Command("openssl", args...).CombinedOutput(); err != nil {
+			t.Fatalf("openssl %v: %v\n%s", args, err, out)
+		}
+	}
+	key, crt, p12 := filepath.Join(dir, "k.pem"), filepath.Join(dir, "c.pem"), filepath.Join(dir, "s.p12")
+	run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt, "-days", "30", "-subj", "/CN=Example Operator Seal")
+	run("pkcs12", "-export", "-inkey", key, "-in", crt, "-out", p12, "-passout", "pass:"+password)
+	b, err := os.ReadFile(p12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestSelfMadeRoundTrip(t *testing.T) {
+	c, err := MakeSelfSigned("gw.example.com", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Unmarshal(b)
+	if err != nil || back.Fingerprint() != c.Fingerprint() || !back.SelfMade {
+		t.Fatalf("round trip: %v", err)
+	}
+	if c.Cert.Subject.CommonName != "keygate document seal" || c.Cert.DNSNames[0] != "gw.example.com" ||
+		c.Cert.NotAfter.Sub(c.Cert.NotBefore) < SelfMadeValidity {
+		t.Errorf("certificate %+v", c.Cert.Subject)
+	}
+	if Host("https://gw.example.com:8443/x") != "gw.example.com" {
+		t.Error("Host")
+	}
+}
+
+// minimalPDF is a one-page PDF showing text, uncompressed, with a
+// classic cross-reference table.
+func minimalPDF(text string) []byte {
+	content := fmt.Sprintf("BT /F1 24 Tf 72 720 Td (%s) Tj ET", text)
+	objects := []string{
+		"<< /Type /Catalog /Pages 2 0 R >>",
+		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+		fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", len(content), content),
+		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+	}
+	var b bytes.Buffer
+	b.WriteString("%PDF-1.7\n")
+	offsets := make([]int, len(objects))
+	for i, o := range objects {
+		offsets[i] = b.Len()
+		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
+	}
+	xref := b.Len()
+	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objects)+1)
+	for _, off := range offsets {
+		fmt.Fprintf(&b, "%010d 00000 n \n", off)
+	}
+	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objects)+1, xref)
+	return b.Bytes()
+}
+
+// TestSelfMadeStored: on both backends, the first value stored is the one
+// every later call (another instance, a restart) gets.
+func TestSelfMadeStored(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		b := storetest.Pick[Backend](t, db,
+			func(d *boltdb.DB) (Backend, error) { return NewBoltBackend(d) },
+			func(d *pgdb.DB) Backend { return NewPostgresBackend(d) })
+		first, err := b.SelfMade(func() ([]byte, error) { return []byte("first"), nil })
+		if err != nil || string(first) != "first" {
+			t.Fatalf("first: %q %v", first, err)
+		}
+		again, err := b.SelfMade(func() ([]byte, error) { return []byte("second"), nil })
+		if err != nil || string(again) != "first" {
+			t.Fatalf("again: %q %v", again, err)
+		}
+	})
+}
