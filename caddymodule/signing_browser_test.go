@@ -32,6 +32,9 @@ func signingConfig(dir, storage, smtpAddr string) string {
 	}
 	handle /sign/* {
 		webapi_signing
+	}
+	handle /webapi/documents* {
+		webapi_documents
 	}`)
 }
 

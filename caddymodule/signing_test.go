@@ -1,6 +1,9 @@
 package caddymodule_test
 
 import (
+	"crypto/sha256"
+	"encoding/pem"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/internal/mailtest"
+	"github.com/keygate/keygate/internal/pdftest"
 	"github.com/keygate/keygate/internal/testwait"
 )
 
@@ -129,12 +133,33 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 
 	r = do(t, http.MethodGet, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...)
 	var got struct {
-		Status  string
-		Signers []struct{ DecisionIP string }
+		Status         string
+		Signers        []struct{ DecisionIP string }
+		FinalizedPDF   struct{ ID string } `json:"finalizedPdf"`
+		CertificatePDF struct{ ID string } `json:"certificatePdf"`
 	}
 	r.json(t, &got)
 	if ip := got.Signers[0].DecisionIP; got.Status != "signed" || (ip != "127.0.0.1" && ip != "::1") {
 		t.Fatalf("contract: %s", r.body)
+	}
+	// Both documents are sealed, for poppler's pdfsig, with the
+	// certificate the gateway publishes and the admin API shows.
+	for _, id := range []string{got.FinalizedPDF.ID, got.CertificatePDF.ID} {
+		r := do(t, http.MethodGet, siteURL+"/webapi/contracts/"+created.ID+"/attachments/"+id, nil, bearer(key.Token)...)
+		if out, ok := pdftest.SealValid(t, r.body); r.status != http.StatusOK || !ok || !strings.Contains(out, "Common Name: keygate document seal") {
+			t.Errorf("document %s: %d, pdfsig:\n%s", id, r.status, out)
+		}
+	}
+	pemReply := do(t, http.MethodGet, siteURL+"/webapi/documents/seal-certificate", nil)
+	var seal struct{ SHA256 string }
+	do(t, http.MethodGet, adminURL+"/webapi/seal", nil).json(t, &seal)
+	block, _ := pem.Decode(pemReply.body)
+	if block == nil || pemReply.status != http.StatusOK || seal.SHA256 == "" || pemReply.header.Get("Seal-Certificate-SHA256") != seal.SHA256 ||
+		fmt.Sprintf("%x", sha256.Sum256(block.Bytes)) != seal.SHA256 {
+		t.Errorf("seal certificate: %d %v, admin %s", pemReply.status, pemReply.header, seal.SHA256)
+	}
+	if n := metricValue(t, `keygate_document_seals_total{outcome="sealed"}`); n < 2 {
+		t.Errorf("%d seals counted", n)
 	}
 
 	if r := do(t, http.MethodDelete, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...); r.status != http.StatusNoContent {

@@ -188,7 +188,7 @@ type Info struct {
 // (SealedWithoutTimestamp) and err says why the timestamp failed.
 func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
 	if s.timestampURL != "" {
-		out, err := s.seal(doc, info, s.timestampURL)
+		out, err := s.sealTimestamped(doc, info)
 		if err == nil {
 			return out, SealedWithTimestamp, nil
 		}
@@ -203,6 +203,32 @@ func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
 		return nil, Failed, err
 	}
 	return out, Sealed, nil
+}
+
+// TimestampTimeout bounds the wait for the timestamp authority: a
+// completion waits no longer before its document is sealed without one.
+const TimestampTimeout = 5 * time.Second
+
+// sealTimestamped seals with the timestamp authority's token, giving up
+// after TimestampTimeout. pdfsign's client has no timeout of its own: a
+// seal still waiting then is abandoned (its goroutine ends with the
+// connection), never waited for.
+func (s *Sealer) sealTimestamped(doc []byte, info Info) ([]byte, error) {
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := s.seal(doc, info, s.timestampURL)
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		return r.out, r.err
+	case <-time.After(TimestampTimeout):
+		return nil, fmt.Errorf("no answer within %s", TimestampTimeout)
+	}
 }
 
 func (s *Sealer) seal(doc []byte, info Info, tsa string) ([]byte, error) {

@@ -2,6 +2,7 @@ package docseal
 
 import (
 	"bytes"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/docseal/tsatest"
 	"github.com/keygate/keygate/internal/pdftest"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
@@ -154,4 +156,38 @@ func TestSelfMadeStored(t *testing.T) {
 			t.Fatalf("again: %q %v", again, err)
 		}
 	})
+}
+
+// TestTimestamp: with a timestamp authority that answers, the seal
+// carries its token; one that fails or never answers leaves the document
+// sealed without one, and valid.
+func TestTimestamp(t *testing.T) {
+	cert, err := MakeSelfSigned("gw.example.com", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		mode tsatest.Mode
+		want Outcome
+	}{{"answers", tsatest.Answer, SealedWithTimestamp}, {"fails", tsatest.Fail, SealedWithoutTimestamp}, {"hangs", tsatest.Hang, SealedWithoutTimestamp}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sealed, outcome, err := NewSealer(cert, tsatest.Start(t, tc.mode)).Seal(minimalPDF("timestamped"), Info{Name: "keygate", Time: time.Now()})
+			if outcome != tc.want || sealed == nil {
+				t.Fatalf("outcome %s, want %s (%v)", outcome, tc.want, err)
+			}
+			if (err == nil) != (tc.want == SealedWithTimestamp) {
+				t.Errorf("error %v with outcome %s", err, outcome)
+			}
+			out, ok := pdftest.SealValid(t, sealed)
+			if !ok {
+				t.Fatalf("pdfsig:\n%s", out)
+			}
+			// The signature's /Contents is hex: the token names its authority.
+			name := hex.EncodeToString([]byte("test timestamp authority"))
+			if has := bytes.Contains(bytes.ToLower(sealed), []byte(name)); has != (tc.want == SealedWithTimestamp) {
+				t.Error("the seal does not carry the authority's token")
+			}
+		})
+	}
 }

@@ -132,7 +132,7 @@ func TestOperationTables(t *testing.T) {
 		}
 	}
 	for key, op := range documented {
-		if strings.HasPrefix(key, "GET /webapi/openapi") || !strings.Contains(key, " /webapi/") {
+		if strings.HasPrefix(key, "GET /webapi/openapi") || strings.HasPrefix(key, "GET /webapi/documents/") || !strings.Contains(key, " /webapi/") {
 			continue
 		}
 		if !inTables[key] {
