@@ -5,11 +5,11 @@
 package caddymodule
 
 import (
-	"github.com/keygate/keygate/internal/docseal"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keygate/keygate/internal/docseal"
 	"net/http"
 	"net/netip"
 	"path/filepath"
