@@ -603,3 +603,30 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestSealCertificateShared: instances on one PostgreSQL seal with one
+// self-made certificate, made by whichever started first, and a restart
+// keeps it.
+func TestSealCertificateShared(t *testing.T) {
+	c := startCluster(t, 2)
+	fingerprint := func(g *gatewayproc.Gateway) string {
+		var seal struct{ SHA256 string }
+		if err := g.AdminJSON("GET", "/webapi/seal", nil, &seal); err != nil {
+			t.Fatal(err)
+		}
+		return seal.SHA256
+	}
+	first := fingerprint(c.gws[0])
+	if first == "" || fingerprint(c.gws[1]) != first {
+		t.Fatalf("the instances seal with %q and %q", first, fingerprint(c.gws[1]))
+	}
+	if err := c.gws[1].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.gws[1].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fingerprint(c.gws[1]); got != first {
+		t.Errorf("after a restart: %q, want %q", got, first)
+	}
+}

@@ -61,7 +61,7 @@ var genericHeaders = map[string]bool{
 // endpoint; pagePrefixes those of them a Web API Keys page serves too,
 // under its mount.
 var (
-	adminPrefixes = []string{"/webapi/keys", "/webapi/templates", "/webapi/webhooks"}
+	adminPrefixes = []string{"/webapi/keys", "/webapi/templates", "/webapi/webhooks", "/webapi/seal"}
 	pagePrefixes  = []string{"/webapi/keys", "/webapi/templates"}
 )
 
