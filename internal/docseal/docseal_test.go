@@ -2,6 +2,7 @@ package docseal
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -189,5 +190,38 @@ func TestTimestamp(t *testing.T) {
 				t.Error("the seal does not carry the authority's token")
 			}
 		})
+	}
+}
+
+// TestCopyToPostgres: the self-made certificate moves with caddy webapi
+// migrate, so the gateway on PostgreSQL seals with it.
+func TestCopyToPostgres(t *testing.T) {
+	if os.Getenv("KEYGATE_TEST_POSTGRES") == "off" {
+		t.Skip("KEYGATE_TEST_POSTGRES=off")
+	}
+	src, dst := storetest.OpenBolt(t), storetest.OpenPostgres(t)
+	bb, err := NewBoltBackend(src.(*boltdb.DB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bb.SelfMade(func() ([]byte, error) { return []byte("sealed certificate"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err = src.View(ctx, func(from storage.Tx) error {
+		return dst.Update(ctx, func(to storage.Tx) error {
+			c, err := CopyToPostgres(ctx, from, to)
+			if err == nil && (len(c) != 1 || c[0].N != 1) {
+				t.Errorf("copied %+v", c)
+			}
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := NewPostgresBackend(dst.(*pgdb.DB)).SelfMade(func() ([]byte, error) { return []byte("another"), nil })
+	if err != nil || string(got) != "sealed certificate" {
+		t.Errorf("on PostgreSQL: %q %v", got, err)
 	}
 }

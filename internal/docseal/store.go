@@ -96,3 +96,22 @@ var (
 	_ Backend = (*BoltBackend)(nil)
 	_ Backend = (*PostgresBackend)(nil)
 )
+
+// CopyToPostgres copies the self-made certificate from from, a
+// transaction of the bbolt backend, into to, one of the PostgreSQL
+// backend (caddy webapi migrate): as stored, sealed under the master key
+// the copy is made with, so that the gateway on PostgreSQL seals with
+// the certificate its documents were sealed with.
+func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied, error) {
+	n := 0
+	note := "none made yet"
+	if b := boltdb.Of(from).Bucket(bucketSeal); b != nil {
+		if v := b.Get([]byte(selfMadeName)); v != nil {
+			if _, err := pgdb.Of(to).Exec(ctx, "INSERT INTO meta (name, value) VALUES ($1, $2)", selfMadeName, v); err != nil {
+				return nil, err
+			}
+			n, note = 1, "the self-made certificate"
+		}
+	}
+	return []storage.Copied{{Kind: "document seal", N: int64(n), Note: note}}, nil
+}

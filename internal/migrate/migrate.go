@@ -12,6 +12,7 @@ package migrate
 import (
 	"context"
 	"errors"
+	"github.com/keygate/keygate/internal/docseal"
 	"time"
 
 	"github.com/keygate/keygate/internal/idempotency"
@@ -128,6 +129,7 @@ func copyStores(ctx context.Context, from, to storage.Tx, sealer *seal.Sealer, n
 		func() ([]storage.Copied, error) { return share.CopyToPostgres(ctx, from, to) },
 		func() ([]storage.Copied, error) { return webhook.CopyToPostgres(ctx, from, to) },
 		func() ([]storage.Copied, error) { return idempotency.CopyToPostgres(ctx, from, to, now) },
+		func() ([]storage.Copied, error) { return docseal.CopyToPostgres(ctx, from, to) },
 	}
 	var all []storage.Copied
 	for _, step := range steps {
