@@ -38,6 +38,7 @@ var terminalDirectives = []struct {
 	{"webapi_share", noArgs(func() caddyhttp.MiddlewareHandler { return new(Share) })},
 	{"webapi_share_viewer", noArgs(func() caddyhttp.MiddlewareHandler { return new(ShareViewer) })},
 	{"webapi_documents", noArgs(func() caddyhttp.MiddlewareHandler { return new(Documents) })},
+	{"webapi_verify", noArgs(func() caddyhttp.MiddlewareHandler { return new(Verify) })},
 }
 
 // parseGlobalOption sets up the webapi app:

@@ -1,8 +1,11 @@
 package caddymodule
 
 import (
+	"crypto/sha256"
+
 	"errors"
 	"fmt"
+	"github.com/keygate/keygate/internal/storage"
 	"net/http"
 	"os"
 	"strings"
@@ -92,8 +95,8 @@ func (s *state) buildSealer(a *App) (*docseal.Sealer, error) {
 
 // sealFunc is what the signing lifecycle seals a completed contract's
 // documents with: counted, and logged when the timestamp authority fails.
-func sealFunc(sealer *docseal.Sealer, logger *zap.Logger) func([]byte, *contracts.Contract) ([]byte, error) {
-	return func(doc []byte, c *contracts.Contract) ([]byte, error) {
+func sealFunc(sealer *docseal.Sealer, index docseal.Index, logger *zap.Logger) func(storage.Tx, []byte, *contracts.Contract) ([]byte, error) {
+	return func(tx storage.Tx, doc []byte, c *contracts.Contract) ([]byte, error) {
 		out, outcome, err := sealer.Seal(doc, docseal.Info{
 			Name:   "keygate document seal",
 			Reason: "Contract " + c.ID + " completed; sealed so that any change shows",
@@ -106,6 +109,10 @@ func sealFunc(sealer *docseal.Sealer, logger *zap.Logger) func([]byte, *contract
 			return nil, err
 		case err != nil:
 			logger.Warn("document sealed without a timestamp: the timestamp authority failed", zap.String("contract", c.ID), zap.Error(err))
+		}
+		// /verify finds the contract by the sealed file's hash.
+		if err := index.Record(tx, sha256.Sum256(out), c.ID); err != nil {
+			return nil, err
 		}
 		return out, nil
 	}

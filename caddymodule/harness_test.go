@@ -227,6 +227,10 @@ func do(t *testing.T, method, url string, body any, header ...string) response {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Content-Type" { // in place of the JSON default
+			req.Header.Set(header[i], header[i+1])
+			continue
+		}
 		req.Header.Add(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)

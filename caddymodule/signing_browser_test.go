@@ -35,6 +35,9 @@ func signingConfig(dir, storage, smtpAddr string) string {
 	}
 	handle /webapi/documents* {
 		webapi_documents
+	}
+	handle /verify* {
+		webapi_verify
 	}`)
 }
 

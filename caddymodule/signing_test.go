@@ -1,9 +1,11 @@
 package caddymodule_test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/pem"
 	"fmt"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -161,11 +163,84 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 	if n := metricValue(t, `keygate_document_seals_total{outcome="sealed"}`); n < 2 {
 		t.Errorf("%d seals counted", n)
 	}
+	finalized := do(t, http.MethodGet, siteURL+"/webapi/contracts/"+created.ID+"/attachments/"+got.FinalizedPDF.ID, nil, bearer(key.Token)...).body
+	checkVerify(t, created.ID, finalized)
 
 	if r := do(t, http.MethodDelete, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...); r.status != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", r.status, r.body)
 	}
 	if r := do(t, http.MethodGet, link, nil, "Accept", "application/json"); r.status != http.StatusNotFound {
 		t.Fatalf("link after delete: %d %s", r.status, r.body)
+	}
+}
+
+// upload posts doc to /verify as the form does, in the field field.
+func upload(t *testing.T, field string, doc []byte, accept string) response {
+	t.Helper()
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	fw, err := mw.CreateFormFile(field, "document.pdf")
+	must(t, "form", err)
+	fw.Write(doc)
+	must(t, "form", mw.Close())
+	return do(t, http.MethodPost, siteURL+"/verify", b.Bytes(), "Content-Type", mw.FormDataContentType(), "Accept", accept)
+}
+
+// checkVerify: /verify recognises the sealed finalized PDF of contract
+// id, tells a changed one and a stranger's PDF, refuses what is not a
+// PDF, an empty or missing upload and one over 10 MiB, and limits each
+// client address.
+func checkVerify(t *testing.T, id string, finalized []byte) {
+	t.Helper()
+	var res struct {
+		Result   string
+		SHA256   string
+		Contract struct {
+			ID, Name string
+			Signers  []string
+		}
+	}
+	r := upload(t, "file", finalized, "application/json")
+	r.json(t, &res)
+	if r.status != 200 || res.Result != "sealed" || res.Contract.ID != id || res.Contract.Name == "" || len(res.Contract.Signers) != 1 {
+		t.Errorf("the sealed PDF: %d %s", r.status, r.body)
+	}
+	if page := upload(t, "file", finalized, "text/html"); page.status != 200 || !strings.Contains(string(page.body), "Sealed and unchanged") ||
+		!strings.Contains(page.header.Get("Content-Security-Policy"), "default-src 'none'") {
+		t.Errorf("the page: %d %s", page.status, page.body)
+	}
+	changed := bytes.Clone(finalized)
+	changed[len(changed)/3] ^= 1
+	res.Result = ""
+	upload(t, "file", changed, "application/json").json(t, &res)
+	if res.Result != "changed" {
+		t.Errorf("a changed byte: %s", res.Result)
+	}
+	res.Result = ""
+	upload(t, "file", []byte("%PDF-1.4\n% a stranger's document\n%%EOF\n"), "application/json").json(t, &res)
+	if res.Result != "unknown" {
+		t.Errorf("a stranger's PDF: %s", res.Result)
+	}
+	for _, tc := range []struct {
+		name, field string
+		doc         []byte
+		status      int
+	}{
+		{"not a PDF", "file", []byte("hello"), 400},
+		{"empty", "file", nil, 400},
+		{"another field", "document", finalized, 400},
+		{"10 MiB and one byte", "file", append([]byte("%PDF-"), make([]byte, 10<<20-4)...), 413},
+	} {
+		if r := upload(t, tc.field, tc.doc, "application/json"); r.status != tc.status {
+			t.Errorf("%s: %d %s", tc.name, r.status, r.body)
+		}
+	}
+	// 10 checks from one address, then a wait: 8 were made above.
+	statuses := ""
+	for range 3 {
+		statuses += fmt.Sprint(upload(t, "file", finalized, "application/json").status, " ")
+	}
+	if statuses != "200 200 429 " {
+		t.Errorf("the limit per address: %s", statuses)
 	}
 }

@@ -243,7 +243,7 @@ func (s *state) provisionAPIs(a *App) error {
 		Outbox:  s.outbox,
 		Backend: s.stores.Signing,
 		OTPKey:  s.derivedKey("keygate signing one-time password v1"),
-		Seal:    sealFunc(a.sealer, a.logger.Named("documents")),
+		Seal:    sealFunc(a.sealer, s.stores.SealedDocuments, a.logger.Named("documents")),
 	})
 	if err != nil {
 		return err

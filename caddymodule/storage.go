@@ -53,6 +53,8 @@ type Stores struct {
 	Idempotency idempotency.Backend
 	// DocumentSeal keeps the self-made seal certificate.
 	DocumentSeal docseal.Backend
+	// SealedDocuments finds a sealed document's contract by its hash.
+	SealedDocuments docseal.Index
 	// Where names the database in logs and errors, without a secret.
 	Where string
 }

@@ -151,6 +151,9 @@ func boltStores(db *bbolt.DB, path string) (st *Stores, err error) {
 	if st.DocumentSeal, err = docseal.NewBoltBackend(bdb); err != nil {
 		return nil, err
 	}
+	if st.SealedDocuments, err = docseal.NewBoltIndex(bdb); err != nil {
+		return nil, err
+	}
 	return st, nil
 }
 

@@ -147,6 +147,7 @@ func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
 	}
 	st.Idempotency = idempotency.NewPostgresBackend(db)
 	st.DocumentSeal = docseal.NewPostgresBackend(db)
+	st.SealedDocuments = docseal.NewPostgresIndex(db)
 	return st, nil
 }
 

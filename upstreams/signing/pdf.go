@@ -44,7 +44,7 @@ func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body str
 	if err != nil {
 		return err
 	}
-	if finalized, err = s.sealDocument(finalized, c); err != nil {
+	if finalized, err = s.sealDocument(tx, finalized, c); err != nil {
 		return err
 	}
 	// The certificate names the finalized PDF as sealed: the file a
@@ -54,7 +54,7 @@ func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body str
 	if err != nil {
 		return err
 	}
-	if certificate, err = s.sealDocument(certificate, c); err != nil {
+	if certificate, err = s.sealDocument(tx, certificate, c); err != nil {
 		return err
 	}
 	base := fileBase(c.Name)
@@ -83,12 +83,12 @@ func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body str
 	return s.forgetSigners(tx, c)
 }
 
-// sealDocument seals doc of c, when a sealer is configured.
-func (s *Service) sealDocument(doc []byte, c *contracts.Contract) ([]byte, error) {
+// sealDocument seals doc of c in tx, when a sealer is configured.
+func (s *Service) sealDocument(tx storage.Tx, doc []byte, c *contracts.Contract) ([]byte, error) {
 	if s.seal == nil {
 		return doc, nil
 	}
-	return s.seal(doc, c)
+	return s.seal(tx, doc, c)
 }
 
 // fileBase makes a file name from a contract name: ASCII letters, digits,

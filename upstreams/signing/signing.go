@@ -70,7 +70,7 @@ type Config struct {
 	// over the whole file; nil leaves them unsealed. A seal that fails
 	// fails the completion: a contract is never completed with a
 	// document that claims a seal it lacks.
-	Seal func(doc []byte, c *contracts.Contract) ([]byte, error)
+	Seal func(tx storage.Tx, doc []byte, c *contracts.Contract) ([]byte, error)
 }
 
 // Service runs the signing lifecycle over a contract store.
@@ -82,7 +82,7 @@ type Service struct {
 	otpKey  []byte
 	clock   func() time.Time
 	log     *zap.Logger
-	seal    func(doc []byte, c *contracts.Contract) ([]byte, error)
+	seal    func(tx storage.Tx, doc []byte, c *contracts.Contract) ([]byte, error)
 }
 
 // New makes the contract store of cc with the lifecycle hooked into it:
