@@ -173,6 +173,9 @@ const defaultSite = `
 	handle /s/* {
 		webapi_share_viewer
 	}
+	handle /verify* {
+		webapi_verify
+	}
 `
 
 // response is a reply read whole.
