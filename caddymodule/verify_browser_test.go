@@ -34,7 +34,10 @@ func TestVerifyPageInBrowser(t *testing.T) {
 
 	check := func(file, wantHeading string) {
 		t.Helper()
+		// From a fresh page, so that the answer waited for is the new one.
 		must(t, "check "+file, chromedp.Do(ctx,
+			chromedp.Navigate(siteURL+"/verify"),
+			chromedp.WaitVisible(chromedp.CSS(`input[type=file]`)),
 			chromedp.SetUploadFiles(chromedp.CSS(`input[type=file]`), []string{file}),
 			chromedp.Click(chromedp.CSS(`button[type=submit]`)),
 			chromedp.WaitVisible(chromedp.CSS(`#outcome`)),
