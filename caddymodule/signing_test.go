@@ -164,6 +164,12 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 		t.Errorf("%d seals counted", n)
 	}
 	finalized := do(t, http.MethodGet, siteURL+"/webapi/contracts/"+created.ID+"/attachments/"+got.FinalizedPDF.ID, nil, bearer(key.Token)...).body
+	// The signer downloads it from their own link too.
+	var page struct{ DocumentURL string }
+	do(t, http.MethodGet, link, nil, "Accept", "application/json").json(t, &page)
+	if r := do(t, http.MethodGet, siteURL+page.DocumentURL, nil); r.status != http.StatusOK || !bytes.Equal(r.body, finalized) {
+		t.Errorf("the signer's download at %q: %d", page.DocumentURL, r.status)
+	}
 	checkVerify(t, created.ID, finalized)
 
 	if r := do(t, http.MethodDelete, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...); r.status != http.StatusNoContent {

@@ -15,6 +15,7 @@ import (
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/reply"
+	"github.com/keygate/keygate/upstreams/contracts"
 )
 
 // maxDecisionBody bounds a decision request: a 1 MiB signature image
@@ -53,6 +54,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch action {
 	case "":
 		allow = []string{http.MethodGet, http.MethodHead}
+	case "document":
+		allow = []string{http.MethodGet, http.MethodHead}
 	case "otp", "decision":
 		allow = []string{http.MethodPost}
 	default:
@@ -70,8 +73,39 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.page(w, r, token)
 	case "otp":
 		h.otp(w, r, token)
+	case "document":
+		h.document(w, r, token)
 	default:
 		h.decision(w, r, token)
+	}
+}
+
+// document sends the signer the finalized PDF of their signed contract,
+// sealed, as the signer's link allows for as long as the contract exists.
+func (h *handler) document(w http.ResponseWriter, r *http.Request, token string) {
+	ss, err := h.s.open(r.Context(), token, false)
+	if err != nil {
+		h.fail(w, r, token, err)
+		return
+	}
+	c := ss.c
+	if c.FinalizedPDF == nil || c.Status != contracts.StatusSigned {
+		h.fail(w, r, token, problem.NotFound("the contract is not signed by everyone yet: there is no signed document"))
+		return
+	}
+	a, data, err := h.s.store.Attachment(r.Context(), c.ID, c.FinalizedPDF.ID)
+	if err != nil {
+		h.fail(w, r, token, err)
+		return
+	}
+	hd := w.Header()
+	problem.SecureHeaders(hd)
+	hd.Set("Content-Type", contracts.PDFMediaType)
+	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": a.FileName}))
+	hd.Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(data)
 	}
 }
 
@@ -92,6 +126,9 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request, token string) {
 		return
 	}
 	v := newPageView(ss, h.s.now())
+	if ss.c.FinalizedPDF != nil && ss.c.Status == contracts.StatusSigned {
+		v.DocumentURL = Prefix + "/" + token + "/document"
+	}
 	if reply.WantsJSON(r) {
 		reply.JSON(w, http.StatusOK, v)
 		return

@@ -173,6 +173,17 @@ func TestParallelSigning(t *testing.T) {
 		finalized := f.download(got["finalizedPdf"].(map[string]any))
 		certificate := f.download(got["certificatePdf"].(map[string]any))
 		sum := sha256.Sum256(finalized)
+		// Each signer downloads the finalized PDF from their own link; the
+		// page says so, without a deadline.
+		v = f.view(ann)
+		dl := f.page(http.MethodGet, v.DocumentURL, "", "")
+		if v.DocumentURL == "" || dl.Code != http.StatusOK || !bytes.Equal(dl.Body.Bytes(), finalized) ||
+			!strings.Contains(dl.Header().Get("Content-Disposition"), "attachment") {
+			t.Errorf("the signer's download at %q: %d %v", v.DocumentURL, dl.Code, dl.Header())
+		}
+		if html := f.page(http.MethodGet, "/sign/"+ann, "", "").Body.String(); !strings.Contains(html, "Download the signed document") || strings.Contains(html, "open for signing until") {
+			t.Errorf("the signed contract's page:\n%s", html)
+		}
 		// Both are sealed, over the whole file, for poppler's pdfsig; the
 		// certificate names the finalized PDF as sealed.
 		for name, doc := range map[string][]byte{"finalized": finalized, "certificate": certificate} {

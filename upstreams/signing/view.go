@@ -17,6 +17,10 @@ type pageView struct {
 	Signer    signerInfo   `json:"signer"`
 	Signers   []peerInfo   `json:"signers"`
 	CanDecide bool         `json:"canDecide"`
+	// DocumentURL is where the signer downloads the finalized PDF, once
+	// the contract is signed: the signer's own link, for as long as the
+	// contract exists.
+	DocumentURL string `json:"documentUrl,omitempty"`
 	// Blocked says why the signer cannot decide, when they cannot.
 	Blocked string `json:"blockedReason,omitempty"`
 }
