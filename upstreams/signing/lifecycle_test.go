@@ -200,7 +200,7 @@ func TestParallelSigning(t *testing.T) {
 		}
 		ctext := pdfText(t, certificate)
 		for _, want := range []string{"Certificate of completion", "Ann Email", "ann@example.com", "Bob Phone", "+14155552671", "Cleo None",
-			"cleo@example.com", "render", "draw", "upload", "192.0.2.7", "2026-11-22", hex.EncodeToString(sum[:])} {
+			"cleo@example.com", "typed name", "signature drawn on the signing page", "uploaded signature image", "192.0.2.7", "22 November 2026", hex.EncodeToString(sum[:])} {
 			if !strings.Contains(ctext, want) {
 				t.Errorf("certificate lacks %q:\n%s", want, ctext)
 			}

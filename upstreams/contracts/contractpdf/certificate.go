@@ -43,7 +43,7 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 		d.field("Full name", s.FullName)
 		d.field("E-mail", orDash(s.Email))
 		d.field("Phone", orDash(s.Phone))
-		d.field("Signing method", orDash(s.Method))
+		d.field("Signing method", orDash(methodLabel(s.Method)))
 		d.field("Decision", orDash(s.Decision))
 		d.field("Decision time", timestamp(s.DecisionTime))
 		d.field("Decision IP", orDash(s.DecisionIP))

@@ -35,17 +35,17 @@ func TestCertificate(t *testing.T) {
 		"Certificate of completion",
 		"NDA Zoë 2026", "7c0e2f4a-1b2c-4d5e-8f90-a1b2c3d4e5f6", "Mutual Non-Disclosure Agreement",
 		"Finalized PDF SHA-256\n" + hexSum,
-		"Created\n2026-11-20T09:00:00.000Z",
+		"Created\n20 November 2026, 09:00:00 UTC",
 		"Signer 1 of 5", "Signer 5 of 5",
 		// Signer 1: drawn.
-		"Full name\nZoë Ångström", "E-mail\nzoe@example.org", "Phone\n+46701234567", "Signing method\ndraw",
-		"Decision\nsigned", "Decision time\n2026-11-21T14:03:07.250Z", "Decision IP\n203.0.113.7", "Opened\n2026-11-21T13:03:07.250Z",
+		"Full name\nZoë Ångström", "E-mail\nzoe@example.org", "Phone\n+46701234567", "Signing method\nsignature drawn on the signing page",
+		"Decision\nsigned", "Decision time\n21 November 2026, 14:03:07 UTC", "Decision IP\n203.0.113.7", "Opened\n21 November 2026, 13:03:07 UTC",
 		// Signer 2: typed, IPv6, no phone.
-		"Full name\nДмитрий Иванов\nE-mail\ndmitry@example.org\nPhone\n—\nSigning method\nrender\nDecision\nsigned\nDecision time\n2026-11-22T10:15:00.000Z\nDecision IP\n2001:db8::42\nOpened\n2026-11-22T10:14:00.000Z",
+		"Full name\nДмитрий Иванов\nE-mail\ndmitry@example.org\nPhone\n—\nSigning method\ntyped name\nDecision\nsigned\nDecision time\n22 November 2026, 10:15:00 UTC\nDecision IP\n2001:db8::42\nOpened\n22 November 2026, 10:14:00 UTC",
 		// Signer 3: uploaded.
 		"Kim Upload", "Signing method\nupload", "Decision IP\n198.51.100.1",
 		// Signer 4: rejected.
-		"Full name\nΕλένη Παπαδοπούλου\nE-mail\neleni@example.org\nPhone\n+306912345678\nSigning method\n—\nDecision\nrejected\nDecision time\n2026-11-22T19:00:00.000Z\nDecision IP\n192.0.2.55",
+		"Full name\nΕλένη Παπαδοπούλου\nE-mail\neleni@example.org\nPhone\n+306912345678\nSigning method\n—\nDecision\nrejected\nDecision time\n22 November 2026, 19:00:00 UTC\nDecision IP\n192.0.2.55",
 		// Signer 5: undecided, never opened.
 		"Full name\nNever Opened\nE-mail\n—\nPhone\n+15550100123\nSigning method\n—\nDecision\n—\nDecision time\n—\nDecision IP\n—\nOpened\n—",
 	} {

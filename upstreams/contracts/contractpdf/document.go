@@ -21,6 +21,8 @@ const (
 // that rendering the same contract twice gives the same file.
 type document struct {
 	f *fpdf.Fpdf
+	// hand is set once the handwriting font is added (typed).
+	hand bool
 }
 
 func newDocument(in *Input, title, footer string) *document {
@@ -77,6 +79,21 @@ func (d *document) paragraph(text, style string, size float64) {
 	d.f.MultiCell(0, size*0.5, printable(text), "", "L", false)
 }
 
+// typed writes a typed signature: in the handwriting font when it has
+// every character, else in the italic face.
+func (d *document) typed(name string) {
+	if handDraws(name) {
+		if !d.hand { // embedded only in documents that use it
+			d.f.AddUTF8FontFromBytes(handFamily, "", handTTF)
+			d.hand = true
+		}
+		d.f.SetFont(handFamily, "", typedSize+4)
+		d.f.MultiCell(0, (typedSize+4)*0.5, printable(name), "", "L", false)
+		return
+	}
+	d.paragraph(name, "I", typedSize)
+}
+
 // note writes a line of small grey text.
 func (d *document) note(text string) {
 	d.f.SetTextColor(90, 90, 90)
@@ -118,5 +135,9 @@ func timestamp(t time.Time) string {
 	if t.IsZero() {
 		return "—"
 	}
-	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+	return t.UTC().Format(humanLayout)
 }
+
+// humanLayout is how the documents write a time: as the e-mails do, with
+// the seconds an audit trail needs.
+const humanLayout = "2 January 2006, 15:04:05 UTC"

@@ -42,7 +42,7 @@ func Finalized(in Input) ([]byte, error) {
 		d.paragraph(s.FullName, "B", bodySize)
 		d.f.Ln(1)
 		if s.Method == MethodRender {
-			d.paragraph(s.TypedName, "I", typedSize)
+			d.typed(s.TypedName)
 		} else if err := d.place(fmt.Sprintf("signature-%d", i), images[i]); err != nil {
 			return nil, err
 		}
@@ -52,6 +52,8 @@ func Finalized(in Input) ([]byte, error) {
 		d.note(fmt.Sprintf("Signed %s · %s", timestamp(s.DecisionTime), methodLabel(s.Method)))
 		d.f.Ln(5)
 	}
+	d.note(sealedNote)
+	d.f.Ln(3)
 
 	for _, s := range in.Signers {
 		if s.AppendSignatureMacro {
@@ -78,6 +80,11 @@ func (d *document) signatureBlock(s Signer) {
 	d.f.CellFormat(w-6, lineHeight, "Signed electronically", "", 2, "L", false, 0, "")
 	d.f.SetXY(x, y+h+4)
 }
+
+// sealedNote tells a reader of the finalized PDF what makes it evidence.
+const sealedNote = "This document is sealed with the digital signature of the gateway that collected the signatures: " +
+	"any change to the file breaks the seal (check it with pdfsig or Adobe Reader, or on the gateway's /verify page). " +
+	"Its certificate of completion, which records how each signer signed, comes with it as the contract's -certificate.pdf."
 
 func methodLabel(method string) string {
 	switch method {

@@ -106,9 +106,9 @@ func TestFinalized(t *testing.T) {
 		"Clause 1. ", "Clause 40. ", "Gerichtsstand ist Zürich; Стороны согласны.",
 		"Signatures",
 		"Zoë Ångström", "Дмитрий Иванов", "Kim Upload",
-		"Signed 2026-11-21T14:03:07.250Z · signature drawn on the signing page",
-		"Signed 2026-11-22T10:15:00.000Z · typed name",
-		"Signed 2026-11-22T18:45:30.125Z · uploaded signature image",
+		"Signed 21 November 2026, 14:03:07 UTC · signature drawn on the signing page",
+		"Signed 22 November 2026, 10:15:00 UTC · typed name",
+		"Signed 22 November 2026, 18:45:30 UTC · uploaded signature image",
 		fmt.Sprintf("page 1/%d", doc.Pages),
 	} {
 		if !strings.Contains(doc.Text, want) {
@@ -123,7 +123,7 @@ func TestFinalized(t *testing.T) {
 	}
 	sigs := strings.Index(doc.Text, "Signatures")
 	first := strings.Index(doc.Text, "Signed electronically")
-	if sigs < 0 || first < sigs || !strings.Contains(doc.Text[sigs:], "Zoë Ångström\n2026-11-21T14:03:07.250Z\nSigned electronically\nДмитрий Иванов\n2026-11-22T10:15:00.000Z\nSigned electronically") {
+	if sigs < 0 || first < sigs || !strings.Contains(doc.Text[sigs:], "Zoë Ångström\n21 November 2026, 14:03:07 UTC\nSigned electronically\nДмитрий Иванов\n22 November 2026, 10:15:00 UTC\nSigned electronically") {
 		t.Errorf("signature blocks are not at the end in signer order:\n%s", doc.Text[max(0, sigs):])
 	}
 
@@ -263,10 +263,38 @@ func TestSignatureBlockLongName(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := pdftest.Read(t, out)
-	if !strings.Contains(doc.Text, "…\n2026-11-22T10:15:00.000Z\nSigned electronically") {
+	if !strings.Contains(doc.Text, "…\n22 November 2026, 10:15:00 UTC\nSigned electronically") {
 		t.Errorf("long name not shortened in the signature block:\n%s", doc.Text)
 	}
 	if !strings.Contains(strings.ReplaceAll(doc.Text, "\n", " "), long) {
 		t.Error("full name missing above the signature")
+	}
+}
+
+// TestTypedInHandwriting: a typed signature is set in the embedded
+// handwriting font when it has every letter, in italics otherwise.
+func TestTypedInHandwriting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hand bool
+	}{{"Zoe Angstrom", true}, {"Дмитрий Иванов", false}} {
+		in := sampleInput(t)
+		for i := range in.Signers {
+			in.Signers[i].Method, in.Signers[i].TypedName, in.Signers[i].Signature = MethodRender, tc.name, nil
+		}
+		pdf, err := Finalized(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Contains(pdf, []byte("/BaseFont /utf8hand")); got != tc.hand {
+			t.Errorf("%s: the handwriting font embedded %v, want %v", tc.name, got, tc.hand)
+		}
+		text := pdftest.Read(t, pdf).Text
+		if !strings.Contains(text, tc.name) {
+			t.Errorf("%s: the name is not in the document", tc.name)
+		}
+		if !strings.Contains(strings.ReplaceAll(text, "\n", " "), "This document is sealed") {
+			t.Errorf("no line saying the document is sealed:\n%s", text)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package contractpdf
 
 import (
+	_ "embed"
 	"strings"
 	"sync"
 	"unicode"
@@ -22,6 +23,39 @@ func addFonts(f *fpdf.Fpdf) {
 	f.AddUTF8FontFromBytes(family, "", goregular.TTF)
 	f.AddUTF8FontFromBytes(family, "I", goitalic.TTF)
 	f.AddUTF8FontFromBytes(family, "B", gobold.TTF)
+}
+
+// handFamily is the handwriting-style font of typed signatures: Breip, by
+// Adam Breipohl, under the SIL Open Font License 1.0 (fonts/Breip-
+// LICENSE.txt), embedded as a subset like the Go fonts.
+const handFamily = "hand"
+
+//go:embed fonts/Breip.ttf
+var handTTF []byte
+
+var (
+	handOnce     sync.Once
+	handCoverage *sfnt.Font
+)
+
+// handDraws reports whether the handwriting font draws every character
+// of s; a typed name it cannot write whole (Cyrillic, say) is set in the
+// Go italic face instead.
+func handDraws(s string) bool {
+	handOnce.Do(func() { handCoverage, _ = sfnt.Parse(handTTF) })
+	if handCoverage == nil {
+		return false
+	}
+	var buf sfnt.Buffer
+	for _, r := range printable(s) {
+		if r == ' ' {
+			continue
+		}
+		if gi, err := handCoverage.GlyphIndex(&buf, r); err != nil || gi == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 var (
