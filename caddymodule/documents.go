@@ -8,6 +8,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,7 +156,7 @@ func (h *Documents) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhtt
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "only GET"))
+		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "use GET or HEAD"))
 		return nil
 	}
 	cert := h.app.sealer.Certificate()
@@ -164,9 +165,11 @@ func (h *Documents) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhtt
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("Content-Type", "application/x-pem-file")
 	hdr.Set(sealFingerprintHeader, cert.Fingerprint())
+	pem := cert.PEM()
+	hdr.Set("Content-Length", strconv.Itoa(len(pem)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
-		_, _ = w.Write(cert.PEM())
+		_, _ = w.Write(pem)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"golang.org/x/time/rate"
 
+	"github.com/keygate/keygate/internal/docseal"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
@@ -43,6 +44,8 @@ type Verify struct {
 type verifyLimiters struct {
 	mu  sync.Mutex
 	all map[netip.Prefix]*rate.Limiter
+	// overflow is the one limit of the addresses beyond maxVerifyUsers.
+	overflow *rate.Limiter
 }
 
 // CaddyModule returns the Caddy module information.
@@ -200,13 +203,13 @@ func (h *Verify) check(r *http.Request, doc []byte) (*verifyResult, error) {
 		res.Result, res.Message = "sealed", "This gateway sealed this document, and it has not changed since; its contract has been deleted."
 		return res, nil
 	}
-	// The seal's signature holds the certificate's DER, hex-encoded.
-	cert := hex.EncodeToString(h.app.sealer.Certificate().Cert.Raw)
-	if bytes.Contains(bytes.ToLower(doc), []byte(cert)) {
-		res.Result, res.Message = "changed", "This gateway sealed this document, but it has changed since."
+	// A seal of this gateway's key whose sealed bytes are intact, in a
+	// file that is not one it sealed: bytes were added after the seal.
+	if docseal.SealedBy(doc, h.app.sealer.Certificate().Cert) {
+		res.Result, res.Message = "changed", "This gateway sealed this document, but it has changed since: bytes were added after the seal."
 		return res, nil
 	}
-	res.Result, res.Message = "unknown", "This is not a document of this gateway."
+	res.Result, res.Message = "unknown", "This is not a document this gateway sealed, or it was changed where the seal covers it."
 	return res, nil
 }
 
@@ -234,10 +237,25 @@ func (h *Verify) allow(ip netip.Addr) (time.Duration, bool) {
 	l, ok := v.all[key]
 	if !ok {
 		if len(v.all) >= maxVerifyUsers {
-			clear(v.all) // a flood of addresses starts everyone afresh rather than growing
+			// Forget the addresses whose limit is whole again (they would
+			// start afresh anyway); while every one is still spending,
+			// new addresses share one limit rather than reset anyone's.
+			now := time.Now()
+			for k, old := range v.all {
+				if old.TokensAt(now) >= verifyBurst {
+					delete(v.all, k)
+				}
+			}
 		}
-		l = rate.NewLimiter(rate.Every(verifyEvery), verifyBurst)
-		v.all[key] = l
+		if len(v.all) >= maxVerifyUsers {
+			if v.overflow == nil {
+				v.overflow = rate.NewLimiter(rate.Every(verifyEvery), verifyBurst)
+			}
+			l = v.overflow
+		} else {
+			l = rate.NewLimiter(rate.Every(verifyEvery), verifyBurst)
+			v.all[key] = l
+		}
 	}
 	res := l.Reserve()
 	if d := res.Delay(); d > 0 {

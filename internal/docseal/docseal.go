@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -20,10 +21,13 @@ import (
 	"fmt"
 	"math/big"
 	"net/url"
+	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/digitorus/pdf"
 	"github.com/digitorus/pdfsign/sign"
+	"github.com/digitorus/pkcs7"
 	"software.sslmate.com/src/go-pkcs12"
 )
 
@@ -270,4 +274,51 @@ func Host(baseURL string) string {
 		return ""
 	}
 	return u.Hostname()
+}
+
+// sealContents finds the signatures of doc: each /ByteRange [a b c d]
+// with the hex /Contents beside it, as a seal is written.
+var sealContents = regexp.MustCompile(`/ByteRange\s*\[\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*\]\s*/Contents\s*<([0-9A-Fa-f]+)>`)
+
+// SealedBy reports whether doc carries a signature that cert's key made
+// over the bytes it names, intact: the part of the file the seal covers
+// is as sealed, whatever was added after it. A file that only quotes the
+// certificate, or whose sealed bytes changed, is not.
+func SealedBy(doc []byte, cert *x509.Certificate) bool {
+	for _, m := range sealContents.FindAllSubmatch(doc, 16) {
+		var r [4]int64
+		for i := range r {
+			n, err := strconv.ParseInt(string(m[i+1]), 10, 64)
+			if err != nil || n < 0 {
+				return false
+			}
+			r[i] = n
+		}
+		if r[0] != 0 || r[1] > int64(len(doc)) || r[2] > int64(len(doc)) || r[2]+r[3] > int64(len(doc)) || r[2] < r[1] {
+			continue
+		}
+		padded, err := hex.DecodeString(string(m[5]))
+		if err != nil {
+			continue
+		}
+		// The signature is padded with zeros to its reserved length: its
+		// DER is the first element.
+		var first asn1.RawValue
+		if _, err := asn1.Unmarshal(padded, &first); err != nil {
+			continue
+		}
+		p7, err := pkcs7.Parse(first.FullBytes)
+		if err != nil {
+			continue
+		}
+		signer := p7.GetOnlySigner()
+		if signer == nil || !bytes.Equal(signer.Raw, cert.Raw) {
+			continue
+		}
+		p7.Content = append(append([]byte(nil), doc[:r[1]]...), doc[r[2]:r[2]+r[3]]...)
+		if p7.Verify() == nil {
+			return true
+		}
+	}
+	return false
 }

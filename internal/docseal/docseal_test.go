@@ -225,3 +225,44 @@ func TestCopyToPostgres(t *testing.T) {
 		t.Errorf("on PostgreSQL: %q %v", got, err)
 	}
 }
+
+// TestSealedBy: a sealed document, and one with bytes appended, carry the
+// seal; one changed where the seal covers it, one that only quotes the
+// certificate, and one sealed with another key do not.
+func TestSealedBy(t *testing.T) {
+	cert, err := MakeSelfSigned("gw.example.com", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := MakeSelfSigned("gw.example.com", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, _, err := NewSealer(cert, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangers, _, err := NewSealer(other, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := bytes.Clone(sealed)
+	changed[bytes.Index(changed, []byte("sealed"))] = 'S'
+	quoting := []byte("%PDF-1.4\n/ByteRange [0 10 20 5] /Contents <" + hex.EncodeToString(cert.Cert.Raw) + ">\n%%EOF\n")
+	for _, tc := range []struct {
+		name string
+		doc  []byte
+		want bool
+	}{
+		{"sealed", sealed, true},
+		{"bytes appended", append(bytes.Clone(sealed), "\n% more\n"...), true},
+		{"a byte changed", changed, false},
+		{"quoting the certificate", quoting, false},
+		{"another key's seal", strangers, false},
+		{"no seal", minimalPDF("plain"), false},
+	} {
+		if got := SealedBy(tc.doc, cert.Cert); got != tc.want {
+			t.Errorf("%s: SealedBy = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
