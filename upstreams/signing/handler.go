@@ -90,7 +90,8 @@ func (h *handler) document(w http.ResponseWriter, r *http.Request, token string)
 	}
 	c := ss.c
 	if c.FinalizedPDF == nil || c.Status != contracts.StatusSigned {
-		h.fail(w, r, token, problem.NotFound("the contract is not signed by everyone yet: there is no signed document"))
+		// The link is good: say why there is nothing to download yet.
+		h.fail(w, r, token, problem.New(http.StatusConflict, problem.CodeConflict, "The contract is not signed by everyone yet: there is no signed document to download."))
 		return
 	}
 	a, data, err := h.s.store.Attachment(r.Context(), c.ID, c.FinalizedPDF.ID)

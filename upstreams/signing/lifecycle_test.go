@@ -62,6 +62,10 @@ func TestParallelSigning(t *testing.T) {
 			t.Errorf("Content-Security-Policy %q", csp)
 		}
 		v := f.view(ann)
+		// Nothing to download before everyone signed, and the page says why.
+		if w := f.page(http.MethodGet, "/sign/"+ann+"/document", "", ""); w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "not signed by everyone yet") || v.DocumentURL != "" {
+			t.Errorf("the document before completion: %d %s", w.Code, w.Body)
+		}
 		if v.Contract.Status != "sent" || !v.CanDecide || v.Signer.FullName != "Ann Email" || v.Signer.OTPMethod != "email" ||
 			v.Signer.OTPDestination != "a•••@example.com" || v.Signer.OpenedTimestamp != "2026-11-22T10:15:00.000Z" {
 			t.Fatalf("view %+v", v)
