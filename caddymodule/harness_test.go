@@ -119,7 +119,7 @@ func startGateway(t *testing.T, b backend, site string) *gateway {
 	// is removed, loads a config without the webapi app, so the database
 	// closes and the notification worker stops writing into the directory.
 	t.Cleanup(func() {
-		g.tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", caddymodule.TestAdminPort), "caddyfile")
+		unloadWebAPI(g.tester)
 		openapitest.Unreported.Report(t)
 	})
 	g.load(site)
@@ -135,6 +135,23 @@ func testConfig(dir, webapiExtra, site string) string {
 	p := caddymodule.TestSitePort
 	return fmt.Sprintf(globalOptions, dir, caddymodule.TestAdminPort, p, p+363, webapiExtra) +
 		fmt.Sprintf("\nhttp://localhost:%d {\n", p) + site + "\n}\n"
+}
+
+// serve loads config on a new tester. When the test ends, a config
+// without the webapi app is loaded, so that the database closes before
+// what config names and was made earlier (the data directory, the
+// PostgreSQL schema) goes: a schema dropped under a running gateway can
+// deadlock with its background work.
+func serve(t *testing.T, config string) *caddytest.Tester {
+	tester := newTester(t)
+	t.Cleanup(func() { unloadWebAPI(tester) })
+	tester.InitServer(config, "caddyfile")
+	return tester
+}
+
+// unloadWebAPI loads a config with the admin endpoint alone.
+func unloadWebAPI(tester *caddytest.Tester) {
+	tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", caddymodule.TestAdminPort), "caddyfile")
 }
 
 func newTester(t *testing.T) *caddytest.Tester {

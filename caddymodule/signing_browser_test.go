@@ -54,7 +54,8 @@ func TestSigningInBrowser(t *testing.T) { eachBackend(t, testSigningInBrowser) }
 func testSigningInBrowser(t *testing.T, b backend) {
 	browsertest.Chromium(t)
 	mails := mailtest.Start(t)
-	newTester(t).InitServer(signingConfig(t.TempDir(), b.storage(t), mails.Addr), "caddyfile")
+	dir, storage := t.TempDir(), b.storage(t)
+	serve(t, signingConfig(dir, storage, mails.Addr))
 
 	if r := do(t, http.MethodPost, adminURL+"/webapi/templates", map[string]any{"id": "PAGE-7", "collectionId": "SPACE-7",
 		"title": "Service agreement", "body": "The provider shall provide the service.\nThe client shall pay for it."}); r.status != http.StatusCreated {

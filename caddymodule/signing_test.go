@@ -71,8 +71,7 @@ func TestSigningThroughCaddy(t *testing.T) { eachBackend(t, testSigningThroughCa
 func testSigningThroughCaddy(t *testing.T, b backend) {
 	dir, storage := t.TempDir(), b.storage(t)
 	mails := mailtest.Start(t)
-	tester := newTester(t)
-	tester.InitServer(signingConfig(dir, storage, ""), "caddyfile")
+	tester := serve(t, signingConfig(dir, storage, ""))
 	sentBefore := emailsSent(t)
 
 	if r := do(t, http.MethodPost, adminURL+"/webapi/templates", map[string]any{"id": "PAGE-8", "collectionId": "SPACE-8",

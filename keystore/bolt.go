@@ -185,7 +185,7 @@ func (b *BoltBackend) Delete(id string) error {
 			return err
 		}
 		for _, name := range [][]byte{bucketKeyQuota, bucketKeyHours} {
-			if err := deletePrefix(tx.Bucket(name), k); err != nil {
+			if err := boltdb.DeletePrefix(tx.Bucket(name), k); err != nil {
 				return err
 			}
 		}

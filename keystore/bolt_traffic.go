@@ -11,17 +11,6 @@ import (
 	"github.com/keygate/keygate/internal/storage/boltdb"
 )
 
-// deletePrefix removes every key of b that begins with prefix.
-func deletePrefix(b *bbolt.Bucket, prefix []byte) error {
-	c := b.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
-		if err := c.Delete(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // hourKey is the key_usage_hourly key of key id's hour and outcome.
 func hourKey(id []byte, hour time.Time, outcome string) []byte {
 	k := make([]byte, 0, 24+len(outcome))
@@ -90,28 +79,12 @@ func (b *BoltBackend) PurgeUsage(before time.Time) error {
 			}
 			k, _ = c.Seek(next)
 		}
-		return deleteOldPeriods(tx.Bucket(bucketKeyQuota), before)
+		// Quota periods that began before it.
+		return boltdb.DeleteWhere(tx.Bucket(bucketKeyQuota), func(k []byte) bool {
+			span, ok := quotaSpanOf(k)
+			return ok && span.Start.Before(before)
+		})
 	})
-}
-
-// deleteOldPeriods removes the quota periods that began before before.
-func deleteOldPeriods(b *bbolt.Bucket, before time.Time) error {
-	var old [][]byte
-	err := b.ForEach(func(k, _ []byte) error {
-		if span, ok := quotaSpanOf(k); ok && span.Start.Before(before) {
-			old = append(old, bytes.Clone(k))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, k := range old {
-		if err := b.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // increment adds one to the big-endian number b; false when it overflows.

@@ -27,9 +27,13 @@ fi
 if ! command -v npm >/dev/null 2>&1; then
 	need+=(nodejs npm)
 fi
-# poppler's pdfsig checks the document seals as an independent verifier.
+# poppler's pdfsig checks the document seals as an independent verifier;
+# openssl makes the PKCS#12 file the seal tests load.
 if ! command -v pdfsig >/dev/null 2>&1; then
 	need+=(poppler-utils)
+fi
+if ! command -v openssl >/dev/null 2>&1; then
+	need+=(openssl)
 fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -66,6 +66,7 @@ func startCluster(t *testing.T, n int) *cluster {
 	wg.Wait()
 	for i, g := range c.gws {
 		if g != nil {
+			checkAgainstDocuments(g)
 			t.Cleanup(func() {
 				if err := g.Stop(); err != nil {
 					t.Errorf("instance %d: %v", i, err)

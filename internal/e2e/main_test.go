@@ -66,9 +66,7 @@ func start(t *testing.T, o gatewayproc.Options) *gatewayproc.Gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := openapitest.Default(); err == nil {
-		v.SetHostsOf(g.Site, g.Admin)
-	}
+	checkAgainstDocuments(g)
 	t.Cleanup(func() {
 		if err := g.Stop(); err != nil {
 			t.Error(err)
@@ -78,4 +76,13 @@ func start(t *testing.T, o gatewayproc.Options) *gatewayproc.Gateway {
 		openapitest.Unreported.Report(t)
 	})
 	return g
+}
+
+// checkAgainstDocuments names g's site and admin addresses to the OpenAPI
+// check, in place of what an earlier gateway on the same ports was: a
+// port freed by one gateway is often another's next.
+func checkAgainstDocuments(g *gatewayproc.Gateway) {
+	if v, err := openapitest.Default(); err == nil {
+		v.SetHostsOf(g.Site, g.Admin)
+	}
 }

@@ -249,10 +249,7 @@ func TestAuditAtStop(t *testing.T) {
 	for _, output := range []string{"buffered_file", "file"} {
 		t.Run(output, func(t *testing.T) {
 			dir := t.TempDir()
-			g, err := gatewayproc.Start(gatewayproc.Options{Bin: bin, Dir: dir, AuditOutput: output})
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := start(t, gatewayproc.Options{Dir: dir, AuditOutput: output})
 			k, err := g.CreateKey("contracts", "stop", "o", []string{"get"}, map[string]any{
 				"rateLimits": []map[string]any{{"name": "minute", "limit": 1, "windowSeconds": 60}}})
 			if err != nil {

@@ -269,52 +269,19 @@ func remove(b buckets, id uint64) error {
 			}
 		}
 	} else {
-		if err := deleteWhere(b.due, func(k []byte) bool { return len(k) == 16 && bytes.Equal(k[8:], key) }); err != nil {
+		// Only a corrupt record, whose index keys are unknown, needs the
+		// whole buckets scanned.
+		if err := boltdb.DeleteWhere(b.due, func(k []byte) bool { return len(k) == 16 && bytes.Equal(k[8:], key) }); err != nil {
 			return err
 		}
-		if err := deleteWhere(b.ref, func(k []byte) bool { return bytes.HasSuffix(k, append([]byte{0}, key...)) }); err != nil {
+		if err := boltdb.DeleteWhere(b.ref, func(k []byte) bool { return bytes.HasSuffix(k, append([]byte{0}, key...)) }); err != nil {
 			return err
 		}
 	}
-	if err := deletePrefix(b.att, key); err != nil {
+	if err := boltdb.DeletePrefix(b.att, key); err != nil {
 		return err
 	}
 	return b.msg.Delete(key)
-}
-
-// deletePrefix deletes the keys of bkt that start with prefix.
-func deletePrefix(bkt *bbolt.Bucket, prefix []byte) error {
-	var keys [][]byte
-	c := bkt.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		keys = append(keys, bytes.Clone(k))
-	}
-	for _, k := range keys {
-		if err := bkt.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// deleteWhere deletes the keys of bkt that match, scanning the whole
-// bucket; only a corrupt record, whose index keys are unknown, needs it.
-func deleteWhere(bkt *bbolt.Bucket, match func(k []byte) bool) error {
-	var keys [][]byte
-	if err := bkt.ForEach(func(k, _ []byte) error {
-		if match(k) {
-			keys = append(keys, bytes.Clone(k))
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	for _, k := range keys {
-		if err := bkt.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func putRecord(b buckets, id uint64, rec *boltRecord) error {
