@@ -22,6 +22,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/pdftest"
 	"github.com/keygate/keygate/internal/storage/storetest"
 	"github.com/keygate/keygate/internal/testclock"
 	"github.com/keygate/keygate/keystore"
@@ -37,6 +38,9 @@ type data struct {
 	// otpSigner is the token of a signer who was sent a one-time
 	// password and has not used it.
 	otpSigner  string
+	// lastSigner is the token of the one signer of contract "ongoing"
+	// who has not decided.
+	lastSigner string
 	shares     map[string]string // share label → uuid
 	passwords  map[string]string // share label → password
 	unlockedBy *http.Cookie      // the unlock cookie of share "issue"
@@ -162,6 +166,7 @@ func fill(w *world) *data {
 	ongoing := create("ongoing", carl, "PAGE-2", "STRASSE lease", []map[string]any{
 		none("Olga Ost", "olga@example.com"), none("Paul Post", "paul@example.com")}, nil)
 	decide(ongoing[0], render("Olga Ost"))
+	d.lastSigner = ongoing[1]
 	signed := create("signed", alice, "PAGE-1", "Signed deal", []map[string]any{
 		none("Ada Able", "ada@example.com"), none("Ben Best", "ben@example.com")}, map[string]any{"sequentialSigning": true})
 	decide(signed[0], render("Ada Able"))
@@ -430,6 +435,9 @@ func TestCopyToPostgres(t *testing.T) {
 			t.Errorf("copied %d %s, want %d (report %+v)", counts[kind], kind, n, rep.Copied)
 		}
 	}
+	if counts["signing trail events"] < 20 {
+		t.Errorf("copied %d signing trail events, want every contract's steps (report %+v)", counts["signing trail events"], rep.Copied)
+	}
 	if counts["pending messages"] < 20 {
 		t.Errorf("copied %d pending messages, want the invitations, passwords and notifications (report %+v)", counts["pending messages"], rep.Copied)
 	}
@@ -503,6 +511,25 @@ func TestCopyToPostgres(t *testing.T) {
 	// The password sent through bbolt signs through PostgreSQL.
 	w2.must(http.StatusOK, "", http.MethodPost, "/sign/"+d.otpSigner+"/decision",
 		map[string]any{"decision": "signed", "method": "render", "signature": "Zoë Ångström", "otp": code}, nil)
+	// A contract begun on bbolt and completed on PostgreSQL: its
+	// certificate lists the steps taken on each.
+	w2.must(http.StatusOK, "", http.MethodPost, "/sign/"+d.lastSigner+"/decision",
+		map[string]any{"decision": "signed", "method": "render", "signature": "Paul Post"}, nil)
+	var done struct {
+		CertificatePDF struct{ URL string } `json:"certificatePdf"`
+	}
+	w2.must(http.StatusOK, d.tokens["carl contracts"], http.MethodGet, contracts.Prefix+"/"+d.contracts["ongoing"], nil, &done)
+	cert := w2.get(d.tokens["carl contracts"], strings.TrimPrefix(done.CertificatePDF.URL, baseURL))
+	text := strings.Join(strings.Fields(pdftest.Text(t, []byte(cert.Body))), " ")
+	for _, want := range []string{"Contract created through the API by carl", "Invitation sent by e-mail to o•••@example.com",
+		"Invitation sent by e-mail to p•••@example.com", "Signed: typed name", "Contract completed"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("certificate of a contract completed after the copy lacks %q:\n%s", want, text)
+		}
+	}
+	if n := strings.Count(text, "Signed: typed name"); n != 2 || strings.Contains(text, "recorded before the event trail") {
+		t.Errorf("certificate of a contract completed after the copy lists %d signatures, want both from the trail:\n%s", n, text)
+	}
 	// The share password unlocks, a wrong one does not.
 	if r, _ := w2.do("", http.MethodPost, "/s/"+d.shares["issue"]+"/unlock", "application/json", `{"password":"nope"}`); r.Status != http.StatusUnauthorized {
 		t.Fatalf("wrong password on postgres: %d %s", r.Status, r.Body)

@@ -6,6 +6,7 @@ package text
 import (
 	"net/mail"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -70,3 +71,11 @@ func CheckID(f *problem.Fields, field, v string) {
 		f.Add(field, "invalid", field+" must be 1 to 255 printable US-ASCII characters")
 	}
 }
+
+// HumanLayout is how people are shown a time: in the e-mails, on the
+// signing pages and in the PDFs of a contract alike, with the seconds an
+// audit trail needs ("25 November 2026, 15:34:05 UTC").
+const HumanLayout = "2 January 2006, 15:04:05 UTC"
+
+// HumanTime writes t in HumanLayout, in UTC.
+func HumanTime(t time.Time) string { return t.UTC().Format(HumanLayout) }

@@ -329,7 +329,7 @@ func TestCreateEventsRefused(t *testing.T) {
 		{"invalid body", nil, `{"templateId":"PAGE-1","name":"","signers":[]}`, http.StatusBadRequest},
 		{"unknown template", nil, `{"templateId":"PAGE-9","name":"N","signers":[{"fullName":"S","accessKind":"url"}]}`, http.StatusBadRequest},
 		{"hook fails", func(c *Config) {
-			c.OnCreate = func(storage.Tx, *Contract) error { return errors.New("outbox unavailable") }
+			c.OnCreate = func(storage.Tx, *Contract, Origin) error { return errors.New("outbox unavailable") }
 		}, fullBody, http.StatusInternalServerError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

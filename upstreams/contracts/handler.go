@@ -71,6 +71,7 @@ func (h *handler) unmatched(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 	owner := keystore.IdentityFrom(r.Context()).Owner
+	r = r.WithContext(WithOrigin(r.Context(), OriginOf(r)))
 	call, ok := h.store.cfg.Idempotency.Begin(w, r, owner, Prefix)
 	if !ok {
 		return

@@ -49,8 +49,9 @@ type Config struct {
 	// OnCreate, if set, runs in the transaction that stores a new contract,
 	// so invitations and notifications can be queued atomically with it.
 	// It may run more than once for one contract if the transaction is
-	// retried; only the last run's writes persist.
-	OnCreate func(tx storage.Tx, c *Contract) error
+	// retried; only the last run's writes persist. by is the origin of
+	// the creating request (WithOrigin), for the certificate's record.
+	OnCreate func(tx storage.Tx, c *Contract, by Origin) error
 	// OnDelete, if set, runs in the transaction that deletes a contract,
 	// so its attachments and pending notifications go with it.
 	OnDelete func(tx storage.Tx, c *Contract) error
@@ -192,6 +193,7 @@ func (s *Store) CreateWith(ctx context.Context, owner string, in *CreateRequest,
 		sg.SealedToken = s.cfg.Sealer.Seal([]byte(sg.token), tokenAAD(c.ID, sg.ID))
 	}
 	st := searchText(c)
+	by := OriginFrom(ctx)
 	err = s.db.Batch(ctx, func(tx storage.Tx) error {
 		collection, digest, err := s.backend.HoldTemplate(ctx, tx, in.TemplateID)
 		if problem.IsNotFound(err) {
@@ -212,7 +214,7 @@ func (s *Store) CreateWith(ctx context.Context, owner string, in *CreateRequest,
 			return err
 		}
 		if s.cfg.OnCreate != nil {
-			if err := s.cfg.OnCreate(tx, c); err != nil {
+			if err := s.cfg.OnCreate(tx, c, by); err != nil {
 				return err
 			}
 		}

@@ -22,7 +22,7 @@ func TestConcurrentCreates(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		var created sync.Map
 		f := newFixtureOn(t, db, func(c *Config) {
-			c.OnCreate = func(tx storage.Tx, c *Contract) error {
+			c.OnCreate = func(tx storage.Tx, c *Contract, _ Origin) error {
 				if !writable(tx) {
 					return fmt.Errorf("read-only tx")
 				}

@@ -9,7 +9,8 @@ import (
 // Backend keeps what the signing lifecycle stores beside a contract, keyed
 // by signer id (unique across contracts): each signer's current one-time
 // password, hashed, and their signature from their decision until the
-// contract is final and its PDFs hold it. Every method runs in the
+// contract is final and its PDFs hold it; and, keyed by contract, the
+// trail of events that the certificate of completion lists. Every method runs in the
 // transaction of the change it belongs to, so a password and the mail
 // that carries it, or a decision and its signature, commit together.
 type Backend interface {
@@ -30,6 +31,15 @@ type Backend interface {
 	PutSignature(tx storage.Tx, signerID, method string, data []byte) error
 	// Forget deletes the password and signature of each signer.
 	Forget(tx storage.Tx, signerIDs []string) error
+
+	// AppendTrail adds e after the events of contract's trail, in the
+	// transaction of the change it records.
+	AppendTrail(tx storage.Tx, contractID string, e *TrailEvent) error
+	// Trail returns contract's events in the order they were appended
+	// (none for a contract created before trails were kept).
+	Trail(tx storage.Tx, contractID string) ([]TrailEvent, error)
+	// DeleteTrail deletes contract's trail: the contract is gone.
+	DeleteTrail(tx storage.Tx, contractID string) error
 }
 
 // OTPRecord is a signer's current one-time password. The code itself is

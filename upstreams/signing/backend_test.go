@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -117,6 +118,56 @@ func TestBackend(t *testing.T) {
 		}
 		if err := db.Update(ctx, func(tx storage.Tx) error { return b.Forget(tx, []string{"not-a-uuid"}) }); err == nil {
 			t.Error("Forget accepted a signer id that is not a uuid")
+		}
+
+		// Trails: in the order appended, per contract, kept by Forget,
+		// gone with DeleteTrail; a rolled back append leaves nothing.
+		c1, c2 := uuid.NewString(), uuid.NewString()
+		trail := func(id string) []TrailEvent {
+			t.Helper()
+			var got []TrailEvent
+			if err := db.View(ctx, func(tx storage.Tx) (err error) { got, err = b.Trail(tx, id); return err }); err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		want := []TrailEvent{
+			{At: sent, Kind: TrailCreated, Owner: "alice", KeyID: "k1", KeyName: "CI", IP: "198.51.100.9", UserAgent: "curl/8.5.0"},
+			{At: sent, Kind: TrailInvited, SignerID: a, Channel: "email", To: "a•••@example.com"},
+			{At: sent.Add(time.Minute), Kind: TrailOTPRefused, SignerID: a, TriesLeft: 4, IP: "2001:db8::1"},
+			{At: sent.Add(2 * time.Minute), Kind: TrailSigned, SignerID: a, Method: contracts.MethodDraw, UserAgent: "Mozilla/5.0 “quoted”"},
+		}
+		for i := range want {
+			update(func(tx storage.Tx) error {
+				if err := b.AppendTrail(tx, c1, &want[i]); err != nil {
+					return err
+				}
+				// Another contract's steps, in between.
+				return b.AppendTrail(tx, c2, &TrailEvent{At: sent, Kind: TrailOpened, SignerID: other})
+			})
+		}
+		_ = db.Update(ctx, func(tx storage.Tx) error {
+			if err := b.AppendTrail(tx, c1, &TrailEvent{At: sent, Kind: TrailCompleted}); err != nil {
+				return err
+			}
+			return errWrongOTP
+		})
+		update(func(tx storage.Tx) error { return b.Forget(tx, []string{a}) })
+		if got := trail(c1); !reflect.DeepEqual(got, want) {
+			t.Fatalf("trail read back as\n%+v\nwant\n%+v", got, want)
+		}
+		if got := trail(c2); len(got) != len(want) {
+			t.Fatalf("the other contract's trail has %d events, want %d", len(got), len(want))
+		}
+		update(func(tx storage.Tx) error { return b.DeleteTrail(tx, c1) })
+		if got := trail(c1); len(got) != 0 {
+			t.Fatalf("a deleted trail still has %d events", len(got))
+		}
+		if got := trail(c2); len(got) != len(want) {
+			t.Fatalf("deleting one trail left %d events of another, want %d", len(got), len(want))
+		}
+		if err := db.Update(ctx, func(tx storage.Tx) error { return b.AppendTrail(tx, "not-a-uuid", &want[0]) }); err == nil {
+			t.Error("AppendTrail accepted a contract id that is not a uuid")
 		}
 	})
 }

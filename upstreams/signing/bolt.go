@@ -2,6 +2,7 @@ package signing
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 
@@ -12,14 +13,15 @@ import (
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
-// BoltBackend keeps the signing records in two buckets of the bbolt file,
-// keyed by the 16 bytes of a signer id: bucketOTPs (JSON OTPRecord) and
-// bucketSignatures (a method byte, then the image or the typed name).
+// BoltBackend keeps the signing records in three buckets of the bbolt
+// file: keyed by the 16 bytes of a signer id, bucketOTPs (JSON OTPRecord)
+// and bucketSignatures (a method byte, then the image or the typed name);
+// keyed by contract id and sequence, bucketTrail (JSON TrailEvent).
 type BoltBackend struct{}
 
 // NewBoltBackend creates the buckets in db.
 func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
-	if err := db.CreateBuckets(bucketOTPs, bucketSignatures); err != nil {
+	if err := db.CreateBuckets(bucketOTPs, bucketSignatures, bucketTrail); err != nil {
 		return nil, err
 	}
 	return &BoltBackend{}, nil
@@ -121,6 +123,53 @@ func (BoltBackend) Forget(tx storage.Tx, signerIDs []string) error {
 		}
 	}
 	return nil
+}
+
+// AppendTrail implements Backend: the bucket's sequence orders the
+// events, and bbolt's single writer makes that the order of commits.
+func (BoltBackend) AppendTrail(tx storage.Tx, contractID string, e *TrailEvent) error {
+	prefix, err := signerKey(contractID)
+	if err != nil {
+		return err
+	}
+	b := boltdb.Of(tx).Bucket(bucketTrail)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	return b.Put(binary.BigEndian.AppendUint64(prefix, seq), v)
+}
+
+// Trail implements Backend; the events are decoded, so nothing of tx
+// is kept.
+func (BoltBackend) Trail(tx storage.Tx, contractID string) ([]TrailEvent, error) {
+	prefix, err := signerKey(contractID)
+	if err != nil {
+		return nil, err
+	}
+	var out []TrailEvent
+	c := boltdb.Of(tx).Bucket(bucketTrail).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		var e TrailEvent
+		if err := json.Unmarshal(v, &e); err != nil {
+			return nil, fmt.Errorf("signing: trail of contract %s: %w", contractID, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// DeleteTrail implements Backend.
+func (BoltBackend) DeleteTrail(tx storage.Tx, contractID string) error {
+	prefix, err := signerKey(contractID)
+	if err != nil {
+		return err
+	}
+	return boltdb.DeletePrefix(boltdb.Of(tx).Bucket(bucketTrail), prefix)
 }
 
 var _ Backend = BoltBackend{}

@@ -2,6 +2,7 @@ package signing
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -19,7 +20,8 @@ import (
 // empty (caddy webapi migrate): every signer's current one-time password
 // (hash, salt, times and failed tries, so that a password sent before the
 // move is accepted after it, under the same master key, and the resend
-// and try limits go on) and every stored signature.
+// and try limits go on), every stored signature and every contract's
+// trail of events.
 func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied, error) {
 	btx := boltdb.Of(from)
 	otps := pgdb.NewCopier(ctx, to, "signing_otps", "signer_id", "hash", "salt", "sent", "expires", "failures")
@@ -55,7 +57,33 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied,
 	if err != nil {
 		return nil, err
 	}
-	return append(report, storage.Copied{Kind: "signatures", N: n}), nil
+	report = append(report, storage.Copied{Kind: "signatures", N: n})
+
+	// Each contract's trail, ids as bbolt's sequence gave them so that
+	// the order of its events holds, the record bytes as they are.
+	trail := pgdb.NewCopier(ctx, to, "signing_trail", "id", "contract_id", "record")
+	var last uint64
+	n, err = copyEach(btx.Bucket(bucketTrail), trail, func(k, v []byte) error {
+		if len(k) != 24 {
+			return fmt.Errorf("trail key %x: %d bytes, want 24", k, len(k))
+		}
+		if !json.Valid(v) {
+			return fmt.Errorf("trail event of contract %s: the stored record is not JSON", uuid.UUID(k[:16]))
+		}
+		seq := binary.BigEndian.Uint64(k[16:])
+		if seq > 1<<63-1 {
+			return fmt.Errorf("trail key %x: sequence out of range", k)
+		}
+		last = max(last, seq)
+		return trail.Add(int64(seq), uuid.UUID(k[:16]), v)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := pgdb.AdvanceSequence(ctx, to, "pg_get_serial_sequence('signing_trail', 'id')", last); err != nil {
+		return nil, err
+	}
+	return append(report, storage.Copied{Kind: "signing trail events", N: n}), nil
 }
 
 // copyEach calls row for every entry of b (none if b is missing) and

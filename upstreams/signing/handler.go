@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/reply"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -83,7 +82,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // document sends the signer the finalized PDF of their signed contract,
 // sealed, as the signer's link allows for as long as the contract exists.
 func (h *handler) document(w http.ResponseWriter, r *http.Request, token string) {
-	ss, err := h.s.open(r.Context(), token, false)
+	ss, err := h.s.open(r.Context(), token, nil)
 	if err != nil {
 		h.fail(w, r, token, err)
 		return
@@ -121,7 +120,12 @@ func wellFormedToken(t string) bool {
 }
 
 func (h *handler) page(w http.ResponseWriter, r *http.Request, token string) {
-	ss, err := h.s.open(r.Context(), token, r.Method == http.MethodGet)
+	var visit *contracts.Origin
+	if r.Method == http.MethodGet {
+		by := contracts.OriginOf(r)
+		visit = &by
+	}
+	ss, err := h.s.open(r.Context(), token, visit)
 	if err != nil {
 		h.fail(w, r, token, err)
 		return
@@ -138,7 +142,7 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request, token string) {
 }
 
 func (h *handler) otp(w http.ResponseWriter, r *http.Request, token string) {
-	ss, rec, err := h.s.requestOTP(r.Context(), token)
+	ss, rec, err := h.s.requestOTP(r.Context(), token, contracts.OriginOf(r))
 	if err != nil {
 		h.fail(w, r, token, err)
 		return
@@ -161,11 +165,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request, token string)
 		h.fail(w, r, token, err)
 		return
 	}
-	ip := ""
-	if addr := clientip.From(r); addr.IsValid() {
-		ip = addr.String()
-	}
-	ss, err := h.s.decide(r.Context(), token, in, ip)
+	ss, err := h.s.decide(r.Context(), token, in, contracts.OriginOf(r))
 	if err != nil {
 		h.fail(w, r, token, err)
 		return
@@ -284,7 +284,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, token string, err
 		data.Details = append(data.Details, e.Message)
 	}
 	if token != "" && d.Status != http.StatusNotFound && d.Status != http.StatusInternalServerError {
-		if ss, err := h.s.open(r.Context(), token, false); err == nil {
+		if ss, err := h.s.open(r.Context(), token, nil); err == nil {
 			data.Token, data.View = token, newPageView(ss, h.s.now())
 		}
 	}

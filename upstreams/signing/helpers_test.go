@@ -175,9 +175,14 @@ func (f *fixture) create(body string) *created {
 	if w.Code != http.StatusCreated {
 		f.t.Fatalf("create: %d %s", w.Code, w.Body)
 	}
+	return decodeCreated(f.t, w.Body.Bytes())
+}
+
+func decodeCreated(t testing.TB, body []byte) *created {
+	t.Helper()
 	var c created
-	if err := json.Unmarshal(w.Body.Bytes(), &c); err != nil {
-		f.t.Fatal(err)
+	if err := json.Unmarshal(body, &c); err != nil {
+		t.Fatal(err)
 	}
 	return &c
 }

@@ -68,15 +68,15 @@ func waitingFor(c *contracts.Contract, i int) int {
 	return -1
 }
 
-// open finds the signer of token and records their first opening of the
-// page (with the watchers' "opened") while the contract is still open. A
-// reopening costs no write.
-func (s *Service) open(ctx context.Context, token string, record bool) (*session, error) {
+// open finds the signer of token and, for a visit (by not nil), records
+// their first opening of the page (with the watchers' "opened" and the
+// trail's) while the contract is still open. A reopening costs no write.
+func (s *Service) open(ctx context.Context, token string, by *contracts.Origin) (*session, error) {
 	c, i, err := s.store.BySigningToken(ctx, token)
 	if err != nil {
 		return nil, err
 	}
-	if record && c.Signers[i].OpenedTimestamp.IsZero() && !c.Status.Final() {
+	if by != nil && c.Signers[i].OpenedTimestamp.IsZero() && !c.Status.Final() {
 		signerID := c.Signers[i].ID
 		now := s.now()
 		c, err = s.store.Update(ctx, c.ID, func(tx storage.Tx, c *contracts.Contract) error {
@@ -89,6 +89,9 @@ func (s *Service) open(ctx context.Context, token string, record bool) (*session
 				return nil
 			}
 			sg.OpenedTimestamp = now
+			if err := s.record(tx, c, sg, *by, TrailEvent{At: now, Kind: TrailOpened}); err != nil {
+				return err
+			}
 			return s.notifyWatchers(tx, c, KindOpened, sg, nil)
 		})
 		if err != nil {
@@ -112,7 +115,7 @@ func (s *Service) withDocument(ctx context.Context, c *contracts.Contract, i int
 // requestOTP sends signer of token a new one-time password by their
 // otpMethod: 409 for none or when they cannot decide now, 429 within a
 // minute of the last one.
-func (s *Service) requestOTP(ctx context.Context, token string) (*session, *otpRecord, error) {
+func (s *Service) requestOTP(ctx context.Context, token string, by contracts.Origin) (*session, *otpRecord, error) {
 	c, i, err := s.store.BySigningToken(ctx, token)
 	if err != nil {
 		return nil, nil, err
@@ -126,7 +129,7 @@ func (s *Service) requestOTP(ctx context.Context, token string) (*session, *otpR
 	}
 	var rec *otpRecord
 	err = s.db.Update(ctx, func(tx storage.Tx) (err error) {
-		rec, err = s.issueOTP(tx, c, i, now)
+		rec, err = s.issueOTP(tx, c, i, now, by)
 		return err
 	})
 	if err != nil {
@@ -138,8 +141,9 @@ func (s *Service) requestOTP(ctx context.Context, token string) (*session, *otpR
 // decide records signer of token's decision with everything it causes,
 // in one transaction: the status move, the watchers' notifications, the
 // next signer's invitation in sequential signing and, when the last signer
-// signs, the PDFs and their delivery.
-func (s *Service) decide(ctx context.Context, token string, req *decisionInput, ip string) (*session, error) {
+// signs, the PDFs and their delivery; and each step in the trail, with
+// by, the request's origin.
+func (s *Service) decide(ctx context.Context, token string, req *decisionInput, by contracts.Origin) (*session, error) {
 	c, i, err := s.store.BySigningToken(ctx, token)
 	if err != nil {
 		return nil, err
@@ -160,7 +164,7 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 	}
 	signerID := c.Signers[i].ID
 	if c.Signers[i].OTPMethod != contracts.OTPNone {
-		if err := s.verifyOTP(ctx, signerID, in.OTP, now); err != nil {
+		if err := s.verifyOTP(ctx, c, signerID, in.OTP, now, by); err != nil {
 			return nil, err
 		}
 	}
@@ -177,12 +181,18 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 			if err := s.checkOTP(tx, sg.ID, in.OTP, now); err != nil {
 				return err
 			}
+			if err := s.record(tx, c, sg, by, TrailEvent{At: now, Kind: TrailOTPAccepted}); err != nil {
+				return err
+			}
 		}
 		sg.Decision = in.Decision
 		sg.DecisionTimestamp = now
-		sg.DecisionIP = ip
+		sg.DecisionIP = by.IP
 		if in.Decision == contracts.DecisionRejected {
 			sg.DecisionReason = in.Reason
+			if err := s.record(tx, c, sg, by, TrailEvent{At: now, Kind: TrailRejected}); err != nil {
+				return err
+			}
 			if err := s.notifyWatchers(tx, c, KindRejected, sg, nil); err != nil {
 				return err
 			}
@@ -195,14 +205,17 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 		if err := s.backend.PutSignature(tx, sg.ID, in.Method, data); err != nil {
 			return err
 		}
+		if err := s.record(tx, c, sg, by, TrailEvent{At: now, Kind: TrailSigned, Method: in.Method}); err != nil {
+			return err
+		}
 		if err := s.notifyWatchers(tx, c, KindSigned, sg, nil); err != nil {
 			return err
 		}
 		if c.DecidedStatus() == contracts.StatusSigned {
-			return s.complete(tx, c, ss.title, ss.body)
+			return s.complete(tx, c, ss.title, ss.body, now, by)
 		}
 		if c.SequentialSigning && j+1 < len(c.Signers) {
-			return s.invite(tx, c, j+1)
+			return s.invite(tx, c, j+1, now, by)
 		}
 		return nil
 	})

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/text"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -15,20 +16,23 @@ import (
 // and carries its id as Ref, so deleting the contract drops what is still
 // queued. Signing links go only to the signer they belong to.
 
-// humanTime is how the messages and the page show a time.
-func humanTime(t time.Time) string {
-	return t.UTC().Format("2 January 2006, 15:04 UTC")
-}
+// humanTime is how the messages, the page and the PDFs show a time.
+func humanTime(t time.Time) string { return text.HumanTime(t) }
 
 // quoted is a contract name inside a sentence or subject.
 func quoted(name string) string { return "“" + name + "”" }
 
-// invite queues the invitation of signer i of c if they are reached by
-// e-mail; a url signer's turn simply begins.
-func (s *Service) invite(tx storage.Tx, c *contracts.Contract, i int) error {
+// invite queues the invitation of signer i of c, at now, if they are
+// reached by e-mail, and records it in the trail with by, the origin of
+// the request that began their turn; a url signer's turn simply begins.
+func (s *Service) invite(tx storage.Tx, c *contracts.Contract, i int, now time.Time, by contracts.Origin) error {
 	sg := &c.Signers[i]
 	if sg.AccessKind != contracts.AccessEmail {
 		return nil
+	}
+	invited := TrailEvent{At: now, Kind: TrailInvited, Channel: contracts.OTPEmail, To: maskEmail(sg.Email)}
+	if err := s.record(tx, c, sg, by, invited); err != nil {
+		return err
 	}
 	link, err := s.store.AccessURL(c, i)
 	if err != nil {

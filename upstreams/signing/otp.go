@@ -45,10 +45,11 @@ func newCode() string {
 	return fmt.Sprintf("%0*d", otpDigits, n.Int64())
 }
 
-// issueOTP stores a new password for signer i of c and queues its
-// delivery, in one transaction. A password sent less than a minute ago
-// refuses a new one (429).
-func (s *Service) issueOTP(tx storage.Tx, c *contracts.Contract, i int, now time.Time) (*otpRecord, error) {
+// issueOTP stores a new password for signer i of c, queues its delivery
+// and records it in the trail with by, the request's origin, in one
+// transaction. A password sent less than a minute ago refuses a new one
+// (429).
+func (s *Service) issueOTP(tx storage.Tx, c *contracts.Contract, i int, now time.Time, by contracts.Origin) (*otpRecord, error) {
 	sg := &c.Signers[i]
 	old, err := s.backend.OTP(tx, sg.ID)
 	if err != nil {
@@ -69,6 +70,10 @@ func (s *Service) issueOTP(tx storage.Tx, c *contracts.Contract, i int, now time
 		return nil, err
 	}
 	if err := s.outbox.Enqueue(tx, otpMessage(c, sg, code)); err != nil {
+		return nil, err
+	}
+	sent := TrailEvent{At: now, Kind: TrailOTPSent, Channel: sg.OTPMethod, To: maskedAddress(sg, sg.OTPMethod)}
+	if err := s.record(tx, c, sg, by, sent); err != nil {
 		return nil, err
 	}
 	return rec, nil
@@ -119,8 +124,9 @@ func (s *Service) otpVerdict(rec *OTPRecord, signerID, code string, now time.Tim
 // several, are checked one after the other, so no more than
 // otpMaxFailures are ever checked. The fifth wrong one makes the password
 // void (429); before that each is a 400 that says how many tries are
-// left. A right one is consumed by the decision (checkOTP).
-func (s *Service) verifyOTP(ctx context.Context, signerID, code string, now time.Time) error {
+// left. A right one is consumed by the decision (checkOTP). A wrong one
+// is recorded in c's trail with by, the request's origin.
+func (s *Service) verifyOTP(ctx context.Context, c *contracts.Contract, signerID, code string, now time.Time, by contracts.Origin) error {
 	var out error
 	err := s.db.Update(ctx, func(tx storage.Tx) error {
 		rec, err := s.backend.OTP(tx, signerID)
@@ -131,14 +137,18 @@ func (s *Service) verifyOTP(ctx context.Context, signerID, code string, now time
 			return nil
 		}
 		rec.Failures++
-		if rec.Failures >= otpMaxFailures {
-			out = errOTPVoid
+		left := otpMaxFailures - rec.Failures
+		if left <= 0 {
+			left, out = 0, errOTPVoid
 		} else {
-			left := otpMaxFailures - rec.Failures
 			out = problem.Invalid([]problem.FieldError{{Field: "otp", Code: "wrong_otp",
 				Message: fmt.Sprintf("the one-time password is wrong; %d %s left", left, plural(left, "try", "tries"))}})
 		}
-		return s.backend.PutOTP(tx, signerID, rec)
+		if err := s.backend.PutOTP(tx, signerID, rec); err != nil {
+			return err
+		}
+		refused := TrailEvent{At: now, Kind: TrailOTPRefused, SignerID: signerID, TriesLeft: left, IP: by.IP, UserAgent: by.UserAgent}
+		return s.backend.AppendTrail(tx, c.ID, &refused)
 	})
 	if err != nil {
 		return err

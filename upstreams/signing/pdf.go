@@ -6,19 +6,29 @@ import (
 	"errors"
 	"github.com/keygate/keygate/internal/storage"
 	"strings"
+	"time"
 
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/contracts/contractpdf"
 )
 
-// complete runs in the transaction of the last signature: it renders the
-// finalized and certificate PDFs, stores them as the contract's
-// attachments, queues the watchers' completed and completed-contract and
-// the finalized PDF for every signer who receives it, and drops the stored
-// signatures, which the PDF now holds.
-func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body string) error {
-	in := contractpdf.Input{ContractID: c.ID, Name: c.Name, TemplateTitle: title, Body: body, Created: c.CreationTimestamp}
+// complete runs in the transaction of the last signature, made at now by
+// the request of origin by: it records the completion in the trail,
+// renders the finalized and certificate PDFs, stores them as the
+// contract's attachments, queues the watchers' completed and
+// completed-contract and the finalized PDF for every signer who receives
+// it, and drops the stored signatures, which the PDF now holds.
+func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body string, now time.Time, by contracts.Origin) error {
+	if err := s.record(tx, c, nil, by, TrailEvent{At: now, Kind: TrailCompleted}); err != nil {
+		return err
+	}
+	trail, err := s.backend.Trail(tx, c.ID)
+	if err != nil {
+		return err
+	}
+	own, bySigner := certificateEvents(c, trail)
+	in := contractpdf.Input{ContractID: c.ID, Name: c.Name, TemplateTitle: title, Body: body, Created: c.CreationTimestamp, Events: own}
 	for i := range c.Signers {
 		sg := &c.Signers[i]
 		method, data, ok, err := s.backend.Signature(tx, sg.ID)
@@ -32,6 +42,7 @@ func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body str
 			FullName: sg.FullName, Email: sg.Email, Phone: sg.Phone, Method: method,
 			AppendSignatureMacro: sg.AppendSignatureMacro, Decision: sg.Decision,
 			DecisionTime: sg.DecisionTimestamp, DecisionIP: sg.DecisionIP, Opened: sg.OpenedTimestamp,
+			Events: bySigner[i],
 		}
 		if method == contracts.MethodRender {
 			ps.TypedName = string(data)

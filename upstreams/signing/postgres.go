@@ -3,7 +3,9 @@ package signing
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,7 +16,8 @@ import (
 )
 
 // PostgresBackend keeps the signing records in the tables signing_otps and
-// signing_signatures (migration 0004_signing.sql).
+// signing_signatures (migration 0004_signing.sql) and signing_trail
+// (0011_signing_trail.sql).
 //
 // OTP serialises the transactions that read one signer's password, as
 // bbolt's single writer does: it takes a transaction-level advisory lock
@@ -138,6 +141,54 @@ func (PostgresBackend) Forget(tx storage.Tx, signerIDs []string) error {
 		return err
 	}
 	_, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM signing_signatures WHERE signer_id = ANY($1)", ids)
+	return err
+}
+
+// AppendTrail implements Backend: the row's id, from a sequence, orders
+// the events.
+func (PostgresBackend) AppendTrail(tx storage.Tx, contractID string, e *TrailEvent) error {
+	id, err := signerUUID(contractID)
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	_, err = pgdb.Of(tx).Exec(context.Background(), "INSERT INTO signing_trail (contract_id, record) VALUES ($1, $2)", id, v)
+	return err
+}
+
+// Trail implements Backend.
+func (PostgresBackend) Trail(tx storage.Tx, contractID string) ([]TrailEvent, error) {
+	id, err := signerUUID(contractID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := pgdb.Of(tx).Query(context.Background(), "SELECT record FROM signing_trail WHERE contract_id = $1 ORDER BY id", id)
+	if err != nil {
+		return nil, err
+	}
+	var out []TrailEvent
+	var v []byte
+	_, err = pgx.ForEachRow(rows, []any{&v}, func() error {
+		var e TrailEvent
+		if err := json.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("signing: trail of contract %s: %w", contractID, err)
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
+// DeleteTrail implements Backend.
+func (PostgresBackend) DeleteTrail(tx storage.Tx, contractID string) error {
+	id, err := signerUUID(contractID)
+	if err != nil {
+		return err
+	}
+	_, err = pgdb.Of(tx).Exec(context.Background(), "DELETE FROM signing_trail WHERE contract_id = $1", id)
 	return err
 }
 

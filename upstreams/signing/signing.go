@@ -41,8 +41,8 @@ const (
 	KindCompletedContract = "completed-contract"
 )
 
-// The buckets of this package. Both are keyed by the 16 bytes of a signer
-// id, which is unique across contracts.
+// The buckets of this package. The first two are keyed by the 16 bytes of
+// a signer id, which is unique across contracts.
 var (
 	// bucketOTPs: signer id → JSON otpRecord, the signer's current
 	// one-time password, hashed.
@@ -51,6 +51,10 @@ var (
 	// bytes or typed name), kept from the signer's decision until the
 	// contract is final and its PDFs hold them.
 	bucketSignatures = []byte("signing_signatures")
+	// bucketTrail: the 16 bytes of a contract id and a big-endian uint64
+	// from the bucket's sequence → JSON TrailEvent: each contract's
+	// events in the order they were recorded, kept while it exists.
+	bucketTrail = []byte("signing_trail")
 )
 
 // Config is what the lifecycle needs besides the contract store's config.
@@ -131,14 +135,30 @@ func (s *Service) now() time.Time {
 	return s.clock().UTC().Truncate(time.Millisecond)
 }
 
-// onCreate runs in the transaction that stores c: the invitations of the
-// signers whose turn has begun and the watchers' "created".
-func (s *Service) onCreate(tx storage.Tx, c *contracts.Contract) error {
+// onCreate runs in the transaction that stores c, made by the request of
+// origin by: the trail's creation, the links handed to the API client for
+// url signers, the invitations of the signers whose turn has begun and
+// the watchers' "created".
+func (s *Service) onCreate(tx storage.Tx, c *contracts.Contract, by contracts.Origin) error {
+	now := c.CreationTimestamp
+	created := TrailEvent{At: now, Kind: TrailCreated, Owner: c.CreatedByID, KeyID: by.KeyID, KeyName: by.KeyName}
+	if err := s.record(tx, c, nil, by, created); err != nil {
+		return err
+	}
+	for i := range c.Signers {
+		// The API's reply carries every url signer's link, whatever the
+		// order of signing.
+		if sg := &c.Signers[i]; sg.AccessKind == contracts.AccessURL {
+			if err := s.record(tx, c, sg, by, TrailEvent{At: now, Kind: TrailLinkIssued}); err != nil {
+				return err
+			}
+		}
+	}
 	for i := range c.Signers {
 		if c.SequentialSigning && i > 0 {
 			break
 		}
-		if err := s.invite(tx, c, i); err != nil {
+		if err := s.invite(tx, c, i, now, by); err != nil {
 			return err
 		}
 	}
@@ -148,6 +168,9 @@ func (s *Service) onCreate(tx storage.Tx, c *contracts.Contract) error {
 // onDelete runs in the transaction that deletes c.
 func (s *Service) onDelete(tx storage.Tx, c *contracts.Contract) error {
 	if err := s.forgetSigners(tx, c); err != nil {
+		return err
+	}
+	if err := s.backend.DeleteTrail(tx, c.ID); err != nil {
 		return err
 	}
 	return s.outbox.DropRef(tx, c.ID)

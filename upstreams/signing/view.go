@@ -97,21 +97,28 @@ func newPageView(ss *session, now time.Time) *pageView {
 // otpDestination shows where the password goes, masked: the first letter
 // and the domain of an e-mail address, the last three digits of a phone.
 func otpDestination(sg *contracts.Signer) string {
-	switch sg.OTPMethod {
-	case contracts.OTPEmail:
-		at := strings.LastIndexByte(sg.Email, '@')
-		if at < 1 {
-			return ""
-		}
-		first, _ := utf8.DecodeRuneInString(sg.Email)
-		return string(first) + "•••" + sg.Email[at:]
-	case contracts.OTPSMS:
-		if len(sg.Phone) < 4 {
-			return ""
-		}
-		return "•••" + sg.Phone[len(sg.Phone)-3:]
+	if sg.OTPMethod == contracts.OTPNone {
+		return ""
 	}
-	return ""
+	return maskedAddress(sg, sg.OTPMethod)
+}
+
+// maskEmail keeps the first character and the domain: "a•••@example.com".
+func maskEmail(addr string) string {
+	at := strings.LastIndexByte(addr, '@')
+	if at < 1 {
+		return ""
+	}
+	first, _ := utf8.DecodeRuneInString(addr)
+	return string(first) + "•••" + addr[at:]
+}
+
+// maskPhone keeps the last three digits: "•••671".
+func maskPhone(phone string) string {
+	if len(phone) < 4 {
+		return ""
+	}
+	return "•••" + phone[len(phone)-3:]
 }
 
 // otpReply is the JSON answer to a password request.

@@ -9,10 +9,17 @@ import (
 // keyWidth is the width of the label column of the certificate.
 const keyWidth = 42.0
 
-// Certificate renders the audit trail of a contract: the contract, the
-// SHA-256 of its finalized PDF (finalizedSHA256, 64 hex digits), and for
-// every signer the name, contact, signing method, decision, its time and IP
-// address, and when the signing page was first opened.
+// maxEventsShown bounds the trail listed per signer: the first and last
+// half of a longer one (a signer who asked for a password every minute
+// for a year) are shown, with a line saying how many are left out, so a
+// certificate stays a document a person reads.
+const maxEventsShown = 400
+
+// Certificate renders the certificate of completion of a contract: the
+// contract, the SHA-256 of its finalized PDF as sealed (finalizedSHA256,
+// 64 hex digits), the contract's own events (creation, completion) and,
+// for every signer, the name, contact and every recorded step in order
+// with its time, client address and user agent.
 func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	sum := strings.ToLower(finalizedSHA256)
 	if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {
@@ -24,7 +31,8 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 
 	d := newDocument(&in, "Certificate of completion: "+in.Name, fmt.Sprintf("Certificate · %s", in.ContractID))
 	d.heading("Certificate of completion", 18)
-	d.note("This certificate records how each signer reached and decided on the contract below.")
+	d.note("This certificate records how each signer was reached, identified and decided on the contract below, " +
+		"step by step as the gateway recorded each one. Times are UTC; addresses are the client's as the gateway saw it.")
 	d.f.Ln(4)
 
 	d.heading("Contract", 13)
@@ -35,22 +43,58 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	d.field("Completed", timestamp(in.completedAt()))
 	d.field("Signers", fmt.Sprint(len(in.Signers)))
 	d.field("Finalized PDF SHA-256", sum)
+	d.f.Ln(2)
+	d.events(in.Events)
 	d.f.Ln(4)
 
 	for i, s := range in.Signers {
-		d.ensureSpace(10 * lineHeight)
+		d.ensureSpace(8 * lineHeight)
 		d.heading(fmt.Sprintf("Signer %d of %d", i+1, len(in.Signers)), 13)
 		d.field("Full name", s.FullName)
 		d.field("E-mail", orDash(s.Email))
 		d.field("Phone", orDash(s.Phone))
-		d.field("Signing method", orDash(methodLabel(s.Method)))
-		d.field("Decision", orDash(s.Decision))
-		d.field("Decision time", timestamp(s.DecisionTime))
-		d.field("Decision IP", orDash(s.DecisionIP))
-		d.field("Opened", timestamp(s.Opened))
+		d.f.Ln(2)
+		d.events(s.Events)
 		d.f.Ln(4)
 	}
 	return d.bytes()
+}
+
+// events lists es, each as its time and words, then a grey line with the
+// request's address and user agent.
+func (d *document) events(es []Event) {
+	d.heading("Events", 10.5)
+	if len(es) == 0 {
+		d.note("No events recorded.")
+		return
+	}
+	shown := es
+	left := 0
+	if len(es) > maxEventsShown {
+		shown = append(es[:maxEventsShown/2:maxEventsShown/2], es[len(es)-maxEventsShown/2:]...)
+		left = len(es) - maxEventsShown
+	}
+	for i, e := range shown {
+		if left > 0 && i == maxEventsShown/2 {
+			d.note(fmt.Sprintf("… %d more events are left out here …", left))
+		}
+		d.ensureSpace(2 * lineHeight)
+		d.f.SetFont(family, "B", smallSize+1)
+		d.f.MultiCell(0, lineHeight-1, timestamp(e.At), "", "L", false)
+		d.f.SetFont(family, "", bodySize-1)
+		d.f.MultiCell(0, lineHeight, printable(e.What), "", "L", false)
+		var from []string
+		if e.IP != "" {
+			from = append(from, "IP address "+e.IP)
+		}
+		if e.UserAgent != "" {
+			from = append(from, "user agent "+e.UserAgent)
+		}
+		if len(from) > 0 {
+			d.note(strings.Join(from, " · "))
+		}
+		d.f.Ln(1.5)
+	}
 }
 
 // field writes one label and value row; long values wrap in their column.

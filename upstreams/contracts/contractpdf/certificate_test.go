@@ -2,6 +2,8 @@ package contractpdf
 
 import (
 	"crypto/sha256"
+	"fmt"
+	"regexp"
 	"encoding/hex"
 	"strings"
 	"testing"
@@ -19,43 +21,76 @@ func TestCertificate(t *testing.T) {
 	sum := sha256.Sum256(finalized)
 	hexSum := hex.EncodeToString(sum[:])
 
-	// The certificate also serves contracts that ended otherwise: a
-	// rejecting signer without method, one who never opened the page.
-	in.Signers = append(in.Signers,
-		Signer{FullName: "Ελένη Παπαδοπούλου", Email: "eleni@example.org", Phone: "+306912345678", Decision: DecisionRejected,
-			DecisionTime: time.Date(2026, 11, 22, 19, 0, 0, 0, time.UTC), DecisionIP: "192.0.2.55", Opened: time.Date(2026, 11, 22, 18, 59, 0, 0, time.UTC)},
-		Signer{FullName: "Never Opened", Phone: "+15550100123"},
-	)
+	const firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+	in.Events = []Event{
+		{At: created, What: "Contract created through the API by alice", IP: "198.51.100.9", UserAgent: "curl/8.5.0"},
+		{At: signed3, What: "Contract completed: every signer has signed", IP: "198.51.100.1"},
+	}
+	in.Signers[0].Events = []Event{
+		{At: created, What: "Invitation sent by e-mail to z•••@example.org", IP: "198.51.100.9", UserAgent: "curl/8.5.0"},
+		{At: signed1.Add(-time.Hour), What: "Opened the signing page", IP: "203.0.113.7", UserAgent: firefox},
+		{At: signed1.Add(-time.Minute), What: "One-time password sent by text message to •••567", IP: "203.0.113.7", UserAgent: firefox},
+		{At: signed1, What: "One-time password accepted", IP: "203.0.113.7", UserAgent: firefox},
+		{At: signed1, What: "Signed: signature drawn on the signing page", IP: "203.0.113.7", UserAgent: firefox},
+	}
+	// A step recorded before user agents were: the address alone.
+	in.Signers[1].Events = []Event{{At: signed2, What: "Signed (recorded before the event trail)", IP: "2001:db8::42"}}
+	// The last signer asked for a password a thousand times: the first
+	// and last are listed, with how many are left out.
+	for i := range 1000 {
+		in.Signers[2].Events = append(in.Signers[2].Events, Event{At: created.Add(time.Duration(i) * time.Minute), What: fmt.Sprintf("Try %d", i)})
+	}
 	out, err := Certificate(in, strings.ToUpper(hexSum))
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := pdftest.Read(t, out)
+	text := lines(pdftest.Text(t, out))
 	for _, want := range []string{
 		"Certificate of completion",
 		"NDA Zoë 2026", "7c0e2f4a-1b2c-4d5e-8f90-a1b2c3d4e5f6", "Mutual Non-Disclosure Agreement",
-		"Finalized PDF SHA-256\n" + hexSum,
-		"Created\n20 November 2026, 09:00:00 UTC",
-		"Signer 1 of 5", "Signer 5 of 5",
-		// Signer 1: drawn.
-		"Full name\nZoë Ångström", "E-mail\nzoe@example.org", "Phone\n+46701234567", "Signing method\nsignature drawn on the signing page",
-		"Decision\nsigned", "Decision time\n21 November 2026, 14:03:07 UTC", "Decision IP\n203.0.113.7", "Opened\n21 November 2026, 13:03:07 UTC",
-		// Signer 2: typed, IPv6, no phone.
-		"Full name\nДмитрий Иванов\nE-mail\ndmitry@example.org\nPhone\n—\nSigning method\ntyped name\nDecision\nsigned\nDecision time\n22 November 2026, 10:15:00 UTC\nDecision IP\n2001:db8::42\nOpened\n22 November 2026, 10:14:00 UTC",
-		// Signer 3: uploaded.
-		"Kim Upload", "Signing method\nupload", "Decision IP\n198.51.100.1",
-		// Signer 4: rejected.
-		"Full name\nΕλένη Παπαδοπούλου\nE-mail\neleni@example.org\nPhone\n+306912345678\nSigning method\n—\nDecision\nrejected\nDecision time\n22 November 2026, 19:00:00 UTC\nDecision IP\n192.0.2.55",
-		// Signer 5: undecided, never opened.
-		"Full name\nNever Opened\nE-mail\n—\nPhone\n+15550100123\nSigning method\n—\nDecision\n—\nDecision time\n—\nDecision IP\n—\nOpened\n—",
+		hexSum,
+		"20 November 2026, 09:00:00 UTC\nContract created through the API by alice\nIP address 198.51.100.9 · user agent curl/8.5.0",
+		"Contract completed: every signer has signed\nIP address 198.51.100.1\n",
+		"Signer 1 of 3", "Zoë Ångström", "zoe@example.org", "+46701234567",
+		"Invitation sent by e-mail to z•••@example.org",
+		"21 November 2026, 13:03:07 UTC\nOpened the signing page\nIP address 203.0.113.7 · user agent " + firefox,
+		"21 November 2026, 14:02:07 UTC\nOne-time password sent by text message to •••567",
+		"21 November 2026, 14:03:07 UTC\nOne-time password accepted",
+		"21 November 2026, 14:03:07 UTC\nSigned: signature drawn on the signing page",
+		"Signer 2 of 3", "Дмитрий Иванов",
+		"22 November 2026, 10:15:00 UTC\nSigned (recorded before the event trail)\nIP address 2001:db8::42\n",
+		"Signer 3 of 3", "Try 0\n", "Try 199\n", "… 600 more events are left out here …", "Try 800\n", "Try 999\n",
 	} {
-		if !strings.Contains(doc.Text, want) {
+		if !strings.Contains(text, want) {
 			t.Errorf("certificate lacks %q", want)
 		}
 	}
-	if len(doc.Images) != 0 {
+	// In order, as recorded.
+	if i, j := strings.Index(text, "Opened the signing page"), strings.Index(text, "One-time password accepted"); i < 0 || j < i {
+		t.Errorf("events out of order:\n%s", text)
+	}
+	if strings.Contains(text, "Try 200\n") || strings.Contains(text, "Try 799\n") {
+		t.Error("the left-out events are listed")
+	}
+	if doc := pdftest.Read(t, out); len(doc.Images) != 0 {
 		t.Errorf("certificate embeds %d images", len(doc.Images))
 	}
+
+	// A signer with no event says so.
+	in.Signers = append(in.Signers, Signer{FullName: "Never Opened", Phone: "+15550100123"})
+	out, err = Certificate(in, hexSum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := lines(pdftest.Text(t, out)); !strings.Contains(text, "Never Opened") || !strings.Contains(text, "No events recorded.") {
+		t.Errorf("certificate of a signer without events:\n%s", text)
+	}
+}
+
+// lines is pdftotext's output without the empty lines it puts between
+// blocks of text.
+func lines(text string) string {
+	return regexp.MustCompile(`\n\s*\n`).ReplaceAllString(text, "\n")
 }
 
 func TestCertificateRefusesBadInput(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-pdf/fpdf"
+
+	"github.com/keygate/keygate/internal/text"
 )
 
 // Page geometry in millimetres (A4).
@@ -135,9 +137,5 @@ func timestamp(t time.Time) string {
 	if t.IsZero() {
 		return "—"
 	}
-	return t.UTC().Format(humanLayout)
+	return text.HumanTime(t)
 }
-
-// humanLayout is how the documents write a time: as the e-mails do, with
-// the seconds an audit trail needs.
-const humanLayout = "2 January 2006, 15:04:05 UTC"

@@ -49,7 +49,7 @@ func Finalized(in Input) ([]byte, error) {
 		d.f.Ln(1)
 		d.rule(sigMaxW)
 		d.f.Ln(1)
-		d.note(fmt.Sprintf("Signed %s · %s", timestamp(s.DecisionTime), methodLabel(s.Method)))
+		d.note(fmt.Sprintf("Signed %s · %s", timestamp(s.DecisionTime), MethodWords(s.Method)))
 		d.f.Ln(5)
 	}
 	d.note(sealedNote)
@@ -86,7 +86,9 @@ const sealedNote = "This document is sealed with the digital signature of the ga
 	"any change to the file breaks the seal (check it with pdfsig or Adobe Reader, or on the gateway's /verify page). " +
 	"Its certificate of completion, which records how each signer signed, comes with it as the contract's -certificate.pdf."
 
-func methodLabel(method string) string {
+// MethodWords says a signing method in words, for the documents and the
+// certificate's trail.
+func MethodWords(method string) string {
 	switch method {
 	case MethodUpload:
 		return "uploaded signature image"

@@ -38,6 +38,19 @@ type Input struct {
 	Body    string
 	Created time.Time
 	Signers []Signer
+	// Events are the contract's own steps for the certificate: its
+	// creation and completion.
+	Events []Event
+}
+
+// Event is one line of the certificate's trail: when, what in words, and
+// the client address and user agent of the request that made it (either
+// may be empty: a step from before they were recorded).
+type Event struct {
+	At        time.Time
+	What      string
+	IP        string
+	UserAgent string
 }
 
 // Signer is one signer and what they did.
@@ -61,6 +74,8 @@ type Signer struct {
 	// Opened is when the signer first opened the signing page; zero if
 	// never.
 	Opened time.Time
+	// Events are the signer's steps for the certificate, in order.
+	Events []Event
 }
 
 // completedAt is the latest decision, the moment the contract was
