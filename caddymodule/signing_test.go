@@ -151,6 +151,17 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 			t.Errorf("document %s: %d, pdfsig:\n%s", id, r.status, out)
 		}
 	}
+	// The certificate of completion names the key and Caddy's client
+	// address of each step.
+	cert := do(t, http.MethodGet, siteURL+"/webapi/contracts/"+created.ID+"/attachments/"+got.CertificatePDF.ID, nil, bearer(key.Token)...).body
+	text := strings.Join(strings.Fields(pdftest.Text(t, cert)), " ")
+	for _, want := range []string{"Contract created through the API by alice, with the API key “lifecycle” (" + key.ID + ")",
+		"One-time password sent by e-mail to e•••@example.com IP address " + got.Signers[0].DecisionIP + " · user agent Go-http-client/1.1",
+		"One-time password accepted", "Signed: typed name", "Contract completed"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("certificate lacks %q:\n%s", want, text)
+		}
+	}
 	pemReply := do(t, http.MethodGet, siteURL+"/webapi/documents/seal-certificate", nil)
 	var seal struct{ SHA256 string }
 	do(t, http.MethodGet, adminURL+"/webapi/seal", nil).json(t, &seal)
