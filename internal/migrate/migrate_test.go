@@ -435,8 +435,8 @@ func TestCopyToPostgres(t *testing.T) {
 			t.Errorf("copied %d %s, want %d (report %+v)", counts[kind], kind, n, rep.Copied)
 		}
 	}
-	if counts["signing trail events"] < 20 {
-		t.Errorf("copied %d signing trail events, want every contract's steps (report %+v)", counts["signing trail events"], rep.Copied)
+	if counts["trail events"] < 20 {
+		t.Errorf("copied %d trail events, want every contract's steps (report %+v)", counts["trail events"], rep.Copied)
 	}
 	if counts["pending messages"] < 20 {
 		t.Errorf("copied %d pending messages, want the invitations, passwords and notifications (report %+v)", counts["pending messages"], rep.Copied)

@@ -83,7 +83,7 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied,
 	if err := pgdb.AdvanceSequence(ctx, to, "pg_get_serial_sequence('signing_trail', 'id')", last); err != nil {
 		return nil, err
 	}
-	return append(report, storage.Copied{Kind: "signing trail events", N: n}), nil
+	return append(report, storage.Copied{Kind: "trail events", N: n}), nil
 }
 
 // copyEach calls row for every entry of b (none if b is missing) and
