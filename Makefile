@@ -21,16 +21,16 @@ run: build
 	./$(BIN) run --config Caddyfile --adapter caddyfile
 
 # The browser tests need Debian's chromium and axe-core (npm ci, pinned
-# by internal/browsertest/axe/package-lock.json); test-deps installs what
+# by internal/testkit/browsertest/axe/package-lock.json); test-deps installs what
 # is missing, and PostgreSQL's binaries.
 test: test-deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 # Only the browser tests: the pages in headless Chromium, each checked
-# with axe-core, and internal/browsertest's own tests.
+# with axe-core, and internal/testkit/browsertest's own tests.
 test-ui: test-deps
-	$(GO) test -count=1 -run 'InBrowser' ./caddymodule/... ./internal/browsertest
+	$(GO) test -count=1 -run 'InBrowser' ./caddymodule/... ./internal/testkit/browsertest
 
 test-deps:
 	@./scripts/test-deps.sh

@@ -13,8 +13,8 @@ import (
 
 	"github.com/keygate/keygate/caddymodule"
 	"github.com/keygate/keygate/internal/adminpage"
-	"github.com/keygate/keygate/internal/openapitest"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/openapitest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/keystore"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/keygate/keygate/caddymodule"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )

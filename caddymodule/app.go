@@ -9,12 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/keygate/keygate/internal/docseal"
 	"net/http"
 	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/keygate/keygate/internal/docseal"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -23,7 +24,7 @@ func BenchmarkAuthServeHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Destruct()
-	in := &keystore.KeyInput{Service: keystore.Some("contracts"), Name: keystore.Some("b"), Owner: keystore.Some("o"), Privileges: keystore.Some([]string{"get"})}
+	in := &keystore.KeyInput{Service: patch.Some("contracts"), Name: patch.Some("b"), Owner: patch.Some("o"), Privileges: patch.Some([]string{"get"})}
 	k, err := s.keys.Create(in)
 	if err != nil {
 		b.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 )
@@ -41,12 +42,12 @@ func FuzzAuthServeHTTP(f *testing.F) {
 		}
 		return k
 	}
-	open := create(&keystore.KeyInput{Service: keystore.Some("contracts"), Name: keystore.Some("open"), Owner: keystore.Some("alice"),
-		Privileges: keystore.Some([]string{"get", "search"})})
-	fenced := create(&keystore.KeyInput{Service: keystore.Some("contracts"), Name: keystore.Some("fenced"), Owner: keystore.Some("bob"),
-		Privileges: keystore.Some([]string{"create"}), AllowedIPs: keystore.Some([]string{"10.0.0.0/8"})})
-	other := create(&keystore.KeyInput{Service: keystore.Some("share"), Name: keystore.Some("share"), Owner: keystore.Some("carol"),
-		Privileges: keystore.Some([]string{"list"})})
+	open := create(&keystore.KeyInput{Service: patch.Some("contracts"), Name: patch.Some("open"), Owner: patch.Some("alice"),
+		Privileges: patch.Some([]string{"get", "search"})})
+	fenced := create(&keystore.KeyInput{Service: patch.Some("contracts"), Name: patch.Some("fenced"), Owner: patch.Some("bob"),
+		Privileges: patch.Some([]string{"create"}), AllowedIPs: patch.Some([]string{"10.0.0.0/8"})})
+	other := create(&keystore.KeyInput{Service: patch.Some("share"), Name: patch.Some("share"), Owner: patch.Some("carol"),
+		Privileges: patch.Some([]string{"list"})})
 	owners := map[string]string{open.Token: "alice", fenced.Token: "bob"}
 
 	h := &Auth{Service: "contracts", table: tables["contracts"], keys: s.keys, audit: newAuditLog(zap.NewNop())}

@@ -21,9 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/openapitest"
+	"github.com/keygate/keygate/internal/testkit/openapitest"
 	"github.com/keygate/keygate/internal/problem"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // kgSend sends body as it is, with contentType when not empty, through

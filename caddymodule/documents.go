@@ -5,12 +5,13 @@ import (
 
 	"errors"
 	"fmt"
-	"github.com/keygate/keygate/internal/storage"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/keygate/keygate/internal/storage"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"

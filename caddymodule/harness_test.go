@@ -17,8 +17,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/keygate/keygate/caddymodule"
-	"github.com/keygate/keygate/internal/openapitest"
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/testkit/openapitest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 )

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // The Idempotency-Key rows of clients.md as a client of the gateway

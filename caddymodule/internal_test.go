@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/keygate/keygate/internal/openapitest"
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/testkit/openapitest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 )
 
 // TestMain lets the test binary play a second gateway process that opens

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keygate/keygate/internal/migrate"
+	"github.com/keygate/keygate/migrate"
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/keystore"
 )

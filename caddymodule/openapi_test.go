@@ -15,7 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/keygate/keygate/internal/openapi"
-	"github.com/keygate/keygate/internal/openapitest"
+	"github.com/keygate/keygate/internal/testkit/openapitest"
 )
 
 // TestOpenAPIHandler: webapi_openapi serves the Web API document to

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 func TestMetricsSurviveReload(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/keygate/keygate/internal/browsertest"
+	"github.com/keygate/keygate/internal/testkit/browsertest"
 )
 
 // TestSharePageInBrowser opens the public share page in headless Chromium

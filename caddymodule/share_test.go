@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 const shrURL = "/webapi/share"

@@ -11,9 +11,9 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
-	"github.com/keygate/keygate/internal/browsertest"
-	"github.com/keygate/keygate/internal/mailtest"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/browsertest"
+	"github.com/keygate/keygate/internal/testkit/mailtest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // signingConfig is a gateway with the contracts API and the signing

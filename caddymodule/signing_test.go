@@ -14,9 +14,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keygate/keygate/internal/mailtest"
-	"github.com/keygate/keygate/internal/pdftest"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/mailtest"
+	"github.com/keygate/keygate/internal/testkit/pdftest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // emlMails reads the .eml files of dir/mail.

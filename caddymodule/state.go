@@ -16,6 +16,7 @@ import (
 
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
@@ -34,7 +35,7 @@ type state struct {
 	stores        *Stores
 	masterKeyPath string
 	masterKey     []byte
-	sealer        *keystore.Sealer
+	sealer        *seal.Sealer
 	keys          *keystore.Keys
 	templates     *contracts.Templates
 	logger        *zap.Logger
@@ -86,7 +87,7 @@ func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.
 	if err != nil {
 		return nil, err
 	}
-	sealer, err := keystore.NewSealer(masterKey)
+	sealer, err := seal.New(masterKey)
 	if err != nil {
 		return nil, err
 	}

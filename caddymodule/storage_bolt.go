@@ -3,10 +3,11 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
-	"github.com/keygate/keygate/internal/docseal"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/keygate/keygate/internal/docseal"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"

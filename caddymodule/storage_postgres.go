@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keygate/keygate/internal/docseal"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/keygate/keygate/internal/docseal"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"

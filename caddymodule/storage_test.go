@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 )
 
 // The storage forms of the spec (storage.md, Config): the Caddyfile

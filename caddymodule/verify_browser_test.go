@@ -8,7 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/keygate/keygate/internal/browsertest"
+	"github.com/keygate/keygate/internal/testkit/browsertest"
 )
 
 // TestVerifyPageInBrowser checks a document the way anyone does: the

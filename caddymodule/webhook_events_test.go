@@ -26,8 +26,8 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/keygate/keygate/internal/events"
-	"github.com/keygate/keygate/internal/mailtest"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/mailtest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddytest"
 
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 func TestWebhooksCommandLine(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/keygate/keygate/caddymodule"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/internal/webhook"
 )
 

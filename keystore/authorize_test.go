@@ -2,7 +2,7 @@ package keystore
 
 import (
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"net/netip"
 	"reflect"

@@ -2,12 +2,15 @@ package keystore
 
 import (
 	"fmt"
-	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/patch"
+	"github.com/keygate/keygate/internal/seal"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
 // TestConcurrentUseAndFlush counts uses from many goroutines while flushes,
@@ -132,9 +135,9 @@ func benchKeys(b *testing.B, n int) benchStore {
 	var token string
 	for i := 0; i < n; i++ {
 		k, err := ks.Create(&KeyInput{
-			Service: Some("contracts"), Name: Some(fmt.Sprintf("k%d", i)), Owner: Some("o"),
-			Privileges: Some([]string{"get", "search"}),
-			AllowedIPs: Some([]string{"192.0.2.0/24", "2001:db8::/32"}),
+			Service: patch.Some("contracts"), Name: patch.Some(fmt.Sprintf("k%d", i)), Owner: patch.Some("o"),
+			Privileges: patch.Some([]string{"get", "search"}),
+			AllowedIPs: patch.Some([]string{"192.0.2.0/24", "2001:db8::/32"}),
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -171,7 +174,7 @@ func BenchmarkAuthorizeTraffic(b *testing.B) {
 
 // memKeys is a key store in memory.
 func memKeys(b *testing.B) *Keys {
-	sealer, err := NewSealer(randomKey(b))
+	sealer, err := seal.New(randomKey(b))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
@@ -23,7 +24,7 @@ import (
 // key's flushed usage (count and last use). Every sealed token must open
 // with sealer, the master key the copy will be served with, so that every
 // key stays revealable; a key whose token does not open stops the copy.
-func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *Sealer) ([]storage.Copied, error) {
+func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *seal.Sealer) ([]storage.Copied, error) {
 	btx := boltdb.Of(from)
 	keys := btx.Bucket(bucketKeys)
 	if keys == nil {

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/keygate/keygate/internal/storage/boltdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"net/netip"
 	"reflect"

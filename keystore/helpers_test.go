@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"slices"
 	"sort"
@@ -14,11 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/seal"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/internal/testkit/testclock"
 )
 
 // The two operation tables of upstreams/contracts and upstreams/share,
@@ -62,7 +64,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 type env struct {
 	db      storage.DB
 	backend Backend
-	sealer  *Sealer
+	sealer  *seal.Sealer
 	master  []byte
 	clock   *testclock.Clock
 	keys    *Keys
@@ -88,7 +90,7 @@ func newBackend(t testing.TB, db storage.DB) Backend {
 func newEnv(t testing.TB, db storage.DB) *env {
 	t.Helper()
 	master := randomKey(t)
-	sealer, err := NewSealer(master)
+	sealer, err := seal.New(master)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 )
 
@@ -25,7 +26,7 @@ import (
 // with their changes.
 type Keys struct {
 	backend Backend
-	sealer  *Sealer
+	sealer  *seal.Sealer
 	now     func() time.Time
 
 	mu     sync.RWMutex
@@ -182,7 +183,7 @@ func (e *Entry) Service() Service { return e.snap.Load().key.Service }
 var ErrNotFound = problem.NotFound("no key with this id")
 
 // Open loads every key of backend into memory.
-func Open(backend Backend, sealer *Sealer, now func() time.Time) (*Keys, error) {
+func Open(backend Backend, sealer *seal.Sealer, now func() time.Time) (*Keys, error) {
 	if now == nil {
 		now = time.Now
 	}

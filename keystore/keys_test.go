@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"net/netip"
 	"os"
@@ -19,8 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/patch"
+	"github.com/keygate/keygate/internal/seal"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+
 	"github.com/keygate/keygate/internal/problem"
-	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/internal/testkit/testclock"
 )
 
 func ptime(s string) *time.Time {
@@ -345,7 +348,7 @@ func TestTokens(t *testing.T) {
 			t.Errorf("Reveal after reopen = %q, %v", got, err)
 		}
 		// Another master key cannot reveal.
-		other, _ := NewSealer(randomKey(t))
+		other, _ := seal.New(randomKey(t))
 		k2, err := Open(e.backend, other, e.clock.Now)
 		if err != nil {
 			t.Fatal(err)
@@ -413,7 +416,7 @@ func TestDelete(t *testing.T) {
 // administrator can retry.
 func TestBackendFailure(t *testing.T) {
 	mb := newMemBackend()
-	sealer, _ := NewSealer(randomKey(t))
+	sealer, _ := seal.New(randomKey(t))
 	ks, err := Open(mb, sealer, (testclock.New(t0)).Now)
 	if err != nil {
 		t.Fatal(err)
@@ -461,7 +464,7 @@ func TestBackendFailure(t *testing.T) {
 // write.
 func TestUpdateDoesNotBlockLookup(t *testing.T) {
 	mb := newMemBackend()
-	sealer, _ := NewSealer(randomKey(t))
+	sealer, _ := seal.New(randomKey(t))
 	ks, err := Open(mb, sealer, (testclock.New(t0)).Now)
 	if err != nil {
 		t.Fatal(err)
@@ -490,7 +493,7 @@ func TestUpdateDoesNotBlockLookup(t *testing.T) {
 // An update racing a delete must not write the deleted key back.
 func TestUpdateDeleteRace(t *testing.T) {
 	mb := newMemBackend()
-	sealer, _ := NewSealer(randomKey(t))
+	sealer, _ := seal.New(randomKey(t))
 	ks, err := Open(mb, sealer, (testclock.New(t0)).Now)
 	if err != nil {
 		t.Fatal(err)
@@ -633,7 +636,7 @@ func TestOpenBadRecord(t *testing.T) {
 // address.
 func TestStoredBadRangeFailsClosed(t *testing.T) {
 	mb := newMemBackend()
-	sealer, _ := NewSealer(randomKey(t))
+	sealer, _ := seal.New(randomKey(t))
 	ks, err := Open(mb, sealer, (testclock.New(t0)).Now)
 	if err != nil {
 		t.Fatal(err)
@@ -745,7 +748,7 @@ func TestOptional(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"name":5}`), &in); err == nil {
 		t.Error("a number was accepted as a name")
 	}
-	if o := Some("v"); !o.Set || o.Null || o.Value != "v" {
+	if o := patch.Some("v"); !o.Set || o.Null || o.Value != "v" {
 		t.Errorf("Some = %+v", o)
 	}
 }

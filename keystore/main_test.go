@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 )
 
 // TestMain stops the throwaway PostgreSQL that storetest starts.

@@ -12,8 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/keygate/keygate/internal/seal"
 )
 
 // TokenPrefix starts every API key token, so secret scanners and people
@@ -204,14 +202,6 @@ func wellFormedToken(token string) bool {
 func isBase62(c byte) bool {
 	return '0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z'
 }
-
-// Sealer seals secrets that an administrator or creator may need to see
-// again (API tokens, signing links) under the master key. It is
-// internal/seal's, shared with the notification outbox.
-type Sealer = seal.Sealer
-
-// NewSealer makes a Sealer from a 32-byte master key.
-func NewSealer(masterKey []byte) (*Sealer, error) { return seal.New(masterKey) }
 
 // LoadOrCreateMasterKey reads the 32-byte master key at path, creating it
 // with mode 0600 (and its directory with 0700) on first start. As ssh does

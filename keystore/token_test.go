@@ -15,7 +15,7 @@ import (
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
 // TestTokenFormat: a new token is kg_, 43 base62 characters, '_' and their

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/text"
 )
@@ -15,24 +16,24 @@ import (
 // editable ones). Absent fields keep their value on update; null clears
 // the validity bounds.
 type KeyInput struct {
-	Service        Optional[string]   `json:"service"`
-	Name           Optional[string]   `json:"name"`
-	Description    Optional[string]   `json:"description"`
-	Owner          Optional[string]   `json:"owner"`
-	Privileges     Optional[[]string] `json:"privileges"`
-	NotValidBefore Optional[string]   `json:"notValidBefore"`
-	NotValidAfter  Optional[string]   `json:"notValidAfter"`
-	AllowedIPs     Optional[[]string] `json:"allowedIps"`
-	AdminProjects  Optional[[]string] `json:"adminProjects"`
+	Service        patch.Field[string]   `json:"service"`
+	Name           patch.Field[string]   `json:"name"`
+	Description    patch.Field[string]   `json:"description"`
+	Owner          patch.Field[string]   `json:"owner"`
+	Privileges     patch.Field[[]string] `json:"privileges"`
+	NotValidBefore patch.Field[string]   `json:"notValidBefore"`
+	NotValidAfter  patch.Field[string]   `json:"notValidAfter"`
+	AllowedIPs     patch.Field[[]string] `json:"allowedIps"`
+	AdminProjects  patch.Field[[]string] `json:"adminProjects"`
 	// Enabled switches the key off (false) and on again; true at creation
 	// when absent.
-	Enabled Optional[bool] `json:"enabled"`
+	Enabled patch.Field[bool] `json:"enabled"`
 	// RateLimits replaces the key's policies; null or [] removes them.
 	// Each is read field by field, so that every bad field of every
 	// policy is named at once (checkRateLimits).
-	RateLimits Optional[[]json.RawMessage] `json:"rateLimits"`
+	RateLimits patch.Field[[]json.RawMessage] `json:"rateLimits"`
 	// Quota replaces the key's quota; null removes it.
-	Quota Optional[json.RawMessage] `json:"quota"`
+	Quota patch.Field[json.RawMessage] `json:"quota"`
 }
 
 const (
@@ -187,7 +188,7 @@ func joinPrivileges(ps []Privilege) string {
 }
 
 // checkTime parses an RFC 3339 bound; null clears it (nil, true).
-func checkTime(f *problem.Fields, field string, o Optional[string]) (*time.Time, bool) {
+func checkTime(f *problem.Fields, field string, o patch.Field[string]) (*time.Time, bool) {
 	if !o.Set || o.Null {
 		return nil, true
 	}

@@ -3,15 +3,15 @@
 # for the browser tests, poppler-utils (pdfsig, the document seals'
 # independent verifier), PostgreSQL's server binaries for the tests of the
 # PostgreSQL backend (each test binary starts its own throwaway server
-# from them, see internal/pgtest) and npm; from the npm registry,
+# from them, see internal/testkit/pgtest) and npm; from the npm registry,
 # axe-core for the browser tests' accessibility check, pinned by
-# internal/browsertest/axe/package-lock.json. Idempotent and quiet when
+# internal/testkit/browsertest/axe/package-lock.json. Idempotent and quiet when
 # all is there. With KEYGATE_TEST_POSTGRES set (a DSN, or "off"), no
 # PostgreSQL is installed.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-axe="$root/internal/browsertest/axe"
+axe="$root/internal/testkit/browsertest/axe"
 
 need=()
 if ! command -v chromium >/dev/null 2>&1; then
@@ -57,6 +57,6 @@ fi
 # npm ci installs exactly the lock file's axe-core (its integrity hash
 # checked), again when the lock file changed since; no package script runs.
 if [ ! -e "$axe/node_modules/axe-core/axe.min.js" ] || [ "$axe/package-lock.json" -nt "$axe/node_modules/.package-lock.json" ]; then
-	echo "test-deps: installing axe-core (npm ci in internal/browsertest/axe)" >&2
+	echo "test-deps: installing axe-core (npm ci in internal/testkit/browsertest/axe)" >&2
 	(cd "$axe" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
 fi

@@ -7,7 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/keygate/keygate/caddymodule"
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 )
 
 // backend is the storage backend the bench measures: bbolt files, or a

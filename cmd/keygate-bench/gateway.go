@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 )
 
 // benchSite is the API site of the bench gateway: the two APIs as the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 
-	"github.com/keygate/keygate/internal/mailtest"
+	"github.com/keygate/keygate/internal/testkit/mailtest"
 )
 
 // mailSink is the soak's SMTP server on loopback (the gateway's `smtp`

@@ -10,6 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/internal/patch"
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -37,7 +39,7 @@ func prepare(st store, keys, contractCount, shareCount int) (*dataset, error) {
 	if err != nil {
 		return nil, err
 	}
-	sealer, err := keystore.NewSealer(masterKey)
+	sealer, err := seal.New(masterKey)
 	if err != nil {
 		return nil, err
 	}
@@ -154,12 +156,12 @@ func prepare(st store, keys, contractCount, shareCount int) (*dataset, error) {
 
 func keyInput(s keystore.Service, owner string, privs ...string) *keystore.KeyInput {
 	in := &keystore.KeyInput{}
-	in.Service = keystore.Some(string(s))
-	in.Name = keystore.Some("bench")
-	in.Owner = keystore.Some(owner)
-	in.Privileges = keystore.Some(privs)
+	in.Service = patch.Some(string(s))
+	in.Name = patch.Some("bench")
+	in.Owner = patch.Some(owner)
+	in.Privileges = patch.Some(privs)
 	if s == keystore.ServiceShare {
-		in.AdminProjects = keystore.Some([]string{"*"})
+		in.AdminProjects = patch.Some([]string{"*"})
 	}
 	return in
 }

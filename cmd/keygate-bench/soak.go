@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/caddymodule"
-	"github.com/keygate/keygate/internal/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 )
 
 // The soak (`make soak`, `-soak DURATION`): the real binary under a mixed

@@ -20,9 +20,9 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
-	"github.com/keygate/keygate/internal/mailtest"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/mailtest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // crashClient is the clients' HTTP client: bounded, so that a request

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 )
 
 // The harness itself: a gateway starts, takes a key, answers with it, and

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 )
 
 // Hostile input at the edges, against the real binary running the default

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // keyedDo sends a JSON POST with an Idempotency-Key.

@@ -14,8 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/keygate/keygate/internal/adminpage"
-	"github.com/keygate/keygate/internal/gatewayproc"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // TestShippedKeysPage runs the shipped Caddyfile as `make run` does, on

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
-	"github.com/keygate/keygate/internal/openapitest"
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/openapitest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 )
 
 // bin is the keygate binary built for this test run.

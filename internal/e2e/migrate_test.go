@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
-	"github.com/keygate/keygate/internal/mailtest"
-	"github.com/keygate/keygate/internal/pgtest"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/mailtest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // migrateReply is what a client sees of one answer.

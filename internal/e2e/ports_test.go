@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 	"github.com/keygate/keygate/internal/listenaddr"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // TestSecondGatewayOnTheSamePorts: Caddy listens with SO_REUSEPORT, so a

@@ -22,10 +22,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
-	"github.com/keygate/keygate/internal/mailtest"
-	"github.com/keygate/keygate/internal/pdftest"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/mailtest"
+	"github.com/keygate/keygate/internal/testkit/pdftest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // TestSecretsStayWhereTheSpecAllows runs the README's flow against the real

@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // The promises of traffic control across instances (README, Rate

@@ -11,8 +11,8 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/keygate/keygate/internal/gatewayproc"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // hookReceiver is a webhook endpoint of the instance tests: it verifies

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // TestEMLFiles: without SMTP, each message becomes one .eml file that

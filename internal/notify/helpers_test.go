@@ -11,12 +11,12 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/keygate/keygate/internal/pgtest"
-	"github.com/keygate/keygate/internal/seal/sealtest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/sealtest"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
 // TestMain stops the throwaway PostgreSQL that storetest starts.

@@ -11,8 +11,8 @@ import (
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // captured records what it is asked to send.

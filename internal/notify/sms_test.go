@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // smsShipper is a real HTTP endpoint that records the messages it accepts.

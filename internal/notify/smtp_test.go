@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 func smtpSender(t *testing.T, ts *testSMTP, mode TLSMode, user, password string) *SMTPSender {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // TestWorkerRetriesFailedDelivery: a server that refuses a message once,

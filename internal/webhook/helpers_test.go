@@ -15,14 +15,14 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/keygate/keygate/internal/events"
-	"github.com/keygate/keygate/internal/pgtest"
-	"github.com/keygate/keygate/internal/seal/sealtest"
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
-	"github.com/keygate/keygate/internal/testwait"
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/sealtest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // TestMain stops the throwaway PostgreSQL that storetest starts.
@@ -129,9 +129,9 @@ func (e *endpoint) waitRequests(t testing.TB, n int) []received {
 // subscribe creates a subscription to url through the store.
 func subscribe(t testing.TB, s *Store, url string, evs []string, owners []string) Subscription {
 	t.Helper()
-	in := &Input{URL: keystore.Some(url), Events: keystore.Some(evs)}
+	in := &Input{URL: patch.Some(url), Events: patch.Some(evs)}
 	if owners != nil {
-		in.Owners = keystore.Some(owners)
+		in.Owners = patch.Some(owners)
 	}
 	sub, err := s.Create(context.Background(), in)
 	if err != nil {

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
-	"github.com/keygate/keygate/internal/testclock"
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testclock"
 )
 
 func TestCheckURL(t *testing.T) {
@@ -120,9 +120,9 @@ func fieldsOf(t *testing.T, err error) string {
 }
 
 func TestInputRules(t *testing.T) {
-	some := keystore.Some[string]
-	list := keystore.Some[[]string]
-	null := func() keystore.Optional[string] { return keystore.Optional[string]{Set: true, Null: true} }
+	some := patch.Some[string]
+	list := patch.Some[[]string]
+	null := func() patch.Field[string] { return patch.Field[string]{Set: true, Null: true} }
 	for _, c := range []struct {
 		name   string
 		in     Input
@@ -136,8 +136,8 @@ func TestInputRules(t *testing.T) {
 		{"empty events", Input{URL: some("https://x.example/"), Events: list([]string{})}, true, "events"},
 		{"webhook.test is no subscribable event", Input{URL: some("https://x.example/"), Events: list([]string{"webhook.test"})}, true, "events[0]"},
 		{"too many owners", Input{URL: some("https://x.example/"), Events: list([]string{"share.viewed"}), Owners: list(make([]string, 1001))}, true, "owners"},
-		{"update cannot remove url or events", Input{URL: null(), Events: keystore.Optional[[]string]{Set: true, Null: true},
-			Enabled: keystore.Optional[bool]{Set: true, Null: true}}, false, "enabled,events,url"},
+		{"update cannot remove url or events", Input{URL: null(), Events: patch.Field[[]string]{Set: true, Null: true},
+			Enabled: patch.Field[bool]{Set: true, Null: true}}, false, "enabled,events,url"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var err error
@@ -160,9 +160,9 @@ func testStore(t *testing.T, db storage.DB) {
 	clock := testclock.New(time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))
 	s := newStore(t, db, clock.Now)
 
-	in := &Input{URL: keystore.Some("https://hooks.example.com/keygate?tenant=7"),
-		Events: keystore.Some([]string{"contract.signed", "share.viewed"}), Owners: keystore.Some([]string{"alice"}),
-		Description: keystore.Some("CRM")}
+	in := &Input{URL: patch.Some("https://hooks.example.com/keygate?tenant=7"),
+		Events: patch.Some([]string{"contract.signed", "share.viewed"}), Owners: patch.Some([]string{"alice"}),
+		Description: patch.Some("CRM")}
 	created, err := s.Create(ctx, in)
 	if err != nil {
 		t.Fatal(err)
@@ -212,14 +212,14 @@ func testStore(t *testing.T, db storage.DB) {
 	t.Run("update changes the fields given, refuses bad ones and changes nothing then", func(t *testing.T) {
 		clock.Advance(time.Minute)
 		before := storetest.Digest(t, db)
-		if _, err := s.Update(ctx, created.ID, &Input{URL: keystore.Some("http://example.com/"), Description: keystore.Some("x")}); err == nil {
+		if _, err := s.Update(ctx, created.ID, &Input{URL: patch.Some("http://example.com/"), Description: patch.Some("x")}); err == nil {
 			t.Fatal("bad url accepted")
 		}
 		if storetest.Digest(t, db) != before {
 			t.Error("a refused update changed the database")
 		}
-		got, err := s.Update(ctx, created.ID, &Input{Events: keystore.Some([]string{"contract.created"}),
-			Owners: keystore.Optional[[]string]{Set: true, Null: true}, Enabled: keystore.Some(false)})
+		got, err := s.Update(ctx, created.ID, &Input{Events: patch.Some([]string{"contract.created"}),
+			Owners: patch.Field[[]string]{Set: true, Null: true}, Enabled: patch.Some(false)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,10 +228,10 @@ func testStore(t *testing.T, db storage.DB) {
 			!got.CreationTime.Equal(created.CreationTime) || got.Secret != "" {
 			t.Errorf("updated %+v", got)
 		}
-		if _, err := s.Update(ctx, "no-such-id", &Input{Enabled: keystore.Some(true)}); !problem.IsNotFound(err) {
+		if _, err := s.Update(ctx, "no-such-id", &Input{Enabled: patch.Some(true)}); !problem.IsNotFound(err) {
 			t.Errorf("unknown id: %v", err)
 		}
-		if _, err := s.Update(ctx, created.ID, &Input{Enabled: keystore.Some(true)}); err != nil {
+		if _, err := s.Update(ctx, created.ID, &Input{Enabled: patch.Some(true)}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -284,7 +284,7 @@ func testStore(t *testing.T, db storage.DB) {
 		if _, err := s.Test(ctx, "no-such-id"); !problem.IsNotFound(err) {
 			t.Errorf("unknown id: %v", err)
 		}
-		if _, err := s.Update(ctx, created.ID, &Input{Enabled: keystore.Some(false)}); err != nil {
+		if _, err := s.Update(ctx, created.ID, &Input{Enabled: patch.Some(false)}); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := pending(t, s); n != 0 {

@@ -11,11 +11,11 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/internal/listenaddr"
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
-	"github.com/keygate/keygate/internal/testwait"
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 func prefixes(s ...string) []netip.Prefix {
@@ -140,7 +140,7 @@ func testSubscriptionTargets(t *testing.T, db storage.DB) {
 		"https://0.0.0.0:8080/hook",
 	}
 	for _, u := range refused {
-		_, err := s.Create(ctx, &Input{URL: keystore.Some(u), Events: keystore.Some([]string{"contract.signed"})})
+		_, err := s.Create(ctx, &Input{URL: patch.Some(u), Events: patch.Some([]string{"contract.signed"})})
 		var d *problem.Details
 		if !errors.As(err, &d) || d.Status != http.StatusBadRequest || len(d.Errors) != 1 || d.Errors[0].Field != "url" ||
 			d.Errors[0].Code != "not_allowed" || !strings.HasPrefix(d.Errors[0].Message, "target not allowed: ") {
@@ -148,7 +148,7 @@ func testSubscriptionTargets(t *testing.T, db storage.DB) {
 		}
 	}
 	for _, u := range []string{"http://127.0.0.1:9000/hook", "http://localhost:2020/h", "https://10.20.1.1/hook", "https://hooks.example.com/h", "https://93.184.215.14/h"} {
-		if _, err := s.Create(ctx, &Input{URL: keystore.Some(u), Events: keystore.Some([]string{"contract.signed"})}); err != nil {
+		if _, err := s.Create(ctx, &Input{URL: patch.Some(u), Events: patch.Some([]string{"contract.signed"})}); err != nil {
 			t.Errorf("create %s: %v", u, err)
 		}
 	}
@@ -158,7 +158,7 @@ func testSubscriptionTargets(t *testing.T, db storage.DB) {
 	}
 	sub := list[0]
 	for _, u := range refused {
-		_, err := s.Update(ctx, sub.ID, &Input{URL: keystore.Some(u), Description: keystore.Some("changed")})
+		_, err := s.Update(ctx, sub.ID, &Input{URL: patch.Some(u), Description: patch.Some("changed")})
 		var d *problem.Details
 		if !errors.As(err, &d) || d.Status != http.StatusBadRequest || len(d.Errors) != 1 || d.Errors[0].Field != "url" {
 			t.Errorf("update to %s: %v", u, err)
@@ -169,7 +169,7 @@ func testSubscriptionTargets(t *testing.T, db storage.DB) {
 	}
 	// Without the allowed networks, loopback is refused too.
 	s.SetTargets(&Targets{})
-	if _, err := s.Update(ctx, sub.ID, &Input{URL: keystore.Some("http://127.0.0.1:9001/hook")}); err == nil {
+	if _, err := s.Update(ctx, sub.ID, &Input{URL: patch.Some("http://127.0.0.1:9001/hook")}); err == nil {
 		t.Error("update to loopback accepted without webhook_allow_networks")
 	}
 }

@@ -11,19 +11,19 @@ import (
 
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/listenaddr"
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/text"
-	"github.com/keygate/keygate/keystore"
 )
 
 // Input is the body of a subscription's create (url and events required)
 // or update (any of the fields; absent ones keep their value).
 type Input struct {
-	URL         keystore.Optional[string]   `json:"url"`
-	Events      keystore.Optional[[]string] `json:"events"`
-	Owners      keystore.Optional[[]string] `json:"owners"`
-	Description keystore.Optional[string]   `json:"description"`
-	Enabled     keystore.Optional[bool]     `json:"enabled"`
+	URL         patch.Field[string]   `json:"url"`
+	Events      patch.Field[[]string] `json:"events"`
+	Owners      patch.Field[[]string] `json:"owners"`
+	Description patch.Field[string]   `json:"description"`
+	Enabled     patch.Field[bool]     `json:"enabled"`
 }
 
 const (

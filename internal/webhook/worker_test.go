@@ -20,13 +20,13 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
-	"github.com/keygate/keygate/internal/testclock"
-	"github.com/keygate/keygate/internal/testwait"
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testclock"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // outcomes counts OnOutcome's calls.
@@ -188,7 +188,7 @@ func testDelivery(t *testing.T, db storage.DB) {
 		a := subscribe(t, s, epA.URL, []string{"contract.signed"}, []string{"alice"})
 		b := subscribe(t, s, epB.URL, []string{"contract.signed", "share.viewed"}, nil)
 		c := subscribe(t, s, epC.URL, []string{"contract.signed", "share.viewed", "contract.created"}, nil)
-		if _, err := s.Update(context.Background(), c.ID, &Input{Enabled: keystore.Some(false)}); err != nil {
+		if _, err := s.Update(context.Background(), c.ID, &Input{Enabled: patch.Some(false)}); err != nil {
 			t.Fatal(err)
 		}
 		emit(t, s, "contract.signed", "alice", map[string]string{"n": "1"})
@@ -228,7 +228,7 @@ func testDelivery(t *testing.T, db storage.DB) {
 			ep.waitRequests(t, 2)
 			if how == "deleted" {
 				deleteSub(t, s, sub.ID)
-			} else if _, err := s.Update(context.Background(), sub.ID, &Input{Enabled: keystore.Some(false)}); err != nil {
+			} else if _, err := s.Update(context.Background(), sub.ID, &Input{Enabled: patch.Some(false)}); err != nil {
 				t.Fatal(err)
 			}
 			n := len(ep.requests())

@@ -12,10 +12,10 @@ import (
 	"github.com/google/uuid"
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/keystore"
 )
 
 // CopyToPostgres copies the templates and contracts of from, a transaction
@@ -29,7 +29,7 @@ import (
 // they gave; each signer's sealed token must open with sealer, the master
 // key the copy will be served with, so that creators still see the links.
 // now decides the effective status the report counts.
-func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *keystore.Sealer, now time.Time) ([]storage.Copied, error) {
+func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *seal.Sealer, now time.Time) ([]storage.Copied, error) {
 	btx := boltdb.Of(from)
 	var report []storage.Copied
 

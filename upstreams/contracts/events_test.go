@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/events"
-	"github.com/keygate/keygate/internal/events/eventstest"
+	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
 // personal is what fullBody says of its signers and watchers, none of

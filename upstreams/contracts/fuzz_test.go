@@ -10,10 +10,11 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
-	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testclock"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -69,7 +70,7 @@ func fuzzStore(tb testing.TB, db storage.DB) (*Store, http.Handler) {
 			tb.Fatal(err)
 		}
 	}
-	sealer, err := keystore.NewSealer([]byte(strings.Repeat("k", 32)))
+	sealer, err := seal.New([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		tb.Fatal(err)
 	}

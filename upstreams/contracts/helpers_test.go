@@ -15,14 +15,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 
-	"github.com/keygate/keygate/internal/pgtest"
 	"github.com/keygate/keygate/internal/problem"
-	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/testclock"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -84,7 +85,7 @@ func newFixtureOn(t *testing.T, db storage.DB, mod ...func(*Config)) *fixture {
 			t.Fatal(err)
 		}
 	}
-	sealer, err := keystore.NewSealer([]byte(strings.Repeat("k", 32)))
+	sealer, err := seal.New([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/idempotency"
-	"github.com/keygate/keygate/internal/idempotency/idemtest"
+	"github.com/keygate/keygate/internal/testkit/idemtest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
 // newIdempotency is the idempotency store of db's kind on the clock now.

@@ -2,7 +2,7 @@ package contracts
 
 import (
 	"errors"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"strings"
 	"testing"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
 // parityContracts and parityQueries size the parity test.

@@ -14,6 +14,7 @@ import (
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/text"
 	"github.com/keygate/keygate/keystore"
@@ -35,7 +36,7 @@ type Config struct {
 	Backend   Backend
 	Templates *Templates
 	// Sealer seals signing-link tokens so the creator can see them again.
-	Sealer *keystore.Sealer
+	Sealer *seal.Sealer
 	// PublicBaseURL prefixes signing links: {PublicBaseURL}/sign/{token}.
 	PublicBaseURL string
 	// ContractValidity is the default lifetime; DefaultContractValidity if 0.

@@ -3,12 +3,14 @@ package contracts
 import (
 	"context"
 	"fmt"
-	"github.com/keygate/keygate/internal/storage/storetest"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/seal"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 
 	"go.etcd.io/bbolt"
 
@@ -98,7 +100,7 @@ func TestConcurrentCreates(t *testing.T) {
 
 func TestNewStoreChecksConfig(t *testing.T) {
 	f := newFixture(t)
-	sealer, _ := keystore.NewSealer(make([]byte, 32))
+	sealer, _ := seal.New(make([]byte, 32))
 	for name, cfg := range map[string]Config{
 		"no db":             {Templates: f.templates, Sealer: sealer},
 		"no backend":        {DB: f.db, Templates: f.templates, Sealer: sealer},

@@ -2,7 +2,7 @@ package contracts
 
 import (
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"reflect"
 	"strings"

@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keygate/keygate/internal/events/eventstest"
+	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 )

@@ -3,7 +3,7 @@ package share
 import (
 	"context"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"strings"
 	"sync"
 	"testing"

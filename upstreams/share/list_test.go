@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/url"
 	"slices"
 	"strconv"

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/keystore"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"

@@ -20,10 +20,11 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
-	"github.com/keygate/keygate/internal/testclock"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testclock"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
@@ -76,7 +77,7 @@ func newFuzzFixture(tb testing.TB, name string, db storage.DB) *fuzzFixture {
 	if _, err := tpl.Put(contracts.Template{ID: "PAGE-1", CollectionID: "SPACE-A", Title: "Lease", Body: "The tenant shall pay."}); err != nil {
 		tb.Fatal(err)
 	}
-	sealer, err := keystore.NewSealer([]byte(strings.Repeat("k", 32)))
+	sealer, err := seal.New([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		tb.Fatal(err)
 	}

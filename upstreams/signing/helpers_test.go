@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/keygate/keygate/internal/docseal"
 	"image"
 	"image/color"
 	"image/png"
@@ -19,15 +18,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/events/eventstest"
-	"github.com/keygate/keygate/internal/mailtest"
+	"github.com/keygate/keygate/internal/docseal"
+	"github.com/keygate/keygate/internal/seal"
+
 	"github.com/keygate/keygate/internal/notify"
-	"github.com/keygate/keygate/internal/pdftest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
-	"github.com/keygate/keygate/internal/testclock"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/eventstest"
+	"github.com/keygate/keygate/internal/testkit/mailtest"
+	"github.com/keygate/keygate/internal/testkit/pdftest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testclock"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
@@ -91,7 +93,7 @@ func (f *fixture) open() {
 		Body: "The tenant shall pay the rent on the first day of each month.\nThe landlord shall keep the roof sound."}); err != nil {
 		t.Fatal(err)
 	}
-	sealer, err := keystore.NewSealer([]byte(strings.Repeat("k", 32)))
+	sealer, err := seal.New([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 

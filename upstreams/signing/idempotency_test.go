@@ -11,16 +11,17 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/idempotency"
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
 // newIdempotency is the idempotency store of db's kind.
-func newIdempotency(tb testing.TB, db storage.DB, sealer *keystore.Sealer, now func() time.Time) *idempotency.Store {
+func newIdempotency(tb testing.TB, db storage.DB, sealer *seal.Sealer, now func() time.Time) *idempotency.Store {
 	tb.Helper()
 	be := storetest.Pick[idempotency.Backend](tb, db,
 		func(d *boltdb.DB) (idempotency.Backend, error) { return idempotency.NewBoltBackend(d) },

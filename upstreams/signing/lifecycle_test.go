@@ -5,7 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"github.com/keygate/keygate/internal/pdftest"
+	"github.com/keygate/keygate/internal/testkit/pdftest"
 	"io"
 	"maps"
 	"mime/multipart"
@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
 const threeSigners = `{"templateId":"PAGE-1","name":"Lease","signers":[

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/storetest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 

@@ -8,12 +8,12 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/notify"
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/storage/storetest"
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -42,7 +42,7 @@ func contractStores(tb testing.TB, db storage.DB) (contractBackend, *contracts.T
 }
 
 // newOutbox is the notification outbox of db's kind.
-func newOutbox(tb testing.TB, db storage.DB, sealer *keystore.Sealer) *notify.Outbox {
+func newOutbox(tb testing.TB, db storage.DB, sealer *seal.Sealer) *notify.Outbox {
 	tb.Helper()
 	b := storetest.Pick[notify.Backend](tb, db,
 		notify.NewBoltBackend,

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/storage"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/pdftest"
+	"github.com/keygate/keygate/internal/testkit/pdftest"
 )
 
 func TestCertificate(t *testing.T) {

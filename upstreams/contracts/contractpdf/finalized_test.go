@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/pdftest"
+	"github.com/keygate/keygate/internal/testkit/pdftest"
 )
 
 // drawnSignature is a PNG like the signing page's canvas produces: a

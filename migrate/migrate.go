@@ -12,8 +12,9 @@ package migrate
 import (
 	"context"
 	"errors"
-	"github.com/keygate/keygate/internal/docseal"
 	"time"
+
+	"github.com/keygate/keygate/internal/docseal"
 
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"

@@ -1,5 +1,5 @@
 // Package storetest runs one store test against every backend: a fresh
-// bbolt file and a fresh PostgreSQL schema (internal/pgtest). A domain
+// bbolt file and a fresh PostgreSQL schema (internal/testkit/pgtest). A domain
 // package's tests build their stores on the storage.DB they are handed,
 // so one suite, not a copy per backend, proves both. Test binaries that
 // use it call pgtest.Main from TestMain, which stops the throwaway server.
@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.etcd.io/bbolt"
 
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"

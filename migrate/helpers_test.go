@@ -21,12 +21,13 @@ import (
 
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
-	"github.com/keygate/keygate/internal/pgtest"
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/testclock"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/testclock"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
@@ -69,7 +70,7 @@ func derived(masterKey []byte, purpose string) []byte {
 func openWorld(t *testing.T, db storage.DB, masterKey []byte, clock *testclock.Clock) *world {
 	t.Helper()
 	w := &world{t: t, db: db, clock: clock}
-	sealer, err := keystore.NewSealer(masterKey)
+	sealer, err := seal.New(masterKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,10 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/testwait"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 )
@@ -76,8 +77,8 @@ func TestCopyWebhooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	create := func(evs, owners []string) webhook.Subscription {
-		sub, err := s1.Create(ctx, &webhook.Input{URL: keystore.Some(ep.URL + "/hook"), Events: keystore.Some(evs),
-			Owners: keystore.Some(owners), Description: keystore.Some("migrated")})
+		sub, err := s1.Create(ctx, &webhook.Input{URL: patch.Some(ep.URL + "/hook"), Events: patch.Some(evs),
+			Owners: patch.Some(owners), Description: patch.Some("migrated")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +91,7 @@ func TestCopyWebhooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s1.Update(ctx, c.ID, &webhook.Input{Enabled: keystore.Some(false)}); err != nil {
+	if _, err := s1.Update(ctx, c.ID, &webhook.Input{Enabled: patch.Some(false)}); err != nil {
 		t.Fatal(err)
 	}
 	emit := func(s *webhook.Store, db storage.DB, typ string) {

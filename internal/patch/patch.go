@@ -1,0 +1,30 @@
+// Package patch holds the one type a PATCH body needs beyond encoding/json:
+// a field that tells absent from null. The key store and the webhook
+// store both take it, so it lives below them.
+package patch
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Field tells a JSON field that was absent from one sent as null, which
+// PATCH needs: absent keeps a value, null clears it.
+type Field[T any] struct {
+	Set   bool // the field was in the body
+	Null  bool // it was null
+	Value T
+}
+
+// UnmarshalJSON records presence and nullness.
+func (o *Field[T]) UnmarshalJSON(b []byte) error {
+	o.Set = true
+	if bytes.Equal(b, []byte("null")) {
+		o.Null = true
+		return nil
+	}
+	return json.Unmarshal(b, &o.Value)
+}
+
+// Some returns a set, non-null Field holding v.
+func Some[T any](v T) Field[T] { return Field[T]{Set: true, Value: v} }
