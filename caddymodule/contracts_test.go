@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit/openapitest"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testkit/openapitest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testkit/openapitest"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
-	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keygate/keygate/migrate"
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/migrate"
 )
 
 // migrateCommand is `caddy webapi migrate` (spec storage.md, "Moving from

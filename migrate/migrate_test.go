@@ -37,7 +37,7 @@ type data struct {
 	links     []string          // every signing-link token
 	// otpSigner is the token of a signer who was sent a one-time
 	// password and has not used it.
-	otpSigner  string
+	otpSigner string
 	// lastSigner is the token of the one signer of contract "ongoing"
 	// who has not decided.
 	lastSigner string

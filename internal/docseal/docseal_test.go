@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit/tsatest"
-	"github.com/keygate/keygate/internal/testkit/pdftest"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/testkit/pdftest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/tsatest"
 )
 
 // TestSealCheckedByPdfsig: a sealed PDF is valid and wholly signed for

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 	"github.com/keygate/keygate/internal/listenaddr"
+	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 

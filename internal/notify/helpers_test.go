@@ -11,11 +11,11 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/keygate/keygate/internal/testkit/pgtest"
-	"github.com/keygate/keygate/internal/testkit/sealtest"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/sealtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 

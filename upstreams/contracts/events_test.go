@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/events"
-	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/idempotency"
-	"github.com/keygate/keygate/internal/testkit/idemtest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/testkit/idemtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 

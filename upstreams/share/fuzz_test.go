@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/keystore"
 )
 

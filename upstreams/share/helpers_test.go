@@ -13,12 +13,12 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/keygate/keygate/internal/testkit/eventstest"
-	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/testkit/eventstest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/testkit/testclock"
 	"github.com/keygate/keygate/keystore"
 )

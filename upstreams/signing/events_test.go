@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/events"
-	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/upstreams/contracts"
 )

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit/pdftest"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/pdftest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -102,7 +102,7 @@ func TestCertificateTrail(t *testing.T) {
 		f.clock.Advance(time.Minute) // 10:16:00
 		f.page(http.MethodGet, "/sign/"+ann, "", "", "User-Agent", firefox)
 		f.page(http.MethodGet, "/sign/"+ann, "", "", "User-Agent", safari) // a reopening: not a step
-		f.clock.Advance(5 * time.Second) // 10:16:05
+		f.clock.Advance(5 * time.Second)                                   // 10:16:05
 		if w := f.page(http.MethodPost, "/sign/"+ann+"/otp", "", "", "User-Agent", firefox); w.Code != http.StatusAccepted {
 			t.Fatalf("otp: %d %s", w.Code, w.Body)
 		}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 )
 
 // TestClaimEmpty: a schema holds no data until a table has a row; the

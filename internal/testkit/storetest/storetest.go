@@ -19,10 +19,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.etcd.io/bbolt"
 
-	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 )
 
 // Backend opens a fresh, empty database of one backend for a test.

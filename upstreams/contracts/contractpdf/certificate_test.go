@@ -2,9 +2,9 @@ package contractpdf
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"regexp"
-	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
