@@ -156,7 +156,7 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 	cert := do(t, http.MethodGet, siteURL+"/webapi/contracts/"+created.ID+"/attachments/"+got.CertificatePDF.ID, nil, bearer(key.Token)...).body
 	text := strings.Join(strings.Fields(pdftest.Text(t, cert)), " ")
 	for _, want := range []string{"Contract created through the API by alice, with the API key “lifecycle” (" + key.ID + ")",
-		"One-time password sent by e-mail to e•••@example.com IP address " + got.Signers[0].DecisionIP + " · user agent Go-http-client/1.1",
+		"One-time password queued for delivery by e-mail to e•••@example.com IP address " + got.Signers[0].DecisionIP + " · user agent “Go-http-client/1.1”",
 		"One-time password accepted", "Signed: typed name", "Contract completed"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("certificate lacks %q:\n%s", want, text)

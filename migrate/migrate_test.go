@@ -521,8 +521,8 @@ func TestCopyToPostgres(t *testing.T) {
 	w2.must(http.StatusOK, d.tokens["carl contracts"], http.MethodGet, contracts.Prefix+"/"+d.contracts["ongoing"], nil, &done)
 	cert := w2.get(d.tokens["carl contracts"], strings.TrimPrefix(done.CertificatePDF.URL, baseURL))
 	text := strings.Join(strings.Fields(pdftest.Text(t, []byte(cert.Body))), " ")
-	for _, want := range []string{"Contract created through the API by carl", "Invitation sent by e-mail to o•••@example.com",
-		"Invitation sent by e-mail to p•••@example.com", "Signed: typed name", "Contract completed"} {
+	for _, want := range []string{"Contract created through the API by carl", "Invitation queued for delivery by e-mail to o•••@example.com",
+		"Invitation queued for delivery by e-mail to p•••@example.com", "Signed: typed name", "Contract completed"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("certificate of a contract completed after the copy lacks %q:\n%s", want, text)
 		}

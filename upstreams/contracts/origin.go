@@ -41,20 +41,26 @@ func OriginOf(r *http.Request) Origin {
 	return o
 }
 
-// cleanUserAgent keeps the printable characters of ua, spaces for any
-// other space, up to maxUserAgent bytes: it is shown in a PDF and must
-// neither break a line nor hide what it is.
+// cleanUserAgent keeps the printable characters of ua, each run of
+// spaces as one space, up to maxUserAgent bytes: it is shown in a PDF and
+// must neither break a line, nor push text to where a line of the
+// certificate's own would start, nor hide what it is.
 func cleanUserAgent(ua string) string {
 	var b strings.Builder
+	space := false
 	for _, r := range strings.TrimSpace(ua) {
 		switch {
 		case r == utf8.RuneError:
 			r = '?'
 		case unicode.IsSpace(r):
+			if space {
+				continue
+			}
 			r = ' '
 		case !unicode.IsPrint(r):
 			continue
 		}
+		space = r == ' '
 		if b.Len()+utf8.RuneLen(r) > maxUserAgent {
 			break
 		}

@@ -27,6 +27,8 @@ const maxDecisionBody = 2 << 20
 //	GET  /sign/{token}           the page (HTML, or JSON with Accept: application/json)
 //	POST /sign/{token}/otp       send a one-time password
 //	POST /sign/{token}/decision  sign or reject (JSON, or an HTML form)
+//	GET  /sign/{token}/document     the signed contract's finalized PDF
+//	GET  /sign/{token}/certificate  and its certificate of completion
 //
 // A form post answers with the page (303 to it on success); anything else
 // answers JSON, errors as application/problem+json. Tokens never reach a
@@ -53,7 +55,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch action {
 	case "":
 		allow = []string{http.MethodGet, http.MethodHead}
-	case "document":
+	case "document", "certificate":
 		allow = []string{http.MethodGet, http.MethodHead}
 	case "otp", "decision":
 		allow = []string{http.MethodPost}
@@ -72,16 +74,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.page(w, r, token)
 	case "otp":
 		h.otp(w, r, token)
-	case "document":
-		h.document(w, r, token)
+	case "document", "certificate":
+		h.document(w, r, token, action == "certificate")
 	default:
 		h.decision(w, r, token)
 	}
 }
 
 // document sends the signer the finalized PDF of their signed contract,
-// sealed, as the signer's link allows for as long as the contract exists.
-func (h *handler) document(w http.ResponseWriter, r *http.Request, token string) {
+// or its certificate of completion, both sealed, as the signer's link
+// allows for as long as the contract exists.
+func (h *handler) document(w http.ResponseWriter, r *http.Request, token string, certificate bool) {
 	ss, err := h.s.open(r.Context(), token, nil)
 	if err != nil {
 		h.fail(w, r, token, err)
@@ -93,7 +96,15 @@ func (h *handler) document(w http.ResponseWriter, r *http.Request, token string)
 		h.fail(w, r, token, problem.New(http.StatusConflict, problem.CodeConflict, "The contract is not signed by everyone yet: there is no signed document to download."))
 		return
 	}
-	a, data, err := h.s.store.Attachment(r.Context(), c.ID, c.FinalizedPDF.ID)
+	which := c.FinalizedPDF
+	if certificate {
+		which = c.CertificatePDF
+	}
+	if which == nil {
+		h.fail(w, r, token, problem.NotFound("this contract has no such document"))
+		return
+	}
+	a, data, err := h.s.store.Attachment(r.Context(), c.ID, which.ID)
 	if err != nil {
 		h.fail(w, r, token, err)
 		return
@@ -133,6 +144,7 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request, token string) {
 	v := newPageView(ss, h.s.now())
 	if ss.c.FinalizedPDF != nil && ss.c.Status == contracts.StatusSigned {
 		v.DocumentURL = Prefix + "/" + token + "/document"
+		v.CertificateURL = Prefix + "/" + token + "/certificate"
 	}
 	if reply.WantsJSON(r) {
 		reply.JSON(w, http.StatusOK, v)

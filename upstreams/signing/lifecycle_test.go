@@ -185,7 +185,13 @@ func TestParallelSigning(t *testing.T) {
 			!strings.Contains(dl.Header().Get("Content-Disposition"), "attachment") {
 			t.Errorf("the signer's download at %q: %d %v", v.DocumentURL, dl.Code, dl.Header())
 		}
-		if html := f.page(http.MethodGet, "/sign/"+ann, "", "").Body.String(); !strings.Contains(html, "Download the signed document") || strings.Contains(html, "open for signing until") {
+		// And the certificate of completion, which the finalized PDF says
+		// each signer has.
+		if dl := f.page(http.MethodGet, v.CertificateURL, "", ""); v.CertificateURL != "/sign/"+ann+"/certificate" || dl.Code != http.StatusOK || !bytes.Equal(dl.Body.Bytes(), certificate) {
+			t.Errorf("the signer's certificate at %q: %d", v.CertificateURL, dl.Code)
+		}
+		if html := f.page(http.MethodGet, "/sign/"+ann, "", "").Body.String(); !strings.Contains(html, "Download the signed document") ||
+			!strings.Contains(html, `href="/sign/`+ann+`/certificate"`) || strings.Contains(html, "open for signing until") {
 			t.Errorf("the signed contract's page:\n%s", html)
 		}
 		// Both are sealed, over the whole file, for poppler's pdfsig; the
@@ -197,7 +203,8 @@ func TestParallelSigning(t *testing.T) {
 		}
 
 		ftext := pdfText(t, finalized)
-		for _, want := range []string{"Lease agreement", "The tenant shall pay the rent", "Ann Email", "Bob Phone", "Cleo None", "Signed electronically"} {
+		for _, want := range []string{"Lease agreement", "The tenant shall pay the rent", "Ann Email", "Bob Phone", "Cleo None", "Signed electronically",
+			"signing link"} {
 			if !strings.Contains(ftext, want) {
 				t.Errorf("finalized PDF lacks %q:\n%s", want, ftext)
 			}

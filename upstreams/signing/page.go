@@ -113,7 +113,7 @@ canvas{display:block;width:100%;max-width:600px;aspect-ratio:3/1;border:1px dash
 {{with .View}}
 <section class="card">
 <h1>{{.Contract.Name}} <span class="badge {{.Contract.Status}}" id="status">{{.Contract.Status}}</span></h1>
-{{if .DocumentURL}}<p class="sub">For {{.Signer.FullName}} · Signed by everyone · <a href="{{.DocumentURL}}" download>Download the signed document (PDF, sealed)</a></p>
+{{if .DocumentURL}}<p class="sub">For {{.Signer.FullName}} · Signed by everyone · <a href="{{.DocumentURL}}" download>Download the signed document (PDF, sealed)</a> · <a href="{{.CertificateURL}}" download>Download its certificate of completion (PDF, sealed)</a></p>
 {{else}}<p class="sub">For {{.Signer.FullName}} · open for signing until {{human .Contract.ExpirationTimestamp}}</p>{{end}}
 </section>
 {{end}}

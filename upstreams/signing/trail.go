@@ -117,7 +117,10 @@ func certificateEvents(c *contracts.Contract, trail []TrailEvent) (own []contrac
 	return own, bySigner
 }
 
-// words says what e records, as the certificate lists it.
+// words says what e records, as the certificate lists it. A message is
+// recorded when it is queued, in the transaction of the change that sends
+// it; its delivery is the outbox's, retried until it succeeds or gives
+// up, and shows in the logs and metrics, not here.
 func (e *TrailEvent) words() string {
 	switch e.Kind {
 	case TrailCreated:
@@ -129,13 +132,13 @@ func (e *TrailEvent) words() string {
 		}
 		return by
 	case TrailInvited:
-		return "Invitation sent by " + channelName(e.Channel) + " to " + e.To
+		return "Invitation queued for delivery by " + channelName(e.Channel) + " to " + e.To
 	case TrailLinkIssued:
 		return "Signing link given to the API client that created the contract, which hands it to the signer (access by link, no e-mail)"
 	case TrailOpened:
 		return "Opened the signing page"
 	case TrailOTPSent:
-		return "One-time password sent by " + channelName(e.Channel) + " to " + e.To
+		return "One-time password queued for delivery by " + channelName(e.Channel) + " to " + e.To
 	case TrailOTPRefused:
 		if e.TriesLeft == 0 {
 			return "Wrong one-time password entered; the password is void"

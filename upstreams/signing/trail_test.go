@@ -136,18 +136,19 @@ func TestCertificateTrail(t *testing.T) {
 		}
 
 		text := f.certificateText(c.ID)
-		const api = "IP address 198.51.100.9 · user agent billing-sync/2.1 (bot)"
-		const annFrom = "IP address 192.0.2.7 · user agent " + firefox
-		const umaFrom = "IP address 192.0.2.7 · user agent " + safari
+		const api = "IP address 198.51.100.9 · user agent “billing-sync/2.1 (bot)”"
+		const annFrom = "IP address 192.0.2.7 · user agent “" + firefox + "”"
+		// Too long for one line with the address: a line each.
+		const umaFrom = "IP address 192.0.2.7\nuser agent “" + safari + "”"
 		inOrder(t, text, []string{
 			"Contract\n", "Trail lease",
 			"22 November 2026, 10:15:00 UTC\nContract created through the API by alice, with the API key “Billing sync” (0b6f7d1e-1111-4222-8333-944455556666)\n" + api,
 			"23 November 2026, 11:17:35 UTC\nContract completed: every signer has signed\nIP address 192.0.2.7\n",
 
 			"Signer 1 of 3", "Ann Email", "ann@example.com",
-			"22 November 2026, 10:15:00 UTC\nInvitation sent by e-mail to a•••@example.com\n" + api,
+			"22 November 2026, 10:15:00 UTC\nInvitation queued for delivery by e-mail to a•••@example.com\n" + api,
 			"22 November 2026, 10:16:00 UTC\nOpened the signing page\n" + annFrom,
-			"22 November 2026, 10:16:05 UTC\nOne-time password sent by e-mail to a•••@example.com\n" + annFrom,
+			"22 November 2026, 10:16:05 UTC\nOne-time password queued for delivery by e-mail to a•••@example.com\n" + annFrom,
 			"22 November 2026, 10:16:25 UTC\nWrong one-time password entered (4 tries left)\nIP address 192.0.2.7\n",
 			"22 November 2026, 10:16:35 UTC\nOne-time password accepted\nIP address 192.0.2.7\n",
 			"22 November 2026, 10:16:35 UTC\nSigned: typed name\nIP address 192.0.2.7\n",
@@ -160,11 +161,11 @@ func TestCertificateTrail(t *testing.T) {
 			// Cleo's turn began with Uma's signature: her invitation
 			// came from Uma's request.
 			"Signer 3 of 3", "Cleo Late",
-			"22 November 2026, 11:17:35 UTC\nInvitation sent by e-mail to c•••@example.com\n" + umaFrom,
+			"22 November 2026, 11:17:35 UTC\nInvitation queued for delivery by e-mail to c•••@example.com\n" + umaFrom,
 			"23 November 2026, 11:17:35 UTC\nOpened the signing page\nIP address 192.0.2.7\n",
 			"23 November 2026, 11:17:35 UTC\nSigned: typed name\nIP address 192.0.2.7\n",
 		})
-		for _, never := range []string{"Safari/604.1 Opened the signing page", "(recorded before the event trail)", "\x00"} {
+		for _, never := range []string{"Safari/604.1” Opened the signing page", "(recorded before the event trail)", "\x00"} {
 			if strings.Contains(text, never) {
 				t.Errorf("certificate holds %q", never)
 			}
@@ -214,7 +215,7 @@ func TestCertificateOfOlderContract(t *testing.T) {
 			"22 November 2026, 10:16:00 UTC\nOpened the signing page (recorded before the event trail)\n",
 			"22 November 2026, 10:16:00 UTC\nSigned (recorded before the event trail)\nIP address 192.0.2.7\n",
 			"Bob After",
-			"22 November 2026, 10:17:00 UTC\nOpened the signing page\nIP address 192.0.2.7 · user agent " + firefox,
+			"22 November 2026, 10:17:00 UTC\nOpened the signing page\nIP address 192.0.2.7 · user agent “" + firefox + "”",
 			"22 November 2026, 10:17:00 UTC\nSigned: typed name\n",
 		})
 	})

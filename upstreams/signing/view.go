@@ -21,6 +21,9 @@ type pageView struct {
 	// the contract is signed: the signer's own link, for as long as the
 	// contract exists.
 	DocumentURL string `json:"documentUrl,omitempty"`
+	// CertificateURL is where the signer downloads the certificate of
+	// completion, from the same moment, for as long.
+	CertificateURL string `json:"certificateUrl,omitempty"`
 	// Blocked says why the signer cannot decide, when they cannot.
 	Blocked string `json:"blockedReason,omitempty"`
 }

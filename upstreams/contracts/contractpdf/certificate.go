@@ -78,24 +78,51 @@ func (d *document) events(es []Event) {
 		if left > 0 && i == maxEventsShown/2 {
 			d.note(fmt.Sprintf("… %d more events are left out here …", left))
 		}
-		d.ensureSpace(2 * lineHeight)
+		d.ensureSpace(3 * lineHeight)
 		d.f.SetFont(family, "B", smallSize+1)
 		d.f.MultiCell(0, lineHeight-1, timestamp(e.At), "", "L", false)
 		d.f.SetFont(family, "", bodySize-1)
-		d.f.MultiCell(0, lineHeight, printable(e.What), "", "L", false)
-		var from []string
-		if e.IP != "" {
-			from = append(from, "IP address "+e.IP)
-		}
-		if e.UserAgent != "" {
-			from = append(from, "user agent "+e.UserAgent)
-		}
-		if len(from) > 0 {
-			d.note(strings.Join(from, " · "))
-		}
+		d.f.MultiCell(0, lineHeight, oneLine(e.What), "", "L", false)
+		d.origin(e.IP, oneLine(e.UserAgent))
 		d.f.Ln(1.5)
 	}
 }
+
+// originSize is the size of an event's address and user agent line.
+const originSize = 6.5
+
+// origin writes where a step's request came from, in small grey type, on
+// one line, or the address and the user agent on a line each when both
+// do not fit; a user agent longer than the page is cut with an ellipsis.
+// It never wraps: a user agent is the client's own text, and a wrapped
+// part would stand at the start of a line, where the certificate's own
+// lines stand.
+func (d *document) origin(ip, userAgent string) {
+	var parts []string
+	if ip != "" {
+		parts = append(parts, "IP address "+ip)
+	}
+	if userAgent != "" {
+		parts = append(parts, "user agent “"+userAgent+"”")
+	}
+	if len(parts) == 0 {
+		return
+	}
+	d.f.SetFont(family, "", originSize)
+	d.f.SetTextColor(90, 90, 90)
+	if line := strings.Join(parts, " · "); d.f.GetStringWidth(line) <= d.width() {
+		d.f.CellFormat(0, originSize*0.5, line, "", 1, "L", false, 0, "")
+	} else {
+		for _, p := range parts {
+			d.f.CellFormat(0, originSize*0.5, d.fit(p, d.width()), "", 1, "L", false, 0, "")
+		}
+	}
+	d.f.SetTextColor(0, 0, 0)
+}
+
+// oneLine is s made printable with each run of white space, line breaks
+// included, as one space.
+func oneLine(s string) string { return strings.Join(strings.Fields(printable(s)), " ") }
 
 // field writes one label and value row; long values wrap in their column.
 func (d *document) field(key, value string) {
@@ -105,7 +132,7 @@ func (d *document) field(key, value string) {
 	d.f.CellFormat(keyWidth, lineHeight, key, "", 0, "L", false, 0, "")
 	d.f.SetTextColor(0, 0, 0)
 	d.f.SetFont(family, "", bodySize-1)
-	d.f.MultiCell(d.width()-keyWidth, lineHeight, printable(value), "", "L", false)
+	d.f.MultiCell(d.width()-keyWidth, lineHeight, oneLine(value), "", "L", false)
 }
 
 func orDash(s string) string {

@@ -27,9 +27,9 @@ func TestCertificate(t *testing.T) {
 		{At: signed3, What: "Contract completed: every signer has signed", IP: "198.51.100.1"},
 	}
 	in.Signers[0].Events = []Event{
-		{At: created, What: "Invitation sent by e-mail to z•••@example.org", IP: "198.51.100.9", UserAgent: "curl/8.5.0"},
+		{At: created, What: "Invitation queued for delivery by e-mail to z•••@example.org", IP: "198.51.100.9", UserAgent: "curl/8.5.0"},
 		{At: signed1.Add(-time.Hour), What: "Opened the signing page", IP: "203.0.113.7", UserAgent: firefox},
-		{At: signed1.Add(-time.Minute), What: "One-time password sent by text message to •••567", IP: "203.0.113.7", UserAgent: firefox},
+		{At: signed1.Add(-time.Minute), What: "One-time password queued for delivery by text message to •••567", IP: "203.0.113.7", UserAgent: firefox},
 		{At: signed1, What: "One-time password accepted", IP: "203.0.113.7", UserAgent: firefox},
 		{At: signed1, What: "Signed: signature drawn on the signing page", IP: "203.0.113.7", UserAgent: firefox},
 	}
@@ -49,12 +49,12 @@ func TestCertificate(t *testing.T) {
 		"Certificate of completion",
 		"NDA Zoë 2026", "7c0e2f4a-1b2c-4d5e-8f90-a1b2c3d4e5f6", "Mutual Non-Disclosure Agreement",
 		hexSum,
-		"20 November 2026, 09:00:00 UTC\nContract created through the API by alice\nIP address 198.51.100.9 · user agent curl/8.5.0",
+		"20 November 2026, 09:00:00 UTC\nContract created through the API by alice\nIP address 198.51.100.9 · user agent “curl/8.5.0”",
 		"Contract completed: every signer has signed\nIP address 198.51.100.1\n",
 		"Signer 1 of 3", "Zoë Ångström", "zoe@example.org", "+46701234567",
-		"Invitation sent by e-mail to z•••@example.org",
-		"21 November 2026, 13:03:07 UTC\nOpened the signing page\nIP address 203.0.113.7 · user agent " + firefox,
-		"21 November 2026, 14:02:07 UTC\nOne-time password sent by text message to •••567",
+		"Invitation queued for delivery by e-mail to z•••@example.org",
+		"21 November 2026, 13:03:07 UTC\nOpened the signing page\nIP address 203.0.113.7 · user agent “" + firefox + "”",
+		"21 November 2026, 14:02:07 UTC\nOne-time password queued for delivery by text message to •••567",
 		"21 November 2026, 14:03:07 UTC\nOne-time password accepted",
 		"21 November 2026, 14:03:07 UTC\nSigned: signature drawn on the signing page",
 		"Signer 2 of 3", "Дмитрий Иванов",
@@ -74,6 +74,31 @@ func TestCertificate(t *testing.T) {
 	}
 	if doc := pdftest.Read(t, out); len(doc.Images) != 0 {
 		t.Errorf("certificate embeds %d images", len(doc.Images))
+	}
+
+	// A user agent is the client's text: padded or long, it never starts
+	// a line where the certificate's own lines start.
+	forged := "Firefox/133.0" + strings.Repeat(" ", 72) + "26 November 2026, 03:30:00 UTC" + strings.Repeat(" ", 143) + "Declined: rejected the contract"
+	long := "Agent/1.0 " + strings.Repeat("(very long comment) ", 40) + "Tail/9"
+	in.Signers[1].Events = append(in.Signers[1].Events,
+		Event{At: signed2, What: "Opened the signing page", IP: "192.0.2.9", UserAgent: forged},
+		Event{At: signed2, What: "Opened\n\nthe signing page   again", IP: "192.0.2.10", UserAgent: long})
+	out, err = Certificate(in, hexSum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := pdftest.Text(t, out)
+	for _, line := range strings.Split(raw, "\n") {
+		if strings.HasPrefix(line, "26 November 2026, 03:30") || strings.HasPrefix(line, "Declined") || strings.HasPrefix(line, "Tail/9") ||
+			strings.HasPrefix(line, "the signing page") {
+			t.Errorf("client text starts a line of its own: %q", line)
+		}
+	}
+	for _, want := range []string{"IP address 192.0.2.9 · user agent “Firefox/133.0 26 November 2026, 03:30:00 UTC Declined: rejected the contract”",
+		"Opened the signing page again", "user agent “Agent/1.0 (very long comment)", "…"} {
+		if !strings.Contains(raw, want) {
+			t.Errorf("certificate lacks %q", want)
+		}
 	}
 
 	// A signer with no event says so.

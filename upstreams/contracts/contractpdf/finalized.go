@@ -84,7 +84,8 @@ func (d *document) signatureBlock(s Signer) {
 // sealedNote tells a reader of the finalized PDF what makes it evidence.
 const sealedNote = "This document is sealed with the digital signature of the gateway that collected the signatures: " +
 	"any change to the file breaks the seal (check it with pdfsig or Adobe Reader, or on the gateway's /verify page). " +
-	"Its certificate of completion, which records how each signer signed, comes with it as the contract's -certificate.pdf."
+	"Its certificate of completion, a separate PDF sealed the same way (the contract's -certificate.pdf), records how each signer " +
+	"was reached, identified and signed; every signer downloads both from their signing link."
 
 // MethodWords says a signing method in words, for the documents and the
 // certificate's trail.
