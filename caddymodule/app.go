@@ -113,6 +113,8 @@ type App struct {
 	audit         *auditLog
 	stop          chan struct{}
 	stopped       chan struct{}
+	// readiness answers /readyz for this config.
+	readiness *readiness
 	// lastExpiryScan is when sweep last looked for keys about to expire
 	// and lastUsagePurge when it last purged old hourly usage (the
 	// background goroutine's only).
@@ -169,6 +171,7 @@ const (
 
 // Provision opens (or joins) the shared database and key store.
 func (a *App) Provision(ctx caddy.Context) error {
+	a.readiness = &readiness{app: a}
 	a.ctx = ctx
 	a.logger = ctx.Logger()
 	var err error
@@ -289,13 +292,16 @@ func (a *App) Start() error {
 	a.state.startRateSync(time.Duration(a.RateLimitSync))
 	a.audit.start()
 	a.stop, a.stopped = make(chan struct{}), make(chan struct{})
+	a.readiness.sweeping.Store(true)
 	go a.background(a.stop, a.stopped)
+	ready.Store(a)
 	return nil
 }
 
 // Stop ends the background work and flushes what is pending, so no usage
 // is lost on a reload or shutdown.
 func (a *App) Stop() error {
+	ready.CompareAndSwap(a, nil)
 	if a.stop != nil {
 		close(a.stop)
 		<-a.stopped
@@ -336,6 +342,7 @@ func (a *App) Cleanup() error {
 
 func (a *App) background(stop <-chan struct{}, stopped chan<- struct{}) {
 	defer close(stopped)
+	defer a.readiness.sweeping.Store(false)
 	t := time.NewTicker(time.Duration(a.UsageFlushInterval))
 	defer t.Stop()
 	for {

@@ -22,6 +22,9 @@ func init() {
 	// the APIs it describes.
 	httpcaddyfile.RegisterHandlerDirective("webapi_openapi", parseOpenAPI)
 	httpcaddyfile.RegisterDirectiveOrder("webapi_openapi", httpcaddyfile.Before, "reverse_proxy")
+	// So do the health endpoints.
+	httpcaddyfile.RegisterHandlerDirective("webapi_health", parseHealth)
+	httpcaddyfile.RegisterDirectiveOrder("webapi_health", httpcaddyfile.Before, "reverse_proxy")
 	// The Web API Keys page answers where a terminal handler would: after
 	// basic_auth and forward_auth, which name its user.
 	httpcaddyfile.RegisterHandlerDirective("webapi_admin", parseAdminPage)
@@ -244,6 +247,12 @@ func (h *Auth) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 func parseOpenAPI(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	o := new(OpenAPI)
 	return o, o.UnmarshalCaddyfile(h.Dispenser)
+}
+
+// parseHealth sets up webapi_health (Health.UnmarshalCaddyfile).
+func parseHealth(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	hl := new(Health)
+	return hl, hl.UnmarshalCaddyfile(h.Dispenser)
 }
 
 // parseAdminPage sets up webapi_admin (AdminPage.UnmarshalCaddyfile).

@@ -24,6 +24,10 @@ var metrics = struct {
 	dbErrors          prometheus.Counter
 	// documentSeals counts the seals of completed contracts' documents.
 	documentSeals *prometheus.CounterVec
+	// ready is 1 while /readyz would answer 200 (health.go).
+	ready prometheus.GaugeFunc
+	// usageFlushed is when key usage was last written.
+	usageFlushed prometheus.Gauge
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_requests_total",
@@ -59,6 +63,14 @@ var metrics = struct {
 		Name: "keygate_database_unavailable_total",
 		Help: "Database operations that failed because the database could not be reached (PostgreSQL storage).",
 	}),
+	ready: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keygate_ready",
+		Help: "1 while this instance is ready (/readyz answers 200: storage, key index, background workers), else 0.",
+	}, readyValue),
+	usageFlushed: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "keygate_usage_flush_last_success_timestamp_seconds",
+		Help: "When key usage counts were last written to the database (Unix time); set at start.",
+	}),
 	documentSeals: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_document_seals_total",
 		Help: "Seals of completed contracts' documents, by outcome: sealed, sealed_with_timestamp, sealed_without_timestamp (the timestamp authority failed), failed.",
@@ -92,7 +104,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.duration, metrics.refusals,
 		metrics.keys, metrics.usageFlush, metrics.notifications, metrics.webhookDeliveries, metrics.dbErrors,
-		metrics.documentSeals,
+		metrics.documentSeals, metrics.ready, metrics.usageFlushed,
 	} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError

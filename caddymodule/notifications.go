@@ -75,8 +75,10 @@ func (s *state) useSenders(snd *senders) (previous *senders) {
 	previous = s.senders.Swap(snd)
 	s.startWorker.Do(func() {
 		s.workerDone = make(chan struct{})
+		s.delivering.Store(true)
 		go func() {
 			defer close(s.workerDone)
+			defer s.delivering.Store(false)
 			if err := s.worker.Run(context.Background()); err != nil {
 				s.logger.Error("notification worker", zap.Error(err))
 			}

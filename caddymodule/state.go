@@ -70,6 +70,13 @@ type state struct {
 	// key changes on a shared database; followDone closes when it has.
 	stopFollow context.CancelFunc
 	followDone chan struct{}
+
+	// delivering, deliveringWebhooks and following are true while the
+	// notification worker, the webhook worker and the key follower run:
+	// what readiness reads, from any goroutine.
+	delivering         atomic.Bool
+	deliveringWebhooks atomic.Bool
+	following          atomic.Bool
 }
 
 // keyResync is how often the keys are read again whole from a shared
@@ -112,6 +119,8 @@ func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.
 	}
 	s.newWorker(sendTimeout, logger)
 	s.follow(logger)
+	// Nothing waits to be written yet: the usage flush lag starts here.
+	metrics.usageFlushed.SetToCurrentTime()
 	logger.Info("database opened", zap.String("storage", stores.DB.Backend()), zap.String("database", stores.Where),
 		zap.Int("contracts_keys", s.keys.Count(keystore.ServiceContracts)), zap.Int("share_keys", s.keys.Count(keystore.ServiceShare)))
 	return s, nil
@@ -122,8 +131,10 @@ func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.
 func (s *state) follow(logger *zap.Logger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopFollow, s.followDone = cancel, make(chan struct{})
+	s.following.Store(true)
 	go func() {
 		defer close(s.followDone)
+		defer s.following.Store(false)
 		s.keys.Follow(ctx, keyResync, func(err error) {
 			logger.Warn("following key changes of other instances", zap.Error(err))
 		})
@@ -155,6 +166,8 @@ func (s *state) flush(logger *zap.Logger) {
 	start := time.Now()
 	if _, err := s.keys.FlushUsage(); err != nil {
 		logger.Error("flushing key usage", zap.Error(err))
+	} else {
+		metrics.usageFlushed.SetToCurrentTime()
 	}
 	metrics.usageFlush.Observe(time.Since(start).Seconds())
 	s.updateKeyGauges()

@@ -27,8 +27,10 @@ func (s *state) startWebhookWorker(timeout time.Duration) {
 			Logger:         s.logger.Named("webhooks"),
 		})
 		s.webhooksDone = make(chan struct{})
+		s.deliveringWebhooks.Store(true)
 		go func() {
 			defer close(s.webhooksDone)
+			defer s.deliveringWebhooks.Store(false)
 			if err := s.webhookWorker.Run(context.Background()); err != nil {
 				s.logger.Error("webhook worker", zap.Error(err))
 			}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need beyond Go: from Debian packages, chromium
 # for the browser tests, poppler-utils (pdfsig, the document seals'
-# independent verifier), PostgreSQL's server binaries for the tests of the
+# independent verifier), systemd-analyze and Prometheus (the deploy
+# files' checks), PostgreSQL's server binaries for the tests of the
 # PostgreSQL backend (each test binary starts its own throwaway server
 # from them, see internal/testkit/pgtest) and npm; from the npm registry,
 # axe-core for the browser tests' accessibility check, pinned by
@@ -35,6 +36,15 @@ fi
 if ! command -v openssl >/dev/null 2>&1; then
 	need+=(openssl)
 fi
+# The deploy files are checked by their own tools: systemd-analyze verify
+# (the service unit), promtool (the alert rules and their tests) and
+# Prometheus itself (every dashboard panel's query, against a gateway).
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+	need+=(systemd)
+fi
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+	need+=(prometheus)
+fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 		echo "test-deps: missing ${need[*]} and cannot install here (needs root and apt-get)" >&2
@@ -48,10 +58,22 @@ if [ ${#need[@]} -gt 0 ]; then
 	if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
 		echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
 	fi
+	# Nor are the services the packages would start (Prometheus on :9090):
+	# policy-rc.d answers "not now" while they install.
+	policy=/usr/sbin/policy-rc.d
+	own_policy=
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 0755 "$policy" && own_policy=1
+		trap 'rm -f "$policy"' EXIT
+	fi
 	apt-get update -qq >/dev/null
 	apt-get install -y -qq --no-install-recommends \
 		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
 		"${need[@]}" >/dev/null
+	if [ -n "$own_policy" ]; then
+		rm -f "$policy"
+		trap - EXIT
+	fi
 fi
 
 # npm ci installs exactly the lock file's axe-core (its integrity hash

@@ -141,6 +141,9 @@ func TestOperationTables(t *testing.T) {
 	}
 }
 
+// noServerError are the paths that answer from memory and have no 500.
+var noServerError = map[string]bool{"/webapi/openapi.json": true, "/livez": true, "/readyz": true}
+
 // TestEveryOperation holds the documents to what the tests rely on: a
 // unique operationId per operation, a 500 on each, and every object
 // schema closed or free-form on purpose.
@@ -159,7 +162,9 @@ func TestEveryOperation(t *testing.T) {
 						t.Errorf("%s: operationId %q missing or repeated", where, op.OperationID)
 					}
 					ids[op.OperationID] = true
-					if path != "/webapi/openapi.json" && op.Responses.Status(500) == nil {
+					// The document and the health endpoints answer from
+					// memory (readiness says 503 when a part fails): no 500.
+					if !noServerError[path] && op.Responses.Status(500) == nil {
 						t.Errorf("%s: no 500", where)
 					}
 				}

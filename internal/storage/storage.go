@@ -35,6 +35,9 @@ type DB interface {
 	// Batch is Update for writes that many clients make at once (creates):
 	// concurrent calls may share one commit. fn may run more than once.
 	Batch(ctx context.Context, fn func(Tx) error) error
+	// Ping reports whether the database answers now: the readiness
+	// check's question. It returns by ctx's deadline.
+	Ping(ctx context.Context) error
 	// Close releases the backend.
 	Close() error
 }

@@ -80,6 +80,15 @@ func (d *DB) Batch(ctx context.Context, fn func(storage.Tx) error) error {
 	return d.Bolt.Batch(func(t *bbolt.Tx) error { return fn(tx{t}) })
 }
 
+// Ping implements storage.DB: the file is open (a read transaction
+// starts; one on a closed database fails at once).
+func (d *DB) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return d.Bolt.View(func(*bbolt.Tx) error { return nil })
+}
+
 // Close implements storage.DB.
 func (d *DB) Close() error { return d.Bolt.Close() }
 

@@ -382,6 +382,13 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
+// Ping implements storage.DB: SELECT 1 on a connection of the pool,
+// outside any transaction, within ctx's deadline.
+func (d *DB) Ping(ctx context.Context) error {
+	_, err := d.Pool.Exec(ctx, "SELECT 1")
+	return d.wrap("ping", err)
+}
+
 // Close implements storage.DB.
 func (d *DB) Close() error {
 	d.Pool.Close()

@@ -52,9 +52,16 @@ func ModuleRoot(dir string) (string, error) {
 	}
 }
 
-// DefaultSite is the site block of the default Caddyfile: both APIs, the
-// signing and share pages, and a problem body for everything else.
+// DefaultSite is the site block of the default Caddyfile: the health
+// endpoints, both APIs, the signing and share pages, and a problem body
+// for everything else.
 const DefaultSite = `
+	handle /livez {
+		webapi_health live
+	}
+	handle /readyz {
+		webapi_health
+	}
 	handle /webapi/openapi.json {
 		webapi_openapi
 	}
