@@ -22,7 +22,9 @@ func init() {
 	// the APIs it describes.
 	httpcaddyfile.RegisterHandlerDirective("webapi_openapi", parseOpenAPI)
 	httpcaddyfile.RegisterDirectiveOrder("webapi_openapi", httpcaddyfile.Before, "reverse_proxy")
-	// So do the health endpoints.
+	// So do the API reference and the health endpoints.
+	httpcaddyfile.RegisterHandlerDirective("webapi_docs", parseDocs)
+	httpcaddyfile.RegisterDirectiveOrder("webapi_docs", httpcaddyfile.Before, "reverse_proxy")
 	httpcaddyfile.RegisterHandlerDirective("webapi_health", parseHealth)
 	httpcaddyfile.RegisterDirectiveOrder("webapi_health", httpcaddyfile.Before, "reverse_proxy")
 	// The Web API Keys page answers where a terminal handler would: after
@@ -247,6 +249,12 @@ func (h *Auth) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 func parseOpenAPI(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	o := new(OpenAPI)
 	return o, o.UnmarshalCaddyfile(h.Dispenser)
+}
+
+// parseDocs sets up webapi_docs (Docs.UnmarshalCaddyfile).
+func parseDocs(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	d := new(Docs)
+	return d, d.UnmarshalCaddyfile(h.Dispenser)
 }
 
 // parseHealth sets up webapi_health (Health.UnmarshalCaddyfile).

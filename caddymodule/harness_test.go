@@ -179,6 +179,9 @@ const defaultSite = `
 	handle /webapi/openapi.json {
 		webapi_openapi
 	}
+	handle /webapi/docs* {
+		webapi_docs
+	}
 	handle /webapi/contracts* {
 		webapi_auth contracts
 		webapi_contracts

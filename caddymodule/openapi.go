@@ -1,8 +1,6 @@
 package caddymodule
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -57,8 +55,7 @@ func (h *OpenAPI) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("webapi_openapi: %v", err)
 	}
-	sum := sha256.Sum256(body)
-	h.body, h.etag = body, `"`+hex.EncodeToString(sum[:16])+`"`
+	h.body, h.etag = body, etagOf(body)
 	return nil
 }
 

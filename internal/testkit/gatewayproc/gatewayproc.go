@@ -65,6 +65,9 @@ const DefaultSite = `
 	handle /webapi/openapi.json {
 		webapi_openapi
 	}
+	handle /webapi/docs* {
+		webapi_docs
+	}
 	handle /webapi/contracts* {
 		webapi_auth contracts
 		webapi_contracts
