@@ -295,6 +295,7 @@ func (a *App) Start() error {
 	a.readiness.sweeping.Store(true)
 	go a.background(a.stop, a.stopped)
 	ready.Store(a)
+	a.announce(a.stop)
 	return nil
 }
 

@@ -2,11 +2,15 @@ package caddymodule_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/caddymodule"
 )
 
 // healthSite mounts the health endpoints as the default Caddyfile does.
@@ -23,7 +27,13 @@ const healthSite = `
 func TestHealth(t *testing.T) { eachBackend(t, testHealth) }
 
 func testHealth(t *testing.T, b backend) {
-	startGateway(t, b, healthSite)
+	g := startGateway(t, b, healthSite+defaultSite)
+
+	// The line an operator looks for at start, once the site listens.
+	want := fmt.Sprintf("keygate ready: APIs on %s (listening on :%d), admin on localhost:%d, storage %s ", siteURL, caddymodule.TestSitePort, caddymodule.TestAdminPort, b.name)
+	if logs := g.readLogs(t, want); !strings.Contains(logs, want) {
+		t.Errorf("no %q in the log", want)
+	}
 
 	r := do(t, http.MethodGet, siteURL+"/livez", nil)
 	if r.status != http.StatusOK || string(r.body) != `{"status":"live"}` || r.header.Get("Cache-Control") != "no-store" {
