@@ -1,6 +1,6 @@
 # keygate: a custom Caddy build. `make run` serves both APIs on :8080 with
 # data in ./data, and the Web API Keys page on http://localhost:8081/admin/
-# once KEYGATE_ADMIN_PASSWORD_HASH is set (README); `make test` runs every test; `make test-ui` only the
+# once KEYGATE_ADMIN_PASSWORD_HASH is set (docs/administrators.md); `make test` runs every test; `make test-ui` only the
 # browser tests (headless Chromium, axe-core); `make bench` prints the
 # benchmark ratios.
 

@@ -57,7 +57,7 @@ type PostgresStorage struct {
 
 // DefaultDSNEnv holds the DSN when the config gives neither dsn nor
 // dsn_file, so that the default Caddyfile runs on PostgreSQL with two
-// environment variables (README).
+// environment variables (docs/operators.md).
 const DefaultDSNEnv = "KEYGATE_DATABASE_URL"
 
 // CaddyModule returns the Caddy module information.

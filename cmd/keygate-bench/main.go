@@ -31,7 +31,7 @@ var (
 	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, auth-limited, contract-get, share-get, contract-create, flood-limited, flood-unknown")
 	backendOf = flag.String("backend", "bolt", "the storage backend: bolt, or postgres (a throwaway durable PostgreSQL started for the run)")
 	instances = flag.Int("instances", 1, "with -backend postgres and more than 1: only compare that many gateways on one database with one")
-	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, creates, limits, neighbour, large; with -instances: spread, accuracy")
+	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, creates, limits, neighbour, rotation, large; with -instances: spread, accuracy")
 )
 
 // want says whether -figures asks for figure name.
@@ -148,6 +148,10 @@ func main() {
 	}
 	fmt.Println()
 	gw.stop()
+	if want("rotation") {
+		runRotation(*caddyBin, tmp, be)
+		fmt.Println()
+	}
 
 	if !want("large") {
 		return

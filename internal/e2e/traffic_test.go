@@ -18,7 +18,7 @@ import (
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
-// The promises of traffic control across instances (README, Rate
+// The promises of traffic control across instances (docs/clients.md, Rate
 // limits and quotas), with real processes on one PostgreSQL.
 
 // trafficKey creates a contracts key with extra (rateLimits, quota) on

@@ -10,7 +10,7 @@ import (
 	"github.com/keygate/keygate/internal/text"
 )
 
-// Limits of share.md, and the ones it leaves open (README).
+// Limits of share.md, and the ones it leaves open (docs/contributors.md, Choices where the spec is silent).
 const (
 	maxIDLength       = 255
 	maxPasswordChars  = 256

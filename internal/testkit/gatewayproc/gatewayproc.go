@@ -126,6 +126,9 @@ type Options struct {
 	AuditOutput string
 	// LogLevel is the default log's level; INFO when empty.
 	LogLevel string
+	// AuditRoll is the body of the audit writer's block: its rolling
+	// options; "roll_disabled" when empty.
+	AuditRoll string
 }
 
 // Gateway is one running (or stopped) keygate process.
@@ -193,6 +196,10 @@ func (o Options) Caddyfile(adminPort, sitePort int, extraPorts ...int) string {
 	if level == "" {
 		level = "INFO"
 	}
+	roll := o.AuditRoll
+	if roll == "" {
+		roll = "roll_disabled"
+	}
 	var extra strings.Builder
 	for i, body := range o.ExtraSites {
 		if i < len(extraPorts) {
@@ -217,7 +224,7 @@ func (o Options) Caddyfile(adminPort, sitePort int, extraPorts ...int) string {
 	}
 	log webapi_audit {
 		output %[8]s %[1]s/audit.log {
-			roll_disabled
+			%[12]s
 		}
 		format json
 		include webapi.audit
@@ -235,7 +242,7 @@ func (o Options) Caddyfile(adminPort, sitePort int, extraPorts ...int) string {
 http://127.0.0.1:%[3]d {
 %[6]s
 }
-%[10]s`, o.Dir, adminPort, sitePort, flush, o.WebAPI, site, o.Global, audit, level, extra.String(), dataDir)
+%[10]s`, o.Dir, adminPort, sitePort, flush, o.WebAPI, site, o.Global, audit, level, extra.String(), dataDir, roll)
 }
 
 // Start writes the Caddyfile, starts the process and waits until both its
