@@ -126,12 +126,11 @@ func (h *Docs) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Han
 	return nil
 }
 
-// UnmarshalCaddyfile reads `webapi_docs [<path>]`.
+// UnmarshalCaddyfile reads `webapi_docs`, without arguments: a first
+// argument that starts with / would be the directive's path matcher, so
+// the page's path is set in JSON only ("path").
 func (h *Docs) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
-	if d.NextArg() {
-		h.Path = d.Val()
-	}
 	if d.NextArg() {
 		return d.ArgErr()
 	}

@@ -1,6 +1,7 @@
 package caddymodule_test
 
 import (
+	"html"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -40,6 +41,24 @@ func TestDocsPageInBrowser(t *testing.T) {
 		t.Errorf("POST: %d", post.status)
 	}
 
+	// The page's example of a create is one the gateway takes as it is.
+	page := string(r.body)
+	i := strings.Index(page, `id="op-createContract"`)
+	j := strings.Index(page[i:], "<pre><code>")
+	k := strings.Index(page[i+j:], "</code></pre>")
+	if i < 0 || j < 0 || k < 0 {
+		t.Fatal("no example on the create operation")
+	}
+	example := html.UnescapeString(page[i+j+len("<pre><code>") : i+j+k])
+	if tpl := do(t, http.MethodPost, adminURL+"/webapi/templates", map[string]any{"id": "PAGE-42", "collectionId": "LEGAL",
+		"title": "NDA", "body": "Confidential."}); tpl.status != http.StatusCreated {
+		t.Fatalf("template: %d %s", tpl.status, tpl.body)
+	}
+	key := createKey(t, map[string]any{"service": "contracts", "name": "docs", "owner": "alice", "privileges": []string{"create"}})
+	if created := do(t, http.MethodPost, siteURL+"/webapi/contracts", example, append(bearer(key.Token), "Content-Type", "application/json")...); created.status != http.StatusCreated {
+		t.Errorf("the page's example of a create: %d %s\n%s", created.status, created.body, example)
+	}
+
 	shots := os.Getenv("KEYGATE_TEST_ARTIFACTS")
 	if shots == "" {
 		shots = t.TempDir()
@@ -49,7 +68,7 @@ func TestDocsPageInBrowser(t *testing.T) {
 		opts []browsertest.Option
 	}{
 		{"desktop", []browsertest.Option{browsertest.WindowSize(1400, 1000)}},
-		{"phone-dark", []browsertest.Option{browsertest.Mobile(), browsertest.DarkScheme()}},
+		{"phone-dark", []browsertest.Option{browsertest.WindowSize(390, 844), browsertest.Mobile(), browsertest.DarkScheme()}},
 	} {
 		ctx := browsertest.New(t, view.opts...)
 		must(t, "open the reference", chromedp.Do(ctx,
@@ -72,6 +91,13 @@ func TestDocsPageInBrowser(t *testing.T) {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s: the create operation lacks %q", view.name, want)
 			}
+		}
+		// Nothing runs off the side of the screen: wide tables scroll in
+		// their own box.
+		overflow, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth - document.documentElement.clientWidth`))
+		must(t, "measure the page", err)
+		if overflow > 0 {
+			t.Errorf("%s: the page is %d px wider than the screen", view.name, overflow)
 		}
 		browsertest.Axe(t, ctx, "the API reference ("+view.name+")")
 		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())

@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage/pgdb"
@@ -128,6 +129,8 @@ type readyCheck struct {
 	Name   string `json:"name"`
 	Ready  bool   `json:"ready"`
 	Detail string `json:"detail,omitempty"`
+	// cause is the error behind a part not ready, for the log.
+	cause error
 }
 
 func notReady(checks []readyCheck) []string {
@@ -198,9 +201,24 @@ func (rd *readiness) check(ctx context.Context) []readyCheck {
 func (rd *readiness) run(done chan struct{}) {
 	checks := rd.app.checkParts()
 	rd.mu.Lock()
+	was := rd.last
 	rd.last, rd.at, rd.running = checks, time.Now(), nil
 	rd.mu.Unlock()
 	close(done)
+	// Each change of readiness is logged once, with its cause.
+	if wasReady, isReady := len(notReady(was)) == 0, len(notReady(checks)) == 0; was == nil && !isReady || was != nil && wasReady != isReady {
+		if isReady {
+			rd.app.logger.Info("ready again")
+			return
+		}
+		fields := []zap.Field{zap.Strings("not_ready", notReady(checks))}
+		for _, c := range checks {
+			if c.cause != nil {
+				fields = append(fields, zap.NamedError(c.Name, c.cause))
+			}
+		}
+		rd.app.logger.Warn("not ready", fields...)
+	}
 }
 
 // checkParts checks the storage, the key index and the background
@@ -212,10 +230,17 @@ func (a *App) checkParts() []readyCheck {
 	defer cancel()
 	if err := s.stores.DB.Ping(ctx); err != nil {
 		storage.Ready = false
-		storage.Detail = "the " + s.stores.DB.Backend() + " database did not answer within " + pingTimeout.String()
-		if s.stores.DB.Backend() != pgdb.Name {
+		switch {
+		case s.stores.DB.Backend() != pgdb.Name:
 			storage.Detail = "the database file is not open"
+		case ctx.Err() != nil:
+			storage.Detail = "the postgres database did not answer within " + pingTimeout.String()
+		default:
+			// The cause goes to the log (the DSN's secrets cut out by
+			// pgdb), not to a public endpoint.
+			storage.Detail = "the postgres database could not be reached"
 		}
+		storage.cause = err
 	}
 	keys := readyCheck{Name: "keys", Ready: s.keys != nil}
 	if !keys.Ready {

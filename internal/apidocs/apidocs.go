@@ -42,7 +42,12 @@ func Render(doc []byte, cssURL, jsonURL string) ([]byte, error) {
 }
 
 type renderer struct {
-	doc     *object
+	doc *object
+	// minimal makes a sample hold only the required properties and those
+	// the document gives an example of: a request body's example, which
+	// a client sends as it is (an optional time or a phone number that
+	// needs the SMS shipper would not always be accepted).
+	minimal bool
 	jsonURL string
 	b       bytes.Buffer
 	codes   map[string]*errorCode
@@ -350,7 +355,7 @@ func (r *renderer) operation(op operation) {
 		}
 	}
 	if len(params) > 0 {
-		r.w("<h4>Parameters</h4>\n<table>\n<thead><tr><th scope=\"col\">Name</th><th scope=\"col\">In</th><th scope=\"col\">Type</th><th scope=\"col\">Description</th></tr></thead>\n<tbody>\n")
+		r.w("<h4>Parameters</h4>\n<div class=\"scroll\"><table>\n<thead><tr><th scope=\"col\">Name</th><th scope=\"col\">In</th><th scope=\"col\">Type</th><th scope=\"col\">Description</th></tr></thead>\n<tbody>\n")
 		for _, p := range params {
 			req := ""
 			if p.get("required") == true {
@@ -358,7 +363,7 @@ func (r *renderer) operation(op operation) {
 			}
 			r.w("<tr><td><code>%s</code>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", esc(p.str("name")), req, esc(p.str("in")), r.summary(p.obj("schema")), markdown(p.str("description")))
 		}
-		r.w("</tbody>\n</table>\n")
+		r.w("</tbody>\n</table></div>\n")
 	}
 
 	if body, _ := r.ref(o.get("requestBody")); body != nil {
@@ -367,7 +372,7 @@ func (r *renderer) operation(op operation) {
 			req = "required"
 		}
 		r.w("<h4>Request body <span class=\"meta\">(%s)</span></h4>\n%s", req, markdown(body.str("description")))
-		r.content(body.obj("content"))
+		r.content(body.obj("content"), true)
 	}
 
 	responses := o.obj("responses")
@@ -375,10 +380,10 @@ func (r *renderer) operation(op operation) {
 		r.w("<h4>Responses</h4>\n")
 		for _, status := range responses.keys {
 			resp, _ := r.ref(responses.get(status))
-			r.w("<section class=\"response\" aria-label=\"%s %s\">\n<p class=\"status s%c\"><span>%s</span> %s</p>\n", esc(op.path), esc(status), status[0], esc(status), markdown(resp.str("description")))
+			r.w("<div class=\"response\">\n<p class=\"status s%c\"><span>%s</span> %s</p>\n", status[0], esc(status), markdown(resp.str("description")))
 			r.collectCodes(status, resp)
 			if headers := resp.obj("headers"); headers != nil && len(headers.keys) > 0 {
-				r.w("<table class=\"headers\">\n<thead><tr><th scope=\"col\">Header</th><th scope=\"col\">Type</th><th scope=\"col\">Description</th></tr></thead>\n<tbody>\n")
+				r.w("<div class=\"scroll\"><table class=\"headers\">\n<thead><tr><th scope=\"col\">Header</th><th scope=\"col\">Type</th><th scope=\"col\">Description</th></tr></thead>\n<tbody>\n")
 				for _, name := range headers.keys {
 					h, _ := r.ref(headers.get(name))
 					req := ""
@@ -387,17 +392,18 @@ func (r *renderer) operation(op operation) {
 					}
 					r.w("<tr><td><code>%s</code>%s</td><td>%s</td><td>%s</td></tr>\n", esc(name), req, r.summary(h.obj("schema")), markdown(h.str("description")))
 				}
-				r.w("</tbody>\n</table>\n")
+				r.w("</tbody>\n</table></div>\n")
 			}
-			r.content(resp.obj("content"))
-			r.w("</section>\n")
+			r.content(resp.obj("content"), false)
+			r.w("</div>\n")
 		}
 	}
 	r.w("</article>\n")
 }
 
-// content shows each media type of a body: its schema and an example.
-func (r *renderer) content(content *object) {
+// content shows each media type of a body: its schema and an example,
+// for a request a minimal one.
+func (r *renderer) content(content *object, request bool) {
 	for _, mt := range keysOf(content) {
 		media := content.obj(mt)
 		schema := media.obj("schema")
@@ -406,7 +412,9 @@ func (r *renderer) content(content *object) {
 			r.w("%s", r.fields(schema, 0))
 		}
 		if isJSON(mt) {
+			r.minimal = request
 			r.example("Example", schema, media)
+			r.minimal = false
 		}
 		r.w("</div>\n")
 	}
@@ -548,16 +556,20 @@ func literal(v any) string {
 // constraints lists a schema's limits in words.
 func constraints(s *object) string {
 	var out []string
-	for _, c := range []struct{ key, words string }{
-		{"minLength", "at least %s characters"}, {"maxLength", "at most %s characters"},
-		{"minimum", "≥ %s"}, {"maximum", "≤ %s"}, {"exclusiveMinimum", "> %s"}, {"exclusiveMaximum", "< %s"},
-		{"minItems", "at least %s items"}, {"maxItems", "at most %s items"},
-		{"default", "default %s"},
+	for _, c := range []struct{ key, words, unit string }{
+		{"minLength", "at least %s %s", "character"}, {"maxLength", "at most %s %s", "character"},
+		{"minimum", "≥ %s%s", ""}, {"maximum", "≤ %s%s", ""}, {"exclusiveMinimum", "> %s%s", ""}, {"exclusiveMaximum", "< %s%s", ""},
+		{"minItems", "at least %s %s", "item"}, {"maxItems", "at most %s %s", "item"},
+		{"default", "default %s%s", ""},
 	} {
 		if v, ok := s.vals[c.key]; ok {
 			var b bytes.Buffer
 			encode(&b, v, "")
-			out = append(out, fmt.Sprintf(c.words, esc(b.String())))
+			unit := c.unit
+			if unit != "" && b.String() != "1" {
+				unit += "s"
+			}
+			out = append(out, fmt.Sprintf(c.words, esc(b.String()), unit))
 		}
 	}
 	if s.get("uniqueItems") == true {
@@ -596,6 +608,9 @@ func (r *renderer) fields(s *object, depth int) string {
 		}
 	}
 	var b strings.Builder
+	if depth == 0 {
+		b.WriteString("<div class=\"scroll\">")
+	}
 	b.WriteString("<table class=\"fields\">\n<thead><tr><th scope=\"col\">Field</th><th scope=\"col\">Type</th><th scope=\"col\">Description</th></tr></thead>\n<tbody>\n")
 	row := func(name string, p *object, req bool) {
 		mark := ""
@@ -614,6 +629,9 @@ func (r *renderer) fields(s *object, depth int) string {
 		}
 	}
 	b.WriteString("</tbody>\n</table>\n")
+	if depth == 0 {
+		b.WriteString("</div>\n")
+	}
 	if s.get("additionalProperties") == false {
 		b.WriteString("<p class=\"meta\">No other fields: an unknown one is refused.</p>\n")
 	}
@@ -622,14 +640,23 @@ func (r *renderer) fields(s *object, depth int) string {
 
 // sample makes an example value of schema s: its examples, const,
 // default or first enum value, else one of its type, objects with every
-// property, to a bounded depth.
+// property. A schema that holds itself is not followed into itself.
 func (r *renderer) sample(s *object, depth int) any {
-	if s == nil || depth > 6 {
+	return r.sampleIn(s, depth, map[string]bool{})
+}
+
+func (r *renderer) sampleIn(s *object, depth int, inside map[string]bool) any {
+	if s == nil || depth > 24 {
 		return nil
 	}
-	if s.str("$ref") != "" {
+	if ref := s.str("$ref"); ref != "" {
+		if inside[ref] {
+			return nil
+		}
+		inside[ref] = true
+		defer delete(inside, ref)
 		t, _ := r.ref(s)
-		return r.sample(t, depth+1)
+		return r.sampleIn(t, depth+1, inside)
 	}
 	if ex := s.list("examples"); len(ex) > 0 {
 		return ex[0]
@@ -646,7 +673,7 @@ func (r *renderer) sample(s *object, depth int) any {
 		merged := &object{vals: map[string]any{}}
 		for _, a := range all {
 			ao, _ := a.(*object)
-			if so, ok := r.sample(ao, depth+1).(*object); ok {
+			if so, ok := r.sampleIn(ao, depth+1, inside).(*object); ok {
 				for _, k := range so.keys {
 					if _, had := merged.vals[k]; !had {
 						merged.keys = append(merged.keys, k)
@@ -662,7 +689,7 @@ func (r *renderer) sample(s *object, depth int) any {
 	for _, k := range []string{"oneOf", "anyOf"} {
 		if alts := s.list(k); len(alts) > 0 {
 			ao, _ := alts[0].(*object)
-			return r.sample(ao, depth+1)
+			return r.sampleIn(ao, depth+1, inside)
 		}
 	}
 	t := typeName(s)
@@ -673,15 +700,24 @@ func (r *renderer) sample(s *object, depth int) any {
 	case "object":
 		o := &object{vals: map[string]any{}}
 		props := s.obj("properties")
+		required := map[string]bool{}
+		for _, q := range s.list("required") {
+			if qs, ok := q.(string); ok {
+				required[qs] = true
+			}
+		}
 		for _, k := range keysOf(props) {
-			if v := r.sample(props.obj(k), depth+1); v != nil {
+			if r.minimal && !required[k] && !r.exemplified(props.obj(k)) {
+				continue
+			}
+			if v := r.sampleIn(props.obj(k), depth+1, inside); v != nil {
 				o.keys = append(o.keys, k)
 				o.vals[k] = v
 			}
 		}
 		return o
 	case "array":
-		if v := r.sample(s.obj("items"), depth+1); v != nil {
+		if v := r.sampleIn(s.obj("items"), depth+1, inside); v != nil {
 			return []any{v}
 		}
 		return []any{}
@@ -716,6 +752,20 @@ func (r *renderer) sample(s *object, depth int) any {
 		return nil
 	}
 	return nil
+}
+
+// exemplified reports whether the document gives s (or the schema it
+// names) an example of its own.
+func (r *renderer) exemplified(s *object) bool {
+	t, _ := r.ref(s)
+	for _, o := range []*object{s, t} {
+		for _, k := range []string{"examples", "example", "const", "default"} {
+			if o.get(k) != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func minOr(s *object, fallback any) any {
@@ -771,9 +821,28 @@ func (r *renderer) collectCodes(status string, resp *object) {
 // statuses and meanings, and the rest of the Problem schema's enum.
 func (r *renderer) errors() {
 	if p := r.doc.obj("components").obj("schemas").obj("Problem"); p != nil {
-		for _, e := range p.obj("properties").obj("code").list("enum") {
+		code := p.obj("properties").obj("code")
+		for _, e := range code.list("enum") {
 			if c, ok := e.(string); ok && r.codes[c] == nil {
 				r.codes[c] = &errorCode{code: c, statuses: map[string]bool{}}
+			}
+		}
+		// x-statuses gives the statuses of codes that no response of the
+		// document names (a 405 from any path, say).
+		xs := code.obj("x-statuses")
+		for _, c := range keysOf(xs) {
+			ec := r.codes[c]
+			if ec == nil {
+				ec = &errorCode{code: c, statuses: map[string]bool{}}
+				r.codes[c] = ec
+			}
+			for _, st := range xs.list(c) {
+				ec.statuses[fmt.Sprint(st)] = true
+			}
+		}
+		for _, c := range keysOf(code.obj("x-meanings")) {
+			if ec := r.codes[c]; ec != nil && len(ec.meanings) == 0 {
+				ec.meanings = append(ec.meanings, code.obj("x-meanings").str(c))
 			}
 		}
 	}
@@ -784,7 +853,7 @@ func (r *renderer) errors() {
 	sort.Strings(codes)
 	r.w("<section id=\"errors\" aria-labelledby=\"errors-h\">\n<h2 id=\"errors-h\">Error codes</h2>\n")
 	r.w("<p>Every error is an RFC 9457 problem body (<a href=\"#schema-Problem\">Problem</a>) whose <code>code</code> is stable: clients switch on it, not on the text.</p>\n")
-	r.w("<table>\n<thead><tr><th scope=\"col\">Code</th><th scope=\"col\">Status</th><th scope=\"col\">Meaning</th></tr></thead>\n<tbody>\n")
+	r.w("<div class=\"scroll\"><table>\n<thead><tr><th scope=\"col\">Code</th><th scope=\"col\">Status</th><th scope=\"col\">Meaning</th></tr></thead>\n<tbody>\n")
 	for _, c := range codes {
 		ec := r.codes[c]
 		var statuses []string
@@ -798,5 +867,5 @@ func (r *renderer) errors() {
 		}
 		r.w("<tr id=\"error-%s\"><td><code>%s</code></td><td>%s</td><td>%s</td></tr>\n", anchor(c), esc(c), esc(strings.Join(statuses, ", ")), meaning)
 	}
-	r.w("</tbody>\n</table>\n</section>\n")
+	r.w("</tbody>\n</table></div>\n</section>\n")
 }

@@ -3,6 +3,7 @@ package docseal
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -193,8 +194,10 @@ func TestTimestamp(t *testing.T) {
 	}
 }
 
-// TestCopyToPostgres: the self-made certificate moves with caddy webapi
-// migrate, so the gateway on PostgreSQL seals with it.
+// TestCopyToPostgres: the self-made certificate and the index of sealed
+// documents move with caddy webapi migrate, so the gateway on PostgreSQL
+// seals with the same certificate and /verify knows the documents sealed
+// before the move.
 func TestCopyToPostgres(t *testing.T) {
 	src, dst := storetest.OpenBolt(t), storetest.OpenPostgres(t)
 	bb, err := NewBoltBackend(src.(*boltdb.DB))
@@ -204,11 +207,22 @@ func TestCopyToPostgres(t *testing.T) {
 	if _, err := bb.SelfMade(func() ([]byte, error) { return []byte("sealed certificate"), nil }); err != nil {
 		t.Fatal(err)
 	}
+	bi, err := NewBoltIndex(src.(*boltdb.DB))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
+	contract := "01a2139b-46b7-72cb-bd43-7aba811f6931"
+	sums := [][32]byte{sha256.Sum256([]byte("finalized")), sha256.Sum256([]byte("certificate"))}
+	for _, sum := range sums {
+		if err := src.Update(ctx, func(tx storage.Tx) error { return bi.Record(tx, sum, contract) }); err != nil {
+			t.Fatal(err)
+		}
+	}
 	err = src.View(ctx, func(from storage.Tx) error {
 		return dst.Update(ctx, func(to storage.Tx) error {
 			c, err := CopyToPostgres(ctx, from, to)
-			if err == nil && (len(c) != 1 || c[0].N != 1) {
+			if err == nil && (len(c) != 2 || c[0].N != 1 || c[1].Kind != "sealed documents" || c[1].N != 2) {
 				t.Errorf("copied %+v", c)
 			}
 			return err
@@ -220,6 +234,12 @@ func TestCopyToPostgres(t *testing.T) {
 	got, err := NewPostgresBackend(dst.(*pgdb.DB)).SelfMade(func() ([]byte, error) { return []byte("another"), nil })
 	if err != nil || string(got) != "sealed certificate" {
 		t.Errorf("on PostgreSQL: %q %v", got, err)
+	}
+	pi := NewPostgresIndex(dst.(*pgdb.DB))
+	for _, sum := range sums {
+		if id, ok, err := pi.Lookup(sum); err != nil || !ok || id != contract {
+			t.Errorf("sealed document %x on PostgreSQL: %q %v %v", sum[:4], id, ok, err)
+		}
 	}
 }
 

@@ -2,8 +2,11 @@ package docseal
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keygate/keygate/internal/storage"
@@ -113,5 +116,25 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied,
 			n, note = 1, "the self-made certificate"
 		}
 	}
-	return []storage.Copied{{Kind: "document seal", N: int64(n), Note: note}}, nil
+	report := []storage.Copied{{Kind: "document seal", N: int64(n), Note: note}}
+
+	// The index of sealed documents, so that /verify knows the documents
+	// sealed before the move.
+	sealed := pgdb.NewCopier(ctx, to, "sealed_documents", "sha256", "contract_id")
+	if b := boltdb.Of(from).Bucket(bucketSealed); b != nil {
+		err := b.ForEach(func(k, v []byte) error {
+			if len(k) != sha256.Size || len(v) != 16 {
+				return fmt.Errorf("sealed document %x: want a %d-byte hash and a 16-byte contract id", k, sha256.Size)
+			}
+			return sealed.Add(k, uuid.UUID(v))
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	m, err := sealed.Close()
+	if err != nil {
+		return nil, err
+	}
+	return append(report, storage.Copied{Kind: "sealed documents", N: m}), nil
 }

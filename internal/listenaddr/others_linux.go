@@ -15,8 +15,10 @@ import (
 
 // HeldByOthers lists the listening TCP sockets of this network namespace
 // that this process does not hold: the kernel's socket tables
-// (/proc/net/tcp and tcp6) less the sockets among this process's open
-// files (/proc/self/fd). Caddy listens with SO_REUSEPORT, so a second
+// (/proc/self/net/tcp and tcp6, which a /proc mounted with subset=pid,
+// as systemd's ProcSubset=pid does, still shows where it hides
+// /proc/net) less the sockets among this process's open files
+// (/proc/self/fd). Caddy listens with SO_REUSEPORT, so a second
 // process binds the same address without an error and the kernel splits
 // the connections between the two; this is how the second one finds out.
 func HeldByOthers() ([]netip.AddrPort, error) {
@@ -25,9 +27,9 @@ func HeldByOthers() ([]netip.AddrPort, error) {
 		return nil, err
 	}
 	var out []netip.AddrPort
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+	for _, table := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
 		f, err := os.Open(table)
-		if os.IsNotExist(err) {
+		if os.IsNotExist(err) && strings.HasSuffix(table, "6") {
 			continue // no IPv6
 		}
 		if err != nil {
