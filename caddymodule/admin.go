@@ -54,6 +54,7 @@ func (a *Admin) Provision(caddy.Context) error {
 func (a *Admin) routes(webhooks bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webapi/keys", a.createKey)
+	mux.HandleFunc("POST /webapi/keys/import", a.importKeys)
 	mux.HandleFunc("GET /webapi/keys", a.listKeys)
 	mux.HandleFunc("GET /webapi/keys/{id}", a.getKey)
 	mux.HandleFunc("PATCH /webapi/keys/{id}", a.updateKey)

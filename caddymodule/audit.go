@@ -43,6 +43,10 @@ type auditRecord struct {
 	// refusals is how many rate-limit or quota refusals the entry stands
 	// for (0: not such a refusal).
 	refusals uint64
+	// imported and importFormat describe a key import: how many keys, from
+	// which format (jsonl, kong).
+	imported     int
+	importFormat string
 }
 
 const (
@@ -215,6 +219,10 @@ func (rec *auditRecord) encode(e auditEncoder) {
 	}
 	if rec.refusals > 0 {
 		e.uint("refusals", rec.refusals)
+	}
+	if rec.importFormat != "" {
+		e.int("imported", rec.imported)
+		e.str("format", rec.importFormat)
 	}
 }
 

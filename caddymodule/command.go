@@ -182,6 +182,65 @@ func splitList(s string) []string {
 	return out
 }
 
+// importCommand is `keys import FILE`: POST /webapi/keys/import with the
+// file's text (- for stdin).
+func importCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "import FILE [--format jsonl|kong] [--service S] [--privileges-map F] [--dry-run] [--json]",
+		Short: "Imports keys with the tokens they have (JSON Lines, or a Kong decK dump), all or none",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			data, err := readInput(c, args[0])
+			if err != nil {
+				return err
+			}
+			format, _ := c.Flags().GetString("format")
+			service, _ := c.Flags().GetString("service")
+			dry, _ := c.Flags().GetBool("dry-run")
+			body := map[string]any{"format": format, "data": string(data), "service": service, "dryRun": dry}
+			if f, _ := c.Flags().GetString("privileges-map"); f != "" {
+				raw, err := os.ReadFile(f)
+				if err != nil {
+					return err
+				}
+				grants, err := keystore.ParsePrivilegesMap(raw)
+				if err != nil {
+					return fmt.Errorf("--privileges-map %s: %v", f, err)
+				}
+				body["privilegesMap"] = grants
+			}
+			var report keystore.ImportReport
+			if err := adminCall(c, http.MethodPost, "/webapi/keys/import", body, &report); err != nil {
+				return err
+			}
+			if asJSON(c) {
+				return printJSON(c, report)
+			}
+			verb := "imported"
+			if report.DryRun {
+				verb = "would import (dry run, nothing stored)"
+			}
+			fmt.Fprintf(c.OutOrStdout(), "%s %d keys: %d keep the token they came with, %d got a new one (keys reveal ID shows it)\n",
+				verb, report.Imported, report.Kept, report.Imported-report.Kept)
+			return nil
+		},
+	}
+	cmd.Flags().String("format", "jsonl", "jsonl (a key's fields and token a line) or kong (a decK dump)")
+	cmd.Flags().String("service", "", "jsonl: the service of lines that name none; kong: the one service the groups may map to")
+	cmd.Flags().String("privileges-map", "", "kong: a JSON or YAML file mapping ACL groups to {service, privileges}")
+	cmd.Flags().Bool("dry-run", false, "check everything, store nothing")
+	cmd.Flags().Bool("json", false, "print the report as JSON")
+	return cmd
+}
+
+// readInput reads the file at path, or stdin for -.
+func readInput(c *cobra.Command, path string) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(io.LimitReader(c.InOrStdin(), maxImportBody+1))
+	}
+	return os.ReadFile(path)
+}
+
 func keysCommand() *cobra.Command {
 	keys := &cobra.Command{Use: "keys", Short: "Manages API keys"}
 
@@ -364,7 +423,7 @@ func keysCommand() *cobra.Command {
 	usage.Flags().String("to", "", "RFC 3339 end (default now)")
 	usage.Flags().Bool("json", false, "print JSON")
 
-	keys.AddCommand(create, list, show, update, reveal, roll, del, disable, enable, usage)
+	keys.AddCommand(create, list, show, update, reveal, roll, del, disable, enable, usage, importCommand())
 	return keys
 }
 

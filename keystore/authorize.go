@@ -67,7 +67,7 @@ func Authorize(req *Request, table *Table, lookup func(TokenHash) *Entry) Decisi
 	// 2. The key.
 	var e *Entry
 	var h TokenHash
-	if wellFormedToken(token) {
+	if wellFormedToken(token) || foreignToken(token) {
 		h = HashToken(token)
 		e = lookup(h)
 	}

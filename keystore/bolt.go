@@ -34,6 +34,10 @@ type Backend interface {
 	// Put stores rec; emit, when set, runs in the same transaction (the
 	// events of the change, into the webhook outbox).
 	Put(rec *record, emit func(storage.Tx) error) error
+	// PutMany stores new keys, all in one transaction or none (an
+	// import); where instances share the database, they read them again
+	// once, not once per key.
+	PutMany(recs []*record) error
 	// MarkExpiryWarned records, in one transaction with emit, that
 	// key.expiring was sent for key id ending at notValidAfter, unless
 	// it was already (or the key ends otherwise now): false then, and
@@ -121,6 +125,32 @@ func (b *BoltBackend) Put(rec *record, emit func(storage.Tx) error) error {
 		}
 		if emit != nil {
 			return emit(boltdb.Wrap(tx))
+		}
+		return nil
+	})
+}
+
+// PutMany implements Backend: one write transaction.
+func (b *BoltBackend) PutMany(recs []*record) error {
+	keys := make([][]byte, len(recs))
+	vals := make([][]byte, len(recs))
+	for i, rec := range recs {
+		k, err := idBytes(rec.ID)
+		if err != nil {
+			return err
+		}
+		v, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		keys[i], vals[i] = k, v
+	}
+	return b.db.Update(func(tx *bbolt.Tx) error {
+		bkt := tx.Bucket(bucketKeys)
+		for i := range keys {
+			if err := bkt.Put(keys[i], vals[i]); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

@@ -292,6 +292,27 @@ func (m *memBackend) Put(rec *record, emit func(storage.Tx) error) error {
 	return nil
 }
 
+// PutMany stores every record or, failing, none.
+func (m *memBackend) PutMany(recs []*record) error {
+	vals := make([][]byte, len(recs))
+	for i, rec := range recs {
+		v, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		vals[i] = v
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	for i, rec := range recs {
+		m.recs[rec.ID] = vals[i]
+	}
+	return nil
+}
+
 // MarkExpiryWarned marks under the backend's lock, as a transaction would.
 func (m *memBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error) {
 	m.mu.Lock()

@@ -286,7 +286,7 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	key.ID = uuid.NewString()
 	key.CreationTime, key.LastModificationTime = now, now
 	token := NewToken()
-	key.TokenPrefix = token[:12]
+	key.TokenPrefix = tokenPrefixOf(token)
 	h := HashToken(token)
 	rec := &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID))}
 	if err := k.backend.Put(rec, nil); err != nil {

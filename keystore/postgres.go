@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
@@ -125,6 +126,48 @@ func (b *PostgresBackend) Put(rec *record, emit func(storage.Tx) error) error {
 		}
 		return b.notify(ctx, tx, rec.ID)
 	})
+}
+
+// putManyChunk is how many keys one INSERT of PutMany writes.
+const putManyChunk = 1000
+
+// PutMany implements Backend: one transaction of multi-row INSERTs,
+// pipelined, and one notification that makes other instances read the
+// keys again once. A token that exists already (stored by another
+// instance meanwhile) fails the whole transaction: ErrTokenTaken.
+func (b *PostgresBackend) PutMany(recs []*record) error {
+	ids := make([][16]byte, len(recs))
+	services := make([]string, len(recs))
+	hashes := make([][]byte, len(recs))
+	vals := make([]string, len(recs))
+	for i, rec := range recs {
+		id, err := idBytes(rec.ID)
+		if err != nil {
+			return err
+		}
+		v, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		ids[i], services[i], hashes[i], vals[i] = [16]byte(id), string(rec.Service), rec.TokenHash, string(v)
+	}
+	ctx := context.Background()
+	err := b.db.Update(ctx, func(tx storage.Tx) error {
+		batch := &pgx.Batch{}
+		for start := 0; start < len(recs); start += putManyChunk {
+			end := min(start+putManyChunk, len(recs))
+			batch.Queue(`INSERT INTO keys (id, service, token_hash, record)
+				SELECT u.id, u.service, u.hash, u.record::jsonb FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::text[]) AS u(id, service, hash, record)`,
+				ids[start:end], services[start:end], hashes[start:end], vals[start:end])
+		}
+		batch.Queue("SELECT pg_notify($1, $2)", b.channel, resyncAll)
+		return pgdb.Of(tx).SendBatch(ctx, batch).Close()
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		return ErrTokenTaken
+	}
+	return err
 }
 
 // MarkExpiryWarned implements Backend: the key's row is locked while it

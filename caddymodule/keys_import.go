@@ -1,0 +1,77 @@
+package caddymodule
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
+)
+
+// maxImportBody bounds POST /webapi/keys/import: MaxImport keys of a few
+// hundred bytes each.
+const maxImportBody = 64 << 20
+
+// importRequest is the body of POST /webapi/keys/import: the file's
+// text, its format, and the options of `caddy webapi keys import`.
+type importRequest struct {
+	// Format is jsonl (default) or kong.
+	Format string `json:"format"`
+	// Data is the file: JSON Lines of key fields (with "token"), or a
+	// decK dump (YAML).
+	Data string `json:"data"`
+	// Service is the service of jsonl lines that name none, and the
+	// only service a kong import may map to.
+	Service string `json:"service"`
+	// PrivilegesMap maps Kong ACL groups to a service and privileges.
+	PrivilegesMap map[string]keystore.Grant `json:"privilegesMap"`
+	// DryRun checks everything and stores nothing.
+	DryRun bool `json:"dryRun"`
+}
+
+// importKeys imports keys with their tokens, all or none, and audits it
+// once: `keys imported` with the count and the format, never a token.
+func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
+	var in importRequest
+	if err := problem.DecodeJSONBody(w, r, &in, maxImportBody); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if in.Service != "" && !keystore.Service(in.Service).Valid() {
+		a.fail(w, r, problem.Invalid([]problem.FieldError{{Field: "service", Code: "invalid", Message: "service must be contracts or share"}}))
+		return
+	}
+	var keys []keystore.ImportKey
+	var err error
+	switch in.Format {
+	case "", "jsonl":
+		in.Format = "jsonl"
+		keys, err = keystore.ParseJSONL([]byte(in.Data), in.Service)
+	case "kong":
+		if len(in.PrivilegesMap) == 0 {
+			err = problem.Invalid([]problem.FieldError{{Field: "privilegesMap", Code: "required",
+				Message: "a kong import needs the map of ACL groups to a service and privileges"}})
+			break
+		}
+		keys, err = keystore.ParseKong([]byte(in.Data), in.PrivilegesMap, in.Service, time.Now())
+	default:
+		err = problem.Invalid([]problem.FieldError{{Field: "format", Code: "invalid", Message: "format must be jsonl or kong"}})
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	app := appOf(r)
+	report, err := app.state.keys.Import(keys, in.DryRun)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if !in.DryRun {
+		app.state.updateKeyGauges()
+		rec := adminAudit(r, "keys imported", "", http.StatusOK)
+		rec.imported, rec.importFormat = report.Imported, in.Format
+		app.audit.record(rec)
+	}
+	writeJSON(w, http.StatusOK, report)
+}

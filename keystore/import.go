@@ -1,0 +1,186 @@
+package keystore
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// Importing keys: many keys in one call, each with the fields of a create
+// and, when it has one, the token it already has on another gateway, so
+// that a client keeps its secret when an operator moves to keygate. An
+// import is all or nothing: every key is checked first, every problem is
+// reported with the line it came from, and the keys are stored in one
+// transaction (Backend.PutMany) only when none has one.
+
+// MaxImport bounds the keys of one import.
+const MaxImport = 20000
+
+// Foreign token bounds: a token of another gateway is 16 to 512 printable
+// US-ASCII characters. A token of our own form (TokenPrefix) must pass our
+// checks instead.
+const (
+	minForeignToken = 16
+	maxForeignToken = 512
+)
+
+// ImportKey is one key of an import.
+type ImportKey struct {
+	// Line is where the key is in its source (1-based), for the report.
+	Line int
+	// Input holds the fields of a create.
+	Input KeyInput
+	// Token is the token the key already has; empty for a new token.
+	Token string
+}
+
+// ImportReport says what an import stored, or would store (DryRun). It
+// never holds a token.
+type ImportReport struct {
+	Imported int  `json:"imported"`
+	DryRun   bool `json:"dryRun"`
+	// Kept counts the keys that keep the token they came with; the rest
+	// got a new one, which `reveal` shows.
+	Kept int           `json:"keptTokens"`
+	Keys []ImportedKey `json:"keys"`
+}
+
+// ImportedKey is a key of the report: where it came from and what it is,
+// without any part of its token.
+type ImportedKey struct {
+	Line    int     `json:"line"`
+	ID      string  `json:"id"`
+	Service Service `json:"service"`
+	Name    string  `json:"name"`
+	Owner   string  `json:"owner"`
+}
+
+// ErrTokenTaken is an import whose token another instance stored while
+// it ran: nothing was imported.
+var ErrTokenTaken = problem.New(409, problem.CodeConflict, "a token of the import was stored meanwhile (by another instance): nothing was imported; check the file again")
+
+// foreignToken reports whether token may be another gateway's: not of
+// our form, and 16 to 512 printable US-ASCII characters without spaces
+// (a bearer token has none).
+func foreignToken(token string) bool {
+	if len(token) < minForeignToken || len(token) > maxForeignToken || hasTokenPrefix(token) {
+		return false
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func hasTokenPrefix(token string) bool {
+	return len(token) >= len(TokenPrefix) && token[:len(TokenPrefix)] == TokenPrefix
+}
+
+// Import checks keys and, unless dryRun, stores them all at once. A key
+// with a problem makes the whole import a 400 that lists every problem
+// as lines[N].field; nothing is stored then.
+func (k *Keys) Import(keys []ImportKey, dryRun bool) (ImportReport, error) {
+	var f problem.Fields
+	if len(keys) == 0 {
+		f.Add("keys", "required", "the import holds no key")
+		return ImportReport{}, f.Err()
+	}
+	if len(keys) > MaxImport {
+		f.Add("keys", "too_many", "an import holds at most "+strconv.Itoa(MaxImport)+" keys; split the file")
+		return ImportReport{}, f.Err()
+	}
+	now := k.now().UTC().Truncate(time.Millisecond)
+	recs := make([]*record, 0, len(keys))
+	tokens := make([]string, 0, len(keys))
+	lines := make([]int, 0, len(keys))
+	seen := make(map[TokenHash]int, len(keys))
+	k.mu.RLock()
+	for i := range keys {
+		in := &keys[i]
+		where := "lines[" + strconv.Itoa(in.Line) + "]"
+		key, err := applyCreate(&in.Input)
+		var fe *problem.Details
+		if errors.As(err, &fe) {
+			for _, e := range fe.Errors {
+				f.Add(where+"."+e.Field, e.Code, e.Message)
+			}
+		} else if err != nil {
+			k.mu.RUnlock()
+			return ImportReport{}, err
+		}
+		token := in.Token
+		switch {
+		case token == "":
+			token = NewToken()
+		case hasTokenPrefix(token) && !wellFormedToken(token):
+			f.Add(where+".token", "invalid", "a token that starts with "+TokenPrefix+" must be a well-formed keygate token")
+			continue
+		case !hasTokenPrefix(token) && !foreignToken(token):
+			f.Add(where+".token", "invalid", fmt.Sprintf("a token is %d to %d printable US-ASCII characters without spaces", minForeignToken, maxForeignToken))
+			continue
+		}
+		h := HashToken(token)
+		if first, dup := seen[h]; dup {
+			f.Add(where+".token", "duplicate", "the same token as line "+strconv.Itoa(first))
+			continue
+		}
+		seen[h] = in.Line
+		if k.byHash[h] != nil {
+			f.Add(where+".token", "exists", "a key with this token exists already")
+			continue
+		}
+		key.ID = uuid.NewString()
+		key.CreationTime, key.LastModificationTime = now, now
+		key.TokenPrefix = tokenPrefixOf(token)
+		recs = append(recs, &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID))})
+		tokens = append(tokens, in.Token)
+		lines = append(lines, in.Line)
+	}
+	k.mu.RUnlock()
+	if err := f.Err(); err != nil {
+		return ImportReport{}, err
+	}
+	report := ImportReport{Imported: len(recs), DryRun: dryRun, Keys: make([]ImportedKey, 0, len(recs))}
+	for i, rec := range recs {
+		if tokens[i] != "" {
+			report.Kept++
+		}
+		report.Keys = append(report.Keys, ImportedKey{Line: lines[i], ID: rec.ID, Service: rec.Service, Name: rec.Name, Owner: rec.Owner})
+	}
+	if dryRun {
+		return report, nil
+	}
+	if err := k.backend.PutMany(recs); err != nil {
+		return ImportReport{}, err
+	}
+	born := k.resyncs.Load()
+	k.mu.Lock()
+	for _, rec := range recs {
+		e := k.newEntry(rec, Usage{})
+		e.born = born
+		var h TokenHash
+		copy(h[:], rec.TokenHash)
+		k.byHash[h] = e
+		k.byID[rec.ID] = e
+	}
+	k.mu.Unlock()
+	return report, nil
+}
+
+// tokenPrefixOf is what a key shows of its token: our TokenPrefix and 9
+// characters of the random part, or of a foreign token its first 4
+// characters, a quarter of the shortest one, so that a short secret is
+// not half shown.
+func tokenPrefixOf(token string) string {
+	if hasTokenPrefix(token) {
+		return token[:12]
+	}
+	return token[:4]
+}

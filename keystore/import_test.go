@@ -1,0 +1,285 @@
+package keystore
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
+)
+
+// works reports whether token opens key check of service.
+func works(k *Keys, service Service, token string) bool {
+	table := &testContractsTable
+	if service == ServiceShare {
+		table = &testShareTable
+	}
+	path := "/webapi/contracts"
+	if service == ServiceShare {
+		path = "/webapi/share"
+	}
+	d := Authorize(&Request{Service: service, Authorization: []string{"Bearer " + token},
+		ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: path + "/x", Now: t0}, table, k.Lookup)
+	return d.Entry != nil && d.Reason != "invalid_key"
+}
+
+// TestImport imports keys with their tokens on each backend: the tokens
+// work at once and after a restart, a key without a token gets one of
+// ours, a dry run and a refused import store nothing, and nothing of a
+// token is in the report.
+func TestImport(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		mine := mustCreate(t, e.keys, `{`+validContracts+`}`)
+		file := strings.Join([]string{
+			`{"service":"share","name":"from kong","owner":"acme","privileges":["get","list"],"token":"Kong-Legacy-Token-0123456789"}`,
+			``,
+			`{"service":"contracts","name":"fresh","owner":"acme","privileges":["get"]}`,
+			`{"service":"contracts","name":"ours","owner":"bob","privileges":["get"],"token":"` + NewToken() + `"}`,
+		}, "\n")
+		keys, err := ParseJSONL([]byte(file), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lines := []int{keys[0].Line, keys[1].Line, keys[2].Line}; !slices.Equal(lines, []int{1, 3, 4}) {
+			t.Fatalf("lines %v", lines)
+		}
+
+		// A dry run checks and stores nothing.
+		before := len(e.stored(t))
+		report, err := e.keys.Import(keys, true)
+		if err != nil || report.Imported != 3 || report.Kept != 2 || !report.DryRun || len(e.stored(t)) != before {
+			t.Fatalf("dry run: %+v %v, %d stored (was %d)", report, err, len(e.stored(t)), before)
+		}
+		if works(e.keys, ServiceShare, "Kong-Legacy-Token-0123456789") {
+			t.Fatal("a dry run's token works")
+		}
+
+		report, err = e.keys.Import(keys, false)
+		if err != nil || report.Imported != 3 || report.Kept != 2 {
+			t.Fatalf("import: %+v %v", report, err)
+		}
+		if s := fmt.Sprintf("%+v", report); strings.Contains(s, "Kong-Legacy") || strings.Contains(s, TokenPrefix) {
+			t.Errorf("the report holds a token: %s", s)
+		}
+		for _, k := range []*Keys{e.keys, e.reopen(t)} {
+			if !works(k, ServiceShare, "Kong-Legacy-Token-0123456789") || !works(k, ServiceContracts, keys[2].Token) {
+				t.Fatal("an imported token does not work")
+			}
+			if works(k, ServiceContracts, "Kong-Legacy-Token-0123456789") {
+				t.Fatal("an imported token works for the other service")
+			}
+		}
+		fresh, err := e.keys.Get(report.Keys[1].ID)
+		if err != nil || fresh.Name != "fresh" {
+			t.Fatalf("fresh key: %+v %v", fresh, err)
+		}
+		if tok, err := e.keys.Reveal(fresh.ID); err != nil || !wellFormedToken(tok) || !works(e.keys, ServiceContracts, tok) {
+			t.Fatalf("the key given a new token: %q %v", tok, err)
+		}
+		foreign, _ := e.keys.Get(report.Keys[0].ID)
+		if foreign.TokenPrefix != "Kong" {
+			t.Errorf("a foreign token shows %q, want its first 4 characters", foreign.TokenPrefix)
+		}
+
+		// All or nothing: one bad line, a token already stored, a token
+		// twice in the file: each named by line, nothing stored.
+		stored := len(e.stored(t))
+		bad := strings.Join([]string{
+			`{"service":"share","name":"ok","owner":"acme","privileges":["get"],"token":"another-good-token-0123"}`,
+			`{"service":"share","name":"taken","owner":"acme","privileges":["get"],"token":"Kong-Legacy-Token-0123456789"}`,
+			`{"service":"share","name":"twice","owner":"acme","privileges":["get"],"token":"another-good-token-0123"}`,
+			`{"service":"share","name":"mine","owner":"acme","privileges":["get"],"token":"` + mine.Token + `"}`,
+			`{"service":"share","name":"short","owner":"acme","privileges":["get"],"token":"short"}`,
+			`{"service":"share","name":"spaced","owner":"acme","privileges":["get"],"token":"has a space in it 0123"}`,
+			`{"service":"share","name":"fake ours","owner":"acme","privileges":["get"],"token":"kg_notOneOfOursAtAll0123"}`,
+			`{"service":"nope","name":"","owner":"acme","privileges":["get"]}`,
+		}, "\n")
+		keys, err = ParseJSONL([]byte(bad), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.keys.Import(keys, false)
+		want := []string{"lines[2].token:exists", "lines[3].token:duplicate", "lines[4].token:exists", "lines[5].token:invalid",
+			"lines[6].token:invalid", "lines[7].token:invalid", "lines[8].service:invalid", "lines[8].name:invalid"}
+		if got := fieldErrors(t, err); !slices.Equal(got, want) {
+			t.Errorf("errors %v, want %v", got, want)
+		}
+		if n := len(e.stored(t)); n != stored || works(e.keys, ServiceShare, "another-good-token-0123") {
+			t.Errorf("a refused import stored something: %d records, was %d", n, stored)
+		}
+		if msg := err.Error() + fmt.Sprint(err); strings.Contains(msg, "Kong-Legacy") || strings.Contains(msg, mine.Token) {
+			t.Errorf("the refusal holds a token: %s", msg)
+		}
+	})
+}
+
+// TestParseJSONL names each kind of bad line, without quoting it.
+func TestParseJSONL(t *testing.T) {
+	tests := []struct {
+		name, line, want string
+	}{
+		{"not JSON", `{"service":`, "lines[1]:invalid_json"},
+		{"unknown field", `{"service":"share","colour":"red"}`, "lines[1]:invalid_json"},
+		{"two objects", `{"name":"a"} {"name":"b"}`, "lines[1]:invalid_json"},
+		{"empty token", `{"service":"share","token":""}`, "lines[1].token:invalid"},
+		{"token of another type", `{"service":"share","token":12345678901234567}`, "lines[1]:invalid_json"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseJSONL([]byte(tt.line), "")
+			if got := fieldErrors(t, err); len(got) != 1 || got[0] != tt.want {
+				t.Errorf("errors %v, want %s", got, tt.want)
+			}
+			if strings.Contains(err.Error(), "12345678901234567") {
+				t.Error("the problem quotes the line")
+			}
+		})
+	}
+	keys, err := ParseJSONL([]byte(`{"name":"a","owner":"o","privileges":["get"]}`), "share")
+	if err != nil || keys[0].Input.Service.Value != "share" {
+		t.Errorf("--service: %+v %v", keys, err)
+	}
+}
+
+var testGrants = map[string]Grant{
+	"readers":       {Service: "contracts", Privileges: []string{"get", "search"}},
+	"writers":       {Service: "contracts", Privileges: []string{"create", "get"}},
+	"share-readers": {Service: "share", Privileges: []string{"get", "list"}},
+}
+
+// TestParseKong maps a decK dump: owners, names, the union of a
+// consumer's groups, the ttl, the rate limits nested and top-level; and
+// reports per consumer what cannot be mapped.
+func TestParseKong(t *testing.T) {
+	raw, err := os.ReadFile("testdata/kong.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := ParseKong(raw, testGrants, "", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 3 {
+		t.Fatalf("%d keys, want 3 (no-key has no credential)", len(keys))
+	}
+	got := map[string]ImportKey{}
+	for _, k := range keys {
+		got[k.Token] = k
+	}
+	live := got["billing-live-key-0123456789abcdef"].Input
+	if live.Service.Value != "contracts" || live.Owner.Value != "cust-42" || live.Name.Value != "billing #1" ||
+		!slices.Equal(live.Privileges.Value, []string{"create", "get", "search"}) || live.NotValidAfter.Set {
+		t.Errorf("billing's first key: %+v", live)
+	}
+	if len(live.RateLimits.Value) != 2 || !strings.Contains(string(live.RateLimits.Value[0]), `"windowSeconds":1`) ||
+		!strings.Contains(string(live.Quota.Value), `"period":"month"`) {
+		t.Errorf("billing's limits: %s, quota %s", live.RateLimits.Value, live.Quota.Value)
+	}
+	backup := got["billing-backup-key-fedcba9876543210"]
+	if backup.Input.NotValidAfter.Value != t0.Add(24*time.Hour).Format(time.RFC3339) || backup.Input.Name.Value != "billing #2" || backup.Line != 10 {
+		t.Errorf("billing's second key: %+v, line %d", backup.Input, backup.Line)
+	}
+	rep := got["reporting-0000-1111-2222-3333"].Input
+	if rep.Service.Value != "share" || rep.Owner.Value != "reporting" || len(rep.RateLimits.Value) != 1 || !strings.Contains(string(rep.RateLimits.Value[0]), `"hour"`) {
+		t.Errorf("reporting's key (a top-level plugin): %+v %s", rep, rep.RateLimits.Value)
+	}
+	if _, err := ParseKong(raw, testGrants, "share", t0); err == nil || !slices.Equal(fieldErrors(t, err), []string{"lines[6].acls:other_service"}) {
+		t.Errorf("--service share: %v", err)
+	}
+
+	raw, err = os.ReadFile("testdata/kong-unmappable.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ParseKong(raw, testGrants, "", t0)
+	want := []string{"lines[3].acls:unmapped", "lines[8].acls:two_services", "lines[14].plugins:unmapped"}
+	if got := fieldErrors(t, err); !slices.Equal(got, want) {
+		t.Errorf("errors %v, want %v", got, want)
+	}
+	if strings.Contains(err.Error(), "key-0123") {
+		t.Error("the problem quotes a token")
+	}
+	if _, err := ParseKong([]byte("- not a dump"), testGrants, "", t0); err == nil {
+		t.Error("a YAML list parsed as a dump")
+	}
+}
+
+// TestImportReachesOtherInstance: keys imported on one instance work on
+// another following the same PostgreSQL within a second, brought by one
+// notification.
+func TestImportReachesOtherInstance(t *testing.T) {
+	db := storetest.OpenPostgres(t)
+	e := newEnv(t, db)
+	db2, err := pgdb.Open(context.Background(), pgdb.Config{DSN: pgtest.Shared(t).DSN, Schema: db.(*pgdb.DB).Schema(), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	other, err := Open(NewPostgresBackend(db2), e.sealer, e.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		other.Follow(ctx, time.Hour, func(err error) { t.Errorf("follow: %v", err) })
+	}()
+	defer func() { cancel(); <-done }()
+	first := mustCreate(t, e.keys, `{`+validContracts+`}`)
+	testwait.For(t, testwait.Generous, "the other instance to listen", func() bool { return other.Lookup(HashToken(first.Token)) != nil })
+
+	var lines []string
+	for i := range 500 {
+		lines = append(lines, fmt.Sprintf(`{"service":"share","name":"k%d","owner":"acme","privileges":["get"],"token":"imported-token-%08d"}`, i, i))
+	}
+	keys, err := ParseJSONL([]byte(strings.Join(lines, "\n")), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := e.keys.Import(keys, false); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, time.Second, "the imported keys on the other instance", func() bool {
+		return works(other, ServiceShare, "imported-token-00000000") && works(other, ServiceShare, "imported-token-00000499")
+	})
+	t.Logf("500 imported keys on the other instance after %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestImportRace: a token that another instance stored after this one
+// last read the keys fails the whole import with a 409, storing nothing.
+func TestImportRace(t *testing.T) {
+	e := newEnv(t, storetest.OpenPostgres(t))
+	other := e.reopen(t)
+	one := func(name, token string) []ImportKey {
+		keys, err := ParseJSONL([]byte(`{"service":"share","name":"`+name+`","owner":"acme","privileges":["get"],"token":"`+token+`"}`), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	if _, err := other.Import(one("there", "raced-token-0123456789"), false); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.stored(t))
+	keys := append(one("fine", "fine-token-0123456789"), one("raced", "raced-token-0123456789")...)
+	keys[1].Line = 2
+	if _, err := e.keys.Import(keys, false); err != ErrTokenTaken {
+		t.Fatalf("import of a token stored meanwhile: %v", err)
+	}
+	if n := len(e.stored(t)); n != before || works(e.reopen(t), ServiceShare, "fine-token-0123456789") {
+		t.Errorf("the failed import stored something: %d records, was %d", n, before)
+	}
+}
