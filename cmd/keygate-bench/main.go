@@ -31,7 +31,7 @@ var (
 	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, auth-limited, contract-get, share-get, contract-create, flood-limited, flood-unknown")
 	backendOf = flag.String("backend", "bolt", "the storage backend: bolt, or postgres (a throwaway durable PostgreSQL started for the run)")
 	instances = flag.Int("instances", 1, "with -backend postgres and more than 1: only compare that many gateways on one database with one")
-	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, creates, limits, neighbour, rotation, large; with -instances: spread, accuracy")
+	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, creates, limits, import, neighbour, rotation, large; with -instances: spread, accuracy")
 )
 
 // want says whether -figures asks for figure name.
@@ -137,6 +137,13 @@ func main() {
 		fmt.Printf("contract creates:        %.0f/s with 64 clients, each reply durable   (goal >= %.0f/s)\n", creates, goal.creates)
 		keyed := gw.createsOf(gw.createContractKeyed(small), 64)
 		fmt.Printf("  with an Idempotency-Key: %.0f/s (each key new: every request creates and stores its reply)\n", keyed)
+	}
+	if want("import") {
+		rate, err := gw.importRate(*rounds)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		fmt.Printf("key import, %d keys with their tokens in one request: %.0f keys/s   (goal >= 1000/s)\n", importCount, rate)
 	}
 	if want("neighbour") {
 		fmt.Printf("noisy neighbour: key A (%d/s) floods POST /webapi/contracts from %d connections, key B reads GET /webapi/contracts/{id} from %d\n",
