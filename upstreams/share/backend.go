@@ -19,6 +19,11 @@ type Backend interface {
 	// absent. forUpdate: tx is about to change or delete it (PostgreSQL
 	// locks the row).
 	ShareByUUID(tx storage.Tx, uuid string, forUpdate bool) (*record, error)
+	// ShareNow reads the share named uuid (canonical form) outside any
+	// transaction: one statement on PostgreSQL, no BEGIN or COMMIT around
+	// it. seen reports whether that read sees the writes of the
+	// transaction marked mark (true for mark 0), as Sees would.
+	ShareNow(ctx context.Context, uuid string, mark int64) (r *record, seen bool, err error)
 	// ShareByID reads share id; nil when absent.
 	ShareByID(tx storage.Tx, id uint64) (*record, error)
 	// CreateShare stores a new share, giving it the next id (r.ID).

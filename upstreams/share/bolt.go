@@ -36,6 +36,19 @@ func (*BoltBackend) ShareByUUID(tx storage.Tx, uuidStr string, _ bool) (*record,
 	return loadByUUID(boltdb.Of(tx), uuidStr)
 }
 
+// ShareNow implements Backend with a read transaction, which costs bbolt
+// no round trip.
+func (b *BoltBackend) ShareNow(ctx context.Context, uuidStr string, mark int64) (r *record, seen bool, err error) {
+	err = b.db.View(ctx, func(tx storage.Tx) error {
+		if r, err = loadByUUID(boltdb.Of(tx), uuidStr); err != nil {
+			return err
+		}
+		seen, err = b.Sees(tx, mark)
+		return err
+	})
+	return r, seen, err
+}
+
 // ShareByID implements Backend.
 func (*BoltBackend) ShareByID(tx storage.Tx, id uint64) (*record, error) {
 	return loadByID(boltdb.Of(tx), u64(id))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -16,10 +17,20 @@ import (
 // PostgresBackend keeps shares in PostgreSQL (migration 0006_shares.sql):
 // table shares holds the record and the columns the list filters and
 // sorts on, share_activity the activity. Several instances share it.
-type PostgresBackend struct{ db *pgdb.DB }
+type PostgresBackend struct {
+	db *pgdb.DB
+	// now reads shares for ShareNow, the reads of GETs that come at once
+	// in one statement: the opened count and the statement's snapshot as
+	// text, then the record's bytes.
+	now *pgdb.Lookup[string]
+}
 
 // NewPostgresBackend uses db, whose migrations made the share tables.
-func NewPostgresBackend(db *pgdb.DB) *PostgresBackend { return &PostgresBackend{db: db} }
+func NewPostgresBackend(db *pgdb.DB) *PostgresBackend {
+	return &PostgresBackend{db: db, now: pgdb.NewLookup[string](db, "a share",
+		`SELECT uuid::text, convert_to(opened_count::text || ' ' || pg_current_snapshot()::text || ' ', 'UTF8') || record
+		FROM shares WHERE uuid = ANY($1::text[]::uuid[])`)}
+}
 
 var _ Backend = (*PostgresBackend)(nil)
 
@@ -49,6 +60,63 @@ func (*PostgresBackend) ShareByUUID(tx storage.Tx, uuid string, forUpdate bool) 
 		q += " FOR UPDATE"
 	}
 	return scanShare(pgdb.Of(tx).QueryRow(context.Background(), q, uuid))
+}
+
+// ShareNow implements Backend: one statement shared with the GETs that
+// come at once (pgdb.Lookup), which reads the share and the statement's
+// snapshot; mark's visibility in it is decided here, as
+// pg_visible_in_snapshot decides it.
+func (b *PostgresBackend) ShareNow(ctx context.Context, uuid string, mark int64) (*record, bool, error) {
+	v, found, err := b.now.Get(ctx, uuid)
+	if err != nil || !found {
+		return nil, true, err
+	}
+	count, rest, ok1 := strings.Cut(string(v), " ")
+	snap, raw, ok2 := strings.Cut(rest, " ")
+	opened, err := strconv.ParseInt(count, 10, 64)
+	if !ok1 || !ok2 || err != nil {
+		return nil, false, fmt.Errorf("share %s: an unreadable row", uuid)
+	}
+	seen, err := visibleIn(snap, mark)
+	if err != nil {
+		return nil, false, err
+	}
+	r := new(record)
+	if err := json.Unmarshal([]byte(raw), r); err != nil {
+		return nil, false, err
+	}
+	r.OpenedCount = opened
+	return r, seen, nil
+}
+
+// visibleIn reports whether transaction xid is visible in snapshot (as
+// pg_current_snapshot() writes it: xmin:xmax:xip,...): below xmin, or
+// below xmax and not in progress. xid 0 (no transaction) is.
+func visibleIn(snapshot string, xid int64) (bool, error) {
+	if xid == 0 {
+		return true, nil
+	}
+	parts := strings.SplitN(snapshot, ":", 3)
+	if len(parts) != 3 {
+		return false, fmt.Errorf("snapshot %q", snapshot)
+	}
+	xmin, err1 := strconv.ParseInt(parts[0], 10, 64)
+	xmax, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return false, fmt.Errorf("snapshot %q", snapshot)
+	}
+	switch {
+	case xid < xmin:
+		return true, nil
+	case xid >= xmax:
+		return false, nil
+	}
+	for _, p := range strings.Split(parts[2], ",") {
+		if p == strconv.FormatInt(xid, 10) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // ShareByID implements Backend.

@@ -269,6 +269,9 @@ func (s *Store) Get(ctx context.Context, caller *keystore.Identity, uuidStr stri
 	if caller == nil {
 		return nil, errNoIdentity
 	}
+	if out, ok, err := s.getNow(ctx, caller, uuidStr); ok || err != nil {
+		return out, err
+	}
 	var out *Share
 	err := s.db.View(ctx, func(tx storage.Tx) error {
 		r, err := s.loadVisible(tx, caller, uuidStr)
@@ -283,6 +286,43 @@ func (s *Store) Get(ctx context.Context, caller *keystore.Identity, uuidStr stri
 		return nil
 	})
 	return out, err
+}
+
+// getNow is Get in one read outside a transaction (Backend.ShareNow),
+// the unflushed openings added as the read transaction would add them.
+// ok is false when a flush moved on between the read and the count: Get
+// then reads again in a transaction, which settles it.
+func (s *Store) getNow(ctx context.Context, caller *keystore.Identity, uuidStr string) (out *Share, ok bool, err error) {
+	if _, valid := canonicalUUID(uuidStr); !valid {
+		return nil, true, notFound()
+	}
+	v := s.views
+	v.mu.Lock()
+	b := v.inflight
+	var mark int64
+	if b != nil {
+		mark = b.mark
+	}
+	v.mu.Unlock()
+	r, seen, err := s.be.ShareNow(ctx, uuidStr, mark)
+	if err != nil {
+		return nil, true, err
+	}
+	if r == nil || !visible(caller, r.CreatedBy, r.ProjectID) {
+		return nil, true, notFound()
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.inflight != b || (b != nil && b.mark != mark) {
+		return nil, false, nil
+	}
+	n := v.cur.counts[r.ID]
+	// A batch not yet begun (mark 0) is not in what the read saw; one
+	// whose transaction the read saw is.
+	if b != nil && (mark == 0 || !seen) {
+		n += b.counts[r.ID]
+	}
+	return r.toShare(s.baseURL, s.nowMs(), n), true, nil
 }
 
 // Update replaces the share named uuidStr with in (share.md): type,
