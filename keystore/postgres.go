@@ -89,15 +89,15 @@ func (b *PostgresBackend) Key(id string) (rec *record, u Usage, err error) {
 	if err != nil {
 		return nil, Usage{}, nil
 	}
-	ctx := context.Background()
-	err = b.db.View(ctx, func(tx storage.Tx) error {
-		rec, u, err = scanKey(pgdb.Of(tx).QueryRow(ctx, selectKey+" WHERE id = $1", k))
-		if errors.Is(err, pgx.ErrNoRows) {
-			rec, err = nil, nil
-		}
-		return err
-	})
-	return rec, u, err
+	// One statement on the pool, without BEGIN and COMMIT around it: the
+	// key and its usage are one row.
+	ctx, cancel := context.WithTimeout(context.Background(), pgdb.DefaultTimeout)
+	defer cancel()
+	rec, u, err = scanKey(b.db.Pool.QueryRow(ctx, selectKey+" WHERE id = $1", k))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, Usage{}, nil
+	}
+	return rec, u, b.db.Wrap("reading a key", err)
 }
 
 // Put implements Backend.

@@ -74,6 +74,11 @@ type Backend interface {
 	// SigningToken finds the contract and signer that a signing-link
 	// token hash belongs to, or answers errNoSigning.
 	SigningToken(ctx context.Context, tx storage.Tx, h keystore.TokenHash) (contract, signer uuid.UUID, err error)
+	// SigningPage reads, outside any transaction, what a signing page
+	// shows: the contract and signer of a signing-link token hash, and
+	// the contract's stored document (nil if missing); errNoSigning for
+	// an unknown token. One statement on PostgreSQL.
+	SigningPage(ctx context.Context, h keystore.TokenHash) (c *Contract, signer uuid.UUID, document []byte, err error)
 
 	// PutAttachment stores data as attachment aid of contract cid.
 	PutAttachment(ctx context.Context, tx storage.Tx, cid, aid uuid.UUID, data []byte) error

@@ -258,6 +258,22 @@ func (b *BoltBackend) Document(_ context.Context, stx storage.Tx, digest []byte)
 	return bytes.Clone(boltdb.Of(stx).Bucket(bucketDocuments).Get(digest)), nil
 }
 
+// SigningPage implements Backend with one read transaction.
+func (b *BoltBackend) SigningPage(ctx context.Context, h keystore.TokenHash) (c *Contract, sid uuid.UUID, doc []byte, err error) {
+	err = b.db.View(ctx, func(tx storage.Tx) error {
+		var cid uuid.UUID
+		if cid, sid, err = b.SigningToken(ctx, tx, h); err != nil {
+			return err
+		}
+		if c, err = b.Load(ctx, tx, cid, false); err != nil {
+			return err
+		}
+		doc, err = b.Document(ctx, tx, c.DocumentDigest)
+		return err
+	})
+	return c, sid, doc, err
+}
+
 // SigningToken implements Backend.
 func (b *BoltBackend) SigningToken(_ context.Context, stx storage.Tx, h keystore.TokenHash) (uuid.UUID, uuid.UUID, error) {
 	v := boltdb.Of(stx).Bucket(bucketSigningTokens).Get(h[:])

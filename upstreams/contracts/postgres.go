@@ -376,6 +376,27 @@ func (b *PostgresBackend) Document(ctx context.Context, tx storage.Tx, digest []
 	return doc, err
 }
 
+// SigningPage implements Backend: one statement on the pool, the token's
+// row joined to the contract's record and its document.
+func (b *PostgresBackend) SigningPage(ctx context.Context, h keystore.TokenHash) (*Contract, uuid.UUID, []byte, error) {
+	var cid, sid uuid.UUID
+	var raw, doc []byte
+	err := b.db.Pool.QueryRow(ctx, `SELECT t.contract_id, t.signer_id, r.record, d.document
+		FROM signing_tokens t
+		JOIN contract_records r ON r.id = t.contract_id
+		JOIN contracts c ON c.id = t.contract_id
+		LEFT JOIN contract_documents d ON d.digest = c.document_digest
+		WHERE t.token_hash = $1`, h[:]).Scan(&cid, &sid, &raw, &doc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, sid, nil, errNoSigning
+	}
+	if err != nil {
+		return nil, sid, nil, b.db.Wrap("reading a signing page", err)
+	}
+	c, err := decoded.decode(cid, raw)
+	return c, sid, doc, err
+}
+
 // SigningToken implements Backend.
 func (b *PostgresBackend) SigningToken(ctx context.Context, tx storage.Tx, h keystore.TokenHash) (uuid.UUID, uuid.UUID, error) {
 	var c, s uuid.UUID

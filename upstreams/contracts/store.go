@@ -399,6 +399,30 @@ func (s *Store) AccessURL(c *Contract, i int) (string, error) {
 	return s.cfg.PublicBaseURL + "/sign/" + token, nil
 }
 
+// SigningPage is BySigningToken with the contract's document (Document):
+// what a signing page shows, read at once (Backend.SigningPage).
+func (s *Store) SigningPage(ctx context.Context, token string) (c *Contract, signer int, title, body string, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, -1, "", "", err
+	}
+	c, sid, raw, err := s.backend.SigningPage(ctx, keystore.HashToken(token))
+	if err != nil {
+		return nil, -1, "", "", err
+	}
+	if signer = c.SignerByID(sid.String()); signer < 0 {
+		return nil, -1, "", "", errNoSigning
+	}
+	if raw == nil {
+		return nil, -1, "", "", errors.New("contracts: document of " + c.ID + " is missing")
+	}
+	var d documentRecord
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, -1, "", "", err
+	}
+	c.Status = c.EffectiveStatus(s.now())
+	return c, signer, d.Title, d.Body, nil
+}
+
 // BySigningToken finds the contract and the index of the signer that a
 // signing-link token belongs to, or answers a 404 problem. The contract
 // shows its effective status.

@@ -72,7 +72,8 @@ func waitingFor(c *contracts.Contract, i int) int {
 // their first opening of the page (with the watchers' "opened" and the
 // trail's) while the contract is still open. A reopening costs no write.
 func (s *Service) open(ctx context.Context, token string, by *contracts.Origin) (*session, error) {
-	c, i, err := s.store.BySigningToken(ctx, token)
+	// The contract, the signer and the document in one read.
+	c, i, title, body, err := s.store.SigningPage(ctx, token)
 	if err != nil {
 		return nil, err
 	}
@@ -100,14 +101,6 @@ func (s *Service) open(ctx context.Context, token string, by *contracts.Origin) 
 		if i = c.SignerByID(signerID); i < 0 {
 			return nil, problem.NotFound("no signing link with this token")
 		}
-	}
-	return s.withDocument(ctx, c, i)
-}
-
-func (s *Service) withDocument(ctx context.Context, c *contracts.Contract, i int) (*session, error) {
-	title, body, err := s.store.Document(ctx, c)
-	if err != nil {
-		return nil, err
 	}
 	return &session{c: c, i: i, title: title, body: body}, nil
 }
@@ -144,7 +137,7 @@ func (s *Service) requestOTP(ctx context.Context, token string, by contracts.Ori
 // signs, the PDFs and their delivery; and each step in the trail, with
 // by, the request's origin.
 func (s *Service) decide(ctx context.Context, token string, req *decisionInput, by contracts.Origin) (*session, error) {
-	c, i, err := s.store.BySigningToken(ctx, token)
+	c, i, title, body, err := s.store.SigningPage(ctx, token)
 	if err != nil {
 		return nil, err
 	}
@@ -156,12 +149,10 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 	if err != nil {
 		return nil, err
 	}
-	// The document is fixed at creation; it is read before the write
-	// transaction, which then only renders the PDFs if it completes.
-	ss, err := s.withDocument(ctx, c, i)
-	if err != nil {
-		return nil, err
-	}
+	// The document is fixed at creation; it was read with the contract,
+	// before the write transaction, which then only renders the PDFs if
+	// it completes.
+	ss := &session{c: c, i: i, title: title, body: body}
 	signerID := c.Signers[i].ID
 	if c.Signers[i].OTPMethod != contracts.OTPNone {
 		if err := s.verifyOTP(ctx, c, signerID, in.OTP, now, by); err != nil {
