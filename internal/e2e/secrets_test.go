@@ -103,6 +103,18 @@ func testSecrets(t *testing.T, db *database) {
 	admin("delete key", "DELETE", "/webapi/keys/"+dID, "")
 	admin("bad key create", "POST", "/webapi/keys", `{"service":"contracts","name":"","owner":"alice","privileges":["fly"]}`)
 	admin("reveal unknown", "POST", "/webapi/keys/nope/reveal", "")
+	// An import with the token a key has on another gateway: the token
+	// travels in the request only, never in a reply, a log or a refusal.
+	imported := "kong-" + secretRandom()
+	sw.add(&secretItem{kind: "imported key token", value: imported})
+	importBody := func(lines ...string) string {
+		b, _ := json.Marshal(map[string]any{"format": "jsonl", "data": strings.Join(lines, "\n")})
+		return string(b)
+	}
+	importLine := `{"service":"share","name":"from kong","owner":"alice","privileges":["get","list"],"token":"` + imported + `"}`
+	admin("refused import", "POST", "/webapi/keys/import", importBody(importLine, importLine)).decode(t, http.StatusBadRequest, nil)
+	admin("import keys", "POST", "/webapi/keys/import", importBody(importLine)).decode(t, http.StatusOK, nil)
+	sw.do("use imported key", "GET", g.Site+"/webapi/share?projectId=1", "", map[string]string{"Authorization": "Bearer " + imported}).decode(t, http.StatusOK, nil)
 	// A webhook subscription: its secret (and the key bytes it encodes)
 	// is allowed in the create and rotation replies only; a test delivery
 	// is signed with both, and the log and list show neither.
