@@ -246,6 +246,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.poolKey = poolKey
 	a.state = val.(*state)
+	a.audit.redactPath = a.state.keys.RedactPath
 	if a.state.masterKeyPath != keyPath {
 		return fmt.Errorf("master_key_file changed from %s to %s: the database stays open across reloads, so restart to change it", a.state.masterKeyPath, keyPath)
 	}

@@ -65,6 +65,10 @@ const (
 // busy gateway costs no goroutine wake-up per entry.
 type auditLog struct {
 	logger *zap.Logger
+	// redactPath, when set, replaces the tokens in a request's path
+	// (Keys.RedactPath), on the writer goroutine; else keygate's tokens
+	// are redacted by their form.
+	redactPath func(string) string
 	// direct is the one destination of the logger's audit entries when
 	// the writer may encode them itself (see directAudit); nil: each
 	// entry goes through zap.
@@ -156,6 +160,13 @@ func (a *auditLog) flush() {
 }
 
 func (a *auditLog) write(batch []auditRecord) {
+	if a.redactPath != nil {
+		for i := range batch {
+			if batch[i].path != "" {
+				batch[i].path = a.redactPath(batch[i].path)
+			}
+		}
+	}
 	if a.direct != nil {
 		a.direct.write(batch)
 		return

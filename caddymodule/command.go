@@ -220,8 +220,15 @@ func importCommand() *cobra.Command {
 			if report.DryRun {
 				verb = "would import (dry run, nothing stored)"
 			}
-			fmt.Fprintf(c.OutOrStdout(), "%s %d keys: %d keep the token they came with, %d got a new one (keys reveal ID shows it)\n",
-				verb, report.Imported, report.Kept, report.Imported-report.Kept)
+			fmt.Fprintf(c.OutOrStdout(), "%s %d %s: %d keep the token they came with, %d get a new one\n",
+				verb, report.Imported, plural(report.Imported, "key", "keys"), report.Kept, report.Imported-report.Kept)
+			if !report.DryRun {
+				for _, k := range report.Keys {
+					if k.NewToken {
+						fmt.Fprintf(c.OutOrStdout(), "  line %d: new token, shown by keys reveal %s\n", k.Line, k.ID)
+					}
+				}
+			}
 			return nil
 		},
 	}

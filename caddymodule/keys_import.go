@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -57,21 +58,31 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = problem.Invalid([]problem.FieldError{{Field: "format", Code: "invalid", Message: "format must be jsonl or kong"}})
 	}
-	if err != nil {
+	var parsed *problem.Details
+	if err != nil && !errors.As(err, &parsed) {
 		a.fail(w, r, err)
 		return
 	}
 	app := appOf(r)
-	report, err := app.state.keys.Import(keys, in.DryRun)
+	// The file's problems and the keys' are reported together.
+	report, err := app.state.keys.Import(keys, in.DryRun, err)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	if !in.DryRun {
 		app.state.updateKeyGauges()
-		rec := adminAudit(r, "keys imported", "", http.StatusOK)
+		rec := adminAudit(r, "keys imported", in.Service, http.StatusOK)
 		rec.imported, rec.importFormat = report.Imported, in.Format
 		app.audit.record(rec)
 	}
 	writeJSON(w, http.StatusOK, report)
+}
+
+// plural picks the word for n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -31,7 +31,7 @@ func TestImportCommand(t *testing.T) {
 {"name":"fresh","owner":"acme","privileges":["get"]}
 `)
 	out, _, err := runCLI(t, "keys", "import", jsonl, "--service", "share", "--dry-run")
-	if err != nil || !strings.Contains(out, "would import (dry run, nothing stored) 2 keys: 1 keep the token they came with, 1 got a new one") {
+	if err != nil || !strings.Contains(out, "would import (dry run, nothing stored) 2 keys: 1 keep the token they came with, 1 get a new one") {
 		t.Fatalf("dry run: %v\n%s", err, out)
 	}
 	out, _, err = runCLI(t, "keys", "import", jsonl, "--service", "share")

@@ -88,6 +88,10 @@ func testImportKeys(t *testing.T, b backend) {
 		t.Errorf("an unknown format: %d", r.status)
 	}
 
+	// A client that puts its token into a path: the audit log leaves it
+	// out, as it does keygate's own.
+	do(t, http.MethodGet, siteURL+"/webapi/share/"+foreign, nil, bearer(foreign)...)
+
 	// One audit entry per import that stored keys, and no token anywhere.
 	logs := g.readLogs(t, `"format":"kong"`)
 	if strings.Count(logs, `"msg":"keys imported"`) != 2 || !strings.Contains(logs, `"imported":3,"format":"jsonl"`) || !strings.Contains(logs, `"imported":3,"format":"kong"`) {

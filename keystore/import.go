@@ -3,7 +3,9 @@ package keystore
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,6 +39,9 @@ type ImportKey struct {
 	Input KeyInput
 	// Token is the token the key already has; empty for a new token.
 	Token string
+	// TokenField names the token in the source's words, for problems:
+	// "token" (JSON Lines) when empty, "key" for a Kong credential.
+	TokenField string
 }
 
 // ImportReport says what an import stored, or would store (DryRun). It
@@ -58,11 +63,14 @@ type ImportedKey struct {
 	Service Service `json:"service"`
 	Name    string  `json:"name"`
 	Owner   string  `json:"owner"`
+	// NewToken marks a key that came without a token and got one of
+	// keygate's, which `reveal` shows.
+	NewToken bool `json:"newToken,omitempty"`
 }
 
 // ErrTokenTaken is an import whose token another instance stored while
 // it ran: nothing was imported.
-var ErrTokenTaken = problem.New(409, problem.CodeConflict, "a token of the import was stored meanwhile (by another instance): nothing was imported; check the file again")
+var ErrTokenTaken = problem.New(409, problem.CodeConflict, "a token of the import was stored meanwhile: nothing was imported; check the file again")
 
 // foreignToken reports whether token may be another gateway's: not of
 // our form, and 16 to 512 printable US-ASCII characters without spaces
@@ -83,12 +91,28 @@ func hasTokenPrefix(token string) bool {
 	return len(token) >= len(TokenPrefix) && token[:len(TokenPrefix)] == TokenPrefix
 }
 
+// maxImportProblems bounds the problems an import reports: a file that
+// is wrong throughout says so in a readable reply.
+const maxImportProblems = 1000
+
 // Import checks keys and, unless dryRun, stores them all at once. A key
 // with a problem makes the whole import a 400 that lists every problem
-// as lines[N].field; nothing is stored then.
-func (k *Keys) Import(keys []ImportKey, dryRun bool) (ImportReport, error) {
+// as lines[N].field, after the problems of reading the file (prior, as
+// the parsers return them); nothing is stored then. Imports run one at a
+// time, so that two cannot give one token to two keys.
+func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport, error) {
+	k.importMu.Lock()
+	defer k.importMu.Unlock()
 	var f problem.Fields
-	if len(keys) == 0 {
+	var pd *problem.Details
+	if errors.As(prior, &pd) {
+		for _, e := range pd.Errors {
+			f.Add(e.Field, e.Code, e.Message)
+		}
+	} else if prior != nil {
+		return ImportReport{}, prior
+	}
+	if len(keys) == 0 && prior == nil {
 		f.Add("keys", "required", "the import holds no key")
 		return ImportReport{}, f.Err()
 	}
@@ -105,11 +129,15 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool) (ImportReport, error) {
 	for i := range keys {
 		in := &keys[i]
 		where := "lines[" + strconv.Itoa(in.Line) + "]"
+		tokenAt := where + ".token"
+		if in.TokenField != "" {
+			tokenAt = where + "." + in.TokenField
+		}
 		key, err := applyCreate(&in.Input)
 		var fe *problem.Details
 		if errors.As(err, &fe) {
 			for _, e := range fe.Errors {
-				f.Add(where+"."+e.Field, e.Code, e.Message)
+				f.Add(where+"."+e.Field, e.Code, quietValues(e.Message))
 			}
 		} else if err != nil {
 			k.mu.RUnlock()
@@ -120,20 +148,20 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool) (ImportReport, error) {
 		case token == "":
 			token = NewToken()
 		case hasTokenPrefix(token) && !wellFormedToken(token):
-			f.Add(where+".token", "invalid", "a token that starts with "+TokenPrefix+" must be a well-formed keygate token")
+			f.Add(tokenAt, "invalid", "a token that starts with "+TokenPrefix+" must be a well-formed keygate token")
 			continue
 		case !hasTokenPrefix(token) && !foreignToken(token):
-			f.Add(where+".token", "invalid", fmt.Sprintf("a token is %d to %d printable US-ASCII characters without spaces", minForeignToken, maxForeignToken))
+			f.Add(tokenAt, "invalid", fmt.Sprintf("a token is %d to %d printable US-ASCII characters without spaces", minForeignToken, maxForeignToken))
 			continue
 		}
 		h := HashToken(token)
 		if first, dup := seen[h]; dup {
-			f.Add(where+".token", "duplicate", "the same token as line "+strconv.Itoa(first))
+			f.Add(tokenAt, "duplicate", "the same token as line "+strconv.Itoa(first))
 			continue
 		}
 		seen[h] = in.Line
 		if k.byHash[h] != nil {
-			f.Add(where+".token", "exists", "a key with this token exists already")
+			f.Add(tokenAt, "exists", "a key with this token exists already")
 			continue
 		}
 		key.ID = uuid.NewString()
@@ -145,14 +173,14 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool) (ImportReport, error) {
 	}
 	k.mu.RUnlock()
 	if err := f.Err(); err != nil {
-		return ImportReport{}, err
+		return ImportReport{}, capProblems(err)
 	}
 	report := ImportReport{Imported: len(recs), DryRun: dryRun, Keys: make([]ImportedKey, 0, len(recs))}
 	for i, rec := range recs {
 		if tokens[i] != "" {
 			report.Kept++
 		}
-		report.Keys = append(report.Keys, ImportedKey{Line: lines[i], ID: rec.ID, Service: rec.Service, Name: rec.Name, Owner: rec.Owner})
+		report.Keys = append(report.Keys, ImportedKey{Line: lines[i], ID: rec.ID, Service: rec.Service, Name: rec.Name, Owner: rec.Owner, NewToken: tokens[i] == ""})
 	}
 	if dryRun {
 		return report, nil
@@ -172,6 +200,66 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool) (ImportReport, error) {
 	}
 	k.mu.Unlock()
 	return report, nil
+}
+
+// quotedValue is a quoted value in a problem's message: one of 16
+// characters or more may be a token put in the wrong field, and an
+// import never says a token back.
+var quotedValue = regexp.MustCompile(`"[^"]{16,}"`)
+
+// quietValues replaces the long quoted values of msg.
+func quietValues(msg string) string { return quotedValue.ReplaceAllString(msg, `"(a value of 16 characters or more)"`) }
+
+// capProblems keeps the first maxImportProblems problems of err (a 400
+// problem) and says how many more there are.
+func capProblems(err error) error {
+	var d *problem.Details
+	if !errors.As(err, &d) || len(d.Errors) <= maxImportProblems {
+		return err
+	}
+	more := len(d.Errors) - maxImportProblems
+	errs := append(d.Errors[:maxImportProblems:maxImportProblems], problem.FieldError{Field: "lines", Code: "too_many",
+		Message: strconv.Itoa(more) + " more problems are not listed: fix these and try again"})
+	out := problem.Invalid(errs)
+	return out
+}
+
+// RedactPath replaces the segments of a request path that are tokens:
+// keygate's by their form (RedactTokens), another gateway's imported
+// ones by being a key's token here. For the audit log, off the request
+// path: a segment of 16 to 512 characters costs a hash.
+func (k *Keys) RedactPath(path string) string {
+	path = RedactTokens(path)
+	var b strings.Builder
+	changed := false
+	for i := 0; i < len(path); {
+		j := strings.IndexByte(path[i:], '/')
+		end := len(path)
+		if j >= 0 {
+			end = i + j
+		}
+		seg := path[i:end]
+		if len(seg) >= minForeignToken && len(seg) <= maxForeignToken && !hasTokenPrefix(seg) && k.Lookup(HashToken(seg)) != nil {
+			if !changed {
+				b.WriteString(path[:i])
+				changed = true
+			}
+			b.WriteString("[redacted]")
+		} else if changed {
+			b.WriteString(seg)
+		}
+		if j < 0 {
+			break
+		}
+		if changed {
+			b.WriteByte('/')
+		}
+		i = end + 1
+	}
+	if !changed {
+		return path
+	}
+	return b.String()
 }
 
 // tokenPrefixOf is what a key shows of its token: our TokenPrefix and 9

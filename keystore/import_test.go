@@ -57,7 +57,7 @@ func TestImport(t *testing.T) {
 
 		// A dry run checks and stores nothing.
 		before := len(e.stored(t))
-		report, err := e.keys.Import(keys, true)
+		report, err := e.keys.Import(keys, true, nil)
 		if err != nil || report.Imported != 3 || report.Kept != 2 || !report.DryRun || len(e.stored(t)) != before {
 			t.Fatalf("dry run: %+v %v, %d stored (was %d)", report, err, len(e.stored(t)), before)
 		}
@@ -65,7 +65,7 @@ func TestImport(t *testing.T) {
 			t.Fatal("a dry run's token works")
 		}
 
-		report, err = e.keys.Import(keys, false)
+		report, err = e.keys.Import(keys, false, nil)
 		if err != nil || report.Imported != 3 || report.Kept != 2 {
 			t.Fatalf("import: %+v %v", report, err)
 		}
@@ -109,7 +109,7 @@ func TestImport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = e.keys.Import(keys, false)
+		_, err = e.keys.Import(keys, false, nil)
 		want := []string{"lines[2].token:exists", "lines[3].token:duplicate", "lines[4].token:exists", "lines[5].token:invalid",
 			"lines[6].token:invalid", "lines[7].token:invalid", "lines[8].service:invalid", "lines[8].name:invalid"}
 		if got := fieldErrors(t, err); !slices.Equal(got, want) {
@@ -249,7 +249,7 @@ func TestImportReachesOtherInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := e.keys.Import(keys, false); err != nil {
+	if _, err := e.keys.Import(keys, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	testwait.For(t, time.Second, "the imported keys on the other instance", func() bool {
@@ -270,16 +270,152 @@ func TestImportRace(t *testing.T) {
 		}
 		return keys
 	}
-	if _, err := other.Import(one("there", "raced-token-0123456789"), false); err != nil {
+	if _, err := other.Import(one("there", "raced-token-0123456789"), false, nil); err != nil {
 		t.Fatal(err)
 	}
 	before := len(e.stored(t))
 	keys := append(one("fine", "fine-token-0123456789"), one("raced", "raced-token-0123456789")...)
 	keys[1].Line = 2
-	if _, err := e.keys.Import(keys, false); err != ErrTokenTaken {
+	if _, err := e.keys.Import(keys, false, nil); err != ErrTokenTaken {
 		t.Fatalf("import of a token stored meanwhile: %v", err)
 	}
 	if n := len(e.stored(t)); n != before || works(e.reopen(t), ServiceShare, "fine-token-0123456789") {
 		t.Errorf("the failed import stored something: %d records, was %d", n, before)
+	}
+}
+
+// TestParseKongPlugins: a top-level plugin naming its consumer by id, a
+// global rate limit for consumers without their own, an allow list; and,
+// reported per consumer, a limit by IP, a plugin keys have no equivalent
+// of, a ttl out of range. The file's problems and the keys' are reported
+// together.
+func TestParseKongPlugins(t *testing.T) {
+	raw, err := os.ReadFile("testdata/kong-plugins.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := ParseKong(raw, testGrants, "", t0)
+	want := []string{"lines[14].ttl:out_of_range", "lines[22].plugins:unmapped", "lines[30].plugins:unmapped"}
+	if got := fieldErrors(t, err); !slices.Equal(got, want) {
+		t.Errorf("errors %v, want %v", got, want)
+	}
+	got := map[string]ImportKey{}
+	for _, k := range keys {
+		got[k.Token] = k
+	}
+	cid := got["custom-id-only-key-0123456789"].Input
+	if cid.Owner.Value != "only-custom-id" || len(cid.RateLimits.Value) != 1 || !strings.Contains(string(cid.RateLimits.Value[0]), `"second"`) {
+		t.Errorf("the consumer named by id: %+v %s", cid, cid.RateLimits.Value)
+	}
+	office := got["office-only-key-0123456789abc"].Input
+	if !slices.Equal(office.AllowedIPs.Value, []string{"10.1.0.0/16", "192.0.2.7"}) || len(office.RateLimits.Value) != 1 ||
+		!strings.Contains(string(office.RateLimits.Value[0]), `"hour"`) {
+		t.Errorf("office: allowed %v, limits %s (the global hour limit)", office.AllowedIPs.Value, office.RateLimits.Value)
+	}
+
+	// A bad privileges map is named by group.
+	_, err = ParseKong(raw, map[string]Grant{"readers": {Service: "contract", Privileges: []string{"get"}}, "x": {Service: "share"}}, "", t0)
+	if got := fieldErrors(t, err); !slices.Equal(got, []string{"privilegesMap.readers.service:invalid", "privilegesMap.x.privileges:required"}) {
+		t.Errorf("a bad map: %v", got)
+	}
+}
+
+// TestImportReportsEverything: the problems of reading a file and those
+// of its keys come in one reply, capped, each long quoted value left out
+// (a token put in the wrong field); past MaxImport keys, the import is
+// refused as it is read.
+func TestImportReportsEverything(t *testing.T) {
+	e := newEnv(t, storetest.OpenBolt(t))
+	secret := "ZZSECRETTOKEN0123456789abcdef"
+	file := "\ufeff" + `{"service":"share",` + "\n" +
+		`{"service":"share","name":"x","owner":"o","privileges":["` + secret + `"]}` + "\n" +
+		`{"` + secret + `":1}`
+	keys, perr := ParseJSONL([]byte(file), "")
+	_, err := e.keys.Import(keys, false, perr)
+	got := fieldErrors(t, err)
+	if want := []string{"lines[1]:invalid_json", "lines[3]:invalid_json", "lines[2].privileges[0]:unknown_privilege"}; !slices.Equal(got, want) {
+		t.Errorf("errors %v, want %v", got, want)
+	}
+	if strings.Contains(fmt.Sprint(err), secret) || strings.Contains(fmt.Sprintf("%+v", err), secret) {
+		t.Errorf("a refusal says the token back: %+v", err)
+	}
+
+	var lines []string
+	for i := range 1500 {
+		lines = append(lines, fmt.Sprintf(`{"service":"share","name":"k%d","owner":"o","privileges":["fly"]}`, i))
+	}
+	keys, perr = ParseJSONL([]byte(strings.Join(lines, "\n")), "")
+	_, err = e.keys.Import(keys, false, perr)
+	if got := fieldErrors(t, err); len(got) != maxImportProblems+1 || got[maxImportProblems] != "lines:too_many" {
+		t.Errorf("%d problems, the last %q", len(got), got[len(got)-1])
+	}
+
+	lines = lines[:0]
+	for i := range MaxImport + 1 {
+		lines = append(lines, fmt.Sprintf(`{"service":"share","name":"k%d","owner":"o","privileges":["get"]}`, i))
+	}
+	keys, perr = ParseJSONL([]byte(strings.Join(lines, "\n")), "")
+	if len(keys) != MaxImport || !slices.Contains(fieldErrors(t, perr), "lines:too_many") {
+		t.Errorf("%d keys read of %d lines", len(keys), MaxImport+1)
+	}
+}
+
+// TestImportsOneAtATime: imports of one token at once give it to one key.
+func TestImportsOneAtATime(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		const n = 8
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				keys, err := ParseJSONL([]byte(fmt.Sprintf(`{"service":"share","name":"racer %d","owner":"o","privileges":["get"],"token":"contested-token-0123456789"}`, i)), "")
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, err = e.keys.Import(keys, false, nil)
+				errs <- err
+			}()
+		}
+		ok := 0
+		for range n {
+			if err := <-errs; err == nil {
+				ok++
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("%d imports of one token succeeded, want 1", ok)
+		}
+		count := 0
+		for _, k := range e.reopen(t).List("") {
+			if strings.HasPrefix(k.Name, "racer") {
+				count++
+			}
+		}
+		if count != 1 {
+			t.Errorf("%d keys hold the token after a restart, want 1", count)
+		}
+	})
+}
+
+// TestRedactPath: an imported token in a path is left out of the audit
+// log as keygate's own are; other segments stay.
+func TestRedactPath(t *testing.T) {
+	e := newEnv(t, storetest.OpenBolt(t))
+	keys, _ := ParseJSONL([]byte(`{"service":"share","name":"x","owner":"o","privileges":["get"],"token":"foreign-token-in-a-path"}`), "")
+	if _, err := e.keys.Import(keys, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	mine := mustCreate(t, e.keys, `{`+validContracts+`}`)
+	for path, want := range map[string]string{
+		"/webapi/share/foreign-token-in-a-path":                  "/webapi/share/[redacted]",
+		"/webapi/share/foreign-token-in-a-path/activity":         "/webapi/share/[redacted]/activity",
+		"/webapi/contracts/" + mine.Token:                        "/webapi/contracts/kg_[redacted]",
+		"/webapi/share/not-a-token-of-any-key-here":              "/webapi/share/not-a-token-of-any-key-here",
+		"/webapi/contracts/01a2139b-46b7-72cb-bd43-7aba811f6931": "/webapi/contracts/01a2139b-46b7-72cb-bd43-7aba811f6931",
+	} {
+		if got := e.keys.RedactPath(path); got != want {
+			t.Errorf("RedactPath(%q) = %q, want %q", path, got, want)
+		}
 	}
 }

@@ -1,10 +1,11 @@
 package keystore
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,20 +24,35 @@ import (
 
 // ParseJSONL reads one key a line: the fields of POST /webapi/keys and,
 // optionally, "token". Blank lines are skipped; service, when not empty,
-// is the service of lines that name none.
+// is the service of lines that name none. It returns the keys of the
+// good lines and a 400 naming each bad one (Import reports both at once);
+// past MaxImport keys it stops.
 func ParseJSONL(data []byte, service string) ([]ImportKey, error) {
 	var out []ImportKey
 	var f problem.Fields
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a byte order mark
 	line := 0
-	for sc.Scan() {
+	for len(data) > 0 {
 		line++
-		raw := bytes.TrimSpace(sc.Bytes())
+		var raw []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			raw, data = data[:i], data[i+1:]
+		} else {
+			raw, data = data, nil
+		}
+		raw = bytes.TrimSpace(raw)
 		if len(raw) == 0 {
 			continue
 		}
 		where := "lines[" + strconv.Itoa(line) + "]"
+		if len(out) >= MaxImport {
+			f.Add("lines", "too_many", "an import holds at most "+strconv.Itoa(MaxImport)+" keys; split the file")
+			break
+		}
+		if len(raw) > maxImportLine {
+			f.Add(where, "too_long", "a line is at most 64 KiB")
+			continue
+		}
 		var in struct {
 			KeyInput
 			Token *string `json:"token"`
@@ -44,7 +60,7 @@ func ParseJSONL(data []byte, service string) ([]ImportKey, error) {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
-			f.Add(where, "invalid_json", "not a JSON object of key fields: "+jsonProblem(err))
+			f.Add(where, "invalid_json", jsonProblem(raw, err))
 			continue
 		}
 		if dec.More() {
@@ -64,31 +80,40 @@ func ParseJSONL(data []byte, service string) ([]ImportKey, error) {
 		}
 		out = append(out, k)
 	}
-	if err := sc.Err(); err != nil {
-		f.Add("lines["+strconv.Itoa(line+1)+"]", "too_long", "a line is at most 1 MiB")
-	}
 	return out, f.Err()
 }
 
-// jsonProblem says what is wrong with a line without quoting it: a line
-// may hold a token.
-func jsonProblem(err error) string {
-	var te *json.UnmarshalTypeError
-	switch {
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return strings.TrimPrefix(err.Error(), "json: ")
-	case asType(err, &te):
-		return "field " + te.Field + " must be " + te.Type.String()
-	}
-	return "malformed"
-}
+// maxImportLine bounds a line of JSON Lines: a key's fields fill a few
+// hundred bytes, its allow-list a few dozen more.
+const maxImportLine = 64 << 10
 
-func asType(err error, target **json.UnmarshalTypeError) bool {
-	te, ok := err.(*json.UnmarshalTypeError)
-	if ok {
-		*target = te
+// jsonFieldName is a field name an error may repeat: short, plain.
+var jsonFieldName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,31}$`)
+
+// jsonProblem says what is wrong with a line without quoting it: a line
+// may hold a token, even where a field name belongs.
+func jsonProblem(raw []byte, err error) string {
+	if len(raw) == 0 || raw[0] != '{' {
+		return "each line is one JSON object of key fields"
 	}
-	return ok
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if i := strings.LastIndexByte(field, '.'); i >= 0 {
+			field = field[i+1:]
+		}
+		if jsonFieldName.MatchString(field) {
+			return "field " + field + " has the wrong type"
+		}
+		return "a field has the wrong type"
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if name = strings.Trim(name, `"`); jsonFieldName.MatchString(name) {
+			return "unknown field " + name + ": a line holds the fields of POST /webapi/keys and token"
+		}
+		return "an unknown field: a line holds the fields of POST /webapi/keys and token"
+	}
+	return "not valid JSON"
 }
 
 // Grant is what an ACL group of Kong's becomes: a service and privileges.
@@ -97,14 +122,47 @@ type Grant struct {
 	Privileges []string `json:"privileges" yaml:"privileges"`
 }
 
-// ParsePrivilegesMap reads a map of ACL group to Grant, as JSON or YAML.
+// ParsePrivilegesMap reads a map of ACL group to Grant, as JSON or YAML,
+// and checks it (CheckGrants).
 func ParsePrivilegesMap(data []byte) (map[string]Grant, error) {
 	m := map[string]Grant{}
-	if err := yaml.Unmarshal(data, &m); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&m); err != nil {
 		return nil, problem.Invalid([]problem.FieldError{{Field: "privilegesMap", Code: "invalid",
-			Message: "the privileges map is a JSON or YAML object of ACL group to {service, privileges}"}})
+			Message: "the privileges map is a JSON or YAML object of ACL group to {service, privileges}, and nothing else"}})
 	}
-	return m, nil
+	return m, CheckGrants(m)
+}
+
+// CheckGrants checks each group of a privileges map: a service and
+// privileges of that service, each problem named by its group.
+func CheckGrants(grants map[string]Grant) error {
+	var f problem.Fields
+	groups := make([]string, 0, len(grants))
+	for g := range grants {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	for _, g := range groups {
+		at := "privilegesMap." + g
+		grant := grants[g]
+		s := Service(grant.Service)
+		if !s.Valid() {
+			f.Add(at+".service", "invalid", "group "+g+": service must be contracts or share")
+			s = ""
+		}
+		var pf problem.Fields
+		checkPrivileges(&pf, s, grant.Privileges)
+		if err := pf.Err(); err != nil {
+			var d *problem.Details
+			errors.As(err, &d)
+			for _, e := range d.Errors {
+				f.Add(at+"."+e.Field, e.Code, "group "+g+": "+e.Message)
+			}
+		}
+	}
+	return f.Err()
 }
 
 // kongConsumer is a consumer of a decK dump, as much as an import reads.
@@ -127,9 +185,21 @@ type kongConsumer struct {
 type kongPlugin struct {
 	Name     string         `yaml:"name"`
 	Consumer any            `yaml:"consumer"`
+	Route    any            `yaml:"route"`
+	Service  any            `yaml:"service"`
 	Enabled  *bool          `yaml:"enabled"`
 	Config   map[string]any `yaml:"config"`
 }
+
+// enabled reports whether the plugin applies.
+func (p *kongPlugin) enabled() bool { return p.Enabled == nil || *p.Enabled }
+
+// scoped reports whether the plugin applies to a route or service only,
+// not to a consumer's every request.
+func (p *kongPlugin) scoped() bool { return p.Route != nil || p.Service != nil }
+
+// maxKongTTL bounds a credential's ttl: a hundred years.
+const maxKongTTL = 100 * 365 * 24 * 3600
 
 // kongRateWindows are the rate-limiting plugin's limits that become
 // policies of the key, by the name the policy gets; "month" becomes the
@@ -162,24 +232,37 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 		f.Add("lines[1]", "no_consumers", "the dump has no consumers")
 		return nil, f.Err()
 	}
-	// Rate-limiting plugins at the top level name their consumer.
+	if err := CheckGrants(grants); err != nil {
+		return nil, err
+	}
+	// Plugins at the top level name their consumer (by username or id),
+	// or none: a global plugin, which applies to every consumer.
 	topPlugins := map[string][]kongPlugin{}
+	var global []kongPlugin
 	if plugins := mapValue(root, "plugins"); plugins != nil {
 		var ps []kongPlugin
-		if err := plugins.Decode(&ps); err == nil {
-			for _, p := range ps {
-				if name := consumerRef(p.Consumer); name != "" {
-					topPlugins[name] = append(topPlugins[name], p)
-				}
+		if err := plugins.Decode(&ps); err != nil {
+			f.Add("lines["+strconv.Itoa(plugins.Line)+"].plugins", "invalid_yaml", "the top-level plugins are not a list of plugins")
+		}
+		for _, p := range ps {
+			switch name := consumerRef(p.Consumer); {
+			case name != "":
+				topPlugins[name] = append(topPlugins[name], p)
+			case !p.scoped():
+				global = append(global, p)
 			}
 		}
+	}
+	if len(consumers.Content) > MaxImport {
+		f.Add("consumers", "too_many", "an import holds at most "+strconv.Itoa(MaxImport)+" keys; split the dump")
+		return nil, f.Err()
 	}
 	var out []ImportKey
 	for _, node := range consumers.Content {
 		where := "lines[" + strconv.Itoa(node.Line) + "]"
 		var c kongConsumer
 		if err := node.Decode(&c); err != nil {
-			f.Add(where, "invalid_yaml", "a consumer that does not decode")
+			f.Add(where, "invalid_yaml", yamlProblem(err))
 			continue
 		}
 		if creds := mapValue(node, "keyauth_credentials"); creds != nil {
@@ -239,24 +322,43 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 			privileges = append(privileges, p)
 		}
 		sort.Strings(privileges)
-		limits, quota, ok := kongLimits(&f, where, who, append(c.Plugins, topPlugins[c.Username]...))
+		plugins := c.Plugins
+		for _, ref := range []string{c.Username, c.ID, c.CustomID} {
+			if ref != "" {
+				plugins = append(plugins, topPlugins[ref]...)
+				delete(topPlugins, ref)
+			}
+		}
+		limits, quota, allowed, ok := kongPolicies(&f, where, who, plugins, global)
 		if !ok {
 			continue
 		}
 		for i, cred := range c.Credentials {
-			name := who
+			name := cutRunes(who, maxNameLen)
 			if len(c.Credentials) > 1 {
-				name += " #" + strconv.Itoa(i+1)
+				suffix := " #" + strconv.Itoa(i+1)
+				name = cutRunes(who, maxNameLen-len(suffix)) + suffix
 			}
 			in := KeyInput{
 				Service:     patch.Some(svc),
-				Name:        patch.Some(cutRunes(name, maxNameLen)),
+				Name:        patch.Some(name),
 				Description: patch.Some("imported from Kong consumer " + who),
 				Owner:       patch.Some(owner),
 				Privileges:  patch.Some(privileges),
 			}
-			if cred.TTL > 0 {
+			line := cred.line
+			if line == 0 {
+				line = node.Line
+			}
+			switch {
+			case cred.TTL < 0 || cred.TTL > maxKongTTL:
+				f.Add("lines["+strconv.Itoa(line)+"].ttl", "out_of_range", "consumer "+who+": a credential's ttl is 0 to 100 years of seconds")
+				continue
+			case cred.TTL > 0:
 				in.NotValidAfter = patch.Some(now.Add(time.Duration(cred.TTL) * time.Second).UTC().Format(time.RFC3339))
+			}
+			if len(allowed) > 0 {
+				in.AllowedIPs = patch.Some(allowed)
 			}
 			if len(limits) > 0 {
 				in.RateLimits = patch.Some(limits)
@@ -264,45 +366,105 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 			if quota != nil {
 				in.Quota = patch.Some(quota)
 			}
-			line := cred.line
-			if line == 0 {
-				line = node.Line
-			}
 			if cred.Key == "" {
 				f.Add("lines["+strconv.Itoa(line)+"].key", "required", "consumer "+who+" has a key-auth credential without a key")
 				continue
 			}
-			out = append(out, ImportKey{Line: line, Input: in, Token: cred.Key})
+			out = append(out, ImportKey{Line: line, Input: in, Token: cred.Key, TokenField: "key"})
 		}
 	}
-	if err := f.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, f.Err()
 }
 
-// kongLimits maps the enabled rate-limiting plugins of a consumer.
-func kongLimits(f *problem.Fields, where, who string, plugins []kongPlugin) (limits []json.RawMessage, quota json.RawMessage, ok bool) {
+// kongPolicies maps what a consumer's plugins say of its keys: the
+// rate-limiting plugin (its own, else a global one) as policies and a
+// monthly quota, ip-restriction's allow list as allowedIps. What keys
+// cannot carry is reported (ok false): a limit by IP or by route, a
+// yearly limit, a deny list, a plugin of the consumer's of another kind.
+func kongPolicies(f *problem.Fields, where, who string, own, global []kongPlugin) (limits []json.RawMessage, quota json.RawMessage, allowed []string, ok bool) {
 	ok = true
-	for _, p := range plugins {
-		if p.Name != "rate-limiting" || (p.Enabled != nil && !*p.Enabled) {
-			continue
-		}
-		for _, w := range kongRateWindows {
-			if n, set := wholeConfig(p.Config[w.field]); set {
-				raw, _ := json.Marshal(map[string]any{"name": w.field, "limit": n, "windowSeconds": w.window})
-				limits = append(limits, raw)
-			}
-		}
-		if n, set := wholeConfig(p.Config["month"]); set {
-			quota, _ = json.Marshal(map[string]any{"limit": n, "period": "month"})
-		}
-		if _, set := wholeConfig(p.Config["year"]); set {
-			f.Add(where+".plugins", "unmapped", fmt.Sprintf("consumer %s has a yearly rate limit, which keys cannot carry: remove it or import the consumer by hand", who))
-			ok = false
+	unmapped := func(msg string) {
+		f.Add(where+".plugins", "unmapped", "consumer "+who+": "+msg+": import it by hand, or change the plugin first")
+		ok = false
+	}
+	hasOwn := map[string]bool{}
+	for _, p := range own {
+		if p.enabled() {
+			hasOwn[p.Name] = true
 		}
 	}
-	return limits, quota, ok
+	plugins := own
+	for _, p := range global {
+		if !hasOwn[p.Name] {
+			plugins = append(plugins, p)
+		}
+	}
+	for _, p := range plugins {
+		if !p.enabled() {
+			continue
+		}
+		if p.scoped() {
+			unmapped(p.Name + " applies to a route or service only, which a key cannot say")
+			continue
+		}
+		switch p.Name {
+		case "rate-limiting":
+			if by, _ := p.Config["limit_by"].(string); by != "" && by != "consumer" && by != "credential" {
+				unmapped("rate-limiting limits by " + by + ", not by consumer")
+				continue
+			}
+			for _, w := range kongRateWindows {
+				if n, set := wholeConfig(p.Config[w.field]); set {
+					raw, _ := json.Marshal(map[string]any{"name": w.field, "limit": n, "windowSeconds": w.window})
+					limits = append(limits, raw)
+				}
+			}
+			if n, set := wholeConfig(p.Config["month"]); set {
+				quota, _ = json.Marshal(map[string]any{"limit": n, "period": "month"})
+			}
+			if _, set := wholeConfig(p.Config["year"]); set {
+				unmapped("a yearly rate limit, which keys cannot carry")
+			}
+		case "ip-restriction":
+			if deny, _ := p.Config["deny"].([]any); len(deny) > 0 {
+				unmapped("ip-restriction denies addresses, and a key can only allow some")
+			}
+			for _, a := range asList(p.Config["allow"]) {
+				allowed = append(allowed, a)
+			}
+		case "acl", "key-auth":
+		default:
+			if hasOwn[p.Name] {
+				unmapped("plugin " + p.Name + ", which keygate keys have no equivalent of")
+			}
+		}
+	}
+	return limits, quota, allowed, ok
+}
+
+// asList reads a plugin's list of strings.
+func asList(v any) []string {
+	var out []string
+	l, _ := v.([]any)
+	for _, e := range l {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// yamlProblem says which line of a consumer does not decode, without
+// quoting its value (it may be a key).
+func yamlProblem(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		msg := te.Errors[0]
+		if i := strings.Index(msg, ": cannot unmarshal"); i > 0 {
+			return msg[:i] + ": a value of the wrong type (acls is a list of {group}, keyauth_credentials a list of {key, ttl}, ttl a number)"
+		}
+	}
+	return "a consumer whose fields do not decode"
 }
 
 // wholeConfig reads a positive whole number of a plugin's config.

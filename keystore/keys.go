@@ -41,6 +41,10 @@ type Keys struct {
 	// write happens under mu. Creates do not take it, so that concurrent
 	// creates share commits.
 	writeMu sync.Mutex
+	// importMu makes imports one at a time: each checks its tokens against
+	// the index and then stores them, and two at once could both find a
+	// token free.
+	importMu sync.Mutex
 	// resyncs counts the resyncs begun; an entry made after the n-th began
 	// is not among what it read.
 	resyncs atomic.Uint64

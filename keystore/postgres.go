@@ -153,6 +153,15 @@ func (b *PostgresBackend) PutMany(recs []*record) error {
 	}
 	ctx := context.Background()
 	err := b.db.Update(ctx, func(tx storage.Tx) error {
+		// A token stored meanwhile is found first: the unique index would
+		// refuse it too, but the server would log its hash.
+		var taken bool
+		if err := pgdb.Of(tx).QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM keys WHERE token_hash = ANY($1))", hashes).Scan(&taken); err != nil {
+			return err
+		}
+		if taken {
+			return ErrTokenTaken
+		}
 		batch := &pgx.Batch{}
 		for start := 0; start < len(recs); start += putManyChunk {
 			end := min(start+putManyChunk, len(recs))
