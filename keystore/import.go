@@ -208,7 +208,9 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport,
 var quotedValue = regexp.MustCompile(`"[^"]{16,}"`)
 
 // quietValues replaces the long quoted values of msg.
-func quietValues(msg string) string { return quotedValue.ReplaceAllString(msg, `"(a value of 16 characters or more)"`) }
+func quietValues(msg string) string {
+	return quotedValue.ReplaceAllString(msg, `"(a value of 16 characters or more)"`)
+}
 
 // capProblems keeps the first maxImportProblems problems of err (a 400
 // problem) and says how many more there are.
