@@ -95,6 +95,15 @@ func idBytes(id string) ([]byte, error) {
 	return u[:], nil
 }
 
+// encodeRecord is rec as stored: its id's 16 bytes and its JSON.
+func encodeRecord(rec *record) (id, value []byte, err error) {
+	if id, err = idBytes(rec.ID); err != nil {
+		return nil, nil, err
+	}
+	value, err = json.Marshal(rec)
+	return id, value, err
+}
+
 // Load implements Backend.
 func (b *BoltBackend) Load(fn func(rec *record, u Usage) error) error {
 	return b.db.View(func(tx *bbolt.Tx) error {
@@ -111,11 +120,7 @@ func (b *BoltBackend) Load(fn func(rec *record, u Usage) error) error {
 
 // Put implements Backend. Creates from many clients share commits.
 func (b *BoltBackend) Put(rec *record, emit func(storage.Tx) error) error {
-	k, err := idBytes(rec.ID)
-	if err != nil {
-		return err
-	}
-	v, err := json.Marshal(rec)
+	k, v, err := encodeRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -135,11 +140,7 @@ func (b *BoltBackend) PutMany(recs []*record) error {
 	keys := make([][]byte, len(recs))
 	vals := make([][]byte, len(recs))
 	for i, rec := range recs {
-		k, err := idBytes(rec.ID)
-		if err != nil {
-			return err
-		}
-		v, err := json.Marshal(rec)
+		k, v, err := encodeRecord(rec)
 		if err != nil {
 			return err
 		}

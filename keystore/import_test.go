@@ -1,7 +1,6 @@
 package keystore
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
@@ -219,24 +216,8 @@ func TestParseKong(t *testing.T) {
 // another following the same PostgreSQL within a second, brought by one
 // notification.
 func TestImportReachesOtherInstance(t *testing.T) {
-	db := storetest.OpenPostgres(t)
-	e := newEnv(t, db)
-	db2, err := pgdb.Open(context.Background(), pgdb.Config{DSN: pgtest.Shared(t).DSN, Schema: db.(*pgdb.DB).Schema(), MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db2.Close()
-	other, err := Open(NewPostgresBackend(db2), e.sealer, e.clock.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		other.Follow(ctx, time.Hour, func(err error) { t.Errorf("follow: %v", err) })
-	}()
-	defer func() { cancel(); <-done }()
+	e := newEnv(t, storetest.OpenPostgres(t))
+	other := followingInstance(t, e)
 	first := mustCreate(t, e.keys, `{`+validContracts+`}`)
 	testwait.For(t, testwait.Generous, "the other instance to listen", func() bool { return other.Lookup(HashToken(first.Token)) != nil })
 

@@ -13,6 +13,31 @@ import (
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
+// followingInstance is a second instance on e's PostgreSQL database, with
+// a connection pool of its own, following the changes of others as a
+// gateway does until the test ends. Its resync comes every hour: only
+// the notifications can bring changes in time.
+func followingInstance(t *testing.T, e *env) *Keys {
+	t.Helper()
+	db2, err := pgdb.Open(context.Background(), pgdb.Config{DSN: pgtest.Shared(t).DSN, Schema: e.db.(*pgdb.DB).Schema(), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := Open(NewPostgresBackend(db2), e.sealer, e.clock.Now)
+	if err != nil {
+		db2.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		other.Follow(ctx, time.Hour, func(err error) { t.Errorf("follow: %v", err) })
+	}()
+	t.Cleanup(func() { cancel(); <-done; db2.Close() })
+	return other
+}
+
 // Two key stores on one database behave as two gateway instances: each
 // adds its own uses, so the stored count is the sum, and the later last
 // use wins; a resync brings the other's changes and counts.
@@ -104,23 +129,7 @@ func TestResyncFollowsOtherInstance(t *testing.T) {
 func TestFollowHearsOtherInstance(t *testing.T) {
 	db := storetest.OpenPostgres(t)
 	e := newEnv(t, db)
-	db2, err := pgdb.Open(context.Background(), pgdb.Config{DSN: pgtest.Shared(t).DSN, Schema: db.(*pgdb.DB).Schema(), MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db2.Close()
-	other, err := Open(NewPostgresBackend(db2), e.sealer, e.clock.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// An hour: only the notifications can bring the changes in time.
-		other.Follow(ctx, time.Hour, func(err error) { t.Errorf("follow: %v", err) })
-	}()
-	defer func() { cancel(); <-done }()
+	other := followingInstance(t, e)
 
 	// The first resync runs once LISTEN is in place; a key created before
 	// arrives through it, one created after through a notification.

@@ -102,11 +102,7 @@ func (b *PostgresBackend) Key(id string) (rec *record, u Usage, err error) {
 
 // Put implements Backend.
 func (b *PostgresBackend) Put(rec *record, emit func(storage.Tx) error) error {
-	id, err := idBytes(rec.ID)
-	if err != nil {
-		return err
-	}
-	v, err := json.Marshal(rec)
+	id, v, err := encodeRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -141,11 +137,7 @@ func (b *PostgresBackend) PutMany(recs []*record) error {
 	hashes := make([][]byte, len(recs))
 	vals := make([]string, len(recs))
 	for i, rec := range recs {
-		id, err := idBytes(rec.ID)
-		if err != nil {
-			return err
-		}
-		v, err := json.Marshal(rec)
+		id, v, err := encodeRecord(rec)
 		if err != nil {
 			return err
 		}

@@ -183,21 +183,9 @@ func startBalancer(t *testing.T, siteA, siteB string) string {
 	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := os.Create(filepath.Join(dir, "output.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(bin, "run", "--config", file, "--adapter", "caddyfile")
-	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		out.Close()
-	})
+	startProcess(t, cmd, filepath.Join(dir, "output.log"))
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	testwait.For(t, testwait.Generous, "the balancer to listen", func() bool {
 		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
@@ -207,6 +195,26 @@ func startBalancer(t *testing.T, siteA, siteB string) string {
 		return err == nil
 	})
 	return base
+}
+
+// startProcess starts cmd, its output to the file at logPath, and kills
+// it when the test ends.
+func startProcess(t *testing.T, cmd *exec.Cmd, logPath string) {
+	t.Helper()
+	out, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		out.Close()
+	})
 }
 
 // hangingProxy relays TCP connections to a target. Hung, it stops
