@@ -25,11 +25,14 @@ type Lookup[K comparable] struct {
 	reading int // reads on their way
 }
 
-// maxLookups bounds the reads of one Lookup on their way at once: two,
-// so that one slow read does not hold up every caller, and no more, so
-// that callers who come at once share them (with 4, a bench of 32
-// clients made reads of a few keys each, and lost a quarter of its GETs).
-const maxLookups = 2
+// maxLookups bounds the reads of one Lookup on their way at once: one,
+// so that the callers who come while it is on its way share the next
+// (measured on the 2-core bench with PostgreSQL on the same machine, 32
+// clients, 5 rounds, twice: contract GET 0.51 and 0.56 of bare respond
+// with one, 0.43 and 0.44 with two; share GET 0.55 and 0.48 against 0.50
+// and 0.45: fewer statements leave the cores to the requests; with 4 a
+// bench lost a quarter of its GETs).
+const maxLookups = 1
 
 type lookupCall[K comparable] struct {
 	key   K
