@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -46,8 +45,13 @@ func (Docs) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// docsCSP lets the page load its stylesheet and nothing else.
-const docsCSP = "default-src 'none'; style-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+// docsHeaders are the page's own beside every body's: a
+// Content-Security-Policy that lets it load its stylesheet and nothing
+// else, and no referrer.
+var docsHeaders = map[string]string{
+	"Content-Security-Policy": "default-src 'none'; style-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+	"Referrer-Policy":         "no-referrer",
+}
 
 // Provision renders the page once, naming the webapi app's
 // public_base_url as the server when the config has the app.
@@ -91,7 +95,6 @@ func etagOf(b []byte) string {
 // stylesheet at Path/docs.css, a 404 problem for anything else below.
 // Caches may keep both but must revalidate, so a new version shows at once.
 func (h *Docs) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	hd := w.Header()
 	var body []byte
 	var etag, contentType string
 	switch r.URL.Path {
@@ -103,26 +106,7 @@ func (h *Docs) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Han
 		problem.Write(w, problem.NotFound("no such page; the API reference is at "+h.Path))
 		return nil
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		hd.Set("Allow", "GET, HEAD")
-		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "use GET or HEAD on this path"))
-		return nil
-	}
-	problem.SecureHeaders(hd)
-	hd.Set("Content-Security-Policy", docsCSP)
-	hd.Set("Referrer-Policy", "no-referrer")
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("ETag", etag)
-	if etagMatches(r.Header.Get("If-None-Match"), etag) {
-		w.WriteHeader(http.StatusNotModified)
-		return nil
-	}
-	hd.Set("Content-Type", contentType)
-	hd.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	if r.Method == http.MethodGet {
-		_, _ = w.Write(body)
-	}
+	serveFixed(w, r, body, etag, contentType, docsHeaders)
 	return nil
 }
 

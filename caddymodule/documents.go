@@ -155,9 +155,7 @@ func (h *Documents) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhtt
 		problem.Write(w, problem.NotFound("no such document resource"))
 		return nil
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "use GET or HEAD"))
+	if onlyGetHead(w, r) {
 		return nil
 	}
 	cert := h.app.sealer.Certificate()

@@ -62,12 +62,10 @@ func (h *Health) Provision(ctx caddy.Context) error {
 
 // ServeHTTP answers GET and HEAD, never cached.
 func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	hd := w.Header()
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		hd.Set("Allow", "GET, HEAD")
-		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "use GET or HEAD on this path"))
+	if onlyGetHead(w, r) {
 		return nil
 	}
+	hd := w.Header()
 	problem.SecureHeaders(hd)
 	if h.Live {
 		writeHealth(w, r, http.StatusOK, "application/json", healthReply{status: "live"})

@@ -64,26 +64,46 @@ func (h *OpenAPI) Provision(ctx caddy.Context) error {
 // body (problem.SecureHeaders); caches may keep the document but must
 // revalidate, so that a new version of the gateway is seen at once.
 func (h *OpenAPI) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	serveFixed(w, r, h.body, h.etag, "application/json", nil)
+	return nil
+}
+
+// onlyGetHead answers 405 to a method other than GET and HEAD, and says
+// whether it did.
+func onlyGetHead(w http.ResponseWriter, r *http.Request) (refused bool) {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return false
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "use GET or HEAD on this path"))
+	return true
+}
+
+// serveFixed answers GET and HEAD with body, which stays the same until
+// the next config: the security headers of every body (problem.
+// SecureHeaders, then those of header), a 304 to a client that has etag,
+// and no-cache, so that caches keep it but see a new version at once.
+func serveFixed(w http.ResponseWriter, r *http.Request, body []byte, etag, contentType string, header map[string]string) {
+	if onlyGetHead(w, r) {
+		return
+	}
 	hd := w.Header()
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		hd.Set("Allow", "GET, HEAD")
-		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "use GET or HEAD on this path"))
-		return nil
-	}
 	problem.SecureHeaders(hd) // then no-cache rather than its no-store
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("ETag", h.etag)
-	if etagMatches(r.Header.Get("If-None-Match"), h.etag) {
-		w.WriteHeader(http.StatusNotModified)
-		return nil
+	for k, v := range header {
+		hd.Set(k, v)
 	}
-	hd.Set("Content-Type", "application/json")
-	hd.Set("Content-Length", strconv.Itoa(len(h.body)))
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("ETag", etag)
+	if etagMatches(r.Header.Get("If-None-Match"), etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	hd.Set("Content-Type", contentType)
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
-		_, _ = w.Write(h.body)
+		_, _ = w.Write(body)
 	}
-	return nil
 }
 
 // etagMatches applies If-None-Match's weak comparison: "*" or any listed
