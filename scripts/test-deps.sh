@@ -37,13 +37,17 @@ if ! command -v openssl >/dev/null 2>&1; then
 	need+=(openssl)
 fi
 # The deploy files are checked by their own tools: systemd-analyze verify
-# (the service unit), promtool (the alert rules and their tests) and
-# Prometheus itself (every dashboard panel's query, against a gateway).
+# (the service unit), promtool (the alert rules and their tests),
+# Prometheus itself (every dashboard panel's query and the scrape config,
+# against a gateway) and logrotate (the audit log's example).
 if ! command -v systemd-analyze >/dev/null 2>&1; then
 	need+=(systemd)
 fi
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
 	need+=(prometheus)
+fi
+if ! command -v logrotate >/dev/null 2>&1 && [ ! -x /usr/sbin/logrotate ]; then
+	need+=(logrotate)
 fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
