@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 	"github.com/keygate/keygate/internal/testkit/mailtest"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
@@ -733,4 +735,137 @@ func TestReloadOntoBadFiles(t *testing.T) {
 		t.Errorf("creating a key after the failed reload: %v", err)
 	}
 	t.Logf("%v: ...%s", err, string(out)[max(0, strings.Index(string(out), "provision webapi:")):])
+}
+
+// TestDatabaseConnectionCut runs the gateway on PostgreSQL through a
+// proxy that cuts its connections mid-statement while a small, bounded
+// load is in flight (contract and share GETs and POSTs, and a quota
+// key whose key check asks the database at nearly every request): each
+// reply is the request's success or a 503 `unavailable` problem with
+// Retry-After, never a 500; once the cuts stop, every request succeeds.
+func TestDatabaseConnectionCut(t *testing.T) {
+	srv := pgtest.Shared(t)
+	schema := srv.Schema(t)
+	dsn, err := url.Parse(srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startHangingProxy(t, dsn.Host)
+	dsn.Host = proxy.addr()
+	g := start(t, gatewayproc.Options{
+		WebAPI: fmt.Sprintf("storage postgres {\n\t\t\tdsn %q\n\t\t\tschema %s\n\t\t}", dsn.String(), schema),
+	})
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(filepath.Join(g.Dir(), "caddy.log")); t.Failed() && err == nil {
+			t.Logf("the end of caddy.log:\n%s", b[max(0, len(b)-16<<10):])
+		}
+	})
+	api := prepareAPIs(t, g, "Cut")
+	// A quota of 199 is leased in blocks of one, so the key check asks
+	// the database at nearly every request.
+	quota, err := g.CreateKey("contracts", "Cut quota", "alice", []string{"get"},
+		map[string]any{"quota": map[string]any{"limit": 199, "period": "month"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var contract struct{ ID string }
+	crashMust(t, "POST", g.Site+"/webapi/contracts", api.contracts.Token, map[string]any{
+		"templateId": "PAGE-1", "name": "cut",
+		"signers": []map[string]any{{"fullName": "Cut Signer", "accessKind": "url"}},
+	}, http.StatusCreated, &contract)
+	var share struct{ UUID string }
+	crashMust(t, "POST", g.Site+"/webapi/share", api.share.Token,
+		map[string]any{"type": "ISSUE", "issueId": "CUT-0", "projectId": "P1"}, http.StatusCreated, &share)
+
+	requests := []struct {
+		name, method, path, token string
+		body                      func(n int) any
+		want                      int // the status of a request no cut met
+	}{
+		{"contract GET", "GET", "/webapi/contracts/" + contract.ID, api.contracts.Token, nil, http.StatusOK},
+		{"contract POST", "POST", "/webapi/contracts", api.contracts.Token, func(n int) any {
+			return map[string]any{"templateId": "PAGE-1", "name": fmt.Sprintf("cut %d", n),
+				"signers": []map[string]any{{"fullName": "Cut Signer", "accessKind": "url"}}}
+		}, http.StatusCreated},
+		{"share GET", "GET", "/webapi/share/" + share.UUID, api.share.Token, nil, http.StatusOK},
+		{"share POST", "POST", "/webapi/share", api.share.Token, func(n int) any {
+			return map[string]any{"type": "ISSUE", "issueId": fmt.Sprintf("CUT-%d", n), "projectId": "P1"}
+		}, http.StatusCreated},
+		{"key check (quota)", "GET", "/webapi/contracts/" + contract.ID, quota.Token, nil, http.StatusOK},
+	}
+	send := func(i, n int) (crashReply, error) {
+		rq := requests[i]
+		var body any
+		if rq.body != nil {
+			body = rq.body(n)
+		}
+		return crashDo(rq.method, g.Site+rq.path, rq.token, body)
+	}
+
+	// 4 clients, 12 rounds of every request each, within 30 s; the
+	// connections are cut every 20 ms meanwhile.
+	const clients, rounds = 4, 12
+	deadline := time.Now().Add(30 * time.Second)
+	stop := make(chan struct{})
+	cutting := make(chan struct{})
+	go func() {
+		defer close(cutting)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				proxy.cut()
+			}
+		}
+	}()
+	var mu sync.Mutex
+	seen := make([]map[int]int, len(requests))
+	for i := range seen {
+		seen[i] = map[int]int{}
+	}
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds && time.Now().Before(deadline); r++ {
+				for i, rq := range requests {
+					reply, err := send(i, (c*rounds+r)*len(requests)+i+1)
+					mu.Lock()
+					switch {
+					case err != nil:
+						t.Errorf("%s: %v", rq.name, err)
+					case reply.status != rq.want:
+						faultProblem(t, rq.name+" with its connection cut", reply, http.StatusServiceUnavailable, "unavailable", "postgres", "EOF")
+						fallthrough
+					default:
+						seen[i][reply.status]++
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-cutting
+	failed := 0
+	for i, rq := range requests {
+		t.Logf("%s: %v", rq.name, seen[i])
+		failed += seen[i][http.StatusServiceUnavailable]
+	}
+	if failed == 0 {
+		t.Error("no request met a cut connection")
+	}
+
+	// The cuts over, the pool's new connections serve every request.
+	for i, rq := range requests {
+		testwait.For(t, testwait.Generous, rq.name+" to succeed again", func() bool {
+			reply, err := send(i, 10000+i)
+			return err == nil && reply.status == rq.want
+		})
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,14 +221,23 @@ func startProcess(t *testing.T, cmd *exec.Cmd, logPath string) {
 // hangingProxy relays TCP connections to a target. Hung, it stops
 // relaying bytes both ways on every connection, old and new, as a
 // database behind a broken network does (no refusal, no reset, nothing),
-// until resumed.
+// until resumed. Cut, it ends the connections open then mid-statement.
 type hangingProxy struct {
 	ln     net.Listener
 	target string
 
-	mu   sync.Mutex
-	cond *sync.Cond
-	hung bool
+	mu    sync.Mutex
+	cond  *sync.Cond
+	hung  bool
+	links []*proxyLink
+}
+
+// proxyLink is one relayed connection: the client's side and the
+// target's.
+type proxyLink struct {
+	down, up net.Conn
+	// doomed: the link ends once the client's next bytes reach the target.
+	doomed atomic.Bool
 }
 
 func startHangingProxy(t *testing.T, target string) *hangingProxy {
@@ -239,8 +249,6 @@ func startHangingProxy(t *testing.T, target string) *hangingProxy {
 	p := &hangingProxy{ln: ln, target: target}
 	p.cond = sync.NewCond(&p.mu)
 	var conns sync.WaitGroup
-	var open []net.Conn
-	var openMu sync.Mutex
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -252,22 +260,24 @@ func startHangingProxy(t *testing.T, target string) *hangingProxy {
 				c.Close()
 				continue
 			}
-			openMu.Lock()
-			open = append(open, c, up)
-			openMu.Unlock()
+			l := &proxyLink{down: c, up: up}
+			p.mu.Lock()
+			p.links = append(p.links, l)
+			p.mu.Unlock()
 			conns.Add(2)
-			go func() { defer conns.Done(); p.relay(up, c) }()
-			go func() { defer conns.Done(); p.relay(c, up) }()
+			go func() { defer conns.Done(); p.relay(up, c, l) }()
+			go func() { defer conns.Done(); p.relay(c, up, nil) }()
 		}
 	}()
 	t.Cleanup(func() {
 		ln.Close()
 		p.resume()
-		openMu.Lock()
-		for _, c := range open {
-			c.Close()
+		p.mu.Lock()
+		for _, l := range p.links {
+			l.down.Close()
+			l.up.Close()
 		}
-		openMu.Unlock()
+		p.mu.Unlock()
 		conns.Wait()
 	})
 	return p
@@ -276,7 +286,9 @@ func startHangingProxy(t *testing.T, target string) *hangingProxy {
 func (p *hangingProxy) addr() string { return p.ln.Addr().String() }
 
 // relay copies from src to dst, holding each chunk while the proxy hangs.
-func (p *hangingProxy) relay(dst, src net.Conn) {
+// cut, given for the client's direction, ends the link after a chunk
+// when it is doomed.
+func (p *hangingProxy) relay(dst, src net.Conn, cut *proxyLink) {
 	defer dst.Close()
 	buf := make([]byte, 32<<10)
 	for {
@@ -290,10 +302,27 @@ func (p *hangingProxy) relay(dst, src net.Conn) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
+			if cut != nil && cut.doomed.Load() {
+				cut.down.Close()
+				cut.up.Close()
+				return
+			}
 		}
 		if err != nil {
 			return
 		}
+	}
+}
+
+// cut dooms every connection open now: each ends as soon as its client's
+// next statement has reached the target, which runs it while its answer
+// never comes back, as when the database's host or the network fails
+// mid-query. Connections made afterwards are relayed as usual.
+func (p *hangingProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.links {
+		l.doomed.Store(true)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"regexp"
@@ -374,7 +375,7 @@ func beginSQL(opts pgx.TxOptions) string {
 
 func isDBError(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) || (!errors.Is(err, context.Canceled) && unreachable(err))
+	return errors.As(err, &pe) || unreachable(err)
 }
 
 func retryable(err error) bool {
@@ -414,20 +415,49 @@ func (d *DB) wrap(what string, err error) error {
 	return &dbError{what: what, err: err, dsn: d.dsn}
 }
 
-// unreachable tells an error of a database that is down, restarting,
-// out of connections or not answering from one of a request's own.
+// unreachable is the one classification of the backend's errors as
+// storage.ErrUnavailable: a database that is down, restarting, out of
+// connections or not answering, or a connection lost at any point of a
+// statement (refused, reset, or its answer cut short), rather than a
+// request's own error. Checked down the whole chain, however pgx or a
+// store wrapped it. A context the caller cancelled is the caller's.
 func unreachable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		// 28: the server refuses the login (a password changed under the
-		// gateway): as unusable as a server that is down.
-		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P") || pe.Code == "53300" ||
-			strings.HasPrefix(pe.Code, "28")
+		return unavailableState(pe.Code)
 	}
+	// A *net.OpError of a dial, read or write is a net.Error, and so is
+	// a bare syscall.Errno (ECONNRESET, ECONNREFUSED, EPIPE, ...).
 	var ne net.Error
 	var ce *pgconn.ConnectError
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || errors.As(err, &ce) ||
-		pgconn.SafeToRetry(err) || errors.Is(err, pgx.ErrTxClosed)
+	switch {
+	case errors.As(err, &ne), errors.As(err, &ce),
+		// The pool's acquire or a statement ran out of time.
+		errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err),
+		// The stream ended mid-answer: pgproto3 turns the io.EOF of a
+		// closed socket into io.ErrUnexpectedEOF.
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		// A connection pgx or the runtime already knows to be closed.
+		errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, net.ErrClosed), errors.Is(err, pgx.ErrTxClosed),
+		// Failed before anything was sent (the connection was closed).
+		pgconn.SafeToRetry(err):
+		return true
+	}
+	return false
+}
+
+// unavailableState tells the SQLSTATEs of a server that cannot serve the
+// gateway now, whatever the statement: class 08 (connection exception),
+// 57P (admin_shutdown, crash_shutdown, cannot_connect_now, and the
+// session ended by the server), 53300 (too_many_connections), and class
+// 28, a refused login (a password changed under the gateway), as
+// unusable as a server that is down.
+func unavailableState(code string) bool {
+	return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || code == "53300" ||
+		strings.HasPrefix(code, "28")
 }
 
 type dbError struct {

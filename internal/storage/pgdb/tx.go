@@ -3,6 +3,7 @@ package pgdb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -242,7 +243,13 @@ func (t *tx) Commit(ctx context.Context) error {
 		if len(t.queued) > 0 {
 			return errEnded
 		}
-		if t.conn.IsClosed() || t.conn.PgConn().TxStatus() != 'I' {
+		if t.conn.IsClosed() {
+			// The connection went with the last round trip (whether
+			// COMMIT ran is unknown): the database's failure, which
+			// the store may not have seen.
+			return fmt.Errorf("postgres storage: the connection was lost with the transaction's last round trip: %w", pgconn.ErrConnClosed)
+		}
+		if t.conn.PgConn().TxStatus() != 'I' {
 			t.abandon(ctx)
 			return errors.New("postgres storage: the transaction's last round trip did not commit")
 		}
