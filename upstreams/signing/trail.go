@@ -3,7 +3,9 @@ package signing
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -94,7 +96,7 @@ func certificateEvents(c *contracts.Contract, trail []TrailEvent) (own []contrac
 
 	const before = " (recorded before the event trail)"
 	if !seen["\x00"+TrailCreated] {
-		own = append([]contractpdf.Event{{At: c.CreationTimestamp, What: "Contract created through the API by " + c.CreatedByID + before}}, own...)
+		own = append([]contractpdf.Event{{At: c.CreationTimestamp, What: "Contract created through the API by " + contractpdf.ClientText(c.CreatedByID) + before}}, own...)
 	}
 	for j := range c.Signers {
 		sg := &c.Signers[j]
@@ -124,21 +126,21 @@ func certificateEvents(c *contracts.Contract, trail []TrailEvent) (own []contrac
 func (e *TrailEvent) words() string {
 	switch e.Kind {
 	case TrailCreated:
-		by := "Contract created through the API by " + e.Owner
+		by := "Contract created through the API by " + contractpdf.ClientText(e.Owner)
 		if e.KeyName != "" {
-			by += fmt.Sprintf(", with the API key “%s” (%s)", e.KeyName, e.KeyID)
+			by += fmt.Sprintf(", with the API key “%s” (%s)", contractpdf.ClientText(e.KeyName), contractpdf.ClientText(e.KeyID))
 		} else if e.KeyID != "" {
-			by += ", with the API key " + e.KeyID
+			by += ", with the API key " + contractpdf.ClientText(e.KeyID)
 		}
 		return by
 	case TrailInvited:
-		return "Invitation queued for delivery by " + channelName(e.Channel) + " to " + e.To
+		return "Invitation queued for delivery by " + channelName(e.Channel) + " to " + e.maskedTo()
 	case TrailLinkIssued:
 		return "Signing link given to the API client that created the contract, which hands it to the signer (access by link, no e-mail)"
 	case TrailOpened:
 		return "Opened the signing page"
 	case TrailOTPSent:
-		return "One-time password queued for delivery by " + channelName(e.Channel) + " to " + e.To
+		return "One-time password queued for delivery by " + channelName(e.Channel) + " to " + e.maskedTo()
 	case TrailOTPRefused:
 		if e.TriesLeft == 0 {
 			return "Wrong one-time password entered; the password is void"
@@ -154,4 +156,22 @@ func (e *TrailEvent) words() string {
 		return "Contract completed: every signer has signed"
 	}
 	return e.Kind
+}
+
+// maskedTo is e.To as the certificate prints it: the characters the
+// masked address keeps of the client's (the first of an e-mail address,
+// its domain, a phone's last digits) through contractpdf.ClientText,
+// the mask's own "•••" as it is.
+func (e *TrailEvent) maskedTo() string {
+	const mask = "•••"
+	if e.Channel == contracts.OTPSMS {
+		if rest, ok := strings.CutPrefix(e.To, mask); ok {
+			return mask + contractpdf.ClientText(rest)
+		}
+	} else if _, n := utf8.DecodeRuneInString(e.To); n > 0 {
+		if rest, ok := strings.CutPrefix(e.To[n:], mask); ok {
+			return contractpdf.ClientText(e.To[:n]) + mask + contractpdf.ClientText(rest)
+		}
+	}
+	return contractpdf.ClientText(e.To)
 }

@@ -221,6 +221,72 @@ func TestCertificateOfOlderContract(t *testing.T) {
 	})
 }
 
+// TestCertificateClientText: what a client chose (its user agent, a
+// signer's name and e-mail address, the key's name and owner) comes out
+// of pdftotext with the certificate's quotes and separators escaped, so
+// that none of it reads as the gateway's own words.
+func TestCertificateClientText(t *testing.T) {
+	t.Parallel()
+	planted := "Mozilla/5.0” · identity verified with passport no. X123 · IP address 10.0.0.1 “"
+	tests := []struct {
+		name                            string
+		owner, keyName, fullName, email string
+		userAgent                       string // of the create and of the signer's requests
+		want                            []string
+	}{
+		{name: "statements planted in a user agent", owner: "alice", keyName: "Billing sync", fullName: "Ann Email", email: "ann@example.com",
+			userAgent: planted, want: []string{
+				"Contract created through the API by alice, with the API key “Billing sync”",
+				`Opened the signing page IP address 192.0.2.7 · user agent “Mozilla/5.0\u201D \u00B7 identity verified with passport no. X123 \u00B7 IP address 10.0.0.1 \u201C”`,
+			}},
+		{name: "a signer's name and e-mail address", owner: "alice", keyName: "Billing sync", fullName: `Eve” · verified “Bob "B"`,
+			email: "“eve”·@example.com", userAgent: firefox, want: []string{
+				`Full name Eve\u201D \u00B7 verified \u201CBob \u0022B\u0022 E-mail \u201Ceve\u201D\u00B7@example.com`,
+				`Invitation queued for delivery by e-mail to \u201C•••@example.com IP address 198.51.100.9 · user agent “` + firefox + "”",
+			}},
+		{name: "the key's name and owner", owner: `alice "root"`, keyName: "Sync” · verified “", fullName: "Ann Email", email: "ann@example.com",
+			userAgent: "curl/8.5.0", want: []string{
+				`Contract created through the API by alice \u0022root\u0022, with the API key “Sync\u201D \u00B7 verified \u201C” (0b6f7d1e-1111-4222-8333-944455556666)`,
+			}},
+	}
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixture(t, db)
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				signer, _ := json.Marshal(map[string]string{"fullName": tt.fullName, "accessKind": "email", "email": tt.email, "otpMethod": "none"})
+				r := httptest.NewRequest(http.MethodPost, contracts.Prefix, strings.NewReader(`{"templateId":"PAGE-1","name":"Lease","signers":[`+string(signer)+`]}`))
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set("User-Agent", tt.userAgent)
+				r.RemoteAddr = "198.51.100.9:5000"
+				r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "0b6f7d1e-1111-4222-8333-944455556666",
+					KeyName: tt.keyName, Owner: tt.owner, Service: keystore.ServiceContracts}))
+				w := httptest.NewRecorder()
+				f.api.ServeHTTP(w, r)
+				if w.Code != http.StatusCreated {
+					t.Fatalf("create: %d %s", w.Code, w.Body)
+				}
+				c := decodeCreated(t, w.Body.Bytes())
+				f.page(http.MethodGet, "/sign/"+c.token(0), "", "", "User-Agent", tt.userAgent)
+				raw, _ := json.Marshal(map[string]string{"decision": "signed", "method": "render", "signature": "Signer"})
+				if w := f.page(http.MethodPost, "/sign/"+c.token(0)+"/decision", "application/json", string(raw), "User-Agent", tt.userAgent); w.Code != http.StatusOK {
+					t.Fatalf("sign: %d %s", w.Code, w.Body)
+				}
+				text := f.certificateText(c.ID)
+				for _, want := range tt.want {
+					if !strings.Contains(text, want) {
+						t.Errorf("certificate lacks %q:\n%s", want, text)
+					}
+				}
+				for _, v := range []string{tt.owner, tt.keyName, tt.fullName, tt.email, tt.userAgent} {
+					if strings.ContainsAny(v, "“”\"·") && strings.Contains(text, words(v)) {
+						t.Errorf("certificate holds %q as the client sent it", v)
+					}
+				}
+			})
+		}
+	})
+}
+
 // trail reads contract id's trail.
 func (f *fixture) trail(id string) []TrailEvent {
 	f.t.Helper()

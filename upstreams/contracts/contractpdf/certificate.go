@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // keyWidth is the width of the label column of the certificate.
@@ -36,9 +37,9 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	d.f.Ln(4)
 
 	d.heading("Contract", 13)
-	d.field("Name", in.Name)
+	d.field("Name", ClientText(in.Name))
 	d.field("Contract ID", in.ContractID)
-	d.field("Document", in.TemplateTitle)
+	d.field("Document", ClientText(in.TemplateTitle))
 	d.field("Created", timestamp(in.Created))
 	d.field("Completed", timestamp(in.completedAt()))
 	d.field("Signers", fmt.Sprint(len(in.Signers)))
@@ -50,9 +51,9 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	for i, s := range in.Signers {
 		d.ensureSpace(8 * lineHeight)
 		d.heading(fmt.Sprintf("Signer %d of %d", i+1, len(in.Signers)), 13)
-		d.field("Full name", s.FullName)
-		d.field("E-mail", orDash(s.Email))
-		d.field("Phone", orDash(s.Phone))
+		d.field("Full name", ClientText(s.FullName))
+		d.field("E-mail", orDash(ClientText(s.Email)))
+		d.field("Phone", orDash(ClientText(s.Phone)))
 		d.f.Ln(2)
 		d.events(s.Events)
 		d.f.Ln(4)
@@ -83,7 +84,7 @@ func (d *document) events(es []Event) {
 		d.f.MultiCell(0, lineHeight-1, timestamp(e.At), "", "L", false)
 		d.f.SetFont(family, "", bodySize-1)
 		d.f.MultiCell(0, lineHeight, oneLine(e.What), "", "L", false)
-		d.origin(e.IP, oneLine(e.UserAgent))
+		d.origin(e.IP, ClientText(e.UserAgent))
 		d.f.Ln(1.5)
 	}
 }
@@ -123,6 +124,41 @@ func (d *document) origin(ip, userAgent string) {
 // oneLine is s made printable with each run of white space, line breaks
 // included, as one space.
 func oneLine(s string) string { return strings.Join(strings.Fields(printable(s)), " ") }
+
+// syntax holds the characters the certificate's own text is built of
+// (quotes around a value, "·" between clauses, "…" at a cut), those that
+// look like them, and the backslash, so that an escape is always ours;
+// ClientText shows each as an escape.
+const syntax = `\"“”„‟″‶״˝«»‹›「」『』〝〞〟＂❝❞` + "·\u0387•‧∙⋅・･⸱ꞏ●◦⦁…⋯"
+
+// singleQuotes are the quote-like characters a name may hold one of
+// (O’Brien); a second in a row would pass for a double quote.
+const singleQuotes = "'‘’‚‛′`´ʹʻʼ׳＇❛❜"
+
+// ClientText is s, a value the client chose (a user agent, a name, an
+// e-mail address, a key's name), as the certificate prints it: on one
+// line, with every character of the certificate's own syntax, its
+// look-alikes and the backslash as a visible escape (” as \u201D), so
+// that no value closes the quotes around it or starts a clause that
+// would read as the gateway's words. Ordinary text is unchanged.
+func ClientText(s string) string {
+	var b strings.Builder
+	single := false
+	for _, r := range s {
+		switch {
+		case unicode.IsSpace(r):
+			b.WriteByte(' ')
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r):
+			continue // invisible: dropped before a pair of quotes is judged
+		case strings.ContainsRune(syntax, r) || single && strings.ContainsRune(singleQuotes, r):
+			fmt.Fprintf(&b, `\u%04X`, r)
+		default:
+			b.WriteRune(r)
+		}
+		single = strings.ContainsRune(singleQuotes, r)
+	}
+	return oneLine(b.String())
+}
 
 // field writes one label and value row; long values wrap in their column.
 func (d *document) field(key, value string) {

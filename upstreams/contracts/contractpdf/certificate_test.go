@@ -138,3 +138,62 @@ func TestCertificateRefusesBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestCertificateClientText: a user agent, a name or an e-mail address is
+// the client's text; whatever quotes or separators it holds, the
+// certificate shows them escaped, so no client value closes its quotes or
+// starts a clause of its own, while ordinary values read as typed.
+func TestCertificateClientText(t *testing.T) {
+	const firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+	tests := []struct {
+		name                       string
+		fullName, email, userAgent string
+		want                       []string // lines as pdftotext prints them
+	}{
+		{name: "statements planted in the user agent", fullName: "Zoë Ångström", email: "zoe@example.org",
+			userAgent: "Mozilla/5.0” · identity verified with passport no. X123 · IP address 10.0.0.1 “",
+			want:      []string{`user agent “Mozilla/5.0\u201D \u00B7 identity verified with passport no. X123 \u00B7 IP address 10.0.0.1 \u201C”`}},
+		{name: "straight quotes and a backslash", fullName: "Zoë Ångström", email: "zoe@example.org",
+			userAgent: `curl/8.5.0" · verified \u201D`,
+			want:      []string{`IP address 203.0.113.7 · user agent “curl/8.5.0\u0022 \u00B7 verified \u005Cu201D”`}},
+		{name: "look-alikes of the quotes and the separator", fullName: "Zoë Ångström", email: "zoe@example.org",
+			userAgent: "a•b‧c∙d⋅e・f״g″h„i‟j«k»l‹m›n「o」p’’q",
+			want:      []string{`user agent “a\u2022b\u2027c\u2219d\u22C5e\u30FBf\u05F4g\u2033h\u201Ei\u201Fj\u00ABk\u00BBl\u2039m\u203An\u300Co\u300Dp’\u2019q”`}},
+		{name: "a name and an e-mail address with quotes and separators", fullName: "Eve” · identity verified “Bob",
+			email: "eve”·“@example.org", userAgent: "curl/8.5.0",
+			want: []string{"Full name\nEve\\u201D \\u00B7 identity verified \\u201CBob\nE-mail\neve\\u201D\\u00B7\\u201C@example.org\n"}},
+		{name: "ordinary values read as typed", fullName: "Zoë O’Brien-Ångström", email: "zoe.obrien@example.org", userAgent: firefox,
+			want: []string{"Full name\nZoë O’Brien-Ångström\nE-mail\nzoe.obrien@example.org\n",
+				"IP address 203.0.113.7 · user agent “" + firefox + "”"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := sampleInput(t)
+			in.Signers = in.Signers[:1]
+			in.Signers[0].FullName, in.Signers[0].Email = tt.fullName, tt.email
+			in.Signers[0].Events = []Event{{At: signed1, What: "Opened the signing page", IP: "203.0.113.7", UserAgent: tt.userAgent}}
+			out, err := Certificate(in, strings.Repeat("ab", 32))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := lines(pdftest.Text(t, out))
+			for _, want := range tt.want {
+				if !strings.Contains(text, want) {
+					t.Errorf("certificate lacks %q:\n%s", want, text)
+				}
+			}
+			// The user agent's quotes are the certificate's: one pair,
+			// nothing of the certificate's syntax between them.
+			for _, line := range strings.Split(text, "\n") {
+				_, ua, ok := strings.Cut(line, "user agent “")
+				if !ok {
+					continue
+				}
+				ua = strings.TrimSuffix(ua, "”")
+				if i := strings.IndexAny(ua, "“”\"·"); i >= 0 {
+					t.Errorf("the user agent's text holds %q: %q", ua[i:], line)
+				}
+			}
+		})
+	}
+}
