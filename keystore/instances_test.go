@@ -3,6 +3,7 @@ package keystore
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -184,4 +185,118 @@ func mustInput(t *testing.T, body string) *KeyInput {
 		t.Fatal(err)
 	}
 	return in
+}
+
+// TestRateLimitAcrossInstances: three instances on one PostgreSQL, each
+// syncing every 100 ms of a simulated clock (staggered), hold a key's
+// rate limit to the limit + 10 % in every sliding window, for a burst
+// shorter than the sync interval and for a flood of many windows, spread
+// over all or sent to one; and let through at least 90 % of it.
+func TestRateLimitAcrossInstances(t *testing.T) {
+	const sync = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name          string
+		limit, window int64 // per window seconds
+		rate          int   // requests a second sent
+		run           time.Duration
+		spread        bool // over the three, or all to the first
+		minThrough    int  // over the whole run
+	}{
+		{"burst spread", 100, 10, 5000, 300 * time.Millisecond, true, 90},
+		// A short burst to one instance gets less than the limit: the
+		// idle ones still hold their small claims, and the busy one's
+		// claim grows with each sync.
+		{"burst to one", 100, 10, 5000, 300 * time.Millisecond, false, 45},
+		{"flood spread", 300, 10, 2000, 30 * time.Second, true, 900 * 9 / 10},
+		{"flood to one", 300, 10, 2000, 30 * time.Second, false, 900 * 9 / 10},
+		{"twice the limit spread", 50, 1, 100, 10 * time.Second, true, 500 * 9 / 10},
+		{"twice the limit to one", 50, 1, 100, 10 * time.Second, false, 500 * 9 / 10},
+		{"flood of second windows", 50, 1, 1000, 10 * time.Second, true, 500 * 8 / 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, storetest.OpenPostgres(t))
+			gws := []*Keys{e.keys, e.reopen(t), e.reopen(t)}
+			k := mustCreate(t, e.keys, fmt.Sprintf(`{"service":"contracts","name":"r","owner":"alice","privileges":["get"],"rateLimits":[{"name":"w","limit":%d,"windowSeconds":%d}]}`, tc.limit, tc.window))
+			// The instances have been running: each knows the others.
+			start := t0.Truncate(time.Duration(tc.window) * time.Second).Add(time.Hour)
+			for _, g := range gws {
+				if err := g.Resync(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 2 {
+				for _, g := range gws {
+					if err := g.SyncRates(start.Add(-sync)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			step := time.Second / time.Duration(tc.rate)
+			nextSync := make([]time.Time, len(gws))
+			for i := range gws {
+				nextSync[i] = start.Add(time.Duration(i) * sync / time.Duration(len(gws)))
+			}
+			// A burst comes 4 s into a window, so the previous one is
+			// empty; the instances sync all along.
+			if tc.run < time.Second {
+				for at := start; at.Before(start.Add(4 * time.Second)); at = at.Add(sync / 3) {
+					for j, g := range gws {
+						if !at.Before(nextSync[j]) {
+							if err := g.SyncRates(nextSync[j]); err != nil {
+								t.Fatal(err)
+							}
+							nextSync[j] = nextSync[j].Add(sync)
+						}
+					}
+				}
+				start = start.Add(4 * time.Second)
+			}
+			var passed []time.Time
+			for i := 0; time.Duration(i)*step < tc.run; i++ {
+				now := start.Add(time.Duration(i) * step)
+				for j, g := range gws {
+					if !now.Before(nextSync[j]) {
+						if err := g.SyncRates(nextSync[j]); err != nil {
+							t.Fatal(err)
+						}
+						nextSync[j] = nextSync[j].Add(sync)
+					}
+				}
+				g := gws[0]
+				if tc.spread {
+					g = gws[i%len(gws)]
+				}
+				if checkAt(g, k.Token, now).Reason == "" {
+					passed = append(passed, now)
+				}
+			}
+			// The most let through in any sliding window, looked at every
+			// 100 ms.
+			w := time.Duration(tc.window) * time.Second
+			most := 0
+			for from := start.Add(-w); from.Before(start.Add(tc.run)); from = from.Add(sync) {
+				n := 0
+				for _, p := range passed {
+					if !p.Before(from) && p.Before(from.Add(w)) {
+						n++
+					}
+				}
+				most = max(most, n)
+			}
+			t.Logf("%d let through, at most %d in a window of %s (limit %d)", len(passed), most, w, tc.limit)
+			if testing.Verbose() {
+				per := map[int64]int{}
+				for _, p := range passed {
+					per[p.Sub(start).Milliseconds()/1000]++
+				}
+				t.Logf("per second: %v", per)
+			}
+			if float64(most) > float64(tc.limit)*1.1 {
+				t.Errorf("%d let through in one window, want at most the limit %d + 10%%", most, tc.limit)
+			}
+			if len(passed) < tc.minThrough {
+				t.Errorf("%d let through, want at least %d", len(passed), tc.minThrough)
+			}
+		})
+	}
 }

@@ -51,6 +51,16 @@ type Keys struct {
 	// events takes the events of key changes (key.disabled) in their
 	// transaction; nil: none are emitted.
 	events events.Sink
+
+	// instance names this process to the others sharing rate counts, and
+	// instances is how many shared them lately (1 until the first sync):
+	// between syncs each spends only its share of what a policy has left.
+	instance  string
+	instances atomic.Int64
+	// lastRateSync is when SyncRates last ran (unix ns), for how long an
+	// instance that stops syncing still counts; claimsUntil is when the
+	// claims of the last successful sync stop holding (unix ns).
+	lastRateSync, claimsUntil atomic.Int64
 }
 
 // EmitTo makes sink receive the events of key changes from now on, in
@@ -152,7 +162,11 @@ func (e *Entry) setSnap(c *compiled) {
 	old := e.snap.Swap(c)
 	e.limits.adopt(c.key.RateLimits)
 	if old != nil {
-		e.quota.changed(old.key.Quota, c.key.Quota)
+		e.quota.changed(old.key.Quota, c.key.Quota, func(span QuotaSpan, n int64) {
+			// Given back apart from the locks of the change; until it
+			// lands the period counts the units as spent, never less.
+			go e.keys.giveBack(c.key.ID, span, n)
+		})
 	}
 }
 
@@ -191,8 +205,9 @@ func Open(backend Backend, sealer *seal.Sealer, now func() time.Time) (*Keys, er
 	if now == nil {
 		now = time.Now
 	}
-	k := &Keys{backend: backend, sealer: sealer, now: now,
+	k := &Keys{backend: backend, sealer: sealer, now: now, instance: uuid.NewString(),
 		byHash: make(map[TokenHash]*Entry), byID: make(map[string]*Entry)}
+	k.instances.Store(1)
 	err := backend.Load(func(rec *record, u Usage) error {
 		e := k.newEntry(rec, u)
 		for _, h := range e.snap.Load().hashes() {

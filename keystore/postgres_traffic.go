@@ -147,32 +147,53 @@ func (b *PostgresBackend) QuotaUsed(id string, span QuotaSpan) (int64, error) {
 	return used, err
 }
 
-// ShareRates implements RateSharer: one transaction adds this
-// instance's deltas (in key order, so instances cannot deadlock), drops
-// windows that ended before the previous one, and reads every count
-// still current.
-func (b *PostgresBackend) ShareRates(now time.Time, deltas []RateCount) ([]RateCount, error) {
+// ShareRates implements RateSharer: an advisory lock makes the syncs of
+// instances take turns, so each claims from counts that hold every claim
+// before it; one batch adds this instance's deltas, drops windows that
+// ended before the previous one and marks the instance as seen, then
+// the counts still current are read and the claims added.
+func (b *PostgresBackend) ShareRates(now time.Time, instance string, live time.Duration, deltas, demand []RateCount, claim func(RateShare) []RateCount) error {
 	ctx := context.Background()
-	sec := now.Unix()
+	sec, ms := now.Unix(), now.UnixMilli()
+	self, err := uuid.Parse(instance)
+	if err != nil {
+		return err
+	}
 	sortRateCounts(deltas)
-	var out []RateCount
-	err := b.db.Update(ctx, func(tx storage.Tx) error {
-		out = out[:0]
+	return b.db.Update(ctx, func(tx storage.Tx) error {
+		var share RateShare
 		var q pgx.Batch
-		for _, d := range deltas {
-			k, err := idBytes(d.KeyID)
-			if err != nil {
-				continue
-			}
-			q.Queue(`INSERT INTO key_rate_counts (key_id, policy, window_seconds, window_index, count, window_end)
-					SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
-				ON CONFLICT (key_id, policy, window_seconds, window_index)
-					DO UPDATE SET count = key_rate_counts.count + excluded.count`,
-				k, d.Policy, d.WindowSeconds, d.Index, d.Count, (d.Index+1)*d.WindowSeconds)
-		}
+		q.Queue("SELECT pg_advisory_xact_lock(hashtext('keygate rate sync'))")
+		queueRateCounts(&q, deltas)
 		// A window is still current while it or the one after it runs.
 		q.Queue("DELETE FROM key_rate_counts WHERE window_end + window_seconds <= $1", sec)
-		if err := pgdb.Of(tx).SendBatch(ctx, &q).Close(); err != nil {
+		q.Queue(`INSERT INTO rate_instances (instance, seen_at) VALUES ($1, $2)
+			ON CONFLICT (instance) DO UPDATE SET seen_at = greatest(rate_instances.seen_at, excluded.seen_at)`, self, ms)
+		for _, d := range demand {
+			if k, err := idBytes(d.KeyID); err == nil {
+				q.Queue(`INSERT INTO rate_demand (key_id, policy, window_seconds, instance, asked, seen_at)
+						SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
+					ON CONFLICT (key_id, policy, window_seconds, instance) DO UPDATE SET asked = excluded.asked, seen_at = excluded.seen_at`,
+					k, d.Policy, d.WindowSeconds, self, d.Count, ms)
+			}
+		}
+		// Long gone instances are forgotten; an hour keeps the table small
+		// without racing a clock that is a little behind.
+		q.Queue("DELETE FROM rate_instances WHERE seen_at < $1", ms-time.Hour.Milliseconds())
+		q.Queue("DELETE FROM rate_demand WHERE seen_at < $1", ms-time.Hour.Milliseconds())
+		q.Queue("SELECT count(*) FROM rate_instances WHERE seen_at > $1", ms-live.Milliseconds())
+		br := pgdb.Of(tx).SendBatch(ctx, &q)
+		for range len(q.QueuedQueries) - 1 {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return err
+			}
+		}
+		if err := br.QueryRow().Scan(&share.Instances); err != nil {
+			br.Close()
+			return err
+		}
+		if err := br.Close(); err != nil {
 			return err
 		}
 		rows, err := pgdb.Of(tx).Query(ctx, `SELECT key_id, policy, window_seconds, window_index, count
@@ -180,19 +201,64 @@ func (b *PostgresBackend) ShareRates(now time.Time, deltas []RateCount) ([]RateC
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
 		for rows.Next() {
 			var id [16]byte
 			var c RateCount
 			if err := rows.Scan(&id, &c.Policy, &c.WindowSeconds, &c.Index, &c.Count); err != nil {
+				rows.Close()
 				return err
 			}
 			c.KeyID = uuidString(id)
-			out = append(out, c)
+			share.Counts = append(share.Counts, c)
 		}
-		return rows.Err()
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		drows, err := pgdb.Of(tx).Query(ctx, `SELECT key_id, policy, window_seconds, sum(asked)::bigint
+			FROM rate_demand WHERE seen_at > $1 GROUP BY key_id, policy, window_seconds`, ms-live.Milliseconds())
+		if err != nil {
+			return err
+		}
+		for drows.Next() {
+			var id [16]byte
+			var c RateCount
+			if err := drows.Scan(&id, &c.Policy, &c.WindowSeconds, &c.Count); err != nil {
+				drows.Close()
+				return err
+			}
+			c.KeyID = uuidString(id)
+			share.Demand = append(share.Demand, c)
+		}
+		drows.Close()
+		if err := drows.Err(); err != nil {
+			return err
+		}
+		claims := claim(share)
+		if len(claims) == 0 {
+			return nil
+		}
+		var cq pgx.Batch
+		queueRateCounts(&cq, claims)
+		return pgdb.Of(tx).SendBatch(ctx, &cq).Close()
 	})
-	return out, err
+}
+
+// queueRateCounts queues the addition of each of list to its window's
+// count (a claim given back subtracts; a count never goes below 0); a
+// key deleted meanwhile gets none.
+func queueRateCounts(q *pgx.Batch, list []RateCount) {
+	for _, d := range list {
+		k, err := idBytes(d.KeyID)
+		if err != nil {
+			continue
+		}
+		q.Queue(`INSERT INTO key_rate_counts (key_id, policy, window_seconds, window_index, count, window_end)
+				SELECT $1, $2, $3, $4, greatest($5::bigint, 0), $6 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
+			ON CONFLICT (key_id, policy, window_seconds, window_index)
+				DO UPDATE SET count = greatest(key_rate_counts.count + $5::bigint, 0)`,
+			k, d.Policy, d.WindowSeconds, d.Index, d.Count, (d.Index+1)*d.WindowSeconds)
+	}
 }
 
 var _ RateSharer = (*PostgresBackend)(nil)

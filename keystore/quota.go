@@ -222,8 +222,10 @@ func (qs *quotaState) take(now time.Time) (int64, error) {
 
 // changed follows a change of the key's quota from old to q: a block of
 // another kind of period was leased from another row and is dropped (its
-// units count as spent there); a new limit may open a spent period.
-func (qs *quotaState) changed(old, q *Quota) {
+// units count as spent there); a lower limit takes back the block the
+// instance holds and hands its units to give; a new limit may open a
+// spent period.
+func (qs *quotaState) changed(old, q *Quota, give func(span QuotaSpan, n int64)) {
 	if old == nil || q == nil || *old == *q {
 		return
 	}
@@ -234,6 +236,15 @@ func (qs *quotaState) changed(old, q *Quota) {
 		qs.block.Store(0)
 		qs.used.Store(0)
 		qs.period.Store(0)
+		return
+	}
+	if q.Limit < old.Limit {
+		// The block was leased under the higher limit: nothing more is
+		// spent from it, and its units go back to the period so that
+		// the next lease asks under the new limit.
+		if n := qs.block.Swap(0); n > 0 && give != nil {
+			give(QuotaSpan{old.Period, time.Unix(qs.period.Load(), 0).UTC()}, n)
+		}
 	}
 }
 
@@ -262,6 +273,11 @@ func (k *Keys) lease(e *Entry, s *compiled, q *Quota, span QuotaSpan, now time.T
 		qs.spentUntil.Store(0)
 		qs.period.Store(p)
 	}
+	// The key's quota as it is now: a request (or a prefetch) that began
+	// before a change leases under the new limit.
+	if cur := e.snap.Load(); cur.key.Quota != nil && cur.key.Quota.Period == q.Period {
+		q = cur.key.Quota
+	}
 	want := quotaBlock(q.Limit, qs.used.Load())
 	l, err := k.backend.LeaseQuota(s.key.ID, span, q.Limit, want, k.emitKey(events.KeyQuotaExhausted, &s.key, now))
 	if err != nil {
@@ -274,6 +290,18 @@ func (k *Keys) lease(e *Entry, s *compiled, q *Quota, span QuotaSpan, now time.T
 	}
 	qs.block.Add(l.Granted)
 	return nil
+}
+
+// giveBack returns n unspent units of key id's quota period span, taken
+// back from this instance's block when the limit was lowered. On an
+// error they stay counted as spent: a quota is never overspent.
+func (k *Keys) giveBack(id string, span QuotaSpan, n int64) {
+	if err := k.backend.ReturnQuota(id, span, n); err != nil {
+		return
+	}
+	if e := k.entry(id); e != nil && e.quota.period.Load() == span.Start.Unix() {
+		e.quota.used.Add(-n)
+	}
 }
 
 // ReturnQuota gives back, on a clean stop, the unspent blocks of the

@@ -175,21 +175,130 @@ type policyState struct {
 	// whole sync interval beyond the limit.
 	others        float64
 	syncedAt, gap int64
+	// claim is what this instance set aside for itself in window
+	// claimIdx at the last sync, when several share the limit: the
+	// database counts it as let through, so that no other instance can
+	// spend it. spent is what it let through against the claim since,
+	// and covered how many of curLocal (or prevLocal, once the window
+	// moved on) the claim holds, which the next sync does not send again.
+	claim, claimIdx int64
+	spent, covered  int64
+	// lastCovered is covered as the last sync found it: the claim's part
+	// that was let through in its own window (passes after the window
+	// moved on count in the next and give that part of the claim back).
+	lastCovered int64
+	// asked counts the requests that came since the last sync, let
+	// through or not, and lastAsked those of the interval before it,
+	// sent as this instance's demand: instances claim what is left in
+	// proportion to their demands, so that idle ones do not hold what a
+	// busy one could spend. sentAsked is the demand last sent.
+	asked, lastAsked, sentAsked int64
 }
 
 // estimate is the sliding-window count at ns, which must be in window
 // p.index.
 func (p *policyState) estimate(ns int64) float64 {
+	return p.synced(ns) + float64(p.curLocal) + p.othersSince(ns)
+}
+
+// synced is the sliding-window count at ns of what the last sync read
+// (every instance's counts) and what this instance let through in the
+// previous window since: all but this window's unsent count and the
+// others' pace.
+func (p *policyState) synced(ns int64) float64 {
 	start := p.index * p.window
 	ns = max(ns, start) // an earlier request's time counts as the window's start
 	weight := float64(p.window-(ns-start)) / float64(p.window)
-	cur := float64(p.cur + p.curLocal)
-	if p.others > 0 {
-		if d := min(ns-max(p.syncedAt, start), p.gap); d > 0 {
-			cur += p.others * float64(d)
+	return float64(p.prev+p.prevLocal)*weight + float64(p.cur)
+}
+
+// othersSince is what the other instances are taken to have let through
+// since the last sync, at the pace they kept before it.
+func (p *policyState) othersSince(ns int64) float64 {
+	if p.others <= 0 {
+		return 0
+	}
+	if d := min(ns-max(p.syncedAt, p.index*p.window), p.gap); d > 0 {
+		return p.others * float64(d)
+	}
+	return 0
+}
+
+// sharing is how an instance stands with the others sharing a limit.
+type sharing struct {
+	// instances is how many share it (1: this one alone).
+	instances int64
+	// claims is set while the instance syncs: it lets through only what
+	// it claimed at the last sync. Otherwise (one instance, or the
+	// database away) it goes by its own counts.
+	claims bool
+}
+
+// room is how many more requests p lets through at ns on this instance,
+// as a real number: the whole requests it lets through are those that
+// start below it. Between two syncs of several instances, each spends
+// only what it claimed: instances that each took what the sliding window
+// has left, in a burst shorter than the sync interval, would let through
+// the limit once each. Out of touch with the others, an instance spends
+// its share of what the last sync left.
+func (p *policyState) room(ns int64, sh sharing) float64 {
+	if sh.claims {
+		if p.claim == 0 && p.spent == 0 && p.lastAsked == 0 {
+			// An instance that was asked nothing claimed nothing; the
+			// first request to come is not refused for want of a claim.
+			return min(float64(p.Limit)-p.estimate(ns), 1)
+		}
+		return float64(p.claim - p.spent)
+	}
+	r := float64(p.Limit) - p.estimate(ns)
+	if sh.instances > 1 {
+		share := (float64(p.Limit)-p.synced(ns))/float64(sh.instances) - float64(p.curLocal)
+		r = min(r, share)
+	}
+	return r
+}
+
+// reclaim sets aside, once a sync has read every instance's counts at
+// ns, this instance's part of what p has left until the next sync, out
+// of what no instance has let through or claimed: what it was asked in
+// the last interval if that much is left, else the part its demand is
+// of the demands of all (demand, at least its own); never more than
+// twice its demand, and at least one while anything is left and it was
+// asked anything. Syncs take turns, so each sees the claims before it,
+// and the claims never add up to more than is left. It returns out with
+// the changes to the window counts that the claim makes.
+func (p *policyState) reclaim(id string, ns int64, sh sharing, demand int64, out []RateCount) []RateCount {
+	unused := max(p.claim-p.lastCovered, 0)
+	var keep int64 // the unused claim, when it is in the current window
+	switch p.claimIdx {
+	case p.index:
+		keep = unused
+	case p.index - 1:
+		if unused > 0 {
+			out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.claimIdx, -unused})
+			p.prev -= unused
 		}
 	}
-	return float64(p.prev+p.prevLocal)*weight + cur
+	var c int64
+	if sh.instances > 1 {
+		free := float64(p.Limit) - p.synced(ns) + float64(keep)
+		// Its demand first while there is enough for it, else its part
+		// by demand; twice its demand at most, so that a growing load
+		// finds room and idle instances hold nothing.
+		asked := float64(p.lastAsked)
+		part := free * asked / float64(max(demand, p.lastAsked, 1))
+		c = int64(min(free, 2*asked, max(asked, part)))
+		if p.lastAsked > 0 {
+			c = max(c, min(int64(free), 1))
+		}
+		c = max(c, 0)
+	}
+	if d := c - keep; d != 0 {
+		out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.index, d})
+		p.cur += d
+	}
+	p.claim, p.claimIdx, p.spent = c, p.index, 0
+	return out
 }
 
 // roll moves p to the window of ns. A request whose time is of an
@@ -202,7 +311,11 @@ func (p *policyState) roll(ns int64) {
 		return
 	case idx == p.index+1:
 		p.prev, p.prevLocal = p.cur, p.curLocal
+		if p.claimIdx != p.index {
+			p.covered = 0 // the claim's window is gone
+		}
 	default:
+		p.covered = 0
 		// A previous window older than one window counts for nothing;
 		// its unsent count is dropped with it.
 		p.prev, p.prevLocal = 0, 0
@@ -237,18 +350,20 @@ type rateResult struct {
 	retryAfter int64
 }
 
-// take lets one request through at ns if every policy has room, counting
-// it in each; else counts nothing and says which refused.
-func (l *limiter) take(ns int64) rateResult {
+// take lets one request through at ns if every policy has room on this
+// instance, counting it in each; else counts nothing and says which
+// refused.
+func (l *limiter) take(ns int64, sh sharing) rateResult {
 	var res rateResult
 	l.mu.Lock()
 	for i := range l.policies {
 		p := &l.policies[i]
 		p.roll(ns)
-		// The request is let through while the estimate is below the
-		// limit: with a steady flow that holds each window to the limit
-		// (est+1 <= limit would hold small limits to one less).
-		if p.estimate(ns) >= float64(p.Limit) {
+		p.asked++
+		// The request is let through while there is any room: with a
+		// steady flow that holds each window to the limit (a whole
+		// request of room would hold small limits to one less).
+		if p.room(ns, sh) <= 0 {
 			res.violated |= 1 << i
 			if s := p.wait(ns); s > res.retryAfter {
 				res.retryAfter = s
@@ -257,7 +372,17 @@ func (l *limiter) take(ns int64) rateResult {
 	}
 	if res.violated == 0 {
 		for i := range l.policies {
-			l.policies[i].curLocal++
+			p := &l.policies[i]
+			p.curLocal++
+			if sh.claims {
+				// Within the claim and its window, the claim holds it;
+				// past either (the first request of an instance asked
+				// nothing), the next sync sends it.
+				if p.spent < p.claim && p.claimIdx == p.index {
+					p.covered++
+				}
+				p.spent++
+			}
 		}
 		l.dirty = true
 	}
@@ -273,6 +398,12 @@ func (l *limiter) untake(ns int64) {
 		p := &l.policies[i]
 		if p.index == ns/p.window && p.curLocal > 0 {
 			p.curLocal--
+			if p.spent > 0 {
+				p.spent--
+				if p.spent < p.claim && p.covered > 0 && p.claimIdx == p.index {
+					p.covered--
+				}
+			}
 		}
 	}
 	l.mu.Unlock()
@@ -303,11 +434,11 @@ func (p *policyState) wait(ns int64) int64 {
 	return max(s, 1)
 }
 
-// state is the remaining count of p at ns and the whole seconds until
-// it is restored in full.
-func (p *policyState) state(ns int64) (remaining, reset int64) {
-	est := p.estimate(ns)
-	remaining = max(p.Limit-int64(math.Ceil(est)), 0)
+// state is the remaining count of p at ns on this instance: how many requests take would let through now, so that 0
+// means the next is refused; and the whole seconds until the window is
+// restored in full.
+func (p *policyState) state(ns int64, sh sharing) (remaining, reset int64) {
+	remaining = max(int64(math.Ceil(p.room(ns, sh))), 0)
 	end := (p.index + 1) * p.window
 	switch {
 	case p.cur+p.curLocal > 0:
@@ -318,15 +449,15 @@ func (p *policyState) state(ns int64) (remaining, reset int64) {
 	return remaining, (reset + int64(time.Second) - 1) / int64(time.Second)
 }
 
-// closest returns the policy closest to being exhausted at ns: its
-// index, remaining and reset seconds; -1 without policies.
-func (l *limiter) closest(ns int64) (idx int, remaining, reset int64, frac float64) {
+// closest returns the policy closest to being exhausted at ns on this
+// instance: its index, remaining and reset seconds; -1 without policies.
+func (l *limiter) closest(ns int64, sh sharing) (idx int, remaining, reset int64, frac float64) {
 	idx, frac = -1, 2
 	l.mu.Lock()
 	for i := range l.policies {
 		p := &l.policies[i]
 		p.roll(ns)
-		r, t := p.state(ns)
+		r, t := p.state(ns, sh)
 		if f := float64(r) / float64(p.Limit); f < frac {
 			idx, remaining, reset, frac = i, r, t, f
 		}
@@ -346,28 +477,74 @@ type RateCount struct {
 }
 
 // pending takes what this instance let through since the last sync, as
-// deltas to add, and counts them into the totals meanwhile.
-func (l *limiter) pending(id string, out []RateCount) []RateCount {
+// deltas to add, and counts them into the totals meanwhile (what its
+// claim covers is in the totals already); and what it was asked, as its
+// demand.
+func (l *limiter) pending(id string, out, demand []RateCount) ([]RateCount, []RateCount) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for i := range l.policies {
+		p := &l.policies[i]
+		p.lastAsked, p.asked = p.asked, 0
+		if p.lastAsked > 0 || p.sentAsked > 0 {
+			demand = append(demand, RateCount{id, p.Name, p.WindowSeconds, 0, p.lastAsked})
+			p.sentAsked = p.lastAsked
+		}
+	}
 	if !l.dirty {
-		return out
+		return out, demand
 	}
 	l.dirty = false
 	for i := range l.policies {
 		p := &l.policies[i]
-		if p.prevLocal > 0 {
-			out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.index - 1, p.prevLocal})
-			p.prev += p.prevLocal
-			p.prevLocal = 0
+		prev, cur := p.prevLocal, p.curLocal
+		switch p.claimIdx {
+		case p.index:
+			cur -= p.covered
+		case p.index - 1:
+			prev -= p.covered
 		}
-		if p.curLocal > 0 {
-			out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.index, p.curLocal})
-			p.cur += p.curLocal
-			p.curLocal = 0
+		p.lastCovered, p.covered = p.covered, 0
+		if prev > 0 {
+			out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.index - 1, prev})
+			p.prev += prev
 		}
+		if cur > 0 {
+			out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.index, cur})
+			p.cur += cur
+		}
+		p.prevLocal, p.curLocal = 0, 0
+	}
+	return out, demand
+}
+
+// reclaim makes this instance's claims for the next sync interval, after
+// a sync read the counts and demands at ns; see policyState.reclaim.
+func (l *limiter) reclaim(id string, ns int64, sh sharing, demands []RateCount, out []RateCount) []RateCount {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.policies {
+		p := &l.policies[i]
+		p.roll(ns)
+		var demand int64
+		for _, d := range demands {
+			if d.Policy == p.Name && d.WindowSeconds == p.WindowSeconds {
+				demand = d.Count
+			}
+		}
+		out = p.reclaim(id, ns, sh, demand, out)
 	}
 	return out
+}
+
+// unclaim forgets the claims of a sync that failed: the database did not
+// keep them.
+func (l *limiter) unclaim() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.policies {
+		l.policies[i].claim, l.policies[i].spent = 0, 0
+	}
 }
 
 // policy is the state of the policy c counts for, nil if the key no
@@ -409,7 +586,9 @@ func (l *limiter) apply(rows []RateCount, ns int64) {
 	for i := range l.policies {
 		p := &l.policies[i]
 		p.roll(ns)
-		var cur int64
+		// The database's counts are the truth, this instance's deltas
+		// included: they fall as well as rise, when claims come back.
+		var cur, prev int64
 		for _, c := range rows {
 			if c.Policy != p.Name || c.WindowSeconds != p.WindowSeconds {
 				continue
@@ -418,9 +597,10 @@ func (l *limiter) apply(rows []RateCount, ns int64) {
 			case p.index:
 				cur = c.Count
 			case p.index - 1:
-				p.prev = max(p.prev, c.Count)
+				prev = c.Count
 			}
 		}
+		p.prev = prev
 		// What the others let through since the last sync, and its pace.
 		p.others = 0
 		if from := max(p.syncedAt, p.index*p.window); p.syncedAt > 0 && ns > from && cur > p.cur {
@@ -430,7 +610,7 @@ func (l *limiter) apply(rows []RateCount, ns int64) {
 			p.gap = ns - p.syncedAt
 		}
 		p.syncedAt = ns
-		p.cur = max(p.cur, cur)
+		p.cur = cur
 	}
 }
 

@@ -9,12 +9,33 @@ import (
 )
 
 // RateSharer is a Backend that instances share rate-limit counts
-// through: ShareRates adds each delta to its window's count and returns
-// every instance's counts of the windows still current at now (this one
-// and the one before, for each policy).
+// through. ShareRates, in one transaction and one at a time across
+// instances: adds each delta to its window's count, records this
+// instance's demand of each policy (a RateCount's Count, without an
+// Index; each one replaces the instance's last), marks instance as seen
+// at now, reads every instance's counts of the windows still current at
+// now (this one and the one before, for each policy), the demands and
+// the instances seen within live of now, hands them to claim, and adds
+// the changes claim returns (this instance's claims) as well.
 type RateSharer interface {
-	ShareRates(now time.Time, deltas []RateCount) ([]RateCount, error)
+	ShareRates(now time.Time, instance string, live time.Duration, deltas, demand []RateCount, claim func(RateShare) []RateCount) error
 }
+
+// RateShare is what a sync of rate-limit counts reads back.
+type RateShare struct {
+	Counts []RateCount
+	// Demand is, for each policy of each key, what the instances seen
+	// lately were asked in their last sync interval, added up.
+	Demand []RateCount
+	// Instances is how many instances shared counts lately, this one
+	// included (at least 1).
+	Instances int
+}
+
+// minInstanceLive is how long an instance that stopped syncing still
+// counts among those sharing a limit, at the least: a killed instance
+// holds the others to their shares for that long.
+const minInstanceLive = 3 * time.Second
 
 // spend runs step 4½ of the key check, what the key may spend: its rate
 // limits, then its quota. Nothing of it asks the database but a quota
@@ -22,7 +43,7 @@ type RateSharer interface {
 func (e *Entry) spend(d Decision, s *compiled, now time.Time) Decision {
 	ns := now.UnixNano()
 	if len(s.key.RateLimits) > 0 {
-		if r := e.limits.take(ns); r.violated != 0 {
+		if r := e.limits.take(ns, e.sharing(ns)); r.violated != 0 {
 			d.RetryAfter = r.retryAfter
 			for i, p := range s.key.RateLimits {
 				if r.violated&(1<<i) != 0 {
@@ -51,6 +72,17 @@ func (e *Entry) spend(d Decision, s *compiled, now time.Time) Decision {
 	return d
 }
 
+// sharing is how e's instance stands with the others at ns: how many
+// share its limits, and whether its claims of the last sync still hold
+// (a few sync intervals; then the database is taken to be away).
+func (e *Entry) sharing(ns int64) sharing {
+	if e.keys == nil {
+		return sharing{instances: 1}
+	}
+	n := e.keys.instances.Load()
+	return sharing{instances: n, claims: n > 1 && ns < e.keys.claimsUntil.Load()}
+}
+
 // SyncRates shares this instance's rate-limit counts with the other
 // instances of a shared backend and takes theirs; without a RateSharer
 // it does nothing. On an error the counts stay to be sent next time, and
@@ -60,37 +92,58 @@ func (k *Keys) SyncRates(now time.Time) error {
 	if !ok {
 		return nil
 	}
-	var deltas []RateCount
+	var deltas, demand []RateCount
 	limited := false
 	for _, e := range k.entries() {
 		if s := e.snap.Load(); len(s.key.RateLimits) > 0 {
 			limited = true
-			deltas = e.limits.pending(s.key.ID, deltas)
+			deltas, demand = e.limits.pending(s.key.ID, deltas, demand)
 		}
 	}
 	if !limited {
 		return nil // no key has a policy: nothing to share
 	}
-	totals, err := rs.ShareRates(now, deltas)
+	// An instance counts while it syncs; three missed syncs and it is gone.
+	ns := now.UnixNano()
+	live := minInstanceLive
+	if last := k.lastRateSync.Swap(ns); last > 0 {
+		live = max(live, 3*time.Duration(ns-last))
+	}
+	err := rs.ShareRates(now, k.instance, live, deltas, demand, func(share RateShare) []RateCount {
+		n := int64(max(share.Instances, 1))
+		k.instances.Store(n)
+		counts, demands := byKey(share.Counts), byKey(share.Demand)
+		var claims []RateCount
+		for _, e := range k.entries() {
+			if s := e.snap.Load(); len(s.key.RateLimits) > 0 {
+				e.limits.apply(counts[s.key.ID], ns)
+				claims = e.limits.reclaim(s.key.ID, ns, sharing{instances: n, claims: n > 1}, demands[s.key.ID], claims)
+			}
+		}
+		return claims
+	})
 	if err != nil {
 		for _, d := range deltas {
 			if e := k.entry(d.KeyID); e != nil {
 				e.limits.unsent(d)
 			}
 		}
+		for _, e := range k.entries() {
+			e.limits.unclaim()
+		}
 		return err
 	}
-	byKey := make(map[string][]RateCount)
-	for _, c := range totals {
-		byKey[c.KeyID] = append(byKey[c.KeyID], c)
-	}
-	ns := now.UnixNano()
-	for _, e := range k.entries() {
-		if s := e.snap.Load(); len(s.key.RateLimits) > 0 {
-			e.limits.apply(byKey[s.key.ID], ns)
-		}
-	}
+	k.claimsUntil.Store(ns + int64(max(time.Second, live)))
 	return nil
+}
+
+// byKey groups list by key id.
+func byKey(list []RateCount) map[string][]RateCount {
+	m := make(map[string][]RateCount)
+	for _, c := range list {
+		m[c.KeyID] = append(m[c.KeyID], c)
+	}
+	return m
 }
 
 // RateLimitHeaders returns the RateLimit-Policy and RateLimit values for
@@ -106,7 +159,7 @@ func (d *Decision) RateLimitHeaders(now time.Time) (policy, current string) {
 		return "", ""
 	}
 	ns := now.UnixNano()
-	i, r, t, frac := d.Entry.limits.closest(ns)
+	i, r, t, frac := d.Entry.limits.closest(ns, d.Entry.sharing(ns))
 	name := ""
 	if i >= 0 {
 		name = s.key.RateLimits[i].Name

@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // newLimiter is a limiter of policies, as a key's entry holds it.
@@ -33,7 +35,7 @@ func TestSlidingWindow(t *testing.T) {
 	t.Run("limit within one window", func(t *testing.T) {
 		l := newLimiter(RateLimit{Name: "burst", Limit: 3, WindowSeconds: 1})
 		for i, want := range []bool{true, true, true, false, false} {
-			if got := l.take(sec(0.1)).violated == 0; got != want {
+			if got := l.take(sec(0.1), alone).violated == 0; got != want {
 				t.Errorf("request %d: let through %v, want %v", i+1, got, want)
 			}
 		}
@@ -41,28 +43,28 @@ func TestSlidingWindow(t *testing.T) {
 	t.Run("the previous window weighs by what is left of it", func(t *testing.T) {
 		l := newLimiter(RateLimit{Name: "minute", Limit: 10, WindowSeconds: 60})
 		for range 10 {
-			if r := l.take(sec(59)); r.violated != 0 {
+			if r := l.take(sec(59), alone); r.violated != 0 {
 				t.Fatal("refused within the limit")
 			}
 		}
 		// 15 s into the next window, the previous 10 count 7.5: let
 		// through while the estimate is below 10, three more.
 		for i, want := range []bool{true, true, true, false} {
-			if got := l.take(sec(75)).violated == 0; got != want {
+			if got := l.take(sec(75), alone).violated == 0; got != want {
 				t.Errorf("request %d at 75 s: let through %v, want %v", i+1, got, want)
 			}
 		}
 		// Two windows on, nothing of the first is left.
-		if r := l.take(sec(180)); r.violated != 0 {
+		if r := l.take(sec(180), alone); r.violated != 0 {
 			t.Error("refused two windows later")
 		}
 	})
 	t.Run("retry after", func(t *testing.T) {
 		l := newLimiter(RateLimit{Name: "minute", Limit: 10, WindowSeconds: 60})
 		for range 10 {
-			l.take(sec(30))
+			l.take(sec(30), alone)
 		}
-		r := l.take(sec(30))
+		r := l.take(sec(30), alone)
 		if r.violated != 1 {
 			t.Fatalf("violated %b, want the first policy", r.violated)
 		}
@@ -71,22 +73,22 @@ func TestSlidingWindow(t *testing.T) {
 		if r.retryAfter != 31 {
 			t.Errorf("Retry-After %d, want 31", r.retryAfter)
 		}
-		if l.take(sec(30+30)).violated == 0 {
+		if l.take(sec(30+30), alone).violated == 0 {
 			t.Error("let through before Retry-After")
 		}
-		if l.take(sec(30+31)).violated != 0 {
+		if l.take(sec(30+31), alone).violated != 0 {
 			t.Error("refused at Retry-After")
 		}
 	})
 	t.Run("which policies refuse", func(t *testing.T) {
 		l := newLimiter(RateLimit{Name: "burst", Limit: 2, WindowSeconds: 1}, RateLimit{Name: "minute", Limit: 3, WindowSeconds: 60})
-		l.take(sec(0))
-		l.take(sec(0))
-		if r := l.take(sec(0.5)); r.violated != 0b01 {
+		l.take(sec(0), alone)
+		l.take(sec(0), alone)
+		if r := l.take(sec(0.5), alone); r.violated != 0b01 {
 			t.Errorf("violated %b, want burst alone", r.violated)
 		}
-		l.take(sec(2.5))
-		if r := l.take(sec(4.5)); r.violated != 0b10 {
+		l.take(sec(2.5), alone)
+		if r := l.take(sec(4.5), alone); r.violated != 0b10 {
 			t.Errorf("violated %b, want minute alone", r.violated)
 		}
 	})
@@ -101,7 +103,7 @@ func TestSlidingWindow(t *testing.T) {
 			step := float64(tc.window*10) / float64(n)
 			through := 0
 			for i := range n {
-				if l.take(sec(float64(i)*step)).violated == 0 {
+				if l.take(sec(float64(i)*step), alone).violated == 0 {
 					through++
 				}
 			}
@@ -114,9 +116,9 @@ func TestSlidingWindow(t *testing.T) {
 	t.Run("headers", func(t *testing.T) {
 		l := newLimiter(RateLimit{Name: "burst", Limit: 20, WindowSeconds: 1}, RateLimit{Name: "minute", Limit: 600, WindowSeconds: 60})
 		for range 15 {
-			l.take(sec(0.5))
+			l.take(sec(0.5), alone)
 		}
-		i, r, reset, _ := l.closest(sec(0.5))
+		i, r, reset, _ := l.closest(sec(0.5), alone)
 		var b []byte
 		b = appendRateLimit(b, l.policies[i].Name, r, reset)
 		if string(b) != `"burst";r=5;t=2` {
@@ -131,10 +133,10 @@ func TestSlidingWindow(t *testing.T) {
 	})
 	t.Run("a policy that stays keeps its counts", func(t *testing.T) {
 		l := newLimiter(RateLimit{Name: "burst", Limit: 2, WindowSeconds: 1})
-		l.take(sec(0))
-		l.take(sec(0))
+		l.take(sec(0), alone)
+		l.take(sec(0), alone)
 		l.adopt([]RateLimit{{Name: "burst", Limit: 3, WindowSeconds: 1}, {Name: "new", Limit: 5, WindowSeconds: 1}})
-		if l.take(sec(0.1)).violated != 0 || l.take(sec(0.1)).violated != 1 {
+		if l.take(sec(0.1), alone).violated != 0 || l.take(sec(0.1), alone).violated != 1 {
 			t.Error("the raised limit did not keep the two counted")
 		}
 	})
@@ -358,34 +360,44 @@ func TestRateSharing(t *testing.T) {
 		if err := other.Resync(); err != nil {
 			t.Fatal(err)
 		}
-		now := time.Now() // the database drops windows by its own clock's seconds
-		for range 6 {
-			if d := checkAt(e.keys, k.Token, now); d.Reason != "" {
-				t.Fatalf("refused %s", d.Reason)
+		now := time.Now()
+		syncBoth := func() {
+			for _, keys := range []*Keys{e.keys, other} {
+				if err := keys.SyncRates(now); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
-		for _, keys := range []*Keys{e.keys, other} {
-			if err := keys.SyncRates(now); err != nil {
-				t.Fatal(err)
+		spend := func(keys *Keys) int {
+			through := 0
+			for range 10 {
+				if checkAt(keys, k.Token, now).Reason == "" {
+					through++
+				}
+			}
+			return through
+		}
+		// Both have synced: each knows of the other. Between two syncs
+		// each spends only what it claimed at the last (an instance asked
+		// nothing before may let one through while the limit has room),
+		// so that the two together never pass the limit, and have passed
+		// it within a few syncs.
+		syncBoth()
+		syncBoth()
+		first := spend(e.keys)
+		if first != 1 {
+			t.Errorf("the first instance let through %d before it claimed anything, want 1", first)
+		}
+		through := first
+		for round := range 6 {
+			syncBoth()
+			through += spend(other) + spend(e.keys)
+			if through > 10 {
+				t.Fatalf("round %d: %d let through, over the limit of 10", round, through)
 			}
 		}
-		through := 0
-		for range 10 {
-			if checkAt(other, k.Token, now).Reason == "" {
-				through++
-			}
-		}
-		if through != 4 {
-			t.Errorf("the other instance let through %d after the sync, want the 4 left", through)
-		}
-		// Its 4 reach the first instance at the next sync.
-		for _, keys := range []*Keys{other, e.keys} {
-			if err := keys.SyncRates(now); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if checkAt(e.keys, k.Token, now).Reason == "" {
-			t.Error("the first instance let one through over the shared limit")
+		if through != 10 {
+			t.Errorf("%d let through in six syncs, want the limit of 10", through)
 		}
 	})
 }
@@ -422,14 +434,14 @@ func TestHourlyTurn(t *testing.T) {
 func TestWindowNeverGoesBack(t *testing.T) {
 	l := newLimiter(RateLimit{Name: "s", Limit: 100, WindowSeconds: 1})
 	for i := range 1000 {
-		l.take(sec(float64(i) / 1000))
+		l.take(sec(float64(i)/1000), alone)
 	}
-	l.take(sec(1.000001))    // moves to the next window
-	l.closest(sec(0.999999)) // an earlier request's header
-	l.take(sec(0.999998))    // and its check
+	l.take(sec(1.000001), alone)    // moves to the next window
+	l.closest(sec(0.999999), alone) // an earlier request's header
+	l.take(sec(0.999998), alone)    // and its check
 	through := 0
 	for i := range 100 {
-		if l.take(sec(1.000002+float64(i)/1e6)).violated == 0 {
+		if l.take(sec(1.000002+float64(i)/1e6), alone).violated == 0 {
 			through++
 		}
 	}
@@ -485,4 +497,92 @@ func TestQuotaPeriodChange(t *testing.T) {
 			t.Errorf("listed after a restart: %+v", l)
 		}
 	})
+}
+
+// alone is an instance with no other sharing its limits.
+var alone = sharing{instances: 1}
+
+// TestQuotaLowered: a lower limit holds at once on every instance that
+// has heard of it: the blocks leased under the old limit are taken back
+// and their unspent units returned, so no instance spends past the new
+// limit; one still above what was used lets through exactly the rest.
+func TestQuotaLowered(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		instances       int
+		before, lowerTo int64
+		wantAfter       int
+	}{
+		{"below what was used, one instance", 1, 500, 100, 0},
+		{"below what was used, two instances", 2, 1500, 1000, 0},
+		{"above what was used, two instances", 2, 1500, 2000, 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T, db storage.DB) {
+				e := newEnv(t, db)
+				gws := []*Keys{e.keys}
+				if tc.instances == 2 {
+					gws = append(gws, e.reopen(t))
+				}
+				k := mustCreate(t, e.keys, `{"service":"contracts","name":"q","owner":"alice","privileges":["get"],"quota":{"limit":100000,"period":"month"}}`)
+				spend := func(n int) int {
+					through := 0
+					for i := range n {
+						if checkAt(gws[i%len(gws)], k.Token, e.clock.Now()).Reason == "" {
+							through++
+						}
+					}
+					return through
+				}
+				for _, g := range gws {
+					if err := g.Resync(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if n := spend(int(tc.before)); n != int(tc.before) {
+					t.Fatalf("%d let through under 100000, want %d", n, tc.before)
+				}
+				e.clock.Set(e.clock.Now().Add(time.Second)) // a change the others' resync sees
+				if _, err := e.keys.Update(k.ID, mustInput(t, fmt.Sprintf(`{"quota":{"limit":%d,"period":"month"}}`, tc.lowerTo))); err != nil {
+					t.Fatal(err)
+				}
+				for _, g := range gws[1:] {
+					if err := g.Resync(); err != nil { // as a notification would
+						t.Fatal(err)
+					}
+				}
+				// The blocks' unspent units go back in the background.
+				span := QuotaMonth.span(e.clock.Now())
+				testwait.For(t, testwait.Generous, "the blocks given back", func() bool {
+					used, err := e.backend.QuotaUsed(k.ID, span)
+					return err == nil && used == tc.before
+				})
+				if n := spend(3000); n != tc.wantAfter {
+					t.Errorf("%d let through after the limit was lowered to %d, want %d", n, tc.lowerTo, tc.wantAfter)
+				}
+			})
+		})
+	}
+}
+
+// TestRemainingAgreesWithDecision: the RateLimit header's r is 0 only
+// when the next request would be refused, and more than 0 only when it
+// would pass, whatever the previous window's weight (a curl loop on a
+// burst policy saw r=0 on requests that passed).
+func TestRemainingAgreesWithDecision(t *testing.T) {
+	for _, gap := range []float64{0.05, 0.13, 0.21, 0.3} {
+		l := newLimiter(RateLimit{Name: "burst", Limit: 5, WindowSeconds: 1})
+		for i := range 40 {
+			ns := sec(float64(i) * gap)
+			l.take(ns, alone)
+			_, r, _, _ := l.closest(ns, alone)
+			passes := l.take(ns, alone).violated == 0
+			if passes != (r > 0) {
+				t.Fatalf("gap %.2fs, request %d: r=%d but the next request passes: %v", gap, i, r, passes)
+			}
+			if passes {
+				l.untake(ns)
+			}
+		}
+	}
 }
