@@ -61,7 +61,8 @@ FUZZ_TARGETS := \
 	keystore:FuzzAuthorize keystore:FuzzAllowedIPs caddymodule:FuzzAuthServeHTTP \
 	upstreams/contracts:FuzzCreate upstreams/contracts:FuzzSearch \
 	upstreams/share:FuzzCreate upstreams/share:FuzzUpdate upstreams/share:FuzzList upstreams/share:FuzzUnlock \
-	upstreams/signing:FuzzDecision upstreams/signing:FuzzSignatureImage
+	upstreams/signing:FuzzDecision upstreams/signing:FuzzSignatureImage \
+	internal/docseal:FuzzSealedBy
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,11 +34,14 @@ func init() {
 // and it has not changed since. It answers from the upload's SHA-256 (the
 // index of sealed documents) and its seal (this gateway's certificate in
 // the signature), never from text in the file, keeps nothing of the
-// upload, and limits each client address (per instance). JSON for a
-// client that sends Accept: application/json.
+// upload, and limits each client address and the checks running at once
+// (per instance). JSON for a client that sends Accept: application/json.
 type Verify struct {
 	app      *App
 	limiters *verifyLimiters
+	// checks holds a token for each check running; when it is full, a
+	// check is refused at once.
+	checks chan struct{}
 }
 
 // verifyLimiters are the per-address limits of one handler.
@@ -64,8 +68,14 @@ func (h *Verify) Provision(ctx caddy.Context) error {
 	}
 	h.app = app
 	h.limiters = &verifyLimiters{all: make(map[netip.Prefix]*rate.Limiter)}
+	h.checks = make(chan struct{}, maxVerifyChecks())
 	return nil
 }
+
+// maxVerifyChecks is how many checks run at once: half the CPUs the
+// process may use, at least one, so that hashing uploads leaves the
+// rest of the gateway (its database work above all) room to run.
+func maxVerifyChecks() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 const (
 	// maxVerifyUpload is the largest PDF /verify takes.
@@ -120,6 +130,17 @@ func (h *Verify) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.H
 	doc, err := readUpload(w, r)
 	if err != nil {
 		h.fail(w, asJSON, err)
+		return nil
+	}
+	// A check hashes and parses the upload and asks the database: beyond
+	// the checks running at once, refuse at once rather than queue.
+	select {
+	case h.checks <- struct{}{}:
+		defer func() { <-h.checks }()
+	default:
+		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "too many documents are being checked now; try again in a moment")
+		p.RetryAfter = 1
+		h.fail(w, asJSON, p)
 		return nil
 	}
 	res, err := h.check(r, doc)

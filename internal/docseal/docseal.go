@@ -11,6 +11,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/sha512"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
@@ -19,10 +20,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"hash"
 	"math/big"
 	"net/url"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/digitorus/pdf"
@@ -280,45 +281,138 @@ func Host(baseURL string) string {
 // with the hex /Contents beside it, as a seal is written.
 var sealContents = regexp.MustCompile(`/ByteRange\s*\[\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*\]\s*/Contents\s*<([0-9A-Fa-f]+)>`)
 
+const (
+	// maxSignatures is how many signatures SealedBy examines, the first
+	// in the file: a document this gateway sealed carries one, and each
+	// examined may cost a hash of the file.
+	maxSignatures = 4
+	// hashBudget is how many times the file's length SealedBy hashes at
+	// most, whatever its ranges repeat: a seal over the whole file is
+	// hashed twice (its digest alone, then by its full verification).
+	hashBudget = 2
+	// maxSealDER bounds what is decoded of a /Contents: a seal's
+	// PKCS#7 is a few KiB (more with a timestamp and a chain), the rest
+	// of its reserved room zeros.
+	maxSealDER = 256 << 10
+)
+
 // SealedBy reports whether doc carries a signature that cert's key made
 // over the bytes it names, intact: the part of the file the seal covers
 // is as sealed, whatever was added after it. A file that only quotes the
-// certificate, or whose sealed bytes changed, is not.
+// certificate, or whose sealed bytes changed, is not. It examines the
+// first maxSignatures signatures, hashes at most hashBudget times
+// len(doc), and copies the sealed bytes only for a signature whose
+// digest they match.
 func SealedBy(doc []byte, cert *x509.Certificate) bool {
-	for _, m := range sealContents.FindAllSubmatch(doc, 16) {
-		var r [4]int64
-		for i := range r {
-			n, err := strconv.ParseInt(string(m[i+1]), 10, 64)
-			if err != nil || n < 0 {
-				return false
-			}
-			r[i] = n
-		}
-		if r[0] != 0 || r[1] > int64(len(doc)) || r[2] > int64(len(doc)) || r[2]+r[3] > int64(len(doc)) || r[2] < r[1] {
+	budget := hashBudget * len(doc)
+	// content is the sealed bytes in one piece, which pkcs7 needs: made
+	// only for a signature whose digest matched, and reused.
+	var content []byte
+	for _, m := range sealContents.FindAllSubmatch(doc, maxSignatures) {
+		first, gap, second, ok := byteRange(m[1:5], len(doc))
+		if !ok {
 			continue
 		}
-		padded, err := hex.DecodeString(string(m[5]))
-		if err != nil {
-			continue
-		}
-		// The signature is padded with zeros to its reserved length: its
-		// DER is the first element.
-		var first asn1.RawValue
-		if _, err := asn1.Unmarshal(padded, &first); err != nil {
-			continue
-		}
-		p7, err := pkcs7.Parse(first.FullBytes)
-		if err != nil {
+		p7 := parseSeal(m[5])
+		if p7 == nil {
 			continue
 		}
 		signer := p7.GetOnlySigner()
 		if signer == nil || !bytes.Equal(signer.Raw, cert.Raw) {
 			continue
 		}
-		p7.Content = append(append([]byte(nil), doc[:r[1]]...), doc[r[2]:r[2]+r[3]]...)
+		before, after := doc[:first], doc[gap:][:second]
+		// first+second <= len(doc): the ranges lie in doc, apart.
+		if budget -= first + second; budget < 0 {
+			return false
+		}
+		if !digestMatches(p7, before, after) {
+			continue
+		}
+		if budget -= first + second; budget < 0 {
+			return false
+		}
+		content = append(append(content[:0], before...), after...)
+		p7.Content = content
 		if p7.Verify() == nil {
 			return true
 		}
 	}
 	return false
+}
+
+// byteRange reads /ByteRange [0 first gap second]: the bytes [0, first)
+// and [gap, gap+second) of a file of n bytes, in order and apart. Every
+// bound is checked against n by subtraction, so no sum can overflow.
+func byteRange(nums [][]byte, n int) (first, gap, second int, ok bool) {
+	var r [4]int
+	for i, digits := range nums {
+		if r[i], ok = atMost(digits, n); !ok {
+			return 0, 0, 0, false
+		}
+	}
+	if r[0] != 0 || r[2] < r[1] || r[3] > n-r[2] {
+		return 0, 0, 0, false
+	}
+	return r[1], r[2], r[3], true
+}
+
+// atMost is the decimal number digits if it is at most limit (>= 0); a
+// larger one, however long, is refused before it can overflow.
+func atMost(digits []byte, limit int) (int, bool) {
+	v := 0
+	for _, c := range digits {
+		d := int(c - '0')
+		if v > limit/10 || v*10 > limit-d {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
+}
+
+// parseSeal is the PKCS#7 of a /Contents in hex, or nil. The signature
+// is padded with zeros to its reserved length: its DER is the first
+// element, and no more than maxSealDER is decoded.
+func parseSeal(hexDigits []byte) *pkcs7.PKCS7 {
+	der := make([]byte, min(len(hexDigits)/2, maxSealDER))
+	if _, err := hex.Decode(der, hexDigits[:2*len(der)]); err != nil {
+		return nil
+	}
+	var first asn1.RawValue
+	if _, err := asn1.Unmarshal(der, &first); err != nil {
+		return nil
+	}
+	p7, err := pkcs7.Parse(first.FullBytes)
+	if err != nil {
+		return nil
+	}
+	return p7
+}
+
+// digestMatches reports whether the signed message digest of p7's one
+// signer is the hash of parts, hashed where they lie.
+func digestMatches(p7 *pkcs7.PKCS7, parts ...[]byte) bool {
+	var want []byte
+	if len(p7.Signers) != 1 {
+		return false
+	}
+	if err := p7.UnmarshalSignedAttribute(pkcs7.OIDAttributeMessageDigest, &want); err != nil {
+		return false
+	}
+	var h hash.Hash
+	switch alg := p7.Signers[0].DigestAlgorithm.Algorithm; {
+	case alg.Equal(pkcs7.OIDDigestAlgorithmSHA256):
+		h = sha256.New()
+	case alg.Equal(pkcs7.OIDDigestAlgorithmSHA384):
+		h = sha512.New384()
+	case alg.Equal(pkcs7.OIDDigestAlgorithmSHA512):
+		h = sha512.New()
+	default:
+		return false
+	}
+	for _, p := range parts {
+		h.Write(p)
+	}
+	return bytes.Equal(h.Sum(nil), want)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -281,5 +282,120 @@ func TestSealedBy(t *testing.T) {
 		if got := SealedBy(tc.doc, cert.Cert); got != tc.want {
 			t.Errorf("%s: SealedBy = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// sealedForTest is a document sealed with a fresh self-made certificate.
+func sealedForTest(t testing.TB) (*Certificate, []byte) {
+	t.Helper()
+	cert, err := MakeSelfSigned("gw.example.com", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, _, err := NewSealer(cert, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, sealed
+}
+
+var byteRangeText = regexp.MustCompile(`/ByteRange\s*\[[^\]]*\]`)
+
+// withByteRange is doc with its first /ByteRange array replaced by r,
+// its signature's /Contents (a genuine seal's) untouched.
+func withByteRange(doc []byte, r string) []byte {
+	loc := byteRangeText.FindIndex(doc)
+	return append(append(append([]byte(nil), doc[:loc[0]]...), "/ByteRange ["+r+"]"...), doc[loc[1]:]...)
+}
+
+// TestSealedByHostileByteRanges: a genuine seal's /Contents under byte
+// ranges that overflow, point outside the file, overlap or run
+// backwards proves nothing, and never panics.
+func TestSealedByHostileByteRanges(t *testing.T) {
+	cert, sealed := sealedForTest(t)
+	n := len(sealed)
+	for _, tc := range []struct {
+		name, byteRange string
+	}{
+		{"the end overflows", "0 10 20 9223372036854775807"},
+		{"the end overflows from the file's end", fmt.Sprintf("0 10 %d 9223372036854775807", n)},
+		{"both ends at the largest number", "0 9223372036854775807 9223372036854775807 9223372036854775807"},
+		{"a number beyond 64 bits", "0 10 20 99999999999999999999999999"},
+		{"a very long number", "0 10 20 " + strings.Repeat("9", 4096)},
+		{"negative length", "0 10 20 -5"},
+		{"negative offset", "0 -10 20 5"},
+		{"the first range beyond the file", fmt.Sprintf("0 %d %d 0", n+1, n+1)},
+		{"the second range one byte beyond the file", fmt.Sprintf("0 10 20 %d", n-19)},
+		{"the second range starts beyond the file", fmt.Sprintf("0 10 %d 0", n+1)},
+		{"backwards", "0 20 10 5"},
+		{"overlapping", "0 20 10 30"},
+		{"not from the start", "5 10 20 5"},
+		{"the whole file", fmt.Sprintf("0 %d %d 0", n, n)},
+		{"nothing", "0 0 0 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if SealedBy(withByteRange(sealed, tc.byteRange), cert.Cert) {
+				t.Errorf("SealedBy = true for /ByteRange [%s]", tc.byteRange)
+			}
+		})
+	}
+}
+
+// genuineLast is sealed with its seal's /Contents zeroed where it lies
+// (bytes the seal does not cover), then the signatures others, then the
+// genuine signature again, examined last. In others, {len} is the
+// length of the whole file.
+func genuineLast(sealed []byte, others ...string) []byte {
+	m := sealContents.FindSubmatchIndex(sealed)
+	genuine := string(sealed[m[0]:m[1]])
+	doc := bytes.Clone(sealed)
+	copy(doc[m[10]:m[11]], strings.Repeat("0", m[11]-m[10]))
+	for _, o := range others {
+		doc = append(doc, "\n"+o...)
+	}
+	doc = append(doc, "\n"+genuine+"\n"...)
+	// {len} and its value are both 10 characters: the length stays.
+	return bytes.ReplaceAll(doc, []byte("{len}"), fmt.Appendf(nil, "%010d", len(doc)+5*bytes.Count(doc, []byte("{len}"))))
+}
+
+// repeated is n copies of s.
+func repeated(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// TestSealedByBounds: SealedBy examines the first maxSignatures
+// signatures and hashes at most twice the file, whatever the file
+// repeats: a genuine seal further on, or after ranges that made it hash
+// the whole file twice already, is not found.
+func TestSealedByBounds(t *testing.T) {
+	cert, sealed := sealedForTest(t)
+	m := sealContents.FindSubmatch(sealed)
+	small := "/ByteRange [0 10 20 5] /Contents <" + string(m[5]) + ">"
+	whole := "/ByteRange [0 0 0 {len}] /Contents <" + string(m[5]) + ">"
+	if maxSignatures < 3 {
+		t.Fatalf("maxSignatures %d leaves no room for the cases", maxSignatures)
+	}
+	for _, tc := range []struct {
+		name   string
+		others []string
+		want   bool
+	}{
+		{"second", nil, true},
+		{"last of the signatures examined", repeated(small, maxSignatures-2), true},
+		{"first beyond those examined", repeated(small, maxSignatures-1), false},
+		{"sixteenth", repeated(small, 14), false},
+		{"after ranges over the whole file once", []string{whole}, true},
+		{"after ranges over the whole file twice", []string{whole, whole}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := genuineLast(sealed, tc.others...)
+			if got := SealedBy(doc, cert.Cert); got != tc.want {
+				t.Errorf("SealedBy = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
