@@ -43,6 +43,7 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var keys []keystore.ImportKey
+	var skipped []keystore.SkippedConsumer
 	var err error
 	switch in.Format {
 	case "", "jsonl":
@@ -54,7 +55,7 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 				Message: "a kong import needs the map of ACL groups to a service and privileges"}})
 			break
 		}
-		keys, err = keystore.ParseKong([]byte(in.Data), in.PrivilegesMap, in.Service, time.Now())
+		keys, skipped, err = keystore.ParseKong([]byte(in.Data), in.PrivilegesMap, in.Service, time.Now())
 	default:
 		err = problem.Invalid([]problem.FieldError{{Field: "format", Code: "invalid", Message: "format must be jsonl or kong"}})
 	}
@@ -70,6 +71,7 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	report.Skipped = append(report.Skipped, skipped...)
 	if !in.DryRun {
 		app.state.updateKeyGauges()
 		rec := adminAudit(r, "keys imported", in.Service, http.StatusOK)

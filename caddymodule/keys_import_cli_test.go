@@ -62,3 +62,107 @@ func TestImportCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestImportCommandKong runs `caddy webapi keys import` on Kong files as
+// an operator does: every problem of a file printed at once, a bad group
+// of the privileges map named with its details, YAML syntax errors at
+// their line and column, a decK dump without --format kong named in one
+// line, and the consumers without credentials named in the summary, dry
+// run included.
+func TestImportCommandKong(t *testing.T) {
+	dir := t.TempDir()
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: TestAdminPort})
+	tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n\twebapi {\n\t\tdata_dir %s\n\t}\n}\n", TestAdminPort, dir), "caddyfile")
+	t.Cleanup(func() { tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", TestAdminPort), "caddyfile") })
+
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if _, _, err := runCLI(t, "keys", "import", write("stored.jsonl", `{"name":"there","owner":"o","privileges":["get"],"token":"stored-before-this-import-0123"}`), "--service", "share"); err != nil {
+		t.Fatal(err)
+	}
+	groups := write("groups.yaml", "readers: {service: contracts, privileges: [get, search]}\nwriters: {service: contracts, privileges: [fly]}\nshare-readers: {service: share, privileges: [get, list]}\n")
+	good := write("good-groups.yaml", "readers: {service: contracts, privileges: [get, search]}\nwriters: {service: contracts, privileges: [create]}\nshare-readers: {service: share, privileges: [get, list]}\n")
+	tests := []struct {
+		name string
+		args []string
+		// wantErr are in the error, one problem a line; lines is how
+		// many problem lines it has (0: any).
+		wantErr []string
+		lines   int
+		// wantOut are in what the command prints on success.
+		wantOut []string
+	}{
+		{
+			name: "every problem at once",
+			args: []string{"../keystore/testdata/kong-every-problem.yaml", "--format", "kong", "--privileges-map", groups},
+			wantErr: []string{"privilegesMap.writers.privileges[0]: group writers", "lines[6].plugins:", "lines[14].acls:",
+				"lines[8].key:", "lines[16].rateLimits[0].limit:", "lines[24].key:", "lines[25].key:"},
+			lines: 7,
+		},
+		{
+			name:    "a syntax error of the privileges map",
+			args:    []string{"../keystore/testdata/kong.yaml", "--format", "kong", "--privileges-map", write("bad-groups.yaml", "readers: {service: contracts, privileges: [get]\nwriters: x\n")},
+			wantErr: []string{"--privileges-map", "line 2, column 1"},
+		},
+		{
+			name:    "a syntax error of the dump",
+			args:    []string{write("bad.yaml", "consumers:\n- username: a\n  keyauth_credentials:\n  - key: a-key-0123456789abcdef\n   acls: x\n"), "--format", "kong", "--privileges-map", good},
+			wantErr: []string{"lines[5]: ", "line 5, column 4"},
+			lines:   1,
+		},
+		{
+			name:    "a decK dump without --format kong",
+			args:    []string{"../keystore/testdata/kong.yaml"},
+			wantErr: []string{"this looks like a decK dump", "--format kong"},
+			lines:   1,
+		},
+		{
+			name:    "a consumer without credentials, dry run",
+			args:    []string{"../keystore/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--dry-run"},
+			wantOut: []string{"would import (dry run, nothing stored) 3 keys", "line 27: consumer no-key has no key-auth credential: not imported"},
+		},
+		{
+			name:    "a consumer without credentials, as JSON",
+			args:    []string{"../keystore/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--json"},
+			wantOut: []string{`"imported": 3`, `"consumer": "no-key"`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runCLI(t, append([]string{"keys", "import"}, tt.args...)...)
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatalf("%v\n%s", err, out)
+				}
+				for _, w := range tt.wantOut {
+					if !strings.Contains(out, w) {
+						t.Errorf("the summary lacks %q:\n%s", w, out)
+					}
+				}
+				return
+			}
+			msg := fmt.Sprint(err)
+			if err == nil {
+				t.Fatalf("no error; printed\n%s", out)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(msg, w) {
+					t.Errorf("the error lacks %q:\n%s", w, msg)
+				}
+			}
+			if n := strings.Count(msg, "\n  "); tt.lines > 0 && n != tt.lines {
+				t.Errorf("%d problems printed, want %d:\n%s", n, tt.lines, msg)
+			}
+			for _, secret := range []string{"twice-in-this-file", "stored-before-this", "billing-live-key"} {
+				if strings.Contains(msg+out, secret) {
+					t.Errorf("the command printed %s", secret)
+				}
+			}
+		})
+	}
+}

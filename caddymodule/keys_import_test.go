@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -102,4 +103,221 @@ func testImportKeys(t *testing.T, b backend) {
 			t.Errorf("a log or reply holds %s", secret)
 		}
 	}
+}
+
+// testGroups is the privileges map of the Kong tests: writers grants a
+// privilege contracts keys do not have, a problem of the map.
+var testGroups = map[string]any{
+	"readers":       map[string]any{"service": "contracts", "privileges": []string{"get", "search"}},
+	"writers":       map[string]any{"service": "contracts", "privileges": []string{"fly"}},
+	"share-readers": map[string]any{"service": "share", "privileges": []string{"get", "list"}},
+}
+
+// TestImportKongReplies: what the admin API answers a Kong import:
+// every problem of every kind in one reply, a YAML syntax error at its
+// line and column, a decK dump sent as JSON Lines named as such in one
+// problem, a group an acl plugin denies, a top-level plugin naming no
+// consumer or two; and the consumers without credentials named in the
+// summary, dry run included. Nothing is stored by a refused import.
+func TestImportKongReplies(t *testing.T) {
+	startGateway(t, bolt, defaultSite)
+	post := func(body map[string]any) response {
+		t.Helper()
+		return do(t, http.MethodPost, adminURL+"/webapi/keys/import", body)
+	}
+	read := func(name string) string {
+		raw, err := os.ReadFile("../keystore/testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	// A token stored before, which the file's gamma has too.
+	if r := post(map[string]any{"data": `{"service":"share","name":"there","owner":"o","privileges":["get"],"token":"stored-before-this-import-0123"}`}); r.status != http.StatusOK {
+		t.Fatalf("the first import: %d %s", r.status, r.body)
+	}
+	readersOnly := map[string]any{"readers": testGroups["readers"], "share-readers": testGroups["share-readers"]}
+	tests := []struct {
+		name string
+		body map[string]any
+		// fields are the problems' fields, in order, of a 400; each of
+		// messages is in one of the problems' messages.
+		fields, messages []string
+		// skipped are the consumers the summary of a 200 names.
+		skipped []string
+	}{
+		{
+			name: "every problem in one reply",
+			body: map[string]any{"format": "kong", "data": read("kong-every-problem.yaml"), "privilegesMap": testGroups},
+			fields: []string{"privilegesMap.writers.privileges[0]", "lines[6].plugins", "lines[14].acls",
+				"lines[8].key", "lines[16].rateLimits[0].limit", "lines[24].key", "lines[25].key"},
+			messages: []string{"group writers", "request-transformer", "nobody-maps-this", "the same token as line 16", "exists already"},
+		},
+		{
+			name:     "a YAML syntax error",
+			body:     map[string]any{"format": "kong", "data": "consumers:\n- username: a\n  keyauth_credentials:\n  - key: a-key-0123456789abcdef\n   acls: x\n", "privilegesMap": readersOnly},
+			fields:   []string{"lines[5]"},
+			messages: []string{"line 5, column 4"},
+		},
+		{
+			name:     "a decK dump sent as JSON Lines",
+			body:     map[string]any{"format": "jsonl", "data": read("kong.yaml")},
+			fields:   []string{"format"},
+			messages: []string{"this looks like a decK dump", "--format kong"},
+		},
+		{
+			name: "a group an acl plugin denies",
+			body: map[string]any{"format": "kong", "privilegesMap": readersOnly, "data": `consumers:
+- username: banned
+  keyauth_credentials:
+  - key: banned-key-0123456789abcdef
+  acls:
+  - group: readers
+  - group: blocked
+plugins:
+- name: acl
+  config: {deny: [blocked]}
+`},
+			fields:   []string{"lines[2].acls"},
+			messages: []string{"blocked"},
+		},
+		{
+			name: "a plugin naming two consumers, and one naming none",
+			body: map[string]any{"format": "kong", "privilegesMap": readersOnly, "data": `consumers:
+- username: one
+  custom_id: crm
+  keyauth_credentials:
+  - key: one-key-0123456789abcdef
+  acls:
+  - group: readers
+- username: two
+  custom_id: crm
+  keyauth_credentials:
+  - key: two-key-0123456789abcdef
+  acls:
+  - group: readers
+plugins:
+- name: rate-limiting
+  consumer: crm
+  config: {minute: 5}
+- name: rate-limiting
+  consumer: nobody
+  config: {minute: 5}
+`},
+			fields:   []string{"lines[15].consumer", "lines[18].consumer"},
+			messages: []string{"crm", "nobody"},
+		},
+		{
+			name:    "a consumer without credentials, dry run",
+			body:    map[string]any{"format": "kong", "data": read("kong.yaml"), "privilegesMap": readersOnly, "dryRun": true},
+			skipped: []string{"no-key"},
+		},
+		{
+			name:    "a consumer without credentials",
+			body:    map[string]any{"format": "kong", "data": read("kong.yaml"), "privilegesMap": map[string]any{"readers": testGroups["readers"], "writers": testGroups["readers"], "share-readers": testGroups["share-readers"]}},
+			skipped: []string{"no-key"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := keyCount(t)
+			r := post(tt.body)
+			if tt.fields == nil {
+				var report struct {
+					Imported int
+					Skipped  []struct {
+						Line     int
+						Consumer string
+						Reason   string
+					}
+				}
+				r.json(t, &report)
+				var names []string
+				for _, s := range report.Skipped {
+					if s.Line < 1 || s.Reason == "" {
+						t.Errorf("a skipped consumer without its line or reason: %s", r.body)
+					}
+					names = append(names, s.Consumer)
+				}
+				if r.status != http.StatusOK || !slices.Equal(names, tt.skipped) {
+					t.Errorf("%d %s, want skipped %v", r.status, r.body, tt.skipped)
+				}
+				return
+			}
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("%d %s, want 400", r.status, r.body)
+			}
+			p := r.problem(t)
+			var fields []string
+			var all strings.Builder
+			for _, e := range p.Errors {
+				fields = append(fields, e.Field)
+				all.WriteString(e.Message + "\n")
+			}
+			if !slices.Equal(fields, tt.fields) {
+				t.Errorf("problems at %v, want %v\n%s", fields, tt.fields, r.body)
+			}
+			for _, m := range tt.messages {
+				if !strings.Contains(all.String(), m) {
+					t.Errorf("no problem says %q:\n%s", m, all.String())
+				}
+			}
+			if keyCount(t) != before {
+				t.Error("a refused import stored keys")
+			}
+			for _, secret := range []string{"twice-in-this-file", "stored-before-this", "billing-live-key", "-key-0123456789abcdef"} {
+				if strings.Contains(string(r.body), secret) {
+					t.Errorf("the reply holds %s", secret)
+				}
+			}
+		})
+	}
+}
+
+// TestImportKongConsumerReference: a top-level plugin naming "beta" goes
+// to the consumer named beta, not to alpha whose custom_id is beta and
+// which comes first: beta's token is refused from an address the
+// plugin does not allow, alpha's is served.
+func TestImportKongConsumerReference(t *testing.T) {
+	startGateway(t, bolt, defaultSite)
+	dump := `consumers:
+- username: alpha
+  custom_id: beta
+  keyauth_credentials:
+  - key: alpha-token-0123456789abcdef
+  acls:
+  - group: share-readers
+- username: beta
+  keyauth_credentials:
+  - key: beta-token-0123456789abcdef
+  acls:
+  - group: share-readers
+plugins:
+- name: ip-restriction
+  consumer: beta
+  config: {allow: [192.0.2.7]}
+`
+	r := do(t, http.MethodPost, adminURL+"/webapi/keys/import", map[string]any{"format": "kong", "data": dump,
+		"privilegesMap": map[string]any{"share-readers": testGroups["share-readers"]}})
+	if r.status != http.StatusOK {
+		t.Fatalf("import: %d %s", r.status, r.body)
+	}
+	for _, tt := range []struct {
+		token string
+		want  int
+	}{
+		{"alpha-token-0123456789abcdef", http.StatusOK},
+		{"beta-token-0123456789abcdef", http.StatusForbidden},
+	} {
+		if got := do(t, http.MethodGet, siteURL+"/webapi/share?projectId=10000", nil, bearer(tt.token)...); got.status != tt.want {
+			t.Errorf("%s from 127.0.0.1: %d %s, want %d", tt.token[:5], got.status, got.body, tt.want)
+		}
+	}
+}
+
+// keyCount is how many keys the admin API lists.
+func keyCount(t *testing.T) int {
+	var ks []json.RawMessage
+	do(t, http.MethodGet, adminURL+"/webapi/keys", nil).json(t, &ks)
+	return len(ks)
 }

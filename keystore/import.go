@@ -42,6 +42,11 @@ type ImportKey struct {
 	// TokenField names the token in the source's words, for problems:
 	// "token" (JSON Lines) when empty, "key" for a Kong credential.
 	TokenField string
+	// NoGrant marks a key whose service and privileges its source could
+	// not tell and has reported why (a Kong consumer's groups): Import
+	// checks its other fields and its token, so that one reply names
+	// every problem, and does not report the missing service again.
+	NoGrant bool
 }
 
 // ImportReport says what an import stored, or would store (DryRun). It
@@ -53,6 +58,15 @@ type ImportReport struct {
 	// got a new one, which `reveal` shows.
 	Kept int           `json:"keptTokens"`
 	Keys []ImportedKey `json:"keys"`
+	// Skipped are the consumers of a decK dump that gave no key.
+	Skipped []SkippedConsumer `json:"skipped"`
+}
+
+// SkippedConsumer is a consumer of a decK dump that gave no key, and why.
+type SkippedConsumer struct {
+	Line     int    `json:"line"`
+	Consumer string `json:"consumer"`
+	Reason   string `json:"reason"`
 }
 
 // ImportedKey is a key of the report: where it came from and what it is,
@@ -137,6 +151,9 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport,
 		var fe *problem.Details
 		if errors.As(err, &fe) {
 			for _, e := range fe.Errors {
+				if in.NoGrant && prior != nil && (e.Field == "service" || strings.HasPrefix(e.Field, "privileges")) {
+					continue
+				}
 				f.Add(where+"."+e.Field, e.Code, quietValues(e.Message))
 			}
 		} else if err != nil {
@@ -175,7 +192,7 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport,
 	if err := f.Err(); err != nil {
 		return ImportReport{}, capProblems(err)
 	}
-	report := ImportReport{Imported: len(recs), DryRun: dryRun, Keys: make([]ImportedKey, 0, len(recs))}
+	report := ImportReport{Imported: len(recs), DryRun: dryRun, Keys: make([]ImportedKey, 0, len(recs)), Skipped: []SkippedConsumer{}}
 	for i, rec := range recs {
 		if tokens[i] != "" {
 			report.Kept++

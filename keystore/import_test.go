@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
@@ -163,12 +165,12 @@ func TestParseKong(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := ParseKong(raw, testGrants, "", t0)
+	keys, skipped, err := ParseKong(raw, testGrants, "", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != 3 {
-		t.Fatalf("%d keys, want 3 (no-key has no credential)", len(keys))
+	if len(keys) != 3 || len(skipped) != 1 || skipped[0] != (SkippedConsumer{Line: 27, Consumer: "no-key", Reason: "no key-auth credential"}) {
+		t.Fatalf("%d keys, skipped %+v; want 3, and no-key (no credential)", len(keys), skipped)
 	}
 	got := map[string]ImportKey{}
 	for _, k := range keys {
@@ -191,7 +193,7 @@ func TestParseKong(t *testing.T) {
 	if rep.Service.Value != "share" || rep.Owner.Value != "reporting" || len(rep.RateLimits.Value) != 1 || !strings.Contains(string(rep.RateLimits.Value[0]), `"hour"`) {
 		t.Errorf("reporting's key (a top-level plugin): %+v %s", rep, rep.RateLimits.Value)
 	}
-	if _, err := ParseKong(raw, testGrants, "share", t0); err == nil || !slices.Equal(fieldErrors(t, err), []string{"lines[6].acls:other_service"}) {
+	if _, _, err := ParseKong(raw, testGrants, "share", t0); err == nil || !slices.Equal(fieldErrors(t, err), []string{"lines[6].acls:other_service"}) {
 		t.Errorf("--service share: %v", err)
 	}
 
@@ -199,7 +201,7 @@ func TestParseKong(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = ParseKong(raw, testGrants, "", t0)
+	_, _, err = ParseKong(raw, testGrants, "", t0)
 	want := []string{"lines[3].acls:unmapped", "lines[8].acls:two_services", "lines[14].plugins:unmapped"}
 	if got := fieldErrors(t, err); !slices.Equal(got, want) {
 		t.Errorf("errors %v, want %v", got, want)
@@ -207,7 +209,7 @@ func TestParseKong(t *testing.T) {
 	if strings.Contains(err.Error(), "key-0123") {
 		t.Error("the problem quotes a token")
 	}
-	if _, err := ParseKong([]byte("- not a dump"), testGrants, "", t0); err == nil {
+	if _, _, err := ParseKong([]byte("- not a dump"), testGrants, "", t0); err == nil {
 		t.Error("a YAML list parsed as a dump")
 	}
 }
@@ -275,7 +277,7 @@ func TestParseKongPlugins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := ParseKong(raw, testGrants, "", t0)
+	keys, _, err := ParseKong(raw, testGrants, "", t0)
 	want := []string{"lines[14].ttl:out_of_range", "lines[22].plugins:unmapped", "lines[30].plugins:unmapped"}
 	if got := fieldErrors(t, err); !slices.Equal(got, want) {
 		t.Errorf("errors %v, want %v", got, want)
@@ -294,9 +296,10 @@ func TestParseKongPlugins(t *testing.T) {
 		t.Errorf("office: allowed %v, limits %s (the global hour limit)", office.AllowedIPs.Value, office.RateLimits.Value)
 	}
 
-	// A bad privileges map is named by group.
-	_, err = ParseKong(raw, map[string]Grant{"readers": {Service: "contract", Privileges: []string{"get"}}, "x": {Service: "share"}}, "", t0)
-	if got := fieldErrors(t, err); !slices.Equal(got, []string{"privilegesMap.readers.service:invalid", "privilegesMap.x.privileges:required"}) {
+	// A bad privileges map is named by group, and the dump's problems
+	// come with it; a consumer of a bad group is not also unmapped.
+	_, _, err = ParseKong(raw, map[string]Grant{"readers": {Service: "contract", Privileges: []string{"get"}}, "x": {Service: "share"}}, "", t0)
+	if got := fieldErrors(t, err); !slices.Equal(got, append([]string{"privilegesMap.readers.service:invalid", "privilegesMap.x.privileges:required"}, want...)) {
 		t.Errorf("a bad map: %v", got)
 	}
 }
@@ -397,6 +400,232 @@ func TestRedactPath(t *testing.T) {
 	} {
 		if got := e.keys.RedactPath(path); got != want {
 			t.Errorf("RedactPath(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
+// TestImportKongEveryProblem: a dump with a problem of every kind (a bad
+// group of the map, a consumer in no group, a plugin keys cannot carry, a
+// limit beyond a key's, a token stored before, one twice in the file, one
+// too short) gets all of them in one reply, and nothing is stored.
+func TestImportKongEveryProblem(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		stored, err := ParseJSONL([]byte(`{"service":"share","name":"there","owner":"o","privileges":["get"],"token":"stored-before-this-import-0123"}`), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.keys.Import(stored, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile("testdata/kong-every-problem.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants := map[string]Grant{"readers": testGrants["readers"], "writers": {Service: "contracts", Privileges: []string{"fly"}}}
+		before := len(e.stored(t))
+		keys, _, perr := ParseKong(raw, grants, "", t0)
+		_, err = e.keys.Import(keys, false, perr)
+		want := []string{
+			"privilegesMap.writers.privileges[0]:unknown_privilege", // the map
+			"lines[6].plugins:unmapped",                             // a plugin
+			"lines[14].acls:unmapped",                               // a group
+			"lines[8].key:invalid",                                  // a short token
+			"lines[16].rateLimits[0].limit:out_of_range",            // a limit
+			"lines[24].key:duplicate",                               // twice in the file
+			"lines[25].key:exists",                                  // stored before
+		}
+		if got := fieldErrors(t, err); !slices.Equal(got, want) {
+			t.Errorf("errors\n%v, want\n%v", got, want)
+		}
+		if n := len(e.stored(t)); n != before || works(e.keys, ServiceContracts, "twice-in-this-file-0123456789") {
+			t.Errorf("a refused import stored something: %d records, was %d", n, before)
+		}
+		if msg := problemText(err); strings.Contains(msg, "twice-in-this") || strings.Contains(msg, "stored-before") {
+			t.Errorf("the refusal holds a token: %s", msg)
+		}
+	})
+}
+
+// kongRefDump is a dump of three consumers for TestParseKongReferences;
+// %s is the consumer its top-level plugin names.
+const kongRefDump = `consumers:
+- username: alpha
+  custom_id: beta
+  keyauth_credentials:
+  - key: alpha-key-0123456789abcdef
+  acls: [{group: readers}]
+- username: beta
+  id: 0b7c4c2e-1111-4222-8333-944455556666
+  keyauth_credentials:
+  - key: beta-key-0123456789abcdef
+  acls: [{group: readers}]
+- username: gamma
+  custom_id: crm
+  keyauth_credentials:
+  - key: gamma-key-0123456789abcdef
+  acls: [{group: readers}]
+plugins:
+- name: ip-restriction
+  consumer: %s
+  config: {allow: [192.0.2.7]}
+`
+
+// TestParseKongReferences: a top-level plugin goes to the consumer decK
+// would give it: by username or id, else by a custom_id that one
+// consumer alone has; a name that fits several consumers or none is a
+// problem at the plugin's line, not a guess.
+func TestParseKongReferences(t *testing.T) {
+	tests := []struct {
+		name, ref string
+		// restricted is the consumer whose key gets the allow list.
+		restricted string
+		errs       []string
+	}{
+		{name: "a username before an earlier custom_id", ref: "beta", restricted: "beta"},
+		{name: "an id", ref: "0b7c4c2e-1111-4222-8333-944455556666", restricted: "beta"},
+		{name: "a custom_id one consumer has", ref: "crm", restricted: "gamma"},
+		{name: "a username as a mapping", ref: "{username: gamma}", restricted: "gamma"},
+		{name: "no consumer", ref: "nobody", errs: []string{"lines[18].consumer:unknown_consumer"}},
+		{name: "an id of no consumer", ref: "0b7c4c2e-0000-4222-8333-944455556666", errs: []string{"lines[18].consumer:unknown_consumer"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keys, _, err := ParseKong([]byte(fmt.Sprintf(kongRefDump, tt.ref)), testGrants, "", t0)
+			if tt.errs != nil {
+				if got := fieldErrors(t, err); !slices.Equal(got, tt.errs) {
+					t.Errorf("errors %v, want %v", got, tt.errs)
+				}
+				if strings.Contains(problemText(err), "0b7c4c2e") {
+					t.Error("the problem says back a long value")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				owner := strings.TrimPrefix(k.Input.Description.Value, "imported from Kong consumer ")
+				if got := k.Input.AllowedIPs.Value; (owner == tt.restricted) != slices.Equal(got, []string{"192.0.2.7"}) {
+					t.Errorf("consumer %s: allowedIps %v (the plugin is %s's)", owner, got, tt.restricted)
+				}
+			}
+		})
+	}
+
+	// A custom_id or a username two consumers have names neither.
+	for _, dump := range []string{
+		strings.Replace(fmt.Sprintf(kongRefDump, "crm"), "custom_id: beta", "custom_id: crm", 1),
+		strings.Replace(fmt.Sprintf(kongRefDump, "gamma"), "username: alpha", "username: gamma", 1),
+	} {
+		if _, _, err := ParseKong([]byte(dump), testGrants, "", t0); !slices.Equal(fieldErrors(t, err), []string{"lines[18].consumer:ambiguous"}) {
+			t.Errorf("a name of two consumers: %v", err)
+		}
+	}
+}
+
+// TestParseKongDenied: a consumer in a group an enabled acl plugin
+// denies, wherever the plugin is, is a problem of the import: a key
+// cannot be refused by group.
+func TestParseKongDenied(t *testing.T) {
+	consumer := `consumers:
+- username: banned
+  keyauth_credentials:
+  - key: banned-key-0123456789abcdef
+  acls: [{group: readers}, {group: blocked}]
+`
+	tests := []struct {
+		name, rest string
+		errs       []string
+	}{
+		{"a global acl plugin", "plugins:\n- name: acl\n  config: {deny: [blocked]}\n", []string{"lines[2].acls:denied"}},
+		{"an acl plugin of a service", "services:\n- name: api\n  plugins:\n  - name: acl\n    config: {deny: [blocked]}\n", []string{"lines[2].acls:denied"}},
+		{"an acl plugin of a route", "services:\n- name: api\n  routes:\n  - name: r\n    plugins:\n    - {name: acl, config: {deny: [blocked]}}\n", []string{"lines[2].acls:denied"}},
+		{"a top-level acl plugin of a route", "plugins:\n- {name: acl, route: r, config: {deny: [blocked]}}\n", []string{"lines[2].acls:denied"}},
+		{"a disabled acl plugin", "plugins:\n- {name: acl, enabled: false, config: {deny: [blocked]}}\n", nil},
+		{"another group denied", "plugins:\n- {name: acl, config: {deny: [others]}}\n", nil},
+		{"an allow list", "plugins:\n- {name: acl, config: {allow: [readers]}}\n", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keys, _, err := ParseKong([]byte(consumer+tt.rest), testGrants, "", t0)
+			if tt.errs == nil {
+				if err != nil || len(keys) != 1 {
+					t.Errorf("%d keys, %v", len(keys), err)
+				}
+				return
+			}
+			if got := fieldErrors(t, err); !slices.Equal(got, tt.errs) {
+				t.Errorf("errors %v, want %v", got, tt.errs)
+			}
+			if !strings.Contains(problemText(err), "blocked") {
+				t.Errorf("the problem does not name the group: %+v", err)
+			}
+		})
+	}
+}
+
+// problemText is the messages of a 400 problem, one a line.
+func problemText(err error) string {
+	var d *problem.Details
+	if !errors.As(err, &d) {
+		return fmt.Sprint(err)
+	}
+	var b strings.Builder
+	for _, e := range d.Errors {
+		b.WriteString(e.Field + ": " + e.Message + "\n")
+	}
+	return b.String()
+}
+
+// TestImportFileProblems: a file that is not what its format says is
+// one problem that says what it looks like, and a YAML syntax error is
+// named at the parser's line and column.
+func TestImportFileProblems(t *testing.T) {
+	dump, err := os.ReadFile("testdata/kong.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonl := `{"service":"share","name":"a","owner":"o","privileges":["get"]}` + "\n" + `{"service":"share","name":"b","owner":"o","privileges":["get"]}`
+	tests := []struct {
+		name, format, data string
+		field, says        string
+	}{
+		{"a decK dump as JSON Lines", "jsonl", string(dump), "format", "this looks like a decK dump"},
+		{"JSON Lines as a decK dump", "kong", jsonl, "lines[1]", "this looks like JSON Lines"},
+		{"a YAML syntax error", "kong", "consumers:\n- username: a\n  keyauth_credentials:\n  - key: a-key-0123456789abcdef\n   acls: x\n", "lines[5]", "line 5, column 4: did not find expected key"},
+		{"a tab", "kong", "consumers:\n- username: a\n\tkey: secret-value-0123456789\n", "lines[3]", "line 3, column 1: found a tab character"},
+		{"a quote left open", "kong", "consumers:\n- username: \"a-long-secret-value-0123\n", "lines[3]", "line 3, column 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var err error
+			if tt.format == "kong" {
+				_, _, err = ParseKong([]byte(tt.data), testGrants, "", t0)
+			} else {
+				_, err = ParseJSONL([]byte(tt.data), "")
+			}
+			var d *problem.Details
+			if !errors.As(err, &d) || len(d.Errors) != 1 || d.Errors[0].Field != tt.field || !strings.Contains(d.Errors[0].Message, tt.says) {
+				t.Fatalf("%+v, want one problem at %s saying %q", err, tt.field, tt.says)
+			}
+			if strings.Contains(d.Errors[0].Message, "secret-value") {
+				t.Error("the problem says back a value")
+			}
+		})
+	}
+
+	// The privileges map, read by the command: its syntax errors at
+	// their line and column, fields it does not have by line; its
+	// groups are checked with the file.
+	for _, tt := range []struct{ data, want string }{
+		{"readers: {service: contracts, privileges: [get]\nwriters: x\n", "line 2, column 1: did not find expected ',' or '}'"},
+		{"readers: {service: contracts, colour: red}\n", "line 1: the map is of ACL group to {service, privileges}"},
+		{"readers: {service: contract, privileges: [fly]}\n", ""},
+	} {
+		_, err := ParsePrivilegesMap([]byte(tt.data))
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("privileges map %q: %v, want %q", tt.data, err, tt.want)
 		}
 	}
 }

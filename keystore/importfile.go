@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"sort"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+	yaml4 "go.yaml.in/yaml/v4"
 
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
@@ -31,6 +33,11 @@ func ParseJSONL(data []byte, service string) ([]ImportKey, error) {
 	var out []ImportKey
 	var f problem.Fields
 	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a byte order mark
+	if looksLikeDeck(data) {
+		// One problem, not one per line of YAML.
+		f.Add("format", "wrong_format", `this looks like a decK dump, not JSON Lines: add --format kong (format "kong") and a privileges map`)
+		return nil, f.Err()
+	}
 	line := 0
 	for len(data) > 0 {
 		line++
@@ -122,23 +129,40 @@ type Grant struct {
 	Privileges []string `json:"privileges" yaml:"privileges"`
 }
 
-// ParsePrivilegesMap reads a map of ACL group to Grant, as JSON or YAML,
-// and checks it (CheckGrants).
+// ParsePrivilegesMap reads a map of ACL group to Grant, as JSON or YAML.
+// It leaves the grants to the import to check, so that the map's
+// problems come in one reply with the file's.
 func ParsePrivilegesMap(data []byte) (map[string]Grant, error) {
 	m := map[string]Grant{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&m); err != nil {
-		return nil, problem.Invalid([]problem.FieldError{{Field: "privilegesMap", Code: "invalid",
-			Message: "the privileges map is a JSON or YAML object of ACL group to {service, privileges}, and nothing else"}})
+	err := dec.Decode(&m)
+	var te *yaml.TypeError
+	switch {
+	case err == nil, errors.Is(err, io.EOF):
+		return m, nil
+	case errors.As(err, &te):
+		var lines []string
+		for _, e := range te.Errors {
+			if at, _, ok := strings.Cut(e, ": "); ok && strings.HasPrefix(at, "line ") {
+				lines = append(lines, at)
+			}
+		}
+		msg := "the map is of ACL group to {service, privileges}: a service and a list of privileges, and nothing else"
+		if len(lines) > 0 {
+			msg = strings.Join(lines, ", ") + ": " + msg
+		}
+		return nil, errors.New(msg)
 	}
-	return m, CheckGrants(m)
+	_, msg := yamlSyntax(data, err)
+	return nil, errors.New(msg)
 }
 
-// CheckGrants checks each group of a privileges map: a service and
-// privileges of that service, each problem named by its group.
-func CheckGrants(grants map[string]Grant) error {
-	var f problem.Fields
+// checkGrants checks each group of a privileges map: a service and
+// privileges of that service, each problem named by its group. It
+// returns the bad groups.
+func checkGrants(f *problem.Fields, grants map[string]Grant) map[string]bool {
+	bad := map[string]bool{}
 	groups := make([]string, 0, len(grants))
 	for g := range grants {
 		groups = append(groups, g)
@@ -150,19 +174,17 @@ func CheckGrants(grants map[string]Grant) error {
 		s := Service(grant.Service)
 		if !s.Valid() {
 			f.Add(at+".service", "invalid", "group "+g+": service must be contracts or share")
+			bad[g] = true
 			s = ""
 		}
 		var pf problem.Fields
 		checkPrivileges(&pf, s, grant.Privileges)
-		if err := pf.Err(); err != nil {
-			var d *problem.Details
-			errors.As(err, &d)
-			for _, e := range d.Errors {
-				f.Add(at+"."+e.Field, e.Code, "group "+g+": "+e.Message)
-			}
+		for _, e := range pf.List() {
+			f.Add(at+"."+e.Field, e.Code, "group "+g+": "+e.Message)
+			bad[g] = true
 		}
 	}
-	return f.Err()
+	return bad
 }
 
 // kongConsumer is a consumer of a decK dump, as much as an import reads.
@@ -216,49 +238,38 @@ var kongRateWindows = []struct {
 // grants (the union of its groups within one service), a notValidAfter
 // of now plus the credential's ttl, and the consumer's rate-limiting
 // plugin as rate-limit policies (second, minute, hour, day) and a
-// monthly quota. What cannot be mapped is reported per consumer: no
-// group in the map, groups of two services, a service other than
-// service (when set), a year limit.
-func ParseKong(data []byte, grants map[string]Grant, service string, now time.Time) ([]ImportKey, error) {
+// monthly quota. It returns the keys, the consumers that gave none (no
+// credential), and a 400 naming every problem of the map and the dump:
+// a consumer with one is still read to the end, and its keys returned
+// (NoGrant when its groups do not map), so that Import adds the
+// problems of their fields and tokens to the same reply.
+func ParseKong(data []byte, grants map[string]Grant, service string, now time.Time) ([]ImportKey, []SkippedConsumer, error) {
 	var doc yaml.Node
 	var f problem.Fields
-	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		f.Add("lines[1]", "invalid_yaml", "not a decK dump: a YAML document with consumers")
-		return nil, f.Err()
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		line, msg := yamlSyntax(data, err)
+		f.Add("lines["+strconv.Itoa(line)+"]", "invalid_yaml", "not a decK dump: "+msg)
+		return nil, nil, f.Err()
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		f.Add("lines[1]", "invalid_yaml", orJSONLines(data, "not a decK dump: a YAML document with consumers"))
+		return nil, nil, f.Err()
 	}
 	root := doc.Content[0]
 	consumers := mapValue(root, "consumers")
 	if consumers == nil || consumers.Kind != yaml.SequenceNode {
-		f.Add("lines[1]", "no_consumers", "the dump has no consumers")
-		return nil, f.Err()
-	}
-	if err := CheckGrants(grants); err != nil {
-		return nil, err
-	}
-	// Plugins at the top level name their consumer (by username or id),
-	// or none: a global plugin, which applies to every consumer.
-	topPlugins := map[string][]kongPlugin{}
-	var global []kongPlugin
-	if plugins := mapValue(root, "plugins"); plugins != nil {
-		var ps []kongPlugin
-		if err := plugins.Decode(&ps); err != nil {
-			f.Add("lines["+strconv.Itoa(plugins.Line)+"].plugins", "invalid_yaml", "the top-level plugins are not a list of plugins")
-		}
-		for _, p := range ps {
-			switch name := consumerRef(p.Consumer); {
-			case name != "":
-				topPlugins[name] = append(topPlugins[name], p)
-			case !p.scoped():
-				global = append(global, p)
-			}
-		}
+		f.Add("lines[1]", "no_consumers", orJSONLines(data, "the dump has no consumers"))
+		return nil, nil, f.Err()
 	}
 	if len(consumers.Content) > MaxImport {
 		f.Add("consumers", "too_many", "an import holds at most "+strconv.Itoa(MaxImport)+" keys; split the dump")
-		return nil, f.Err()
+		return nil, nil, f.Err()
 	}
+	badGroups := checkGrants(&f, grants)
+	attached, global, denied := kongPlugins(&f, root, consumers)
 	var out []ImportKey
-	for _, node := range consumers.Content {
+	var skipped []SkippedConsumer
+	for i, node := range consumers.Content {
 		where := "lines[" + strconv.Itoa(node.Line) + "]"
 		var c kongConsumer
 		if err := node.Decode(&c); err != nil {
@@ -266,85 +277,43 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 			continue
 		}
 		if creds := mapValue(node, "keyauth_credentials"); creds != nil {
-			for i, cn := range creds.Content {
-				if i < len(c.Credentials) {
-					c.Credentials[i].line = cn.Line
+			for j, cn := range creds.Content {
+				if j < len(c.Credentials) {
+					c.Credentials[j].line = cn.Line
 				}
 			}
 		}
 		who := c.Username
-		if who == "" {
-			who = c.CustomID
+		for _, alt := range []string{c.CustomID, c.ID, "at line " + strconv.Itoa(node.Line)} {
+			if who == "" {
+				who = alt
+			}
 		}
 		owner := c.CustomID
 		if owner == "" {
 			owner = c.Username
 		}
 		if len(c.Credentials) == 0 {
-			continue // a consumer without key-auth has nothing to import
-		}
-		// The grant: the union of the consumer's groups, within one service.
-		var svc string
-		privs := map[string]bool{}
-		var unmapped []string
-		for _, a := range c.ACLs {
-			g, ok := grants[a.Group]
-			if !ok {
-				unmapped = append(unmapped, a.Group)
-				continue
-			}
-			if svc != "" && g.Service != svc {
-				f.Add(where+".acls", "two_services", fmt.Sprintf("consumer %s is in groups of two services (%s and %s): import it by hand", who, svc, g.Service))
-				svc = "?"
-				break
-			}
-			svc = g.Service
-			for _, p := range g.Privileges {
-				privs[p] = true
-			}
-		}
-		switch {
-		case svc == "?":
-			continue
-		case svc == "":
-			msg := fmt.Sprintf("consumer %s is in no group of the privileges map", who)
-			if len(unmapped) > 0 {
-				msg += " (its groups: " + strings.Join(unmapped, ", ") + ")"
-			}
-			f.Add(where+".acls", "unmapped", msg)
-			continue
-		case service != "" && svc != service:
-			f.Add(where+".acls", "other_service", fmt.Sprintf("consumer %s maps to service %s, not %s", who, svc, service))
+			skipped = append(skipped, SkippedConsumer{Line: node.Line, Consumer: who, Reason: "no key-auth credential"})
 			continue
 		}
-		privileges := make([]string, 0, len(privs))
-		for p := range privs {
-			privileges = append(privileges, p)
-		}
-		sort.Strings(privileges)
-		plugins := c.Plugins
-		for _, ref := range []string{c.Username, c.ID, c.CustomID} {
-			if ref != "" {
-				plugins = append(plugins, topPlugins[ref]...)
-				delete(topPlugins, ref)
-			}
-		}
-		limits, quota, allowed, ok := kongPolicies(&f, where, who, plugins, global)
-		if !ok {
-			continue
-		}
-		for i, cred := range c.Credentials {
+		svc, privileges, noGrant := kongGrant(&f, where, who, &c, grants, badGroups, service)
+		plugins := append(c.Plugins[:len(c.Plugins):len(c.Plugins)], attached[i]...)
+		kongDenied(&f, where, who, &c, plugins, denied)
+		limits, quota, allowed := kongPolicies(&f, where, who, plugins, global)
+		for j, cred := range c.Credentials {
 			name := cutRunes(who, maxNameLen)
 			if len(c.Credentials) > 1 {
-				suffix := " #" + strconv.Itoa(i+1)
+				suffix := " #" + strconv.Itoa(j+1)
 				name = cutRunes(who, maxNameLen-len(suffix)) + suffix
 			}
 			in := KeyInput{
-				Service:     patch.Some(svc),
 				Name:        patch.Some(name),
 				Description: patch.Some("imported from Kong consumer " + who),
 				Owner:       patch.Some(owner),
-				Privileges:  patch.Some(privileges),
+			}
+			if !noGrant {
+				in.Service, in.Privileges = patch.Some(svc), patch.Some(privileges)
 			}
 			line := cred.line
 			if line == 0 {
@@ -352,8 +321,8 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 			}
 			switch {
 			case cred.TTL < 0 || cred.TTL > maxKongTTL:
+				// Reported; the key is still checked for the same reply.
 				f.Add("lines["+strconv.Itoa(line)+"].ttl", "out_of_range", "consumer "+who+": a credential's ttl is 0 to 100 years of seconds")
-				continue
 			case cred.TTL > 0:
 				in.NotValidAfter = patch.Some(now.Add(time.Duration(cred.TTL) * time.Second).UTC().Format(time.RFC3339))
 			}
@@ -370,22 +339,187 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 				f.Add("lines["+strconv.Itoa(line)+"].key", "required", "consumer "+who+" has a key-auth credential without a key")
 				continue
 			}
-			out = append(out, ImportKey{Line: line, Input: in, Token: cred.Key, TokenField: "key"})
+			out = append(out, ImportKey{Line: line, Input: in, Token: cred.Key, TokenField: "key", NoGrant: noGrant})
 		}
 	}
-	return out, f.Err()
+	if len(out) == 0 && len(skipped) > 0 && len(f.List()) == 0 {
+		f.Add("consumers", "no_credentials", fmt.Sprintf("no consumer of the dump has a key-auth credential (%d without)", len(skipped)))
+	}
+	return out, skipped, f.Err()
+}
+
+// kongGrant is the service and privileges a consumer's ACL groups map
+// to: their union, within one service. noGrant reports that they map to
+// none, and why is reported (on the map, for a bad group of it).
+func kongGrant(f *problem.Fields, where, who string, c *kongConsumer, grants map[string]Grant, badGroups map[string]bool, service string) (svc string, privileges []string, noGrant bool) {
+	privs := map[string]bool{}
+	var unmapped []string
+	for _, a := range c.ACLs {
+		if badGroups[a.Group] {
+			noGrant = true
+			continue
+		}
+		g, ok := grants[a.Group]
+		if !ok {
+			unmapped = append(unmapped, a.Group)
+			continue
+		}
+		if svc != "" && g.Service != svc {
+			f.Add(where+".acls", "two_services", fmt.Sprintf("consumer %s is in groups of two services (%s and %s): import it by hand", who, svc, g.Service))
+			return "", nil, true
+		}
+		svc = g.Service
+		for _, p := range g.Privileges {
+			privs[p] = true
+		}
+	}
+	switch {
+	case noGrant:
+		return "", nil, true
+	case svc == "":
+		msg := fmt.Sprintf("consumer %s is in no group of the privileges map", who)
+		if len(unmapped) > 0 {
+			msg += " (its groups: " + strings.Join(unmapped, ", ") + ")"
+		}
+		f.Add(where+".acls", "unmapped", msg)
+		return "", nil, true
+	case service != "" && svc != service:
+		f.Add(where+".acls", "other_service", fmt.Sprintf("consumer %s maps to service %s, not %s", who, svc, service))
+		return "", nil, true
+	}
+	privileges = make([]string, 0, len(privs))
+	for p := range privs {
+		privileges = append(privileges, p)
+	}
+	sort.Strings(privileges)
+	return svc, privileges, false
+}
+
+// kongPlugins reads the plugins outside the consumers. A top-level one
+// naming a consumer goes to it, found as decK finds it: by username or
+// id, else by custom_id where one consumer alone has it; a name that
+// fits no consumer, or several, is reported, not guessed. A top-level
+// one naming none and scoped to no route or service is global. denied
+// holds, by group, which enabled acl plugin outside the consumers
+// (global, of a service, of a route) denies the group.
+func kongPlugins(f *problem.Fields, root, consumers *yaml.Node) (attached [][]kongPlugin, global []kongPlugin, denied map[string]string) {
+	attached = make([][]kongPlugin, len(consumers.Content))
+	denied = map[string]string{}
+	byName, byCustomID := map[string][]int{}, map[string][]int{}
+	for i, node := range consumers.Content {
+		username, id := scalar(mapValue(node, "username")), scalar(mapValue(node, "id"))
+		if username != "" {
+			byName[username] = append(byName[username], i)
+		}
+		if id != "" && id != username {
+			byName[id] = append(byName[id], i)
+		}
+		if cid := scalar(mapValue(node, "custom_id")); cid != "" {
+			byCustomID[cid] = append(byCustomID[cid], i)
+		}
+	}
+	if plugins := mapValue(root, "plugins"); plugins != nil && plugins.Kind != yaml.SequenceNode {
+		f.Add("lines["+strconv.Itoa(plugins.Line)+"].plugins", "invalid_yaml", "the top-level plugins are not a list of plugins")
+	} else if plugins != nil {
+		for _, pn := range plugins.Content {
+			at := "lines[" + strconv.Itoa(pn.Line) + "]"
+			var p kongPlugin
+			if err := pn.Decode(&p); err != nil {
+				f.Add(at, "invalid_yaml", "a top-level plugin whose fields do not decode (name, consumer, route, service, enabled, config)")
+				continue
+			}
+			ref, named := consumerRef(p.Consumer)
+			if !named {
+				where := "a global acl plugin"
+				if p.scoped() {
+					where = "an acl plugin of a route or service"
+				} else {
+					global = append(global, p)
+				}
+				addDenied(denied, p, where)
+				continue
+			}
+			match := byName[ref]
+			if len(match) == 0 {
+				match = byCustomID[ref]
+			}
+			switch len(match) {
+			case 1:
+				attached[match[0]] = append(attached[match[0]], p)
+			case 0:
+				f.Add(at+".consumer", "unknown_consumer", fmt.Sprintf("plugin %s names consumer %s, which no consumer of the dump has as username, id or custom_id", p.Name, shown(ref)))
+			default:
+				f.Add(at+".consumer", "ambiguous", fmt.Sprintf("plugin %s names consumer %s, which %d consumers of the dump answer to: name one by its username or id", p.Name, shown(ref), len(match)))
+			}
+		}
+	}
+	for _, svc := range seqOf(mapValue(root, "services")) {
+		addDeniedIn(denied, mapValue(svc, "plugins"), "the acl plugin of service "+scalar(mapValue(svc, "name")))
+		for _, r := range seqOf(mapValue(svc, "routes")) {
+			addDeniedIn(denied, mapValue(r, "plugins"), "the acl plugin of route "+scalar(mapValue(r, "name")))
+		}
+	}
+	for _, r := range seqOf(mapValue(root, "routes")) {
+		addDeniedIn(denied, mapValue(r, "plugins"), "the acl plugin of route "+scalar(mapValue(r, "name")))
+	}
+	return attached, global, denied
+}
+
+// addDenied notes the groups an enabled acl plugin denies, by where.
+func addDenied(denied map[string]string, p kongPlugin, where string) {
+	if p.Name != "acl" || !p.enabled() {
+		return
+	}
+	for _, g := range asList(p.Config["deny"]) {
+		if _, ok := denied[g]; !ok {
+			denied[g] = where
+		}
+	}
+}
+
+// addDeniedIn notes the deny lists of the acl plugins of a list of
+// plugins nested in a service or route; the other plugins there are not
+// a key's.
+func addDeniedIn(denied map[string]string, plugins *yaml.Node, where string) {
+	for _, pn := range seqOf(plugins) {
+		var p kongPlugin
+		if pn.Decode(&p) == nil {
+			addDenied(denied, p, where)
+		}
+	}
+}
+
+// kongDenied reports a consumer in a group that an acl plugin denies:
+// Kong refuses it there, and a key cannot be refused by group, so that
+// importing it would give it what Kong denied.
+func kongDenied(f *problem.Fields, where, who string, c *kongConsumer, own []kongPlugin, denied map[string]string) {
+	mine := map[string]string{}
+	for _, p := range own {
+		addDenied(mine, p, "its own acl plugin")
+	}
+	var groups []string
+	for _, a := range c.ACLs {
+		by, ok := mine[a.Group]
+		if !ok {
+			by, ok = denied[a.Group]
+		}
+		if ok {
+			groups = append(groups, a.Group+" ("+by+")")
+		}
+	}
+	if len(groups) > 0 {
+		f.Add(where+".acls", "denied", fmt.Sprintf("consumer %s is in a group an acl plugin denies: %s; a key cannot be refused by group: take the consumer out of the group, or import it by hand", who, strings.Join(groups, ", ")))
+	}
 }
 
 // kongPolicies maps what a consumer's plugins say of its keys: the
 // rate-limiting plugin (its own, else a global one) as policies and a
 // monthly quota, ip-restriction's allow list as allowedIps. What keys
-// cannot carry is reported (ok false): a limit by IP or by route, a
-// yearly limit, a deny list, a plugin of the consumer's of another kind.
-func kongPolicies(f *problem.Fields, where, who string, own, global []kongPlugin) (limits []json.RawMessage, quota json.RawMessage, allowed []string, ok bool) {
-	ok = true
+// cannot carry is reported: a limit by IP or by route, a yearly limit,
+// a deny list of addresses, a plugin of the consumer's of another kind.
+func kongPolicies(f *problem.Fields, where, who string, own, global []kongPlugin) (limits []json.RawMessage, quota json.RawMessage, allowed []string) {
 	unmapped := func(msg string) {
 		f.Add(where+".plugins", "unmapped", "consumer "+who+": "+msg+": import it by hand, or change the plugin first")
-		ok = false
 	}
 	hasOwn := map[string]bool{}
 	for _, p := range own {
@@ -433,13 +567,14 @@ func kongPolicies(f *problem.Fields, where, who string, own, global []kongPlugin
 				allowed = append(allowed, a)
 			}
 		case "acl", "key-auth":
+			// acl deny lists: kongDenied; acl groups: the privileges map.
 		default:
 			if hasOwn[p.Name] {
 				unmapped("plugin " + p.Name + ", which keygate keys have no equivalent of")
 			}
 		}
 	}
-	return limits, quota, allowed, ok
+	return limits, quota, allowed
 }
 
 // asList reads a plugin's list of strings.
@@ -480,20 +615,96 @@ func wholeConfig(v any) (int64, bool) {
 	return 0, false
 }
 
-// consumerRef is the username a top-level plugin names as its consumer.
-func consumerRef(v any) string {
+// consumerRef is the consumer a top-level plugin names (its username,
+// id or custom_id), and whether it names one.
+func consumerRef(v any) (string, bool) {
 	switch c := v.(type) {
+	case nil:
+		return "", false
 	case string:
-		return c
+		return c, true
 	case map[string]any:
-		if s, ok := c["username"].(string); ok {
-			return s
-		}
-		if s, ok := c["id"].(string); ok {
-			return s
+		for _, k := range []string{"id", "username"} {
+			if s, ok := c[k].(string); ok {
+				return s, true
+			}
 		}
 	}
-	return ""
+	return "", true
+}
+
+// shown is a name as a problem may say it back: one of 16 characters or
+// more may be a token put in the wrong field.
+func shown(s string) string {
+	switch {
+	case s == "":
+		return "(none)"
+	case len(s) >= minForeignToken:
+		return "(a value of 16 characters or more)"
+	}
+	return s
+}
+
+// scalar is the value of a scalar node, or "".
+func scalar(n *yaml.Node) string {
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	return n.Value
+}
+
+// seqOf is the items of a sequence node, or none.
+func seqOf(n *yaml.Node) []*yaml.Node {
+	if n == nil || n.Kind != yaml.SequenceNode {
+		return nil
+	}
+	return n.Content
+}
+
+// yamlSyntax says where data stops being YAML, and why. It asks the v4
+// parser, which tells the line and column, where v3 tells no column and,
+// for some errors, a line off by one or none; its messages quote no
+// value.
+func yamlSyntax(data []byte, err error) (line int, msg string) {
+	var le *yaml4.LoadError
+	if errors.As(yaml4.Load(data, new(yaml4.Node)), &le) && le.Mark.Line > 0 {
+		at := "line " + strconv.Itoa(le.Mark.Line)
+		if le.Mark.Column > 0 {
+			at += ", column " + strconv.Itoa(le.Mark.Column)
+		}
+		return le.Mark.Line, "YAML syntax error at " + at + ": " + quietValues(le.Message)
+	}
+	return 1, "YAML syntax error: " + quietValues(strings.TrimPrefix(err.Error(), "yaml: "))
+}
+
+// orJSONLines adds to msg, a decK dump's problem, that data looks like
+// JSON Lines when its first line is a JSON object.
+func orJSONLines(data []byte, msg string) string {
+	if t := bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\ufeff"))); len(t) > 0 && t[0] == '{' {
+		return msg + `: this looks like JSON Lines: leave out --format kong (format "jsonl")`
+	}
+	return msg
+}
+
+// looksLikeDeck reports whether data, sent as JSON Lines, is rather a
+// decK dump: its first line that is neither blank nor a comment is no
+// JSON object, and a line starts with a key decK writes at the top.
+func looksLikeDeck(data []byte) bool {
+	first := true
+	for line := range bytes.Lines(data) {
+		t := bytes.TrimSpace(line)
+		if len(t) == 0 || t[0] == '#' {
+			continue
+		}
+		if first && t[0] == '{' {
+			return false
+		}
+		first = false
+		if bytes.HasPrefix(line, []byte("_format_version:")) || bytes.HasPrefix(line, []byte("consumers:")) {
+			return true
+		}
+	}
+	return false
 }
 
 func mapValue(m *yaml.Node, key string) *yaml.Node {
