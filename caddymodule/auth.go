@@ -251,8 +251,13 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 		hdr.Set("Allow", strings.Join(d.Allow, ", "))
 	}
 	detail := refusals[d.Reason]
-	if d.Reason == problem.CodeMissingPrivilege {
+	switch {
+	case d.Reason == problem.CodeMissingPrivilege:
 		detail = "the API key lacks the " + string(d.Missing) + " privilege"
+	case d.PreviousTokenExpired:
+		// Only the token's holder gets here, who knew it worked: saying
+		// it expired discloses nothing, and saves a hunt for a wrong service.
+		detail = "the API key's previous token expired when its grace period ended; use the new token"
 	}
 	if len(d.Violated) > 0 {
 		writeLimitRefusal(w, d, detail)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/keystore"
 )
 
 // echoSite answers authorized requests with what the key check handed on.
@@ -154,6 +156,69 @@ func testDeletedKeyStopsAtOnce(t *testing.T, b backend) {
 	}
 	if r := do(t, "GET", url, nil, bearer(k.Token)...); r.status != 401 || r.problem(t).Code != "invalid_key" {
 		t.Fatalf("after delete: %d %s", r.status, r.body)
+	}
+}
+
+// TestRolledTokenRefusal: the token a roll replaced, once its grace
+// period has ended, is refused invalid_key saying so, where any other
+// unknown token gets the general words; neither names the key.
+func TestRolledTokenRefusal(t *testing.T) {
+	startGateway(t, bolt, echoSite)
+	roll := func(k keystore.Key, grace int) keystore.Key {
+		t.Helper()
+		r := do(t, http.MethodPost, adminURL+"/webapi/keys/"+k.ID+"/roll", map[string]any{"graceSeconds": grace})
+		if r.status != http.StatusOK {
+			t.Fatalf("roll: %d %s", r.status, r.body)
+		}
+		var rolled keystore.Key
+		r.json(t, &rolled)
+		return rolled
+	}
+	body := map[string]any{"service": "contracts", "name": "rolled", "owner": "alice", "privileges": []string{"get"}}
+	expired := createKey(t, body)
+	expiredNew := roll(expired, 1)
+	kept := createKey(t, body)
+	keptNew := roll(kept, 3600)
+	twice := createKey(t, body)
+	roll(roll(twice, 3600), 3600)
+	time.Sleep(time.Until(*expiredNew.PreviousTokenExpiry) + 100*time.Millisecond)
+
+	const general = "the API key is not valid for this service"
+	tests := []struct {
+		name   string
+		token  string
+		status int
+		detail string
+	}{
+		{"the new token", expiredNew.Token, http.StatusOK, ""},
+		{"the previous token in its grace period", kept.Token, http.StatusOK, ""},
+		{"the new token of a key rolled with a grace period", keptNew.Token, http.StatusOK, ""},
+		{"the previous token after its grace period", expired.Token, http.StatusUnauthorized,
+			"the API key's previous token expired when its grace period ended; use the new token"},
+		{"a token two rolls back", twice.Token, http.StatusUnauthorized, general},
+		{"an unknown token", "kg_" + strings.Repeat("A", 43), http.StatusUnauthorized, general},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := do(t, http.MethodGet, siteURL+"/webapi/contracts/0b8f6d6e-2a5e-4d38-9a7e-1c2b3d4e5f60", nil, bearer(tc.token)...)
+			if r.status != tc.status {
+				t.Fatalf("status %d, want %d; body %s", r.status, tc.status, r.body)
+			}
+			if tc.status == http.StatusOK {
+				return
+			}
+			if p := r.problem(t); p.Code != "invalid_key" || p.Detail != tc.detail {
+				t.Errorf("problem %q %q, want invalid_key %q", p.Code, p.Detail, tc.detail)
+			}
+			if got := r.header.Get("WWW-Authenticate"); got != `Bearer realm="webapi", error="invalid_token"` {
+				t.Errorf("WWW-Authenticate %q", got)
+			}
+			for _, secret := range []string{expired.ID, expiredNew.Token, "rolled", "alice"} {
+				if strings.Contains(string(r.body), secret) {
+					t.Errorf("the refusal names %q: %s", secret, r.body)
+				}
+			}
+		})
 	}
 }
 

@@ -70,13 +70,13 @@ func keyFlags(c *cobra.Command, create bool) {
 	f.String("not-valid-after", "", "RFC 3339 time the key stops working ('none' clears)")
 	f.String("allowed-ips", "", "comma-separated addresses and CIDR ranges ('none': any address)")
 	f.String("admin-projects", "", "share keys: comma-separated project ids with admin rights, * for all")
-	f.StringArray("rate-limit", nil, "a rate-limit policy NAME=LIMIT/WINDOW, e.g. burst=20/1s or minute=600/1m; repeat for up to 4 ('none' removes them all)")
+	f.StringArray("rate-limit", nil, "a rate-limit policy NAME=LIMIT/WINDOW, e.g. burst=20/1s, minute=600/1m or day=10000/1d; repeat for up to 4 ('none' removes them all)")
 	f.String("quota", "", "LIMIT/PERIOD with PERIOD hour, day or month, e.g. 100000/month ('none' removes it)")
 	f.Bool("json", false, "print the whole key as JSON")
 }
 
 // rateLimitFlags reads --rate-limit values: NAME=LIMIT/WINDOW, WINDOW a
-// duration of whole seconds (1s, 1m, 1h), or the one value none.
+// duration of whole seconds (1s, 1m, 1h, 1d), or the one value none.
 func rateLimitFlags(values []string) ([]map[string]any, error) {
 	out := []map[string]any{}
 	if len(values) == 1 && values[0] == "none" {
@@ -92,9 +92,9 @@ func rateLimitFlags(values []string) ([]map[string]any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--rate-limit %q: the limit %q is not a whole number", v, limit)
 		}
-		w, err := time.ParseDuration(window)
+		w, err := caddy.ParseDuration(window)
 		if err != nil || w%time.Second != 0 {
-			return nil, fmt.Errorf("--rate-limit %q: the window %q is not a duration of whole seconds (1s, 1m, 1h)", v, window)
+			return nil, fmt.Errorf("--rate-limit %q: the window %q is not a duration of whole seconds (1s, 1m, 1h, 1d)", v, window)
 		}
 		out = append(out, map[string]any{"name": name, "limit": n, "windowSeconds": int64(w / time.Second)})
 	}
@@ -203,6 +203,8 @@ func importCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				// Read here, checked by the gateway with the file, so that
+				// a bad group comes in the one reply with the rest.
 				grants, err := keystore.ParsePrivilegesMap(raw)
 				if err != nil {
 					return fmt.Errorf("--privileges-map %s: %v", f, err)
@@ -228,6 +230,9 @@ func importCommand() *cobra.Command {
 						fmt.Fprintf(c.OutOrStdout(), "  line %d: new token, shown by keys reveal %s\n", k.Line, k.ID)
 					}
 				}
+			}
+			for _, s := range report.Skipped {
+				fmt.Fprintf(c.OutOrStdout(), "  line %d: consumer %s has %s: not imported\n", s.Line, s.Consumer, s.Reason)
 			}
 			return nil
 		},
@@ -379,12 +384,13 @@ func keysCommand() *cobra.Command {
 		Short: "Gives a key a new token and prints it; the previous one works for the grace period",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			grace, err := c.Flags().GetDuration("grace")
+			v, _ := c.Flags().GetString("grace")
+			grace, err := caddy.ParseDuration(v)
 			if err != nil {
-				return err
+				return fmt.Errorf("--grace %q: want a duration such as 24h, 90m or 7d", v)
 			}
 			if grace%time.Second != 0 {
-				return fmt.Errorf("--grace %s: whole seconds only", grace)
+				return fmt.Errorf("--grace %s: whole seconds only", v)
 			}
 			var k keystore.Key
 			body := map[string]any{"graceSeconds": int64(grace / time.Second)}
@@ -394,7 +400,7 @@ func keysCommand() *cobra.Command {
 			return printKeyOr(c, k, k.Token)
 		},
 	}
-	roll.Flags().Duration("grace", 24*time.Hour, "how long the previous token goes on working (0 to 720h)")
+	roll.Flags().String("grace", "24h", "how long the previous token goes on working (0 to 720h)")
 	roll.Flags().Bool("json", false, "print the whole key as JSON")
 
 	disable := switchKey("disable", "Switches a key off: refused 401 key_disabled at once, everything else kept", false)
@@ -407,7 +413,14 @@ func keysCommand() *cobra.Command {
 		RunE: func(c *cobra.Command, args []string) error {
 			q := url.Values{}
 			for _, name := range []string{"resolution", "from", "to"} {
-				if v, _ := c.Flags().GetString(name); v != "" {
+				v, _ := c.Flags().GetString(name)
+				if name != "resolution" {
+					var err error
+					if v, err = usageBound(name, v); err != nil {
+						return err
+					}
+				}
+				if v != "" {
 					q.Set(name, v)
 				}
 			}
@@ -426,12 +439,31 @@ func keysCommand() *cobra.Command {
 		},
 	}
 	usage.Flags().String("resolution", "", "hour (the default: the last 48 hours) or day (the last 30 days)")
-	usage.Flags().String("from", "", "RFC 3339 start, within the last 90 days")
-	usage.Flags().String("to", "", "RFC 3339 end (default now)")
+	usage.Flags().String("from", "", "start: a date (2026-11-27: from 00:00 UTC) or an RFC 3339 time, within the last 90 days")
+	usage.Flags().String("to", "", "end: a date (2026-11-27: that whole day included, to 00:00 UTC the day after) or an RFC 3339 time (default now)")
 	usage.Flags().Bool("json", false, "print JSON")
 
 	keys.AddCommand(create, list, show, update, reveal, roll, del, disable, enable, usage, importCommand())
 	return keys
+}
+
+// usageBound is the admin API's form of --from or --to (flag): an RFC 3339
+// time as given, or a date alone as 00:00 UTC of that day, for --to of the
+// day after, so that a date reads as the whole day in both bounds.
+func usageBound(flag, v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	if day, err := time.Parse(time.DateOnly, v); err == nil {
+		if flag == "to" {
+			day = day.AddDate(0, 0, 1)
+		}
+		return day.Format(time.RFC3339), nil
+	}
+	if _, err := time.Parse(time.RFC3339Nano, v); err != nil {
+		return "", fmt.Errorf("--%s %q: want a date (2026-11-27) or an RFC 3339 time (2026-11-27T12:00:00Z)", flag, v)
+	}
+	return v, nil
 }
 
 // printUsage prints a usage series as a table: one line per hour or day

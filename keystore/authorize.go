@@ -34,6 +34,10 @@ type Decision struct {
 	// PreviousToken is set when the token is the one a roll replaced,
 	// still in its grace period (audited as such).
 	PreviousToken bool
+	// PreviousTokenExpired is set on an invalid_key refusal of the token
+	// a roll replaced, once its grace period has ended (until the key is
+	// rolled again), so the client can be told to use the new token.
+	PreviousTokenExpired bool
 	// Violated names the policies that refused a rate_limited or
 	// quota_exceeded request; RetryAfter is the whole seconds a 429 or
 	// 503 asks the client to wait.
@@ -52,9 +56,13 @@ func (d *Decision) Key() *Key {
 	return &d.Entry.snap.Load().key
 }
 
-// Authorize runs steps 1 to 6 of gateway.md in order against table, with
-// lookup finding a key by token hash. It changes nothing: counting the use
-// is the caller's, once it decides to hand the request on.
+// Authorize runs the key check's steps in order against table, with
+// lookup finding a key by token hash. It spends what the key may spend:
+// a unit of each rate-limit policy and of the quota once the key, its
+// validity and the client address pass (kept when the route or the
+// privilege then refuses: the request was the key's to make). It
+// changes nothing else: counting the use is the caller's, once it
+// decides to hand the request on.
 func Authorize(req *Request, table *Table, lookup func(TokenHash) *Entry) Decision {
 	// 1. The header.
 	if len(req.Authorization) == 0 {
@@ -81,8 +89,13 @@ func Authorize(req *Request, table *Table, lookup func(TokenHash) *Entry) Decisi
 	d := Decision{Entry: e}
 	// The token a roll replaced answers until its grace period ends.
 	if h != s.hash {
-		if !s.hasPrev || h != s.prevHash || !req.Now.Before(s.prevUntil) {
+		if !s.hasPrev || h != s.prevHash {
 			return refuse(http.StatusUnauthorized, problem.CodeInvalidKey)
+		}
+		if !req.Now.Before(s.prevUntil) {
+			d := refuse(http.StatusUnauthorized, problem.CodeInvalidKey)
+			d.PreviousTokenExpired = true
+			return d
 		}
 		d.PreviousToken = true
 	}

@@ -16,9 +16,9 @@ import (
 
 // TestRoll: a roll gives the key a new token (returned once) and keeps its
 // id, privileges and counts; the previous token answers, marked as such,
-// until its grace period ends, then 401 invalid_key; rolling again ends an
-// older one at once; grace 0 ends it at once; each roll emits key.rolled;
-// all of it survives a reopen.
+// until its grace period ends, then 401 invalid_key marked as expired;
+// rolling again ends an older one at once; grace 0 ends it at once; each
+// roll emits key.rolled; all of it survives a reopen.
 func TestRoll(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		e := newEnv(t, db)
@@ -61,7 +61,7 @@ func TestRoll(t *testing.T) {
 		}
 
 		e.clock.Advance(time.Hour)
-		if d := check(e.keys, k.Token); d.Reason != problem.CodeInvalidKey {
+		if d := check(e.keys, k.Token); d.Reason != problem.CodeInvalidKey || !d.PreviousTokenExpired || d.Entry != nil {
 			t.Errorf("the previous token after its grace period: %+v", d)
 		}
 		if g, _ := e.keys.Get(k.ID); g.PreviousTokenExpiry != nil {
@@ -77,7 +77,7 @@ func TestRoll(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := check(e.keys, r1.Token); d.Reason != problem.CodeInvalidKey {
+		if d := check(e.keys, r1.Token); d.Reason != problem.CodeInvalidKey || d.PreviousTokenExpired {
 			t.Errorf("the token before the previous: %+v", d)
 		}
 		if d := check(e.keys, r2.Token); !d.Authorized() || !d.PreviousToken {

@@ -1,0 +1,197 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/keygate/keygate/keystore"
+)
+
+// TestKeysCommandLineUnits: the CLI takes durations in days as well as
+// Go's units (--grace 1d, --rate-limit day=1/1d), and --from and --to of
+// keys usage a date alone, --to including the whole of its day.
+func TestKeysCommandLineUnits(t *testing.T) {
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: TestAdminPort})
+	tester.InitServer(fmt.Sprintf(`{
+	admin localhost:%[2]d
+	http_port %[3]d
+	https_port %[4]d
+	webapi {
+		data_dir %[1]s
+	}
+}
+http://localhost:%[3]d {
+	handle /webapi/contracts* {
+		webapi_auth contracts
+		respond "ok"
+	}
+}`, t.TempDir(), TestAdminPort, TestSitePort, TestSitePort+363), "caddyfile")
+
+	create := func(t *testing.T, flags ...string) (keystore.Key, error) {
+		t.Helper()
+		out, _, err := runCLI(t, append([]string{"keys", "create", "--service", "contracts", "--name", "units", "--owner", "alice",
+			"--privileges", "get", "--json"}, flags...)...)
+		var k keystore.Key
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &k)
+		}
+		return k, err
+	}
+
+	t.Run("rate-limit windows", func(t *testing.T) {
+		tests := []struct {
+			flag    string
+			seconds int64  // the window the key shows
+			refused string // or a part of the error
+		}{
+			{flag: "day=1000/1d", seconds: 86400},
+			{flag: "minute=600/1m", seconds: 60},
+			{flag: "burst=20/1s", seconds: 1},
+			{flag: "long=10/1h30m", seconds: 5400},
+			{flag: "x=1/2d", refused: "windowSeconds must be a whole number from 1 to 86400"},
+			{flag: "x=1/1.5s", refused: `the window "1.5s" is not a duration of whole seconds (1s, 1m, 1h, 1d)`},
+			{flag: "x=1/day", refused: `the window "day" is not a duration of whole seconds`},
+		}
+		for _, tt := range tests {
+			t.Run(tt.flag, func(t *testing.T) {
+				k, err := create(t, "--rate-limit", tt.flag)
+				if tt.refused != "" {
+					if err == nil || !strings.Contains(err.Error(), tt.refused) {
+						t.Fatalf("--rate-limit %s: %v, want an error with %q", tt.flag, err, tt.refused)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(k.RateLimits) != 1 || k.RateLimits[0].WindowSeconds != tt.seconds {
+					t.Errorf("--rate-limit %s: the key's limits are %+v, want a window of %d s", tt.flag, k.RateLimits, tt.seconds)
+				}
+			})
+		}
+	})
+
+	t.Run("roll grace", func(t *testing.T) {
+		k, err := create(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct {
+			args    []string
+			grace   time.Duration // until the previous token's expiry
+			refused string
+		}{
+			{args: nil, grace: 24 * time.Hour},
+			{args: []string{"--grace", "1d"}, grace: 24 * time.Hour},
+			{args: []string{"--grace", "30d"}, grace: 30 * 24 * time.Hour},
+			{args: []string{"--grace", "1d12h"}, grace: 36 * time.Hour},
+			{args: []string{"--grace", "90m"}, grace: 90 * time.Minute},
+			{args: []string{"--grace", "45d"}, refused: "graceSeconds must be 0 to 2592000 (30 days)"},
+			{args: []string{"--grace", "1500ms"}, refused: "whole seconds"},
+			{args: []string{"--grace", "tomorrow"}, refused: `--grace "tomorrow"`},
+		}
+		for _, tt := range tests {
+			t.Run(strings.Join(append([]string{"grace"}, tt.args...), " "), func(t *testing.T) {
+				before := time.Now()
+				out, _, err := runCLI(t, append([]string{"keys", "roll", k.ID, "--json"}, tt.args...)...)
+				if tt.refused != "" {
+					if err == nil || !strings.Contains(err.Error(), tt.refused) {
+						t.Fatalf("roll %v: %v, want an error with %q", tt.args, err, tt.refused)
+					}
+					return
+				}
+				var rolled keystore.Key
+				if err == nil {
+					err = json.Unmarshal([]byte(out), &rolled)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rolled.PreviousTokenExpiry == nil {
+					t.Fatalf("roll %v: no previousTokenExpiry: %s", tt.args, out)
+				}
+				if d := rolled.PreviousTokenExpiry.Sub(before); d < tt.grace-time.Second || d > tt.grace+time.Minute {
+					t.Errorf("roll %v: the previous token works %s, want %s", tt.args, d, tt.grace)
+				}
+			})
+		}
+	})
+
+	t.Run("usage dates", func(t *testing.T) {
+		k, err := create(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One use today, for the series to show where it falls; the reply
+		// is the test site's "ok", not the API's, so this client's own
+		// transport keeps it from the OpenAPI check.
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://localhost:%d/webapi/contracts/x", TestSitePort), nil)
+		req.Header.Set("Authorization", "Bearer "+k.Token)
+		resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("the key's use: %d", resp.StatusCode)
+		}
+
+		today := time.Now().UTC().Truncate(24 * time.Hour)
+		day := func(n int) string { return today.AddDate(0, 0, n).Format(time.DateOnly) }
+		start := func(n int) string { return today.AddDate(0, 0, n).Format(time.RFC3339) }
+		tests := []struct {
+			name    string
+			args    []string
+			starts  []string // the START column, in order
+			okToday bool     // today's use is in the table
+			refused string
+		}{
+			{name: "days through today", args: []string{"--resolution", "day", "--from", day(-2), "--to", day(0)},
+				starts: []string{start(-2), start(-1), start(0)}, okToday: true},
+			{name: "one day", args: []string{"--resolution", "day", "--from", day(-1), "--to", day(-1)},
+				starts: []string{start(-1)}},
+			{name: "a day by the hour", args: []string{"--from", day(0), "--to", day(0)}, okToday: true,
+				starts: func() (s []string) {
+					for h := range 24 {
+						s = append(s, today.Add(time.Duration(h)*time.Hour).Format(time.RFC3339))
+					}
+					return s
+				}()},
+			{name: "RFC 3339 times as before", args: []string{"--resolution", "day", "--from", start(-3), "--to", start(-1)},
+				starts: []string{start(-3), start(-2)}},
+			{name: "a date that does not exist", args: []string{"--from", "2026-02-30"}, refused: `--from "2026-02-30"`},
+			{name: "a word", args: []string{"--to", "yesterday"}, refused: `--to "yesterday": want a date (2026-11-27) or an RFC 3339 time`},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				out, _, err := runCLI(t, append([]string{"keys", "usage", k.ID}, tt.args...)...)
+				if tt.refused != "" {
+					if err == nil || !strings.Contains(err.Error(), tt.refused) {
+						t.Fatalf("usage %v: %v, want an error with %q", tt.args, err, tt.refused)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				var starts []string
+				for _, m := range regexp.MustCompile(`(?m)^(\S+Z)\s`).FindAllStringSubmatch(out, -1) {
+					starts = append(starts, m[1])
+				}
+				if strings.Join(starts, " ") != strings.Join(tt.starts, " ") {
+					t.Errorf("usage %v lists\n%s\nwant the rows %v", tt.args, out, tt.starts)
+				}
+				if total := regexp.MustCompile(`(?m)^total\s+1\s`).MatchString(out); total != tt.okToday {
+					t.Errorf("usage %v: today's use counted %v, want %v:\n%s", tt.args, total, tt.okToday, out)
+				}
+			})
+		}
+	})
+}
