@@ -179,14 +179,13 @@ type policyState struct {
 	// claimIdx at the last sync, when several share the limit: the
 	// database counts it as let through, so that no other instance can
 	// spend it. spent is what it let through against the claim since,
-	// and covered how many of curLocal (or prevLocal, once the window
-	// moved on) the claim holds, which the next sync does not send again.
-	claim, claimIdx int64
-	spent, covered  int64
-	// lastCovered is covered as the last sync found it: the claim's part
-	// that was let through in its own window (passes after the window
-	// moved on count in the next and give that part of the claim back).
-	lastCovered int64
+	// and used the part of it let through in the claim's window (a pass
+	// after the window moved on counts in the next and gives its unit of
+	// the claim back). covered is how many of curLocal (or prevLocal,
+	// once the window moved on) claims hold, which the next sync does
+	// not send again.
+	claim, claimIdx      int64
+	spent, used, covered int64
 	// asked counts the requests that came since the last sync, let
 	// through or not, and lastAsked those of the interval before it,
 	// sent as this instance's demand: instances claim what is left in
@@ -232,6 +231,9 @@ type sharing struct {
 	// it claimed at the last sync. Otherwise (one instance, or the
 	// database away) it goes by its own counts.
 	claims bool
+	// ahead is how long until the next sync (ns), as the last interval
+	// was: what a claim is for.
+	ahead int64
 }
 
 // room is how many more requests p lets through at ns on this instance,
@@ -240,19 +242,22 @@ type sharing struct {
 // only what it claimed: instances that each took what the sliding window
 // has left, in a burst shorter than the sync interval, would let through
 // the limit once each. Out of touch with the others, an instance spends
-// its share of what the last sync left.
+// its share of what the last sync left, in whole requests.
 func (p *policyState) room(ns int64, sh sharing) float64 {
 	if sh.claims {
 		if p.claim == 0 && p.spent == 0 && p.lastAsked == 0 {
 			// An instance that was asked nothing claimed nothing; the
-			// first request to come is not refused for want of a claim.
-			return min(float64(p.Limit)-p.estimate(ns), 1)
+			// first request to come is not refused for want of a claim
+			// while every instance could do the same within the limit.
+			return min(math.Floor((float64(p.Limit)-p.estimate(ns))/float64(sh.instances)), 1)
 		}
 		return float64(p.claim - p.spent)
 	}
 	r := float64(p.Limit) - p.estimate(ns)
 	if sh.instances > 1 {
-		share := (float64(p.Limit)-p.synced(ns))/float64(sh.instances) - float64(p.curLocal)
+		// Whole requests: every instance taking its share together stays
+		// within the limit.
+		share := math.Floor((float64(p.Limit)-p.synced(ns))/float64(sh.instances)) - float64(p.curLocal)
 		r = min(r, share)
 	}
 	return r
@@ -268,7 +273,7 @@ func (p *policyState) room(ns int64, sh sharing) float64 {
 // and the claims never add up to more than is left. It returns out with
 // the changes to the window counts that the claim makes.
 func (p *policyState) reclaim(id string, ns int64, sh sharing, demand int64, out []RateCount) []RateCount {
-	unused := max(p.claim-p.lastCovered, 0)
+	unused := max(p.claim-p.used, 0)
 	var keep int64 // the unused claim, when it is in the current window
 	switch p.claimIdx {
 	case p.index:
@@ -281,7 +286,11 @@ func (p *policyState) reclaim(id string, ns int64, sh sharing, demand int64, out
 	}
 	var c int64
 	if sh.instances > 1 {
-		free := float64(p.Limit) - p.synced(ns) + float64(keep)
+		// The room as it will be at the next sync, within this window:
+		// the previous window's weight falls meanwhile, and a claim of
+		// only what is free now would lose that room to every interval.
+		at := min(ns+sh.ahead, (p.index+1)*p.window-1)
+		free := float64(p.Limit) - p.synced(at) + float64(keep)
 		// Its demand first while there is enough for it, else its part
 		// by demand; twice its demand at most, so that a growing load
 		// finds room and idle instances hold nothing.
@@ -297,7 +306,7 @@ func (p *policyState) reclaim(id string, ns int64, sh sharing, demand int64, out
 		out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.index, d})
 		p.cur += d
 	}
-	p.claim, p.claimIdx, p.spent = c, p.index, 0
+	p.claim, p.claimIdx, p.spent, p.used = c, p.index, 0, 0
 	return out
 }
 
@@ -380,6 +389,7 @@ func (l *limiter) take(ns int64, sh sharing) rateResult {
 				// nothing), the next sync sends it.
 				if p.spent < p.claim && p.claimIdx == p.index {
 					p.covered++
+					p.used++
 				}
 				p.spent++
 			}
@@ -400,8 +410,9 @@ func (l *limiter) untake(ns int64) {
 			p.curLocal--
 			if p.spent > 0 {
 				p.spent--
-				if p.spent < p.claim && p.covered > 0 && p.claimIdx == p.index {
+				if p.spent < p.claim && p.used > 0 && p.claimIdx == p.index {
 					p.covered--
+					p.used--
 				}
 			}
 		}
@@ -504,7 +515,7 @@ func (l *limiter) pending(id string, out, demand []RateCount) ([]RateCount, []Ra
 		case p.index - 1:
 			prev -= p.covered
 		}
-		p.lastCovered, p.covered = p.covered, 0
+		p.covered = 0
 		if prev > 0 {
 			out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.index - 1, prev})
 			p.prev += prev
@@ -543,7 +554,7 @@ func (l *limiter) unclaim() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range l.policies {
-		l.policies[i].claim, l.policies[i].spent = 0, 0
+		l.policies[i].claim, l.policies[i].spent, l.policies[i].used = 0, 0, 0
 	}
 }
 

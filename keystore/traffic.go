@@ -105,9 +105,10 @@ func (k *Keys) SyncRates(now time.Time) error {
 	}
 	// An instance counts while it syncs; three missed syncs and it is gone.
 	ns := now.UnixNano()
-	live := minInstanceLive
-	if last := k.lastRateSync.Swap(ns); last > 0 {
-		live = max(live, 3*time.Duration(ns-last))
+	live, ahead := minInstanceLive, int64(0)
+	if last := k.lastRateSync.Swap(ns); last > 0 && ns > last {
+		ahead = ns - last
+		live = max(live, 3*time.Duration(ahead))
 	}
 	err := rs.ShareRates(now, k.instance, live, deltas, demand, func(share RateShare) []RateCount {
 		n := int64(max(share.Instances, 1))
@@ -117,7 +118,7 @@ func (k *Keys) SyncRates(now time.Time) error {
 		for _, e := range k.entries() {
 			if s := e.snap.Load(); len(s.key.RateLimits) > 0 {
 				e.limits.apply(counts[s.key.ID], ns)
-				claims = e.limits.reclaim(s.key.ID, ns, sharing{instances: n, claims: n > 1}, demands[s.key.ID], claims)
+				claims = e.limits.reclaim(s.key.ID, ns, sharing{instances: n, claims: n > 1, ahead: ahead}, demands[s.key.ID], claims)
 			}
 		}
 		return claims

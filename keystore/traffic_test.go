@@ -586,3 +586,44 @@ func TestRemainingAgreesWithDecision(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimDuringSync: a request let through against the claim while a
+// sync is under way (after it took the counts, before it claimed again)
+// stays counted: the window's count in the database is always what was
+// let through plus what is claimed and unspent.
+func TestClaimDuringSync(t *testing.T) {
+	l := newLimiter(RateLimit{Name: "m", Limit: 100, WindowSeconds: 60})
+	sh := sharing{instances: 3, claims: true}
+	ns := sec(1)
+	var db int64 // the window's count as the database holds it
+	add := func(list []RateCount) {
+		for _, c := range list {
+			db += c.Count
+		}
+	}
+	through := 0
+	pass := func(n int) {
+		for range n {
+			if l.take(ns, sh).violated == 0 {
+				through++
+			}
+		}
+	}
+	sync := func(during int) {
+		deltas, demand := l.pending("k", nil, nil)
+		add(deltas)
+		pass(during) // requests that come while the sync runs
+		l.apply([]RateCount{{"k", "m", 60, ns / int64(60*time.Second), db}}, ns)
+		add(l.reclaim("k", ns, sh, demand, nil))
+	}
+	pass(1) // the first request of an instance that claimed nothing
+	for _, during := range []int{0, 3, 0, 5, 2, 0} {
+		sync(during)
+		pass(10)
+		p := l.policies[0]
+		if want := int64(through) + p.claim - p.used; db+p.curLocal-p.covered != want {
+			t.Fatalf("after a sync with %d during it: the database counts %d and %d are unsent, want %d let through + %d claimed and unspent",
+				during, db, p.curLocal-p.covered, through, p.claim-p.used)
+		}
+	}
+}

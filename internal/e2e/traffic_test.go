@@ -176,6 +176,25 @@ func TestTrafficAcrossInstances(t *testing.T) {
 		}
 	})
 
+	t.Run("burst spread over three instances", func(t *testing.T) {
+		// A burst much shorter than the sync interval, from many
+		// connections, over every instance: each spends only what it
+		// claimed, so together they hold the limit (+ 10 %).
+		const limit = 100
+		k := trafficKey(t, c, "burst", map[string]any{"rateLimits": []map[string]any{{"name": "ten", "limit": limit, "windowSeconds": 10}}})
+		time.Sleep(500 * time.Millisecond) // the probes' counts are shared
+		start := time.Now()
+		through, refused := letThrough(t, c.gws, k.Token, 1500, 300)
+		through += len(c.gws) // trafficKey's probes
+		t.Logf("burst: %d let through in %s, refused %v", through, time.Since(start).Round(time.Millisecond), refused)
+		if through > limit*11/10 {
+			t.Errorf("%d let through, want at most the limit %d + 10%%", through, limit)
+		}
+		if refused[http.StatusTooManyRequests] != 1500+len(c.gws)-through {
+			t.Errorf("refused %v, want every other request 429", refused)
+		}
+	})
+
 	t.Run("database outage", func(t *testing.T) {
 		rl := trafficKey(t, c, "outage rate", map[string]any{"rateLimits": []map[string]any{{"name": "minute", "limit": 5, "windowSeconds": 60}}})
 		q := trafficKey(t, c, "outage quota", map[string]any{"quota": map[string]any{"limit": 100000, "period": "month"}})
@@ -191,11 +210,13 @@ func TestTrafficAcrossInstances(t *testing.T) {
 				t.Fatal(err)
 			}
 		}()
-		// Rate limits go on from memory: 2 more let through on the
-		// first instance (the three probes took three), then 429.
-		through, refused := letThrough(t, c.gws[:1], rl.Token, 10, 1)
-		if through != 2 || refused[http.StatusTooManyRequests] != 8 {
-			t.Errorf("rate-limited key with the database away: %d let through, refused %v; want 2 and eight 429", through, refused)
+		// Rate limits go on from memory, and still hold across the
+		// instances that cannot reach each other: the three probes took
+		// three of the 5, and the instances together let through no more
+		// than the 2 left (each its whole share of them), then 429.
+		through, refused := letThrough(t, c.gws, rl.Token, 30, 1)
+		if through > 2 || refused[http.StatusTooManyRequests] != 30-through {
+			t.Errorf("rate-limited key with the database away: %d let through, refused %v; want at most the 2 left, then 429", through, refused)
 		}
 		// The quota key spends its block, then 503: never overspent.
 		through, refused = letThrough(t, c.gws[:1], q.Token, 1100, 4)
