@@ -178,6 +178,12 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.allowNetworks, err = parseNetworks(a.WebhookAllowNetworks); err != nil {
 		return err
 	}
+	// What is cheap to check is checked before the database is opened:
+	// Caddy calls Validate only after Provision, which a bad option would
+	// otherwise reach having opened (and, on bbolt, locked) the database.
+	if err := a.Validate(); err != nil {
+		return err
+	}
 	// The admin endpoint, which Caddy opened before provisioning, is
 	// checked before the database is opened (a bbolt file another
 	// gateway holds takes 5 s to refuse): the shorter the time two

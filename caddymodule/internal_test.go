@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -232,4 +234,33 @@ func TestSendersAcrossReloads(t *testing.T) {
 		t.Fatal("a failed reload left its senders installed")
 	}
 	_ = prevB
+}
+
+// TestBadOptionOpensNothing: a config whose webapi app has a bad option
+// is refused before the database is opened: no data file appears, and
+// the error names the option.
+func TestBadOptionOpensNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name, app, want string
+	}{
+		{"smtp tls", `"smtp": {"address": "127.0.0.1:25", "from": "a@example.com", "tls": "bogus"}`, "smtp tls"},
+		{"smtp without from", `"smtp": {"address": "127.0.0.1:25"}`, "smtp needs an address and a from"},
+		{"sms without url", `"sms": {}`, "sms needs a URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := fmt.Sprintf(`{"admin": {"disabled": true}, "apps": {"webapi": {"data_dir": %q, "allow_shared_ports": true, %s}}}`, dir, tc.app)
+			var c caddy.Config
+			if err := json.Unmarshal([]byte(cfg), &c); err != nil {
+				t.Fatal(err)
+			}
+			err := caddy.Validate(&c)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want an error naming %q", err, tc.want)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("the data directory holds %d entries (%s...): the database was opened", len(entries), entries[0].Name())
+			}
+		})
+	}
 }
