@@ -203,6 +203,9 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 		minThrough    int  // over the whole run
 	}{
 		{"burst spread", 100, 10, 5000, 300 * time.Millisecond, true, 90},
+		// Shorter than one sync: only the idle instances' standing claims
+		// (a quarter of each one's share) and no more.
+		{"burst within one sync", 100, 10, 20000, 50 * time.Millisecond, true, 24},
 		// A short burst to one instance gets less than the limit: the
 		// idle ones still hold their small claims, and the busy one's
 		// claim grows with each sync.

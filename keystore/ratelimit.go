@@ -293,12 +293,18 @@ func (p *policyState) reclaim(id string, ns int64, sh sharing, demand int64, out
 		free := float64(p.Limit) - p.synced(at) + float64(keep)
 		// Its demand first while there is enough for it, else its part
 		// by demand; twice its demand at most, so that a growing load
-		// finds room and idle instances hold nothing.
+		// finds room. An instance asked nothing keeps a standing claim of
+		// a quarter of its share of what is free: a burst that comes to
+		// an idle key is let through at once, up to a quarter of what is
+		// left, while a busy key leaves little free for idle instances
+		// to hold.
 		asked := float64(p.lastAsked)
 		part := free * asked / float64(max(demand, p.lastAsked, 1))
 		c = int64(min(free, 2*asked, max(asked, part)))
 		if p.lastAsked > 0 {
 			c = max(c, min(int64(free), 1))
+		} else {
+			c = int64(free / float64(4*sh.instances))
 		}
 		c = max(c, 0)
 	}

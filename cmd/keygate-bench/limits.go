@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keygate/keygate/keystore"
@@ -286,6 +287,22 @@ func accuracy(gws []*gatewayProc) {
 	fmt.Printf("rate limit, one instance:    let through / (L x %d) = %.3f   (goal 1 +- 0.05)\n", accWindows, median(one))
 	fmt.Printf("rate limit, spread over %d:   let through / (L x %d) = %.3f   (goal 1 +- 0.10)\n", n, accWindows, median(all))
 
+	fmt.Printf("burst: a key of %d per %ds, %d requests at once from %d connections spread over %d instances, %d rounds\n",
+		burstLimit, burstWindow, burstSends, burstConns, n, *rounds)
+	var bursts []float64
+	for round := 1; round <= *rounds; round++ {
+		token := newKeyOn(gws, fmt.Sprintf("bench-burst-%d", round), map[string]any{
+			"rateLimits": []any{policy("burst", burstLimit, burstWindow)},
+		})
+		// The instances have synced since the key came: each knows it.
+		time.Sleep(500 * time.Millisecond)
+		ok, took := burst(gws, token)
+		bursts = append(bursts, float64(ok)/burstLimit)
+		fmt.Printf("  round %d: %d let through of %d in %s (%.3f)\n", round, ok, burstSends, took.Round(time.Millisecond), float64(ok)/burstLimit)
+	}
+	sort.Float64s(bursts)
+	fmt.Printf("burst, spread over %d:        let through / L = %.3f (most %.3f)   (goal <= 1.10)\n", n, median(bursts), bursts[len(bursts)-1])
+
 	fmt.Printf("quota accuracy: a key with a quota of %d a month, %d requests at %d/s spread over %d instances\n", accQuota, accQuotaSends, accQuotaRate, n)
 	var got []float64
 	for round := 1; round <= *rounds; round++ {
@@ -303,6 +320,55 @@ func accuracy(gws []*gatewayProc) {
 	sort.Float64s(got)
 	fmt.Printf("quota, spread over %d:        let through %.0f (fewest %.0f, most %.0f)   (goal <= %d and >= %d)\n",
 		n, median(got), got[0], got[len(got)-1], accQuota, accQuota-accQuota/100)
+}
+
+const (
+	// burstLimit per burstWindow seconds is the burst figure's limit,
+	// burstSends requests sent at once from burstConns connections.
+	burstLimit  = 100
+	burstWindow = 10
+	burstSends  = 1500
+	burstConns  = 300
+)
+
+// burst sends burstSends requests of token at once, from burstConns
+// connections spread over gws in turn, each sending as soon as its
+// previous answer came, and returns how many were let through and how
+// long the burst took.
+func burst(gws []*gatewayProc, token string) (int, time.Duration) {
+	var next, ok atomic.Int64
+	var wg sync.WaitGroup
+	conns := make([]*conn, burstConns)
+	reqs := make([]request, burstConns)
+	for i := range conns {
+		g := gws[i%len(gws)]
+		c, err := dial(g.authAddr)
+		if err != nil {
+			fatalf("burst: %v", err)
+		}
+		conns[i], reqs[i] = c, g.authRespondWith("", token).next(0, 0)
+	}
+	start := time.Now()
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.c.Close()
+			for next.Add(1) <= burstSends {
+				status, err := c.do(reqs[i])
+				switch {
+				case err != nil:
+					fatalf("burst: %v", err)
+				case status == 200:
+					ok.Add(1)
+				case status != 429:
+					fatalf("burst: status %d, want 200 or 429", status)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(ok.Load()), time.Since(start)
 }
 
 // newKeyOn creates a contracts key with extra attributes on the first of
