@@ -103,8 +103,11 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	return out.String(), errOut.String(), err
 }
 
-func TestCommandLine(t *testing.T) {
-	dir := t.TempDir()
+// cliGateway runs a gateway on the test ports, with data in dir, whose
+// contracts site answers respond behind the key check: what the CLI
+// tests talk to.
+func cliGateway(t *testing.T, dir, respond string) {
+	t.Helper()
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: TestAdminPort})
 	tester.InitServer(fmt.Sprintf(`{
 	admin localhost:%[2]d
@@ -117,9 +120,14 @@ func TestCommandLine(t *testing.T) {
 http://localhost:%[3]d {
 	handle /webapi/contracts* {
 		webapi_auth contracts
-		respond "owner={http.webapi.key.owner}"
+		respond %[5]q
 	}
-}`, dir, TestAdminPort, TestSitePort, TestSitePort+363), "caddyfile")
+}`, dir, TestAdminPort, TestSitePort, TestSitePort+363, respond), "caddyfile")
+}
+
+func TestCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	cliGateway(t, dir, "owner={http.webapi.key.owner}")
 
 	token, _, err := runCLI(t, "keys", "create", "--service", "contracts", "--name", "ci", "--owner", "alice",
 		"--privileges", "get,search,create", "--allowed-ips", "127.0.0.1,::1", "--description", "from the CLI")

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
-
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -18,21 +16,7 @@ import (
 // Go's units (--grace 1d, --rate-limit day=1/1d), and --from and --to of
 // keys usage a date alone, --to including the whole of its day.
 func TestKeysCommandLineUnits(t *testing.T) {
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: TestAdminPort})
-	tester.InitServer(fmt.Sprintf(`{
-	admin localhost:%[2]d
-	http_port %[3]d
-	https_port %[4]d
-	webapi {
-		data_dir %[1]s
-	}
-}
-http://localhost:%[3]d {
-	handle /webapi/contracts* {
-		webapi_auth contracts
-		respond "ok"
-	}
-}`, t.TempDir(), TestAdminPort, TestSitePort, TestSitePort+363), "caddyfile")
+	cliGateway(t, t.TempDir(), "ok")
 
 	create := func(t *testing.T, flags ...string) (keystore.Key, error) {
 		t.Helper()

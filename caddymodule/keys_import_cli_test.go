@@ -15,18 +15,7 @@ import (
 // YAML, and a refused file whose every bad line is printed, no token in
 // any output.
 func TestImportCommand(t *testing.T) {
-	dir := t.TempDir()
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: TestAdminPort})
-	tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n\twebapi {\n\t\tdata_dir %s\n\t}\n}\n", TestAdminPort, dir), "caddyfile")
-	t.Cleanup(func() { tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", TestAdminPort), "caddyfile") })
-
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := importGateway(t)
 	jsonl := write("keys.jsonl", `{"name":"crm","owner":"acme","privileges":["get","list"],"token":"crm-token-on-kong-0123"}
 {"name":"fresh","owner":"acme","privileges":["get"]}
 `)
@@ -70,18 +59,7 @@ func TestImportCommand(t *testing.T) {
 // line, and the consumers without credentials named in the summary, dry
 // run included.
 func TestImportCommandKong(t *testing.T) {
-	dir := t.TempDir()
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: TestAdminPort})
-	tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n\twebapi {\n\t\tdata_dir %s\n\t}\n}\n", TestAdminPort, dir), "caddyfile")
-	t.Cleanup(func() { tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", TestAdminPort), "caddyfile") })
-
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := importGateway(t)
 	if _, _, err := runCLI(t, "keys", "import", write("stored.jsonl", `{"name":"there","owner":"o","privileges":["get"],"token":"stored-before-this-import-0123"}`), "--service", "share"); err != nil {
 		t.Fatal(err)
 	}
@@ -164,5 +142,23 @@ func TestImportCommandKong(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// importGateway runs a gateway with only the admin endpoint and the
+// webapi app, for the import command, and returns what writes a file
+// of the test's for it to read.
+func importGateway(t *testing.T) (write func(name, text string) string) {
+	t.Helper()
+	dir := t.TempDir()
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: TestAdminPort})
+	tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n\twebapi {\n\t\tdata_dir %s\n\t}\n}\n", TestAdminPort, dir), "caddyfile")
+	t.Cleanup(func() { tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", TestAdminPort), "caddyfile") })
+	return func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
 }
