@@ -196,42 +196,16 @@ func (b *PostgresBackend) ShareRates(now time.Time, instance string, live time.D
 		if err := br.Close(); err != nil {
 			return err
 		}
-		rows, err := pgdb.Of(tx).Query(ctx, `SELECT key_id, policy, window_seconds, window_index, count
+		var err error
+		share.Counts, err = readRateCounts(ctx, tx, `SELECT key_id, policy, window_seconds, window_index, count
 			FROM key_rate_counts WHERE window_end + window_seconds > $1`, sec)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var id [16]byte
-			var c RateCount
-			if err := rows.Scan(&id, &c.Policy, &c.WindowSeconds, &c.Index, &c.Count); err != nil {
-				rows.Close()
-				return err
-			}
-			c.KeyID = uuidString(id)
-			share.Counts = append(share.Counts, c)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		drows, err := pgdb.Of(tx).Query(ctx, `SELECT key_id, policy, window_seconds, sum(asked)::bigint
+		// A demand has no window: 0 stands in for it.
+		share.Demand, err = readRateCounts(ctx, tx, `SELECT key_id, policy, window_seconds, 0, sum(asked)::bigint
 			FROM rate_demand WHERE seen_at > $1 GROUP BY key_id, policy, window_seconds`, ms-live.Milliseconds())
 		if err != nil {
-			return err
-		}
-		for drows.Next() {
-			var id [16]byte
-			var c RateCount
-			if err := drows.Scan(&id, &c.Policy, &c.WindowSeconds, &c.Count); err != nil {
-				drows.Close()
-				return err
-			}
-			c.KeyID = uuidString(id)
-			share.Demand = append(share.Demand, c)
-		}
-		drows.Close()
-		if err := drows.Err(); err != nil {
 			return err
 		}
 		claims := claim(share)
@@ -242,6 +216,27 @@ func (b *PostgresBackend) ShareRates(now time.Time, instance string, live time.D
 		queueRateCounts(&cq, claims)
 		return pgdb.Of(tx).SendBatch(ctx, &cq).Close()
 	})
+}
+
+// readRateCounts reads the rows of query, each a key id, policy, window
+// seconds, window index and count.
+func readRateCounts(ctx context.Context, tx storage.Tx, query string, arg int64) ([]RateCount, error) {
+	rows, err := pgdb.Of(tx).Query(ctx, query, arg)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []RateCount
+	for rows.Next() {
+		var id [16]byte
+		var c RateCount
+		if err := rows.Scan(&id, &c.Policy, &c.WindowSeconds, &c.Index, &c.Count); err != nil {
+			return nil, err
+		}
+		c.KeyID = uuidString(id)
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 // queueRateCounts queues the addition of each of list to its window's
