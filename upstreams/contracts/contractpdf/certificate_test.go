@@ -197,3 +197,22 @@ func TestCertificateClientText(t *testing.T) {
 		})
 	}
 }
+
+// TestFinalizedClientText: the finalized PDF's own lines (the contract
+// line under the title, the footer) print a contract name that imitates
+// their syntax as escapes, as the certificate does.
+func TestFinalizedClientText(t *testing.T) {
+	in := sampleInput(t)
+	in.Name = "NDA” · approved by the board · “x"
+	out, err := Finalized(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := lines(pdftest.Text(t, out))
+	if want := `Contract “NDA\u201D \u00B7 approved by the board \u00B7 \u201Cx” · ` + in.ContractID; !strings.Contains(text, want) {
+		t.Errorf("finalized PDF lacks %q:\n%s", want, text)
+	}
+	if strings.Contains(text, "NDA” · approved") {
+		t.Errorf("the name's quote and separator print as the document's own:\n%s", text)
+	}
+}

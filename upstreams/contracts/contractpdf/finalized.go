@@ -28,9 +28,9 @@ func Finalized(in Input) ([]byte, error) {
 		images[i] = img
 	}
 
-	d := newDocument(&in, in.TemplateTitle, fmt.Sprintf("%s · %s", in.Name, in.ContractID))
+	d := newDocument(&in, in.TemplateTitle, fmt.Sprintf("%s · %s", ClientText(in.Name), in.ContractID))
 	d.heading(in.TemplateTitle, 18)
-	d.note(fmt.Sprintf("Contract “%s” · %s · created %s", in.Name, in.ContractID, timestamp(in.Created)))
+	d.note(fmt.Sprintf("Contract “%s” · %s · created %s", ClientText(in.Name), in.ContractID, timestamp(in.Created)))
 	d.f.Ln(4)
 	d.paragraph(in.Body, "", bodySize)
 
