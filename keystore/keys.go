@@ -423,10 +423,11 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 	key.LastModificationTime = now
 	key.PreviousTokenExpiry = nil
 	rec := &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID)), ExpiryWarnedFor: old.warnedFor}
-	if grace > 0 {
-		until := now.Add(grace)
-		rec.PreviousTokenExpiry, rec.PreviousTokenHash = &until, old.hash[:]
-	}
+	// The previous token is kept, also without a grace period, so that a
+	// client still sending it is told it expired rather than that it is
+	// unknown.
+	until := now.Add(grace)
+	rec.PreviousTokenExpiry, rec.PreviousTokenHash = &until, old.hash[:]
 	if err := k.backend.Put(rec, k.emitKey(events.KeyRolled, &rec.Key, now)); err != nil {
 		return Key{}, err
 	}

@@ -243,6 +243,7 @@ func (qs *quotaState) changed(old, q *Quota, give func(span QuotaSpan, n int64))
 		// spent from it, and its units go back to the period so that
 		// the next lease asks under the new limit.
 		if n := qs.block.Swap(0); n > 0 && give != nil {
+			qs.used.Add(-n) // the key's view at once, as if given back
 			give(QuotaSpan{old.Period, time.Unix(qs.period.Load(), 0).UTC()}, n)
 		}
 	}
@@ -296,11 +297,11 @@ func (k *Keys) lease(e *Entry, s *compiled, q *Quota, span QuotaSpan, now time.T
 // back from this instance's block when the limit was lowered. On an
 // error they stay counted as spent: a quota is never overspent.
 func (k *Keys) giveBack(id string, span QuotaSpan, n int64) {
-	if err := k.backend.ReturnQuota(id, span, n); err != nil {
+	if err := k.backend.ReturnQuota(id, span, n); err == nil {
 		return
 	}
 	if e := k.entry(id); e != nil && e.quota.period.Load() == span.Start.Unix() {
-		e.quota.used.Add(-n)
+		e.quota.used.Add(n)
 	}
 }
 

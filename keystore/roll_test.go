@@ -93,6 +93,10 @@ func TestRoll(t *testing.T) {
 				t.Errorf("an earlier token after a roll without grace: %+v", d)
 			}
 		}
+		// The token it replaced is told that it expired.
+		if d := check(e.keys, r3.Token); !d.PreviousTokenExpired {
+			t.Errorf("the token a roll without grace replaced: %+v, want it marked expired", d)
+		}
 		if d := check(e.keys, r4.Token); !d.Authorized() {
 			t.Errorf("the newest token: %+v", d)
 		}

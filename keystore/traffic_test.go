@@ -543,8 +543,14 @@ func TestQuotaLowered(t *testing.T) {
 					t.Fatalf("%d let through under 100000, want %d", n, tc.before)
 				}
 				e.clock.Set(e.clock.Now().Add(time.Second)) // a change the others' resync sees
-				if _, err := e.keys.Update(k.ID, mustInput(t, fmt.Sprintf(`{"quota":{"limit":%d,"period":"month"}}`, tc.lowerTo))); err != nil {
+				updated, err := e.keys.Update(k.ID, mustInput(t, fmt.Sprintf(`{"quota":{"limit":%d,"period":"month"}}`, tc.lowerTo)))
+				if err != nil {
 					t.Fatal(err)
+				}
+				// The reply leaves out the block taken back (another
+				// instance's counts as used until it hears of the change).
+				if len(gws) == 1 && (updated.QuotaUsed == nil || *updated.QuotaUsed != tc.before) {
+					t.Errorf("quotaUsed in the reply: %v, want the %d spent", updated.QuotaUsed, tc.before)
 				}
 				for _, g := range gws[1:] {
 					if err := g.Resync(); err != nil { // as a notification would
