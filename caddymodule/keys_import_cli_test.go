@@ -78,8 +78,8 @@ func TestImportCommandKong(t *testing.T) {
 		{
 			name: "every problem at once",
 			args: []string{"../keystore/testdata/kong-every-problem.yaml", "--format", "kong", "--privileges-map", groups},
-			wantErr: []string{"privilegesMap.writers.privileges[0]: group writers", "lines[6].plugins:", "lines[14].acls:",
-				"lines[8].key:", "lines[16].rateLimits[0].limit:", "lines[24].key:", "lines[25].key:"},
+			wantErr: []string{"privilegesMap.writers.privileges[0]: group writers", "lines[6].plugins:", "lines[8].key:",
+				"lines[14].acls:", "lines[16].rateLimits[0].limit:", "lines[24].key:", "lines[25].key:"},
 			lines: 7,
 		},
 		{

@@ -149,8 +149,8 @@ func TestImportKongReplies(t *testing.T) {
 		{
 			name: "every problem in one reply",
 			body: map[string]any{"format": "kong", "data": read("kong-every-problem.yaml"), "privilegesMap": testGroups},
-			fields: []string{"privilegesMap.writers.privileges[0]", "lines[6].plugins", "lines[14].acls",
-				"lines[8].key", "lines[16].rateLimits[0].limit", "lines[24].key", "lines[25].key"},
+			fields: []string{"privilegesMap.writers.privileges[0]", "lines[6].plugins", "lines[8].key",
+				"lines[14].acls", "lines[16].rateLimits[0].limit", "lines[24].key", "lines[25].key"},
 			messages: []string{"group writers", "request-transformer", "nobody-maps-this", "the same token as line 16", "exists already"},
 		},
 		{

@@ -1,9 +1,11 @@
 package keystore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -233,7 +235,15 @@ func quietValues(msg string) string {
 // problem) and says how many more there are.
 func capProblems(err error) error {
 	var d *problem.Details
-	if !errors.As(err, &d) || len(d.Errors) <= maxImportProblems {
+	if !errors.As(err, &d) {
+		return err
+	}
+	// In the file's order, whichever check found them: those of no line
+	// (the privileges map, the format) first.
+	slices.SortStableFunc(d.Errors, func(a, b problem.FieldError) int {
+		return cmp.Compare(problemLine(a.Field), problemLine(b.Field))
+	})
+	if len(d.Errors) <= maxImportProblems {
 		return err
 	}
 	more := len(d.Errors) - maxImportProblems
@@ -241,6 +251,20 @@ func capProblems(err error) error {
 		Message: strconv.Itoa(more) + " more problems are not listed: fix these and try again"})
 	out := problem.Invalid(errs)
 	return out
+}
+
+// problemLine is the N of a field lines[N]..., 0 for another field.
+func problemLine(field string) int {
+	rest, ok := strings.CutPrefix(field, "lines[")
+	if !ok {
+		return 0
+	}
+	end := strings.IndexByte(rest, ']')
+	if end < 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(rest[:end])
+	return n
 }
 
 // RedactPath replaces the segments of a request path that are tokens:

@@ -317,7 +317,7 @@ func TestImportReportsEverything(t *testing.T) {
 	keys, perr := ParseJSONL([]byte(file), "")
 	_, err := e.keys.Import(keys, false, perr)
 	got := fieldErrors(t, err)
-	if want := []string{"lines[1]:invalid_json", "lines[3]:invalid_json", "lines[2].privileges[0]:unknown_privilege"}; !slices.Equal(got, want) {
+	if want := []string{"lines[1]:invalid_json", "lines[2].privileges[0]:unknown_privilege", "lines[3]:invalid_json"}; !slices.Equal(got, want) {
 		t.Errorf("errors %v, want %v", got, want)
 	}
 	if strings.Contains(fmt.Sprint(err), secret) || strings.Contains(fmt.Sprintf("%+v", err), secret) {
@@ -429,8 +429,8 @@ func TestImportKongEveryProblem(t *testing.T) {
 		want := []string{
 			"privilegesMap.writers.privileges[0]:unknown_privilege", // the map
 			"lines[6].plugins:unmapped",                             // a plugin
-			"lines[14].acls:unmapped",                               // a group
 			"lines[8].key:invalid",                                  // a short token
+			"lines[14].acls:unmapped",                               // a group
 			"lines[16].rateLimits[0].limit:out_of_range",            // a limit
 			"lines[24].key:duplicate",                               // twice in the file
 			"lines[25].key:exists",                                  // stored before
@@ -627,5 +627,41 @@ func TestImportFileProblems(t *testing.T) {
 		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
 			t.Errorf("privileges map %q: %v, want %q", tt.data, err, tt.want)
 		}
+	}
+}
+
+// TestParseKongPluginProblems: every problem of one plugin comes at once
+// (a limit by IP and a yearly limit of the same rate-limiting plugin);
+// a YAML syntax error names its line and column without calling a dump
+// something else.
+func TestParseKongPluginProblems(t *testing.T) {
+	dump := `_format_version: "3.0"
+consumers:
+- username: by-ip
+  keyauth_credentials:
+  - key: limited-by-ip-0123456789abc
+  acls:
+  - group: readers
+  plugins:
+  - name: rate-limiting
+    config: {minute: 10, year: 1000, limit_by: ip}
+`
+	_, _, err := ParseKong([]byte(dump), testGrants, "", t0)
+	var msgs []string
+	var pe *problem.Details
+	if errors.As(err, &pe) {
+		for _, fe := range pe.Errors {
+			msgs = append(msgs, fe.Field+": "+fe.Message)
+		}
+	}
+	if len(msgs) != 2 || !strings.Contains(msgs[0], "limits by ip") || !strings.Contains(msgs[1], "yearly") {
+		t.Errorf("problems %q, want the limit by IP and the yearly limit", msgs)
+	}
+	_, _, err = ParseKong([]byte("consumers:\n- username: [a\n"), testGrants, "", t0)
+	if err == nil || strings.Contains(err.Error(), "not a decK dump") {
+		t.Errorf("a syntax error: %v", err)
+	}
+	if !errors.As(err, &pe) || len(pe.Errors) != 1 || !strings.Contains(pe.Errors[0].Message, "column") {
+		t.Errorf("a syntax error: %v, want one problem naming line and column", err)
 	}
 }

@@ -248,7 +248,7 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 	var f problem.Fields
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		line, msg := yamlSyntax(data, err)
-		f.Add("lines["+strconv.Itoa(line)+"]", "invalid_yaml", "not a decK dump: "+msg)
+		f.Add("lines["+strconv.Itoa(line)+"]", "invalid_yaml", msg)
 		return nil, nil, f.Err()
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
@@ -543,8 +543,16 @@ func kongPolicies(f *problem.Fields, where, who string, own, global []kongPlugin
 		}
 		switch p.Name {
 		case "rate-limiting":
-			if by, _ := p.Config["limit_by"].(string); by != "" && by != "consumer" && by != "credential" {
+			// Every problem of the plugin at once; its limits are mapped
+			// only when they are the consumer's.
+			by, _ := p.Config["limit_by"].(string)
+			if by != "" && by != "consumer" && by != "credential" {
 				unmapped("rate-limiting limits by " + by + ", not by consumer")
+			}
+			if _, set := wholeConfig(p.Config["year"]); set {
+				unmapped("a yearly rate limit, which keys cannot carry")
+			}
+			if by != "" && by != "consumer" && by != "credential" {
 				continue
 			}
 			for _, w := range kongRateWindows {
@@ -555,9 +563,6 @@ func kongPolicies(f *problem.Fields, where, who string, own, global []kongPlugin
 			}
 			if n, set := wholeConfig(p.Config["month"]); set {
 				quota, _ = json.Marshal(map[string]any{"limit": n, "period": "month"})
-			}
-			if _, set := wholeConfig(p.Config["year"]); set {
-				unmapped("a yearly rate limit, which keys cannot carry")
 			}
 		case "ip-restriction":
 			if deny, _ := p.Config["deny"].([]any); len(deny) > 0 {
