@@ -392,6 +392,9 @@ func keysCommand() *cobra.Command {
 			if grace%time.Second != 0 {
 				return fmt.Errorf("--grace %s: whole seconds only", v)
 			}
+			if grace < 0 || grace > keystore.MaxRollGrace {
+				return fmt.Errorf("--grace %s: from 0 to 30d", v)
+			}
 			var k keystore.Key
 			body := map[string]any{"graceSeconds": int64(grace / time.Second)}
 			if err := adminCall(c, http.MethodPost, "/webapi/keys/"+url.PathEscape(args[0])+"/roll", body, &k); err != nil {
@@ -400,7 +403,7 @@ func keysCommand() *cobra.Command {
 			return printKeyOr(c, k, k.Token)
 		},
 	}
-	roll.Flags().String("grace", "24h", "how long the previous token goes on working (0 to 720h)")
+	roll.Flags().String("grace", "24h", "how long the previous token goes on working (0 to 30d)")
 	roll.Flags().Bool("json", false, "print the whole key as JSON")
 
 	disable := switchKey("disable", "Switches a key off: refused 401 key_disabled at once, everything else kept", false)
@@ -645,6 +648,8 @@ func rateLimitsText(list []keystore.RateLimit) string {
 	for i, p := range list {
 		w := fmt.Sprintf("%ds", p.WindowSeconds)
 		switch {
+		case p.WindowSeconds%86400 == 0:
+			w = fmt.Sprintf("%dd", p.WindowSeconds/86400)
 		case p.WindowSeconds%3600 == 0:
 			w = fmt.Sprintf("%dh", p.WindowSeconds/3600)
 		case p.WindowSeconds%60 == 0:

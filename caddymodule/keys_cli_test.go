@@ -33,12 +33,13 @@ func TestKeysCommandLineUnits(t *testing.T) {
 		tests := []struct {
 			flag    string
 			seconds int64  // the window the key shows
+			shown   string // as keys show prints it
 			refused string // or a part of the error
 		}{
-			{flag: "day=1000/1d", seconds: 86400},
-			{flag: "minute=600/1m", seconds: 60},
-			{flag: "burst=20/1s", seconds: 1},
-			{flag: "long=10/1h30m", seconds: 5400},
+			{flag: "day=1000/1d", seconds: 86400, shown: "day=1000/1d"},
+			{flag: "minute=600/1m", seconds: 60, shown: "minute=600/1m"},
+			{flag: "burst=20/1s", seconds: 1, shown: "burst=20/1s"},
+			{flag: "long=10/1h30m", seconds: 5400, shown: "long=10/90m"},
 			{flag: "x=1/2d", refused: "windowSeconds must be a whole number from 1 to 86400"},
 			{flag: "x=1/1.5s", refused: `the window "1.5s" is not a duration of whole seconds (1s, 1m, 1h, 1d)`},
 			{flag: "x=1/day", refused: `the window "day" is not a duration of whole seconds`},
@@ -57,6 +58,9 @@ func TestKeysCommandLineUnits(t *testing.T) {
 				}
 				if len(k.RateLimits) != 1 || k.RateLimits[0].WindowSeconds != tt.seconds {
 					t.Errorf("--rate-limit %s: the key's limits are %+v, want a window of %d s", tt.flag, k.RateLimits, tt.seconds)
+				}
+				if out, _, err := runCLI(t, "keys", "show", k.ID); err != nil || !strings.Contains(out, tt.shown) {
+					t.Errorf("keys show: %v\n%s\nwant %q", err, out, tt.shown)
 				}
 			})
 		}
@@ -77,7 +81,8 @@ func TestKeysCommandLineUnits(t *testing.T) {
 			{args: []string{"--grace", "30d"}, grace: 30 * 24 * time.Hour},
 			{args: []string{"--grace", "1d12h"}, grace: 36 * time.Hour},
 			{args: []string{"--grace", "90m"}, grace: 90 * time.Minute},
-			{args: []string{"--grace", "45d"}, refused: "graceSeconds must be 0 to 2592000 (30 days)"},
+			{args: []string{"--grace", "45d"}, refused: "--grace 45d: from 0 to 30d"},
+			{args: []string{"--grace", "-1s"}, refused: "--grace -1s: from 0 to 30d"},
 			{args: []string{"--grace", "1500ms"}, refused: "whole seconds"},
 			{args: []string{"--grace", "tomorrow"}, refused: `--grace "tomorrow"`},
 		}
