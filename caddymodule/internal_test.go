@@ -185,7 +185,7 @@ func TestCommandLine(t *testing.T) {
 	if _, _, err := runCLI(t, "keys", "roll", id, "--grace", "1500ms"); err == nil || !strings.Contains(err.Error(), "whole seconds") {
 		t.Fatalf("roll --grace 1500ms: %v", err)
 	}
-	if _, _, err := runCLI(t, "keys", "roll", id, "--grace", "721h"); err == nil || !strings.Contains(err.Error(), "graceSeconds") {
+	if _, _, err := runCLI(t, "keys", "roll", id, "--grace", "721h"); err == nil || !strings.Contains(err.Error(), "--grace 721h: from 0 to 30d") {
 		t.Fatalf("roll --grace 721h: %v", err)
 	}
 	if _, _, err := runCLI(t, "keys", "disable", "00000000-0000-4000-8000-000000000000"); err == nil || !strings.Contains(err.Error(), "not_found") {
