@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"github.com/keygate/keygate/internal/host"
 	"maps"
 	"math"
 	"net/http"
@@ -63,6 +64,7 @@ func (a *Admin) routes(webhooks bool) *http.ServeMux {
 	mux.HandleFunc("POST /webapi/keys/{id}/roll", a.rollKey)
 	mux.HandleFunc("GET /webapi/keys/{id}/usage", a.keyUsage)
 	mux.HandleFunc("GET /webapi/seal", a.showSeal)
+	mux.HandleFunc("GET /webapi/host", a.checkHost)
 	mux.HandleFunc("POST /webapi/templates", a.addTemplate)
 	mux.HandleFunc("GET /webapi/templates", a.listTemplates)
 	mux.HandleFunc("GET /webapi/templates/{id}", a.getTemplate)
@@ -462,6 +464,33 @@ var (
 // documents: subject, issuer, SHA-256 fingerprint and validity.
 func (a *Admin) showSeal(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, appOf(r).sealInfo())
+}
+
+// hostCheck is what GET /webapi/host answers: the issue tracker and
+// what keygate's account is on it.
+type hostCheck struct {
+	Platform string        `json:"platform"`
+	Account  *host.Account `json:"account"`
+}
+
+// checkHost calls the issue tracker with the configured account and says
+// who it is and which projects it sees: 404 without a tracker, 503
+// host_unavailable (saying why, never with a credential) when it does
+// not answer or refuses the account.
+func (a *Admin) checkHost(w http.ResponseWriter, r *http.Request) {
+	h := appOf(r).host
+	if h == nil {
+		a.fail(w, r, problem.NotFound("no issue tracker is configured: add a host block to the webapi app"))
+		return
+	}
+	acc, err := h.Account(r.Context())
+	if err != nil {
+		d := problem.New(http.StatusServiceUnavailable, problem.CodeHostUnavailable, "the issue tracker: "+err.Error())
+		d.RetryAfter = 1
+		a.fail(w, r, d)
+		return
+	}
+	writeJSON(w, http.StatusOK, hostCheck{Platform: h.Platform(), Account: acc})
 }
 
 // The usage series' defaults and bounds: the keys page's two charts, and

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keygate/keygate/internal/host"
 	"net/http"
 	"net/netip"
 	"path/filepath"
@@ -53,6 +54,10 @@ type App struct {
 	// StorageRaw is where the data lives: a webapi.storage.* module,
 	// `bolt` (the file <data_dir>/webapi.db) when absent.
 	StorageRaw json.RawMessage `json:"storage,omitempty" caddy:"namespace=webapi.storage inline_key=module"`
+	// HostRaw is the issue tracker the APIs stand on: a webapi.hosts.*
+	// module (`redmine`), at most one. Without it, share pages show the
+	// share's own settings and say that no issue tracker is connected.
+	HostRaw json.RawMessage `json:"host,omitempty" caddy:"namespace=webapi.hosts inline_key=module"`
 	// SMTP delivers e-mail; without it, mail is written as .eml files to
 	// <data_dir>/mail/.
 	SMTP *SMTPConfig `json:"smtp,omitempty"`
@@ -98,6 +103,7 @@ type App struct {
 	ctx           caddy.Context
 	allowNetworks []netip.Prefix
 	storage       Storage
+	host          host.Host // nil: no tracker connected
 	state         *state
 	contractsAPI  http.Handler
 	signingPages  http.Handler
@@ -223,6 +229,14 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
+	}
+	if a.HostRaw != nil {
+		mod, err := ctx.LoadModule(a, "HostRaw")
+		if err != nil {
+			return fmt.Errorf("loading host module: %w", err)
+		}
+		hm := mod.(HostModule)
+		a.host = host.Cached(hm.Host(), hm.CacheFor(), nil)
 	}
 	a.storage = new(BoltStorage)
 	if a.StorageRaw != nil {

@@ -60,6 +60,12 @@ var terminalDirectives = []struct {
 //			dsn {env.KEYGATE_DATABASE_URL}
 //			max_conns 20
 //		}
+//		host redmine {
+//			url http://redmine.internal:3000
+//			api_key_file /etc/keygate/redmine.key
+//			cache 30s
+//			timeout 5s
+//		}
 //		smtp mail.example.com:587 {
 //			username bot
 //			password_file /run/secrets/smtp
@@ -136,16 +142,26 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			a.AllowSharedPorts = true
-		case "storage":
+		case "storage", "host":
+			what := d.Val()
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
 			name := d.Val()
-			unm, err := caddyfile.UnmarshalModule(d, "webapi.storage."+name)
+			ns := map[string]string{"storage": "webapi.storage.", "host": "webapi.hosts."}[what]
+			unm, err := caddyfile.UnmarshalModule(d, ns+name)
 			if err != nil {
 				return err
 			}
-			a.StorageRaw = caddyconfig.JSONModuleObject(unm, "module", name, nil)
+			raw := caddyconfig.JSONModuleObject(unm, "module", name, nil)
+			if what == "host" {
+				if a.HostRaw != nil {
+					return d.Err("at most one host")
+				}
+				a.HostRaw = raw
+			} else {
+				a.StorageRaw = raw
+			}
 		case "smtp":
 			a.SMTP = new(SMTPConfig)
 			if err := oneArg(d, &a.SMTP.Address); err != nil {

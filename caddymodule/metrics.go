@@ -28,6 +28,10 @@ var metrics = struct {
 	ready prometheus.GaugeFunc
 	// usageFlushed is when key usage was last written.
 	usageFlushed prometheus.Gauge
+	// hostRequests and hostDuration count the calls to the issue
+	// tracker (the host platform) by outcome, and time them.
+	hostRequests *prometheus.CounterVec
+	hostDuration prometheus.Histogram
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_requests_total",
@@ -71,6 +75,15 @@ var metrics = struct {
 		Name: "keygate_usage_flush_last_success_timestamp_seconds",
 		Help: "When key usage counts were last written to the database (Unix time); set at start.",
 	}),
+	hostRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "keygate_host_requests_total",
+		Help: "Calls to the issue tracker (the host platform), by outcome: ok, not_found, refused (keygate's account refused), unavailable (no answer in time, or a server error).",
+	}, []string{"outcome"}),
+	hostDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "keygate_host_request_duration_seconds",
+		Help:    "Time of one call to the issue tracker (the host platform).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}),
 	documentSeals: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_document_seals_total",
 		Help: "Seals of completed contracts' documents, by outcome: sealed, sealed_with_timestamp, sealed_without_timestamp (the timestamp authority failed), failed.",
@@ -91,6 +104,9 @@ func init() {
 	for _, o := range []docseal.Outcome{docseal.Sealed, docseal.SealedWithTimestamp, docseal.SealedWithoutTimestamp, docseal.Failed} {
 		metrics.documentSeals.WithLabelValues(string(o))
 	}
+	for _, o := range []string{"ok", "not_found", "refused", "unavailable"} {
+		metrics.hostRequests.WithLabelValues(o)
+	}
 	for _, svc := range []string{"contracts", "share"} {
 		for reason := range refusals {
 			metrics.refusals.WithLabelValues(svc, reason)
@@ -104,7 +120,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.duration, metrics.refusals,
 		metrics.keys, metrics.usageFlush, metrics.notifications, metrics.webhookDeliveries, metrics.dbErrors,
-		metrics.documentSeals, metrics.ready, metrics.usageFlushed,
+		metrics.documentSeals, metrics.ready, metrics.usageFlushed, metrics.hostRequests, metrics.hostDuration,
 	} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError

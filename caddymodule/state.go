@@ -280,7 +280,7 @@ func (s *state) provisionAPIs(a *App) error {
 	a.contractsAPI = contracts.NewHandler(cs)
 	a.signingPages = lifecycle.Handler()
 	a.shareAPI = share.NewHandler(ss)
-	a.shareViewer = share.NewViewer(ss)
+	a.shareViewer = share.NewViewer(ss, a.host)
 	return nil
 }
 

@@ -134,7 +134,7 @@ func openWorld(t *testing.T, db storage.DB, masterKey []byte, clock *testclock.C
 	w.contractsAPI = contracts.NewHandler(w.svc.Contracts())
 	w.signPages = w.svc.Handler()
 	w.shareAPI = share.NewHandler(w.shares)
-	w.shareViewer = share.NewViewer(w.shares)
+	w.shareViewer = share.NewViewer(w.shares, nil)
 	return w
 }
 

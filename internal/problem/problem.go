@@ -34,6 +34,7 @@ const (
 	CodeInternal            = "internal"
 	CodeInsufficientStorage = "insufficient_storage" // 507: the disk or quota is full; Retry-After
 	CodeUnavailable         = "unavailable"          // 503: another storage failure; Retry-After
+	CodeHostUnavailable     = "host_unavailable"     // 503: the issue tracker did not answer; Retry-After
 	ContentType             = "application/problem+json"
 	maxBodyBytes            = 1 << 20
 	defaultInvalidFieldText = "is invalid"

@@ -85,7 +85,7 @@ func envOn(tb testing.TB, db storage.DB) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e.store, e.api, e.viewer = s, NewHandler(s), NewViewer(s)
+	e.store, e.api, e.viewer = s, NewHandler(s), NewViewer(s, nil)
 	return e
 }
 

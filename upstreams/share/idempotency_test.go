@@ -40,7 +40,7 @@ func newIdempotencyEnv(t *testing.T, db storage.DB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.store, e.api, e.viewer = s, NewHandler(s), NewViewer(s)
+	e.store, e.api, e.viewer = s, NewHandler(s), NewViewer(s, nil)
 	return e
 }
 

@@ -4,6 +4,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/keygate/keygate/internal/problem"
@@ -23,6 +24,20 @@ type pageData struct {
 	AskEmail  bool
 	Email     string // refilled after a failed attempt
 	UnlockURL string
+}
+
+// Time is how the page writes a time of the tracker.
+func (*pageData) Time(t time.Time) string { return t.UTC().Format("2 January 2006, 15:04 UTC") }
+
+// Size is a file size for a person: bytes, KiB or MiB.
+func (*pageData) Size(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+	case n >= 1<<10:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // pageField is one shared field with each permission on or off.
@@ -84,6 +99,10 @@ th,td{text-align:left;padding:.45rem .6rem;border-bottom:1px solid #dfe1e6}
 td.p{text-align:center}
 .on{color:#006644;font-weight:600}.off{color:#6b778c}
 .msg{background:#ffebe6;color:#bf2600;padding:.6rem .8rem;border-radius:4px;margin:0 0 1rem}
+.note{background:#deebff;color:#0747a6;padding:.6rem .8rem;border-radius:4px;margin:0 0 1rem}
+h2{font-size:1.1rem;margin:1.5rem 0 .6rem}
+.text{white-space:pre-wrap;word-break:break-word;margin:0}
+.comment{border-top:1px solid #dfe1e6;padding:.6rem 0}.comment .by{color:#5e6c84;font-size:.9rem;margin:0 0 .3rem}
 form{display:grid;gap:.8rem;max-width:22rem}
 label{display:grid;gap:.25rem;font-size:.9rem;color:#5e6c84}
 input{font:inherit;padding:.45rem .55rem;border:1px solid #c1c7d0;border-radius:4px}
@@ -109,6 +128,20 @@ button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;
 {{with .JQL}}<dt>JQL</dt><dd><code>{{.}}</code></dd>{{end}}
 {{with $.Expires}}<dt>Available until</dt><dd>{{.}}</dd>{{end}}
 </dl>
+{{if not .Tracker}}<p class="note">No issue tracker is connected to this gateway: the page shows what is shared, not the issue itself.</p>{{end}}
+{{with .Issue}}
+<h2>Issue {{.ID}}</h2>
+{{if .Fields}}<dl>
+{{range .Fields}}<dt>{{.Name}}</dt><dd>{{if eq .ID "description"}}<p class="text">{{.Value}}</p>{{else}}{{.Value}}{{end}}</dd>
+{{end}}</dl>{{end}}
+{{if .Comments}}<h2>Comments</h2>
+{{range .Comments}}<div class="comment"><p class="by">{{.Author}} · {{$.Time .Created}}</p><p class="text">{{.Body}}</p></div>
+{{end}}{{end}}
+{{if .Attachments}}<h2>Attachments</h2>
+<table><thead><tr><th>Name</th><th>Size</th><th>Type</th></tr></thead><tbody>
+{{range .Attachments}}<tr><td>{{.Name}}</td><td>{{$.Size .Size}}</td><td>{{.ContentType}}</td></tr>
+{{end}}</tbody></table>{{end}}
+{{end}}
 {{if $.Fields}}
 <table>
 <thead><tr><th>Field</th><th>View</th><th>View content</th><th>Add</th><th>Edit</th></tr></thead>

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/internal/host"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/reply"
 	"github.com/keygate/keygate/keystore"
@@ -34,6 +35,11 @@ type publicView struct {
 	JQL          *string       `json:"jql"`
 	Expiration   *int64        `json:"expiration"`
 	FieldsConfig *FieldsConfig `json:"fieldsConfig"`
+	// Issue is the shared issue as the tracker has it, when a tracker is
+	// connected and the share is of an issue.
+	Issue *sharedIssue `json:"issue,omitempty"`
+	// Tracker says whether an issue tracker is connected.
+	Tracker bool `json:"trackerConnected"`
 }
 
 func newPublicView(r *record) *publicView {
@@ -46,12 +52,16 @@ func newPublicView(r *record) *publicView {
 	return v
 }
 
-type viewer struct{ s *Store }
+type viewer struct {
+	s    *Store
+	host host.Host // nil: no issue tracker connected
+}
 
 // NewViewer returns the public share pages: GET /s/{uuid} (HTML, or JSON
-// with Accept: application/json) and POST /s/{uuid}/unlock.
-func NewViewer(s *Store) http.Handler {
-	v := &viewer{s: s}
+// with Accept: application/json) and POST /s/{uuid}/unlock. With h, the
+// issue tracker, a share of an issue shows the issue itself.
+func NewViewer(s *Store, h host.Host) http.Handler {
+	v := &viewer{s: s, host: h}
 	mux := http.NewServeMux()
 	mux.HandleFunc(http.MethodGet+" "+pagePattern, v.page)
 	mux.HandleFunc(http.MethodPost+" "+unlockPattern, v.unlock)
@@ -99,11 +109,17 @@ func (v *viewer) fail(w http.ResponseWriter, r *http.Request, err error) {
 func pageMessage(d *problem.Details) string {
 	switch d.Code {
 	case problem.CodeNotFound:
+		if d.Detail == itemGone {
+			return itemGone
+		}
 		return "This share does not exist, or it was removed."
 	case problem.CodeGone:
 		return "This share has expired."
 	case problem.CodeInternal:
 		return "Something went wrong. Please try again later."
+	}
+	if d.Detail == "" {
+		return d.Title
 	}
 	return d.Detail
 }
@@ -192,6 +208,13 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 			Action: ActionViewed, Email: nonEmpty(email), IP: ipString(r)}, true)
 	}
 	view := newPublicView(rec)
+	view.Tracker = v.host != nil
+	if v.host != nil && rec.Type == TypeIssue {
+		if view.Issue, err = viewIssue(r.Context(), v.host, rec); err != nil {
+			v.fail(w, r, err)
+			return
+		}
+	}
 	if reply.WantsJSON(r) {
 		reply.JSON(w, http.StatusOK, view)
 		return

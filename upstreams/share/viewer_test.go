@@ -88,7 +88,7 @@ func TestViewerOpenShare(t *testing.T) {
 		if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" {
 			t.Fatalf("JSON page: %d %s", w.Code, w.Body)
 		}
-		if got := w.Body.String(); got != `{"uuid":"`+sh.UUID+`","type":"BOARD","issueId":null,"projectId":"P1","board":{"id":"7"},"jql":null,"expiration":null,"fieldsConfig":{"fieldConfigs":{"\u003cscript\u003e":{"fieldPermissions":["ADD"]},"summary":{"fieldPermissions":["VIEW","EDIT"]}}}}`+"\n" {
+		if got := w.Body.String(); got != `{"uuid":"`+sh.UUID+`","type":"BOARD","issueId":null,"projectId":"P1","board":{"id":"7"},"jql":null,"expiration":null,"fieldsConfig":{"fieldConfigs":{"\u003cscript\u003e":{"fieldPermissions":["ADD"]},"summary":{"fieldPermissions":["VIEW","EDIT"]}}},"trackerConnected":false}`+"\n" {
 			t.Fatalf("JSON view %s", got)
 		}
 		if w := e.page("HEAD", path, htmlAccept, "", "", "203.0.113.9"); w.Code != 200 {

@@ -1,0 +1,108 @@
+package caddymodule_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// fakeRedmine answers the calls the Redmine connector makes, for the
+// tests of its wiring into Caddy (the connector itself is tested against
+// a real Redmine); down makes it answer 503.
+func fakeRedmine(t *testing.T, key string, down *atomic.Bool) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down != nil && down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		if r.Header.Get("X-Redmine-API-Key") != key {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/users/current.json":
+			fmt.Fprint(w, `{"user":{"id":5,"login":"keygate-bot","firstname":"Keygate","lastname":"Bot","admin":false}}`)
+		case "/projects.json":
+			fmt.Fprint(w, `{"projects":[{"id":3,"name":"ACME","identifier":"acme"}],"total_count":1,"offset":0,"limit":100}`)
+		case "/projects/3.json", "/projects/acme.json":
+			fmt.Fprint(w, `{"project":{"id":3,"name":"ACME","identifier":"acme"}}`)
+		case "/issues/42.json":
+			fmt.Fprint(w, `{"issue":{"id":42,"project":{"id":3,"name":"ACME"},"status":{"id":1,"name":"New"},
+				"subject":"Printer jams","description":"On page 2.","is_private":false,"created_on":"2026-11-01T08:00:00Z",
+				"updated_on":"2026-11-01T08:00:00Z","journals":[],"attachments":[]}}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestHostRedmine: a host redmine block connects the gateway: the admin
+// API's check says who keygate's account is, the page of a shared issue
+// shows it, the config names the key's file and never the key; without
+// a host the check is 404; a tracker that fails gives the page 503.
+func TestHostRedmine(t *testing.T) {
+	const key = "redmine-api-key-0123456789abcdef01234567"
+	var down atomic.Bool
+	redmine := fakeRedmine(t, key, &down)
+	keyFile := filepath.Join(t.TempDir(), "redmine-api-key") // caddytest rewrites paths ending in .key
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostBlock := fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t\tcache 0s\n\t\t\ttimeout 2s\n\t\t}", redmine.URL, keyFile)
+	b := bolt
+	b.storage = func(*testing.T) string { return hostBlock }
+	startGateway(t, b, defaultSite)
+
+	r := do(t, "GET", adminURL+"/webapi/host", nil)
+	var check struct {
+		Platform string
+		Account  struct {
+			Login    string
+			Projects []struct{ ID, Number, Name string }
+		}
+	}
+	r.json(t, &check)
+	if r.status != 200 || check.Platform != "redmine" || check.Account.Login != "keygate-bot" ||
+		len(check.Account.Projects) != 1 || check.Account.Projects[0].ID != "acme" || check.Account.Projects[0].Number != "3" {
+		t.Fatalf("host check: %d %s", r.status, r.body)
+	}
+	cfg := do(t, "GET", adminURL+"/config/apps/webapi/host", nil)
+	if !strings.Contains(string(cfg.body), keyFile) || strings.Contains(string(cfg.body), key) {
+		t.Errorf("the config shows %s", cfg.body)
+	}
+
+	alice := shrKey(t, "alice", nil, shrAllPrivileges...)
+	sh, _ := shrCreate(t, alice, map[string]any{"type": "ISSUE", "issueId": "42", "projectId": "acme",
+		"fieldsConfig": map[string]any{"fieldConfigs": map[string]any{"summary": map[string]any{"fieldPermissions": []string{"VIEW"}}}}})
+	page := do(t, "GET", siteURL+"/s/"+sh.UUID, nil, "Accept", "text/html")
+	if page.status != 200 || !strings.Contains(string(page.body), "Printer jams") || strings.Contains(string(page.body), "On page 2.") {
+		t.Errorf("the shared issue's page: %d %s", page.status, page.body)
+	}
+
+	down.Store(true)
+	page = do(t, "GET", siteURL+"/s/"+sh.UUID, nil, "Accept", "application/json")
+	if page.status != 503 || page.header.Get("Retry-After") == "" || !strings.Contains(string(page.body), `"host_unavailable"`) {
+		t.Errorf("the tracker down: %d %s %s", page.status, page.header, page.body)
+	}
+	r = do(t, "GET", adminURL+"/webapi/host", nil)
+	if r.status != 503 || strings.Contains(string(r.body), key) {
+		t.Errorf("host check with the tracker down: %d %s", r.status, r.body)
+	}
+	down.Store(false)
+
+	// Without a host: the check says none is configured.
+	b.storage = func(*testing.T) string { return "" }
+	startGateway(t, b, defaultSite)
+	if r := do(t, "GET", adminURL+"/webapi/host", nil); r.status != 404 {
+		t.Errorf("host check without a host: %d %s", r.status, r.body)
+	}
+}

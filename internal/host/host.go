@@ -1,0 +1,118 @@
+// Package host is the seam between keygate's APIs and the host platform
+// they stand on: the issue tracker whose items a share opens to outside
+// parties, and whose pages contracts are made from. A platform (Redmine
+// first) is one implementation of Host; the APIs see only this package's
+// types, which name fields as Jira does on every platform, so that a
+// share reads the same whatever the tracker.
+package host
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Host is one connected issue tracker, reached with keygate's own
+// account. Every call is bounded by the connector's timeout; a tracker
+// that does not answer in time, or answers with a server error, is
+// ErrUnavailable. What the account may not see is ErrNotFound, exactly
+// as what does not exist: an outside party learns nothing from the
+// difference.
+type Host interface {
+	// Platform names the kind of tracker ("redmine").
+	Platform() string
+	// Account says who keygate's account is on the tracker and which
+	// projects it can see, for an operator's check.
+	Account(ctx context.Context) (*Account, error)
+	// Issue reads one issue with its public comments and attachments. A
+	// private issue is ErrNotFound, whatever the account may see; a
+	// private comment is left out.
+	Issue(ctx context.Context, id string) (*Issue, error)
+	// Project reads one project by its identifier or number.
+	Project(ctx context.Context, id string) (*Project, error)
+}
+
+// Errors a Host returns, wrapped with what it was doing.
+var (
+	// ErrNotFound: the item does not exist or the account may not see it.
+	ErrNotFound = errors.New("not found on the issue tracker")
+	// ErrUnavailable: the tracker did not answer, in time or at all.
+	ErrUnavailable = errors.New("the issue tracker did not answer")
+)
+
+// Account is keygate's account on the tracker.
+type Account struct {
+	Login string `json:"login"`
+	Name  string `json:"name"`
+	// Admin is set when the account is an administrator of the tracker,
+	// which keygate does not need and an operator should avoid.
+	Admin    bool      `json:"admin"`
+	Projects []Project `json:"projects"`
+}
+
+// Project is a project of the tracker.
+type Project struct {
+	// ID is the project's identifier (Redmine) or key (Jira); Number its
+	// numeric id, which a share may name instead.
+	ID     string `json:"id"`
+	Number string `json:"number"`
+	Name   string `json:"name"`
+}
+
+// Issue is one issue as a share may show it.
+type Issue struct {
+	ID      string  `json:"id"`
+	Project Project `json:"project"`
+	// Fields are the issue's fields by Jira's ids (summary, description,
+	// status, ...), in the order a page shows them.
+	Fields      []Field      `json:"fields"`
+	Comments    []Comment    `json:"comments"`
+	Attachments []Attachment `json:"attachments"`
+	// Markup names the format of the description and comments:
+	// "markdown" (CommonMark) or "textile"; "" is plain text.
+	Markup string `json:"markup"`
+}
+
+// Field returns the field of id and whether the issue has it.
+func (i *Issue) Field(id string) (Field, bool) {
+	for _, f := range i.Fields {
+		if f.ID == id {
+			return f, true
+		}
+	}
+	return Field{}, false
+}
+
+// Field is one field of an issue with its value as text.
+type Field struct {
+	// ID is Jira's id of the field: summary, customfield_12, ...
+	ID string `json:"id"`
+	// Name is the field's name on the tracker, for a person.
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Comment is one public comment of an issue.
+type Comment struct {
+	ID      string    `json:"id"`
+	Author  string    `json:"author"` // the display name
+	Created time.Time `json:"created"`
+	Body    string    `json:"body"`
+}
+
+// Attachment is one file attached to an issue.
+type Attachment struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	Size        int64     `json:"size"`
+	ContentType string    `json:"contentType"`
+	Created     time.Time `json:"created"`
+}
+
+// The field ids a share may name, as Jira names them, on every platform.
+// customfield_N names the tracker's custom field N.
+var FieldIDs = []string{
+	"summary", "description", "status", "priority", "issuetype", "assignee",
+	"reporter", "created", "updated", "duedate", "startdate", "labels",
+	"components", "fixVersions", "comment", "attachment",
+}

@@ -1,0 +1,360 @@
+// Package redmine connects keygate to a Redmine issue tracker through
+// its REST API, with an account of keygate's own (an API key). It knows
+// nothing of Caddy; caddymodule wires it in as the webapi.hosts.redmine
+// module.
+package redmine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keygate/keygate/internal/host"
+)
+
+// Config is how to reach one Redmine.
+type Config struct {
+	// URL is Redmine's base address (http://redmine.internal:3000).
+	URL string
+	// APIKey is the key of keygate's account; it goes only into the
+	// X-Redmine-API-Key header of calls to URL.
+	APIKey string
+	// Timeout bounds one call. Default 5 s.
+	Timeout time.Duration
+	// Markup is the text formatting Redmine is set to: "common_mark"
+	// (the default) or "textile"; anything else is plain text.
+	Markup string
+	// Client makes the calls; nil: one of its own.
+	Client *http.Client
+	// Observe, when set, hears of every call: its outcome (ok, not_found,
+	// refused, unavailable) and how long it took.
+	Observe func(outcome string, d time.Duration)
+}
+
+// Outcomes of a call, as Observe hears them.
+const (
+	OutcomeOK          = "ok"
+	OutcomeNotFound    = "not_found"
+	OutcomeRefused     = "refused"
+	OutcomeUnavailable = "unavailable"
+)
+
+// ErrRefused is the account's API key refused by Redmine (401): an
+// operator's problem, which pages show as the tracker being unavailable.
+var ErrRefused = errors.New("redmine refused keygate's API key")
+
+// Redmine is a host.Host on one Redmine.
+type Redmine struct {
+	base   *url.URL
+	cfg    Config
+	client *http.Client
+}
+
+// New checks cfg and returns the connector.
+func New(cfg Config) (*Redmine, error) {
+	u, err := url.Parse(strings.TrimRight(cfg.URL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" {
+		return nil, fmt.Errorf("redmine: url must be an http or https address without user or query, not %q", cfg.URL)
+	}
+	if strings.TrimSpace(cfg.APIKey) == "" {
+		return nil, errors.New("redmine: the API key is empty")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.Markup == "" {
+		cfg.Markup = "common_mark"
+	}
+	c := cfg.Client
+	if c == nil {
+		c = &http.Client{
+			// Redirects would carry the key elsewhere: none are followed.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	return &Redmine{base: u, cfg: cfg, client: c}, nil
+}
+
+// Platform implements host.Host.
+func (*Redmine) Platform() string { return "redmine" }
+
+// maxResponse bounds what one answer of Redmine may hold.
+const maxResponse = 8 << 20
+
+// get reads path (with query) as JSON into out.
+func (r *Redmine) get(ctx context.Context, path string, query url.Values, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	u := *r.base
+	u.Path += path
+	u.RawQuery = query.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Redmine-API-Key", r.cfg.APIKey)
+	req.Header.Set("Accept", "application/json")
+	start := time.Now()
+	outcome := OutcomeUnavailable
+	defer func() {
+		if r.cfg.Observe != nil {
+			r.cfg.Observe(outcome, time.Since(start))
+		}
+	}()
+	resp, err := r.client.Do(req)
+	if err != nil {
+		// The error names the address, never the key (it is a header).
+		return fmt.Errorf("%w: %w", host.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusForbidden:
+		outcome = OutcomeNotFound
+		return host.ErrNotFound
+	case resp.StatusCode == http.StatusUnauthorized:
+		outcome = OutcomeRefused
+		return ErrRefused
+	default:
+		return fmt.Errorf("%w: %s answered %d", host.ErrUnavailable, r.base.Host, resp.StatusCode)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponse)).Decode(out); err != nil {
+		return fmt.Errorf("%w: reading %s: %w", host.ErrUnavailable, path, err)
+	}
+	outcome = OutcomeOK
+	return nil
+}
+
+// named is a Redmine reference: {"id": 3, "name": "Bug"}.
+type named struct {
+	ID   int    `json:"id"`
+	Name string `json:"name"`
+}
+
+func (n *named) text() string {
+	if n == nil {
+		return ""
+	}
+	return n.Name
+}
+
+// Account implements host.Host.
+func (r *Redmine) Account(ctx context.Context) (*host.Account, error) {
+	var u struct {
+		User struct {
+			Login     string `json:"login"`
+			Firstname string `json:"firstname"`
+			Lastname  string `json:"lastname"`
+			Admin     bool   `json:"admin"`
+		} `json:"user"`
+	}
+	if err := r.get(ctx, "/users/current.json", nil, &u); err != nil {
+		return nil, err
+	}
+	a := &host.Account{Login: u.User.Login, Name: strings.TrimSpace(u.User.Firstname + " " + u.User.Lastname), Admin: u.User.Admin}
+	// The projects it can see, a page at a time (Redmine caps a page at 100).
+	for offset := 0; ; offset += 100 {
+		var page struct {
+			Projects   []redmineProject `json:"projects"`
+			TotalCount int              `json:"total_count"`
+		}
+		if err := r.get(ctx, "/projects.json", url.Values{"limit": {"100"}, "offset": {strconv.Itoa(offset)}}, &page); err != nil {
+			return nil, err
+		}
+		for _, p := range page.Projects {
+			a.Projects = append(a.Projects, p.project())
+		}
+		if len(page.Projects) == 0 || offset+len(page.Projects) >= page.TotalCount || offset >= 10_000 {
+			return a, nil
+		}
+	}
+}
+
+type redmineProject struct {
+	ID         int    `json:"id"`
+	Identifier string `json:"identifier"`
+	Name       string `json:"name"`
+}
+
+func (p redmineProject) project() host.Project {
+	return host.Project{ID: p.Identifier, Number: strconv.Itoa(p.ID), Name: p.Name}
+}
+
+// Project implements host.Host.
+func (r *Redmine) Project(ctx context.Context, id string) (*host.Project, error) {
+	if !validRef(id) {
+		return nil, host.ErrNotFound
+	}
+	var p struct {
+		Project redmineProject `json:"project"`
+	}
+	if err := r.get(ctx, "/projects/"+url.PathEscape(id)+".json", nil, &p); err != nil {
+		return nil, err
+	}
+	out := p.Project.project()
+	return &out, nil
+}
+
+// redmineIssue is an issue as Redmine's REST API answers it.
+type redmineIssue struct {
+	ID           int     `json:"id"`
+	Project      named   `json:"project"`
+	Tracker      *named  `json:"tracker"`
+	Status       *named  `json:"status"`
+	Priority     *named  `json:"priority"`
+	Author       *named  `json:"author"`
+	AssignedTo   *named  `json:"assigned_to"`
+	Category     *named  `json:"category"`
+	FixedVersion *named  `json:"fixed_version"`
+	Subject      string  `json:"subject"`
+	Description  *string `json:"description"`
+	StartDate    *string `json:"start_date"`
+	DueDate      *string `json:"due_date"`
+	CreatedOn    string  `json:"created_on"`
+	UpdatedOn    string  `json:"updated_on"`
+	IsPrivate    bool    `json:"is_private"`
+	CustomFields []struct {
+		ID       int             `json:"id"`
+		Name     string          `json:"name"`
+		Value    json.RawMessage `json:"value"`
+		Multiple bool            `json:"multiple"`
+	} `json:"custom_fields"`
+	Journals []struct {
+		ID           int    `json:"id"`
+		User         named  `json:"user"`
+		Notes        string `json:"notes"`
+		CreatedOn    string `json:"created_on"`
+		PrivateNotes bool   `json:"private_notes"`
+	} `json:"journals"`
+	Attachments []struct {
+		ID          int    `json:"id"`
+		Filename    string `json:"filename"`
+		Filesize    int64  `json:"filesize"`
+		ContentType string `json:"content_type"`
+		CreatedOn   string `json:"created_on"`
+	} `json:"attachments"`
+}
+
+// Issue implements host.Host.
+func (r *Redmine) Issue(ctx context.Context, id string) (*host.Issue, error) {
+	if _, err := strconv.ParseUint(id, 10, 31); err != nil {
+		return nil, host.ErrNotFound // Redmine's issues are numbers
+	}
+	// One timeout for all the calls an issue takes.
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	var body struct {
+		Issue redmineIssue `json:"issue"`
+	}
+	if err := r.get(ctx, "/issues/"+id+".json", url.Values{"include": {"journals,attachments"}}, &body); err != nil {
+		return nil, err
+	}
+	in := &body.Issue
+	// A private issue never leaves keygate, whatever the account sees.
+	if in.IsPrivate {
+		return nil, host.ErrNotFound
+	}
+	// The issue names its project by number and name; shares name it by
+	// identifier too.
+	project, err := r.Project(ctx, strconv.Itoa(in.Project.ID))
+	if err != nil {
+		return nil, err
+	}
+	out := &host.Issue{ID: strconv.Itoa(in.ID), Project: *project, Markup: markup(r.cfg.Markup)}
+	add := func(id, name, value string) {
+		out.Fields = append(out.Fields, host.Field{ID: id, Name: name, Value: value})
+	}
+	add("summary", "Subject", in.Subject)
+	add("description", "Description", deref(in.Description))
+	add("status", "Status", in.Status.text())
+	add("priority", "Priority", in.Priority.text())
+	add("issuetype", "Tracker", in.Tracker.text())
+	add("assignee", "Assignee", in.AssignedTo.text())
+	add("reporter", "Author", in.Author.text())
+	add("created", "Created", in.CreatedOn)
+	add("updated", "Updated", in.UpdatedOn)
+	add("startdate", "Start date", deref(in.StartDate))
+	add("duedate", "Due date", deref(in.DueDate))
+	add("components", "Category", in.Category.text())
+	add("fixVersions", "Target version", in.FixedVersion.text())
+	for _, cf := range in.CustomFields {
+		add("customfield_"+strconv.Itoa(cf.ID), cf.Name, customValue(cf.Value))
+	}
+	for _, j := range in.Journals {
+		// A private note never leaves keygate; a journal of field
+		// changes alone is not a comment.
+		if j.PrivateNotes || strings.TrimSpace(j.Notes) == "" {
+			continue
+		}
+		out.Comments = append(out.Comments, host.Comment{ID: strconv.Itoa(j.ID), Author: j.User.Name,
+			Created: parseTime(j.CreatedOn), Body: j.Notes})
+	}
+	for _, a := range in.Attachments {
+		out.Attachments = append(out.Attachments, host.Attachment{ID: strconv.Itoa(a.ID), Name: a.Filename,
+			Size: a.Filesize, ContentType: a.ContentType, Created: parseTime(a.CreatedOn)})
+	}
+	return out, nil
+}
+
+// markup is the host.Issue markup of Redmine's text formatting.
+func markup(formatting string) string {
+	switch formatting {
+	case "common_mark", "markdown":
+		return "markdown"
+	case "textile":
+		return "textile"
+	}
+	return ""
+}
+
+// customValue is a custom field's value as text: a string, or a list of
+// them joined (a multiple list field).
+func customValue(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var list []string
+	if json.Unmarshal(raw, &list) == nil {
+		return strings.Join(list, ", ")
+	}
+	return ""
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// parseTime reads Redmine's times (RFC 3339, UTC).
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339, s)
+	return t.UTC()
+}
+
+// validRef reports whether id can name a project: its number or its
+// identifier (lower-case letters, digits, - and _), so that nothing a
+// client sends reaches another path of the API.
+func validRef(id string) bool {
+	if id == "" || len(id) > 100 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+var _ host.Host = (*Redmine)(nil)

@@ -1,0 +1,79 @@
+package share
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+
+	"github.com/keygate/keygate/internal/host"
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// sharedIssue is what an outside party sees of a shared issue: only the
+// fields the share's fieldsConfig lets it view, in the tracker's order.
+// A field not in the config never reaches the browser.
+type sharedIssue struct {
+	ID      string       `json:"id"`
+	Fields  []host.Field `json:"fields"`
+	Markup  string       `json:"markup"`
+	// Comments and Attachments are present when the share lets the
+	// party view them.
+	Comments    []host.Comment    `json:"comments,omitempty"`
+	Attachments []host.Attachment `json:"attachments,omitempty"`
+}
+
+// hostRetryAfter is the Retry-After of a page whose tracker did not
+// answer.
+const hostRetryAfter = 30
+
+// errHostUnavailable is the page's answer when the tracker did not
+// answer: the share stays, the issue cannot be shown now.
+func errHostUnavailable() *problem.Details {
+	d := problem.New(http.StatusServiceUnavailable, problem.CodeHostUnavailable,
+		"The issue tracker did not answer. Please try again in a moment.")
+	d.RetryAfter = hostRetryAfter
+	return d
+}
+
+// itemGone is the detail of a 404 for an issue the tracker no longer has
+// (or keygate's account may no longer see): the share itself stays.
+const itemGone = "The shared item is no longer available on the issue tracker."
+
+func errItemGone() *problem.Details { return problem.NotFound(itemGone) }
+
+// viewIssue reads the issue of an ISSUE share from the tracker and keeps
+// what the share lets an outside party view.
+func viewIssue(ctx context.Context, h host.Host, rec *record) (*sharedIssue, error) {
+	in, err := h.Issue(ctx, rec.IssueID)
+	switch {
+	case errors.Is(err, host.ErrNotFound):
+		return nil, errItemGone()
+	case err != nil:
+		return nil, errHostUnavailable()
+	}
+	// An issue moved to another project is not the one shared.
+	if rec.ProjectID != "" && rec.ProjectID != in.Project.ID && rec.ProjectID != in.Project.Number {
+		return nil, errItemGone()
+	}
+	views := func(id string) bool {
+		if rec.FieldsConfig == nil {
+			return false
+		}
+		c, ok := rec.FieldsConfig.FieldConfigs[id]
+		return ok && slices.Contains(c.FieldPermissions, PermView)
+	}
+	out := &sharedIssue{ID: in.ID, Fields: []host.Field{}, Markup: in.Markup}
+	for _, f := range in.Fields {
+		if views(f.ID) {
+			out.Fields = append(out.Fields, f)
+		}
+	}
+	if views("comment") {
+		out.Comments = append([]host.Comment{}, in.Comments...)
+	}
+	if views("attachment") {
+		out.Attachments = append([]host.Attachment{}, in.Attachments...)
+	}
+	return out, nil
+}

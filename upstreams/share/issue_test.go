@@ -1,0 +1,153 @@
+package share
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/host"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+)
+
+// fakeTracker is a host.Host of issues in memory, or one that fails.
+type fakeTracker struct {
+	issues map[string]*host.Issue
+	err    error
+}
+
+func (*fakeTracker) Platform() string { return "fake" }
+func (*fakeTracker) Account(context.Context) (*host.Account, error) {
+	return &host.Account{Login: "keygate"}, nil
+}
+func (f *fakeTracker) Project(_ context.Context, id string) (*host.Project, error) {
+	return &host.Project{ID: id}, f.err
+}
+func (f *fakeTracker) Issue(_ context.Context, id string) (*host.Issue, error) {
+	if f.err != nil {
+		return nil, fmt.Errorf("reading issue %s: %w", id, f.err)
+	}
+	in, ok := f.issues[id]
+	if !ok {
+		return nil, host.ErrNotFound
+	}
+	return in, nil
+}
+
+// trackerIssue is issue 42 of project acme (number 3) as a tracker
+// answers it.
+func trackerIssue() *host.Issue {
+	at := time.Date(2026, 11, 20, 9, 30, 0, 0, time.UTC)
+	return &host.Issue{ID: "42", Project: host.Project{ID: "acme", Number: "3", Name: "ACME"}, Markup: "markdown",
+		Fields: []host.Field{
+			{ID: "summary", Name: "Subject", Value: "Printer <b>jams</b>"},
+			{ID: "description", Name: "Description", Value: "It jams\non page 2."},
+			{ID: "status", Name: "Status", Value: "In progress (internal)"},
+			{ID: "customfield_7", Name: "Cost centre", Value: "CC-99"},
+		},
+		Comments:    []host.Comment{{ID: "5", Author: "Support Agent", Created: at, Body: "We ordered a part."}},
+		Attachments: []host.Attachment{{ID: "9", Name: "photo.jpg", Size: 204800, ContentType: "image/jpeg", Created: at}},
+	}
+}
+
+// TestViewerWithTracker: with an issue tracker connected, the page of an
+// ISSUE share shows the issue: only the fields the share lets an outside
+// party view, the public comments and attachments when shared, as HTML
+// and JSON; an issue gone is 404 saying so, a tracker that fails 503
+// host_unavailable with Retry-After; without a tracker the page says
+// none is connected.
+func TestViewerWithTracker(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		tracker := &fakeTracker{issues: map[string]*host.Issue{"42": trackerIssue()}}
+		withTracker := NewViewer(e.store, tracker)
+		share := func(issue, project string, fields map[string][]string) string {
+			fc := &FieldsConfig{FieldConfigs: map[string]FieldConfig{}}
+			for id, perms := range fields {
+				fc.FieldConfigs[id] = FieldConfig{FieldPermissions: perms}
+			}
+			return "/s/" + e.create(alice, &CreateRequest{Type: TypeIssue, IssueID: str(issue), ProjectID: str(project), FieldsConfig: fc}).UUID
+		}
+		viewed := share("42", "acme", map[string][]string{"summary": {PermView}, "description": {PermView, PermViewContent},
+			"comment": {PermView}, "status": {PermEdit}})
+		withAttachments := share("42", "3", map[string][]string{"attachment": {PermView}})
+		gone := share("41", "acme", map[string][]string{"summary": {PermView}})
+		moved := share("42", "other", map[string][]string{"summary": {PermView}})
+
+		tests := []struct {
+			name       string
+			path       string
+			fail       error
+			status     int
+			want, not  []string // in the HTML page
+			jsonIssue  string   // the JSON's issue, "" for none
+			retryAfter string
+		}{
+			{name: "viewable fields and comments", path: viewed, status: 200,
+				want: []string{"Issue 42", "<dt>Subject</dt><dd>Printer &lt;b&gt;jams&lt;/b&gt;</dd>", "It jams\non page 2.",
+					"Support Agent · 20 November 2026, 09:30 UTC", "We ordered a part."},
+				not: []string{"In progress", "Cost centre", "CC-99", "photo.jpg", "<b>jams"},
+				jsonIssue: `{"id":"42","fields":[{"id":"summary","name":"Subject","value":"Printer \u003cb\u003ejams\u003c/b\u003e"},` +
+					`{"id":"description","name":"Description","value":"It jams\non page 2."}],"markup":"markdown",` +
+					`"comments":[{"id":"5","author":"Support Agent","created":"2026-11-20T09:30:00Z","body":"We ordered a part."}]}`},
+			{name: "attachments, the project by number", path: withAttachments, status: 200,
+				want: []string{"photo.jpg", "200.0 KiB", "image/jpeg"}, not: []string{"Printer", "We ordered"},
+				jsonIssue: `{"id":"42","fields":[],"markup":"markdown","attachments":[{"id":"9","name":"photo.jpg","size":204800,"contentType":"image/jpeg","created":"2026-11-20T09:30:00Z"}]}`},
+			{name: "an issue the tracker no longer has", path: gone, status: 404,
+				want: []string{"The shared item is no longer available on the issue tracker."}},
+			{name: "an issue moved to another project", path: moved, status: 404,
+				want: []string{"no longer available"}, not: []string{"Printer"}},
+			{name: "the tracker does not answer", path: viewed, fail: host.ErrUnavailable, status: 503,
+				want: []string{"The issue tracker did not answer"}, not: []string{"Printer"}, retryAfter: "30"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				tracker.err = tt.fail
+				e.viewer = withTracker
+				w := e.page("GET", tt.path, htmlAccept, "", "", "203.0.113.9")
+				body := w.Body.String()
+				if w.Code != tt.status || w.Header().Get("Retry-After") != tt.retryAfter {
+					t.Fatalf("page: %d Retry-After %q, want %d %q\n%s", w.Code, w.Header().Get("Retry-After"), tt.status, tt.retryAfter, body)
+				}
+				for _, s := range tt.want {
+					if !strings.Contains(body, s) {
+						t.Errorf("page lacks %q:\n%s", s, body)
+					}
+				}
+				for _, s := range tt.not {
+					if strings.Contains(body, s) {
+						t.Errorf("page shows %q", s)
+					}
+				}
+				w = e.page("GET", tt.path, jsonAccept, "", "", "203.0.113.9")
+				var got struct {
+					Code    string          `json:"code"`
+					Issue   json.RawMessage `json:"issue"`
+					Tracker *bool           `json:"trackerConnected"`
+				}
+				if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || w.Code != tt.status {
+					t.Fatalf("JSON: %d %v %s", w.Code, err, w.Body)
+				}
+				switch {
+				case tt.status == 503 && got.Code != "host_unavailable":
+					t.Errorf("JSON code %q, want host_unavailable", got.Code)
+				case tt.status == 404 && got.Code != "not_found":
+					t.Errorf("JSON code %q, want not_found", got.Code)
+				case tt.status == 200 && (string(got.Issue) != tt.jsonIssue || got.Tracker == nil || !*got.Tracker):
+					t.Errorf("JSON issue %s (tracker %v), want %s", got.Issue, got.Tracker, tt.jsonIssue)
+				}
+			})
+		}
+
+		t.Run("no tracker connected", func(t *testing.T) {
+			e.viewer = NewViewer(e.store, nil)
+			w := e.page("GET", viewed, htmlAccept, "", "", "203.0.113.9")
+			if w.Code != 200 || !strings.Contains(w.Body.String(), "No issue tracker is connected") || strings.Contains(w.Body.String(), "Printer") {
+				t.Errorf("page without a tracker: %d\n%s", w.Code, w.Body)
+			}
+		})
+	})
+}
