@@ -49,6 +49,13 @@ fi
 if ! command -v logrotate >/dev/null 2>&1 && [ ! -x /usr/sbin/logrotate ]; then
 	need+=(logrotate)
 fi
+# Redmine for the tests of the Redmine connector; redminetest serves it
+# with WEBrick, which Ruby 3 no longer bundles.
+for pkg in redmine redmine-sqlite ruby-webrick; do
+	if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q ' installed$'; then
+		need+=("$pkg")
+	fi
+done
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 		echo "test-deps: missing ${need[*]} and cannot install here (needs root and apt-get)" >&2
@@ -62,6 +69,9 @@ if [ ${#need[@]} -gt 0 ]; then
 	if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
 		echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
 	fi
+	# Nor is a Redmine database of the machine's, which dbconfig-common
+	# would make and migrate: the tests prepare their own.
+	echo "redmine redmine/instances/default/dbconfig-install boolean false" | debconf-set-selections
 	# Nor are the services the packages would start (Prometheus on :9090):
 	# policy-rc.d answers "not now" while they install.
 	policy=/usr/sbin/policy-rc.d

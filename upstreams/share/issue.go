@@ -14,9 +14,9 @@ import (
 // fields the share's fieldsConfig lets it view, in the tracker's order.
 // A field not in the config never reaches the browser.
 type sharedIssue struct {
-	ID      string       `json:"id"`
-	Fields  []host.Field `json:"fields"`
-	Markup  string       `json:"markup"`
+	ID     string       `json:"id"`
+	Fields []host.Field `json:"fields"`
+	Markup string       `json:"markup"`
 	// Comments and Attachments are present when the share lets the
 	// party view them.
 	Comments    []host.Comment    `json:"comments,omitempty"`
