@@ -3,6 +3,7 @@ package share
 import (
 	"context"
 	"errors"
+	"html/template"
 	"net/http"
 	"slices"
 
@@ -21,6 +22,29 @@ type sharedIssue struct {
 	// party view them.
 	Comments    []host.Comment    `json:"comments,omitempty"`
 	Attachments []host.Attachment `json:"attachments,omitempty"`
+
+	// rich names the fields (description, comment) whose content the
+	// share lets the party view rendered: VIEW_CONTENT.
+	rich map[string]bool
+}
+
+// Show is a field's value as the page shows it: the description as
+// rich text when its content is shared, else as plain text.
+func (s *sharedIssue) Show(f host.Field) template.HTML {
+	if f.ID == "description" {
+		return s.text("description", f.Value)
+	}
+	return template.HTML(template.HTMLEscapeString(f.Value))
+}
+
+// ShowComment is a comment's text as the page shows it.
+func (s *sharedIssue) ShowComment(c host.Comment) template.HTML { return s.text("comment", c.Body) }
+
+func (s *sharedIssue) text(field, text string) template.HTML {
+	if s.rich[field] {
+		return richText(s.Markup, text)
+	}
+	return richText("", text)
 }
 
 // hostRetryAfter is the Retry-After of a page whose tracker did not
@@ -56,14 +80,16 @@ func viewIssue(ctx context.Context, h host.Host, rec *record) (*sharedIssue, err
 	if rec.ProjectID != "" && rec.ProjectID != in.Project.ID && rec.ProjectID != in.Project.Number {
 		return nil, errItemGone()
 	}
-	views := func(id string) bool {
+	may := func(id, perm string) bool {
 		if rec.FieldsConfig == nil {
 			return false
 		}
 		c, ok := rec.FieldsConfig.FieldConfigs[id]
-		return ok && slices.Contains(c.FieldPermissions, PermView)
+		return ok && slices.Contains(c.FieldPermissions, perm)
 	}
-	out := &sharedIssue{ID: in.ID, Fields: []host.Field{}, Markup: in.Markup}
+	views := func(id string) bool { return may(id, PermView) }
+	out := &sharedIssue{ID: in.ID, Fields: []host.Field{}, Markup: in.Markup,
+		rich: map[string]bool{"description": may("description", PermViewContent), "comment": may("comment", PermViewContent)}}
 	for _, f := range in.Fields {
 		if views(f.ID) {
 			out.Fields = append(out.Fields, f)

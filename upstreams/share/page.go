@@ -103,6 +103,7 @@ td.p{text-align:center}
 h2{font-size:1.1rem;margin:1.5rem 0 .6rem}
 .text{white-space:pre-wrap;word-break:break-word;margin:0}
 .comment{border-top:1px solid #dfe1e6;padding:.6rem 0}.comment .by{color:#5e6c84;font-size:.9rem;margin:0 0 .3rem}
+.rich p{margin:0 0 .5rem}.rich pre{background:#f4f5f7;padding:.5rem;overflow-x:auto}
 form{display:grid;gap:.8rem;max-width:22rem}
 label{display:grid;gap:.25rem;font-size:.9rem;color:#5e6c84}
 input{font:inherit;padding:.45rem .55rem;border:1px solid #c1c7d0;border-radius:4px}
@@ -129,13 +130,13 @@ button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;
 {{with $.Expires}}<dt>Available until</dt><dd>{{.}}</dd>{{end}}
 </dl>
 {{if not .Tracker}}<p class="note">No issue tracker is connected to this gateway: the page shows what is shared, not the issue itself.</p>{{end}}
-{{with .Issue}}
+{{with .Issue}}{{$issue := .}}
 <h2>Issue {{.ID}}</h2>
 {{if .Fields}}<dl>
-{{range .Fields}}<dt>{{.Name}}</dt><dd>{{if eq .ID "description"}}<p class="text">{{.Value}}</p>{{else}}{{.Value}}{{end}}</dd>
+{{range .Fields}}<dt>{{.Name}}</dt><dd>{{$issue.Show .}}</dd>
 {{end}}</dl>{{end}}
 {{if .Comments}}<h2>Comments</h2>
-{{range .Comments}}<div class="comment"><p class="by">{{.Author}} · {{$.Time .Created}}</p><p class="text">{{.Body}}</p></div>
+{{range .Comments}}<div class="comment"><p class="by">{{.Author}} · {{$.Time .Created}}</p>{{$issue.ShowComment .}}</div>
 {{end}}{{end}}
 {{if .Attachments}}<h2>Attachments</h2>
 <table><thead><tr><th>Name</th><th>Size</th><th>Type</th></tr></thead><tbody>
