@@ -264,6 +264,7 @@ func (s *state) provisionAPIs(a *App) error {
 	}
 	cs := lifecycle.Contracts()
 	ss, err := share.NewStore(share.Config{
+		Host:          a.host,
 		DB:            s.stores.DB,
 		Backend:       s.stores.Shares,
 		PublicBaseURL: a.PublicBaseURL,

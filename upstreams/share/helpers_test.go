@@ -50,6 +50,8 @@ type env struct {
 	viewer http.Handler
 	// events records the share events the store emits, in db.
 	events *eventstest.Recorder
+	// cfg is the store's config, for another store on the same data.
+	cfg Config
 }
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -80,8 +82,9 @@ func envOn(tb testing.TB, db storage.DB) *env {
 		tb.Fatalf("no share backend for %s", db.Backend())
 	}
 	e.events = eventstest.New(tb, db)
-	s, err := NewStore(Config{DB: db, Backend: be, PublicBaseURL: "http://localhost:8080/", CookieKey: bytes.Repeat([]byte{7}, 32),
-		Now: e.clock.Now, PasswordParams: cheapArgon, Events: e.events})
+	e.cfg = Config{DB: db, Backend: be, PublicBaseURL: "http://localhost:8080/", CookieKey: bytes.Repeat([]byte{7}, 32),
+		Now: e.clock.Now, PasswordParams: cheapArgon, Events: e.events}
+	s, err := NewStore(e.cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

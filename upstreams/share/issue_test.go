@@ -3,20 +3,25 @@ package share
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/keygate/keygate/internal/host"
+	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
-// fakeTracker is a host.Host of issues in memory, or one that fails.
+// fakeTracker is a host.Host of issues and projects in memory, or one
+// that fails.
 type fakeTracker struct {
-	issues map[string]*host.Issue
-	err    error
+	issues   map[string]*host.Issue
+	projects map[string]bool // by identifier and number; nil: any
+	err      error
 }
 
 func (*fakeTracker) Platform() string { return "fake" }
@@ -24,7 +29,13 @@ func (*fakeTracker) Account(context.Context) (*host.Account, error) {
 	return &host.Account{Login: "keygate"}, nil
 }
 func (f *fakeTracker) Project(_ context.Context, id string) (*host.Project, error) {
-	return &host.Project{ID: id}, f.err
+	if f.err != nil {
+		return nil, f.err
+	}
+	if f.projects != nil && !f.projects[id] {
+		return nil, host.ErrNotFound
+	}
+	return &host.Project{ID: id}, nil
 }
 func (f *fakeTracker) Issue(_ context.Context, id string) (*host.Issue, error) {
 	if f.err != nil {
@@ -190,4 +201,115 @@ func TestRichText(t *testing.T) {
 	if got := string(s.Show(host.Field{ID: "description", Value: "**bold** <b>x</b>"})); !strings.Contains(got, "**bold** &lt;b&gt;x&lt;/b&gt;") {
 		t.Errorf("plain description: %s", got)
 	}
+}
+
+// TestCreateWithTracker: with a tracker connected, a share's create and
+// update are checked against it once: the issue, the project (filled in
+// from an ISSUE share's issue when the request names none), the shared
+// fields and what may be edited; every problem comes in one 400, a
+// tracker that does not answer is 503 host_unavailable, and nothing is
+// stored either way.
+func TestCreateWithTracker(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		tracker := &fakeTracker{issues: map[string]*host.Issue{"42": trackerIssue()}, projects: map[string]bool{"acme": true, "3": true}}
+		cfg := e.cfg
+		cfg.Host = tracker
+		s, err := NewStore(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		stored := func() int {
+			_, total, err := e.store.List(ctx, root, ListQuery{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return total
+		}
+		fields := func(perms map[string][]string) *FieldsConfig {
+			fc := &FieldsConfig{FieldConfigs: map[string]FieldConfig{}}
+			for id, p := range perms {
+				fc.FieldConfigs[id] = FieldConfig{FieldPermissions: p}
+			}
+			return fc
+		}
+		tests := []struct {
+			name    string
+			in      CreateRequest
+			down    bool
+			project string   // the stored share's projectId
+			errors  []string // field:code of the 400
+			status  int      // of another refusal
+		}{
+			{name: "an issue's project filled in", in: CreateRequest{Type: TypeIssue, IssueID: str("42"),
+				FieldsConfig: fields(map[string][]string{"summary": {PermView, PermEdit}, "customfield_7": {PermView, PermEdit}})}, project: "acme"},
+			{name: "the project by number", in: CreateRequest{Type: TypeIssue, IssueID: str("42"), ProjectID: str("3")}, project: "3"},
+			{name: "a JQL share of a known project", in: CreateRequest{Type: TypeJQL, ProjectID: str("acme"), JQL: str("status = Open")}, project: "acme"},
+			{name: "every problem at once", in: CreateRequest{Type: TypeIssue, IssueID: str("42"), ProjectID: str("other"),
+				FieldsConfig: fields(map[string][]string{"storypoints": {PermView}, "customfield_99": {PermView}, "status": {PermView, PermEdit},
+					"comment": {PermView, PermEdit}, "duedate": {PermEdit}})},
+				errors: []string{"projectId:project_mismatch", "fieldsConfig.fieldConfigs.comment:not_editable", "fieldsConfig.fieldConfigs.customfield_99:unknown_field",
+					"fieldsConfig.fieldConfigs.status:not_editable", "fieldsConfig.fieldConfigs.storypoints:unknown_field"}},
+			{name: "an unknown issue", in: CreateRequest{Type: TypeIssue, IssueID: str("41"), ProjectID: str("acme")},
+				errors: []string{"issueId:unknown_issue"}},
+			{name: "an unknown project", in: CreateRequest{Type: TypeJQL, ProjectID: str("nope"), JQL: str("status = Open")},
+				errors: []string{"projectId:unknown_project"}},
+			{name: "the tracker down", in: CreateRequest{Type: TypeIssue, IssueID: str("42")}, down: true, status: 503},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				tracker.err = nil
+				if tt.down {
+					tracker.err = host.ErrUnavailable
+				}
+				before := stored()
+				sh, err := s.Create(ctx, alice, &tt.in)
+				if tt.project != "" {
+					if err != nil || sh.ProjectID == nil || *sh.ProjectID != tt.project {
+						t.Fatalf("create: %+v %v, want project %q", sh, err, tt.project)
+					}
+					return
+				}
+				var d *problem.Details
+				if !errors.As(err, &d) {
+					t.Fatalf("create: %v, want a problem", err)
+				}
+				if tt.status != 0 && (d.Status != tt.status || d.Code != "host_unavailable" || d.RetryAfter == 0) {
+					t.Errorf("refusal %d %s retry %d", d.Status, d.Code, d.RetryAfter)
+				}
+				if tt.errors != nil {
+					var got []string
+					for _, fe := range d.Errors {
+						got = append(got, fe.Field+":"+fe.Code)
+					}
+					if !slices.Equal(got, tt.errors) {
+						t.Errorf("errors %v, want %v", got, tt.errors)
+					}
+				}
+				if n := stored(); n != before {
+					t.Errorf("%d shares stored, want %d: a refused create stored one", n, before)
+				}
+			})
+		}
+
+		t.Run("an update keeps the project filled in", func(t *testing.T) {
+			tracker.err = nil
+			sh, err := s.Create(ctx, alice, &CreateRequest{Type: TypeIssue, IssueID: str("42")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			up, err := s.Update(ctx, alice, sh.UUID, &CreateRequest{Type: TypeIssue, IssueID: str("42"),
+				FieldsConfig: fields(map[string][]string{"summary": {PermView}})})
+			if err != nil || up.ProjectID == nil || *up.ProjectID != "acme" {
+				t.Fatalf("update: %+v %v", up, err)
+			}
+			_, err = s.Update(ctx, alice, sh.UUID, &CreateRequest{Type: TypeIssue, IssueID: str("42"),
+				FieldsConfig: fields(map[string][]string{"priority": {PermEdit}})})
+			var d *problem.Details
+			if !errors.As(err, &d) || len(d.Errors) != 1 || d.Errors[0].Code != "not_editable" {
+				t.Errorf("update with EDIT on priority: %v", err)
+			}
+		})
+	})
 }

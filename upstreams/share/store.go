@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/keygate/keygate/internal/host"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -47,6 +48,10 @@ type Config struct {
 	// Idempotency keeps the replies of creates sent with an
 	// Idempotency-Key (clients.md); nil: the header is ignored.
 	Idempotency *idempotency.Store
+	// Host is the issue tracker the shares open: creates and updates
+	// are checked against it. Nil: no tracker is connected, and shares
+	// are taken as they are sent.
+	Host host.Host
 }
 
 // Store keeps shares and their activity through its Backend, on bbolt or
@@ -63,6 +68,7 @@ type Store struct {
 	views     *views
 	unlocks   *unlockLimiter
 	idem      *idempotency.Store
+	host      host.Host
 }
 
 // NewStore checks cfg.
@@ -90,6 +96,7 @@ func NewStore(cfg Config) (*Store, error) {
 		hasher:    newHasher(cfg.PasswordParams),
 		events:    cfg.Events,
 		idem:      cfg.Idempotency,
+		host:      cfg.Host,
 	}
 	if s.events == nil {
 		s.events = events.Discard
@@ -198,6 +205,9 @@ func (s *Store) CreateWith(ctx context.Context, caller *keystore.Identity, in *C
 	now := s.nowMs()
 	var f problem.Fields
 	c := validate(in, now, &f)
+	if err := s.checkWithHost(ctx, &c, &f); err != nil {
+		return nil, err
+	}
 	if err := f.Err(); err != nil {
 		return nil, err
 	}
@@ -353,6 +363,12 @@ func (s *Store) Update(ctx context.Context, caller *keystore.Identity, uuidStr s
 	}
 	var f problem.Fields
 	c := validate(in, now, &f)
+	if s.host != nil && cur.Type == TypeIssue && c.ProjectID == "" {
+		c.ProjectID = cur.ProjectID // the issue's project, filled in at create
+	}
+	if err := s.checkWithHost(ctx, &c, &f); err != nil {
+		return nil, err
+	}
 	checkImmutable(&f, "type", in.Type != "", in.Type, cur.Type)
 	checkImmutable(&f, "issueId", true, c.IssueID, cur.IssueID)
 	checkImmutable(&f, "projectId", true, c.ProjectID, cur.ProjectID)
@@ -403,6 +419,16 @@ func (s *Store) Update(ctx context.Context, caller *keystore.Identity, uuidStr s
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkWithHost checks c against the issue tracker, when one is
+// connected and the request is well-formed so far (a bad request is
+// refused without asking the tracker).
+func (s *Store) checkWithHost(ctx context.Context, c *content, f *problem.Fields) error {
+	if s.host == nil || len(f.List()) > 0 {
+		return nil
+	}
+	return checkWithHost(ctx, s.host, c, f)
 }
 
 // checkImmutable reports field when the body changes it, unless the field
