@@ -4,8 +4,10 @@
 # independent verifier), systemd-analyze and Prometheus (the deploy
 # files' checks), PostgreSQL's server binaries for the tests of the
 # PostgreSQL backend (each test binary starts its own throwaway server
-# from them, see internal/testkit/pgtest) and npm; from the npm registry,
-# axe-core for the browser tests' accessibility check, pinned by
+# from them, see internal/testkit/pgtest), Redmine on SQLite with WEBrick
+# for the tests of the Redmine connector (likewise, see
+# internal/testkit/redminetest) and npm; from the npm registry, axe-core
+# for the browser tests' accessibility check, pinned by
 # internal/testkit/browsertest/axe/package-lock.json. Idempotent and quiet when
 # all is there. With KEYGATE_TEST_POSTGRES set (a DSN, or "off"), no
 # PostgreSQL is installed.
