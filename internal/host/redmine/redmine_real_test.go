@@ -1,0 +1,99 @@
+package redmine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/keygate/keygate/internal/host"
+	"github.com/keygate/keygate/internal/testkit/redminetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(redminetest.Main(m)) }
+
+// TestAgainstRedmine: the connector on a real Redmine, with keygate's
+// least-privilege account and with an administrator's (who sees private
+// notes and private issues): what leaves keygate is the same, public
+// comments only and no private issue; what the account may not see is
+// not found; a wrong key is refused.
+func TestAgainstRedmine(t *testing.T) {
+	rm := redminetest.Shared(t)
+	rm.CreateProject(t, "acme", "ACME")
+	rm.CreateProject(t, "secret", "Secret")
+	bot := rm.CreateUser(t, "keygate", "acme")
+	cf := rm.CreateCustomField(t, "Cost centre")
+	issue := rm.CreateIssue(t, "acme", "Printer jams", "It **jams** on page 2.",
+		map[string]any{"custom_fields": []map[string]any{{"id": cf, "value": "CC-9"}}, "due_date": "2026-12-24"})
+	rm.AddNote(t, issue, "We ordered a part.", false)
+	rm.AddNote(t, issue, "The customer is difficult.", true)
+	rm.UploadAttachment(t, issue, "photo.txt", []byte("not really a photo"))
+	private := rm.CreateIssue(t, "acme", "Internal audit", "", map[string]any{"is_private": true})
+	other := rm.CreateIssue(t, "secret", "Not shared", "", nil)
+
+	for _, acct := range []struct {
+		name, key string
+		admin     bool
+	}{
+		{"keygate's account", bot.APIKey, false},
+		{"an administrator's", rm.AdminKey, true},
+	} {
+		t.Run(acct.name, func(t *testing.T) {
+			r, err := New(Config{URL: rm.URL, APIKey: acct.key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			in, err := r.Issue(ctx, strconv.Itoa(issue))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.Project.ID != "acme" || in.Project.Name != "ACME" {
+				t.Errorf("project %+v", in.Project)
+			}
+			for id, want := range map[string]string{"summary": "Printer jams", "description": "It **jams** on page 2.",
+				"status": "New", "duedate": "2026-12-24", "customfield_" + strconv.Itoa(cf): "CC-9"} {
+				if f, ok := in.Field(id); !ok || f.Value != want {
+					t.Errorf("field %s = %+v, want %q", id, f, want)
+				}
+			}
+			if len(in.Comments) != 1 || in.Comments[0].Body != "We ordered a part." {
+				t.Errorf("comments %+v, want the public note only", in.Comments)
+			}
+			if len(in.Attachments) != 1 || in.Attachments[0].Name != "photo.txt" || in.Attachments[0].Size != 18 {
+				t.Errorf("attachments %+v", in.Attachments)
+			}
+			if _, err := r.Issue(ctx, strconv.Itoa(private)); !errors.Is(err, host.ErrNotFound) {
+				t.Errorf("a private issue: %v, want not found", err)
+			}
+			_, err = r.Issue(ctx, strconv.Itoa(other))
+			if acct.admin != (err == nil) {
+				t.Errorf("an issue of a project the account is not a member of: %v", err)
+			}
+			if p, err := r.Project(ctx, in.Project.Number); err != nil || p.ID != "acme" {
+				t.Errorf("project by number: %+v %v", p, err)
+			}
+			if _, err := r.Project(ctx, "nope"); !errors.Is(err, host.ErrNotFound) {
+				t.Errorf("an unknown project: %v", err)
+			}
+			a, err := r.Account(ctx)
+			if err != nil || a.Admin != acct.admin || len(a.Projects) == 0 {
+				t.Fatalf("account %+v %v", a, err)
+			}
+			if !acct.admin && (a.Login != "keygate" || len(a.Projects) != 1 || a.Projects[0].ID != "acme") {
+				t.Errorf("keygate's account %+v", a)
+			}
+		})
+	}
+
+	t.Run("a wrong key", func(t *testing.T) {
+		r, err := New(Config{URL: rm.URL, APIKey: "0000000000000000000000000000000000000000"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Issue(context.Background(), strconv.Itoa(issue)); !errors.Is(err, ErrRefused) {
+			t.Errorf("%v, want refused", err)
+		}
+	})
+}
