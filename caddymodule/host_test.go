@@ -6,9 +6,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/keygate/keygate/internal/testkit/redminetest"
 )
 
 // fakeRedmine answers the calls the Redmine connector makes, for the
@@ -104,5 +107,52 @@ func TestHostRedmine(t *testing.T) {
 	startGateway(t, b, defaultSite)
 	if r := do(t, "GET", adminURL+"/webapi/host", nil); r.status != 404 {
 		t.Errorf("host check without a host: %d %s", r.status, r.body)
+	}
+}
+
+// TestSharePageWithRedmine: the whole way on a real Redmine: a share of
+// an issue created through the API is checked against Redmine (its
+// project filled in, an unknown issue refused), and its page shows the
+// issue's viewable fields and public comment, never the private note.
+func TestSharePageWithRedmine(t *testing.T) {
+	rm := redminetest.Start(t)
+	rm.CreateProject(t, "acme", "ACME")
+	bot := rm.CreateUser(t, "keygate", "acme")
+	issue := rm.CreateIssue(t, "acme", "Printer jams", "It **jams** on page 2.", nil)
+	rm.AddNote(t, issue, "We ordered a part.", false)
+	rm.AddNote(t, issue, "The customer is difficult.", true)
+	keyFile := filepath.Join(t.TempDir(), "redmine-api-key") // caddytest rewrites paths ending in .key
+	if err := os.WriteFile(keyFile, []byte(bot.APIKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := bolt
+	b.storage = func(*testing.T) string {
+		return fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t}", rm.URL, keyFile)
+	}
+	startGateway(t, b, defaultSite)
+
+	alice := shrKey(t, "alice", nil, shrAllPrivileges...)
+	sh, _ := shrCreate(t, alice, map[string]any{"type": "ISSUE", "issueId": strconv.Itoa(issue),
+		"fieldsConfig": map[string]any{"fieldConfigs": map[string]any{
+			"summary":     map[string]any{"fieldPermissions": []string{"VIEW"}},
+			"description": map[string]any{"fieldPermissions": []string{"VIEW", "VIEW_CONTENT"}},
+			"comment":     map[string]any{"fieldPermissions": []string{"VIEW"}},
+		}}})
+	if sh.ProjectID == nil || *sh.ProjectID != "acme" {
+		t.Errorf("the share's project: %v, want the issue's, acme", sh.ProjectID)
+	}
+	page := do(t, "GET", siteURL+"/s/"+sh.UUID, nil, "Accept", "text/html")
+	body := string(page.body)
+	for _, want := range []string{"Printer jams", "<strong>jams</strong>", "We ordered a part."} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q:\n%s", want, body)
+		}
+	}
+	if page.status != 200 || strings.Contains(body, "difficult") {
+		t.Errorf("the page: %d, showing the private note: %v", page.status, strings.Contains(body, "difficult"))
+	}
+	r := do(t, "POST", siteURL+shrURL, map[string]any{"type": "ISSUE", "issueId": "999999"}, bearer(alice)...)
+	if p := r.problem(t); r.status != 400 || len(p.Errors) != 1 || p.Errors[0].Code != "unknown_issue" {
+		t.Errorf("a share of an unknown issue: %d %s", r.status, r.body)
 	}
 }
