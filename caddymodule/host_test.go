@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -154,5 +155,42 @@ func TestSharePageWithRedmine(t *testing.T) {
 	r := do(t, "POST", siteURL+shrURL, map[string]any{"type": "ISSUE", "issueId": "999999"}, bearer(alice)...)
 	if p := r.problem(t); r.status != 400 || len(p.Errors) != 1 || p.Errors[0].Code != "unknown_issue" {
 		t.Errorf("a share of an unknown issue: %d %s", r.status, r.body)
+	}
+
+	// A comment from the page reaches Redmine as keygate's account, with
+	// its source, and is announced as share.commented.
+	hooks := newHookEndpoints(t)
+	subscribe(t, hooks.URL+"/comments", []string{"share.commented"}, nil)
+	talk, _ := shrCreate(t, alice, map[string]any{"type": "ISSUE", "issueId": strconv.Itoa(issue),
+		"fieldsConfig": map[string]any{"fieldConfigs": map[string]any{"comment": map[string]any{"fieldPermissions": []string{"VIEW", "ADD"}}}}})
+	form := strings.NewReader(url.Values{"body": {"Thanks, it works now."}}.Encode())
+	req, _ := http.NewRequest("POST", siteURL+"/s/"+talk.UUID+"/comments", form)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", siteURL)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("comment: %d", resp.StatusCode)
+	}
+	var got struct {
+		Issue struct {
+			Journals []struct {
+				User  struct{ Name string }
+				Notes string
+			}
+		}
+	}
+	rm.JSON(t, rm.AdminKey, "GET", "/issues/"+strconv.Itoa(issue)+".json?include=journals", nil, 200, &got)
+	j := got.Issue.Journals[len(got.Issue.Journals)-1]
+	if want := "From an unnamed visitor via shared link " + talk.UUID[:4] + "…\n\nThanks, it works now."; j.Notes != want || j.User.Name != "keygate Test" {
+		t.Errorf("on Redmine: %q by %q, want %q by keygate's account", j.Notes, j.User.Name, want)
+	}
+	hooks.waitFor(t, "/comments", "share.commented", func(e hookEvent) bool { return e.Type == "share.commented" })
+	if page := do(t, "GET", siteURL+"/s/"+talk.UUID, nil, "Accept", "text/html"); !strings.Contains(string(page.body), "Thanks, it works now.") {
+		t.Errorf("the page does not show the new comment:\n%s", page.body)
 	}
 }

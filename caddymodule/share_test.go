@@ -918,7 +918,7 @@ func testSharePublicPage(t *testing.T, b backend) {
 				cookie = c
 			}
 		}
-		if cookie == nil || cookie.Path != "/s/"+locked.UUID || !cookie.HttpOnly || cookie.MaxAge != 12*3600 || cookie.SameSite != http.SameSiteLaxMode {
+		if cookie == nil || cookie.Path != "/s/"+locked.UUID || !cookie.HttpOnly || cookie.MaxAge != 12*3600 || cookie.SameSite != http.SameSiteStrictMode {
 			t.Fatalf("cookie %+v from %v", cookie, r.header.Values("Set-Cookie"))
 		}
 		withCookie := append([]string{"Cookie", cookie.Name + "=" + cookie.Value}, asJSON...)

@@ -28,6 +28,9 @@ const (
 	ShareUpdated      = "share.updated"
 	ShareDeleted      = "share.deleted"
 	ShareViewed       = "share.viewed"
+	// ShareCommented is a comment added from a share's page to the
+	// shared issue on the tracker.
+	ShareCommented = "share.commented"
 	// KeyDisabled is an API key switched off by an administrator; its
 	// Owner is the key's owner.
 	KeyDisabled = "key.disabled"
@@ -48,7 +51,7 @@ const (
 var Types = []string{
 	ContractCreated, ContractOpened, ContractSigned, ContractRejected,
 	ContractCompleted, ContractExpired, ContractArchived, ContractDeleted,
-	ShareCreated, ShareUpdated, ShareDeleted, ShareViewed,
+	ShareCreated, ShareUpdated, ShareDeleted, ShareViewed, ShareCommented,
 	KeyRolled, KeyDisabled, KeyExpiring, KeyQuotaExhausted,
 }
 

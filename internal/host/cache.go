@@ -58,6 +58,14 @@ func (c *cached) Project(ctx context.Context, id string) (*Project, error) {
 	return v.(*Project), nil
 }
 
+// AddComment writes through and forgets the issue, so that the next
+// read shows the comment.
+func (c *cached) AddComment(ctx context.Context, issueID, body string) error {
+	err := c.Host.AddComment(ctx, issueID, body)
+	c.Forget(issueID)
+	return err
+}
+
 // Forget drops what the cache holds of issue id, after a write to it.
 func (c *cached) Forget(id string) {
 	c.mu.Lock()

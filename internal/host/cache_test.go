@@ -20,6 +20,7 @@ type countingHost struct {
 func (*countingHost) Platform() string                                  { return "counting" }
 func (*countingHost) Account(context.Context) (*Account, error)         { return &Account{}, nil }
 func (*countingHost) Project(context.Context, string) (*Project, error) { return &Project{}, nil }
+func (*countingHost) AddComment(context.Context, string, string) error  { return nil }
 func (h *countingHost) Issue(_ context.Context, id string) (*Issue, error) {
 	h.calls.Add(1)
 	if h.release != nil {

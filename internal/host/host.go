@@ -30,6 +30,8 @@ type Host interface {
 	Issue(ctx context.Context, id string) (*Issue, error)
 	// Project reads one project by its identifier or number.
 	Project(ctx context.Context, id string) (*Project, error)
+	// AddComment adds a public comment to issue id as keygate's account.
+	AddComment(ctx context.Context, issueID, body string) error
 }
 
 // Errors a Host returns, wrapped with what it was doing.
@@ -38,6 +40,9 @@ var (
 	ErrNotFound = errors.New("not found on the issue tracker")
 	// ErrUnavailable: the tracker did not answer, in time or at all.
 	ErrUnavailable = errors.New("the issue tracker did not answer")
+	// ErrRejected: the tracker refused what was written (too long, a
+	// value it does not take); its reason follows.
+	ErrRejected = errors.New("the issue tracker refused the change")
 )
 
 // Account is keygate's account on the tracker.

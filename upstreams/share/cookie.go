@@ -47,7 +47,9 @@ func (s *Store) unlockCookie(r *record, email string, now time.Time, secure bool
 		MaxAge:   int(unlockCookieTTL / time.Second),
 		HttpOnly: true,
 		Secure:   secure,
-		SameSite: http.SameSiteLaxMode,
+		// Strict: a page opened from another site carries no unlock, so
+		// a form posted from there cannot write as the visitor.
+		SameSite: http.SameSiteStrictMode,
 	}
 }
 

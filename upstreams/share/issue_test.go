@@ -37,6 +37,18 @@ func (f *fakeTracker) Project(_ context.Context, id string) (*host.Project, erro
 	}
 	return &host.Project{ID: id}, nil
 }
+func (f *fakeTracker) AddComment(_ context.Context, id, body string) error {
+	if f.err != nil {
+		return f.err
+	}
+	in, ok := f.issues[id]
+	if !ok {
+		return host.ErrNotFound
+	}
+	in.Comments = append(in.Comments, host.Comment{ID: "new", Author: "Keygate", Body: body})
+	return nil
+}
+
 func (f *fakeTracker) Issue(_ context.Context, id string) (*host.Issue, error) {
 	if f.err != nil {
 		return nil, fmt.Errorf("reading issue %s: %w", id, f.err)

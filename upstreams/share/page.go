@@ -24,6 +24,8 @@ type pageData struct {
 	AskEmail  bool
 	Email     string // refilled after a failed attempt
 	UnlockURL string
+	// CommentURL, when set, is where the page's comment form posts.
+	CommentURL string
 }
 
 // Time is how the page writes a time of the tracker.
@@ -106,7 +108,8 @@ h2{font-size:1.1rem;margin:1.5rem 0 .6rem}
 .rich p{margin:0 0 .5rem}.rich pre{background:#f4f5f7;padding:.5rem;overflow-x:auto}
 form{display:grid;gap:.8rem;max-width:22rem}
 label{display:grid;gap:.25rem;font-size:.9rem;color:#5e6c84}
-input{font:inherit;padding:.45rem .55rem;border:1px solid #c1c7d0;border-radius:4px}
+input,textarea{font:inherit;padding:.45rem .55rem;border:1px solid #c1c7d0;border-radius:4px}
+form.wide{max-width:none}
 button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;color:#fff;cursor:pointer}
 </style>
 </head>
@@ -138,6 +141,11 @@ button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;
 {{if .Comments}}<h2>Comments</h2>
 {{range .Comments}}<div class="comment"><p class="by">{{.Author}} · {{$.Time .Created}}</p>{{$issue.ShowComment .}}</div>
 {{end}}{{end}}
+{{with $.CommentURL}}<h2>Add a comment</h2>
+<form method="post" action="{{.}}" class="wide">
+<label>Your comment<textarea name="body" rows="5" maxlength="32768" required></textarea></label>
+<button type="submit">Send the comment</button>
+</form>{{end}}
 {{if .Attachments}}<h2>Attachments</h2>
 <table><thead><tr><th>Name</th><th>Size</th><th>Type</th></tr></thead><tbody>
 {{range .Attachments}}<tr><td>{{.Name}}</td><td>{{$.Size .Size}}</td><td>{{.ContentType}}</td></tr>

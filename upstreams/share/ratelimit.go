@@ -63,10 +63,13 @@ func (s *Store) reserveUnlock(ctx context.Context, id uint64, ip netip.Addr, now
 
 // Unlock attempts per (share, client): a burst of 5, then one every 12
 // seconds. Correct passwords give their token back, so only wrong ones
-// are slowed down.
+// are slowed down. Writes from a share's page (comments) per (share,
+// client): 10 a minute.
 const (
 	unlockBurst       = 5
 	unlockEvery       = 12 * time.Second
+	writeBurst        = 10
+	writeEvery        = 6 * time.Second
 	maxUnlockLimiters = 10000
 )
 
@@ -82,16 +85,24 @@ type unlockEntry struct {
 	last time.Time
 }
 
-// unlockLimiter holds a limiter per (share, client), at most
-// maxUnlockLimiters of them: when full, it drops those idle long enough
-// to have refilled (as good as new), then, if still full, a tenth of the
-// rest at random.
+// unlockLimiter holds a limiter per (share, client) of burst attempts
+// refilled one every every, at most maxUnlockLimiters of them: when
+// full, it drops those idle long enough to have refilled (as good as
+// new), then, if still full, a tenth of the rest at random.
 type unlockLimiter struct {
-	mu sync.Mutex
-	m  map[unlockKey]*unlockEntry
+	mu    sync.Mutex
+	m     map[unlockKey]*unlockEntry
+	every time.Duration
+	burst int
 }
 
-func newUnlockLimiter() *unlockLimiter { return &unlockLimiter{m: map[unlockKey]*unlockEntry{}} }
+func newUnlockLimiter() *unlockLimiter { return newClientLimiter(unlockEvery, unlockBurst) }
+
+// newClientLimiter is a limiter per (share, client) of burst attempts
+// refilled one every every.
+func newClientLimiter(every time.Duration, burst int) *unlockLimiter {
+	return &unlockLimiter{m: map[unlockKey]*unlockEntry{}, every: every, burst: burst}
+}
 
 func clientNet(ip netip.Addr) netip.Prefix {
 	bits := ip.BitLen()
@@ -117,7 +128,7 @@ func (u *unlockLimiter) reserve(share uint64, ip netip.Addr, now time.Time) (*ra
 		if len(u.m) >= maxUnlockLimiters {
 			u.evict(now)
 		}
-		e = &unlockEntry{lim: rate.NewLimiter(rate.Every(unlockEvery), unlockBurst)}
+		e = &unlockEntry{lim: rate.NewLimiter(rate.Every(u.every), u.burst)}
 		u.m[key] = e
 	}
 	e.last = now
@@ -130,7 +141,7 @@ func (u *unlockLimiter) reserve(share uint64, ip netip.Addr, now time.Time) (*ra
 }
 
 func (u *unlockLimiter) evict(now time.Time) {
-	idle := unlockBurst * unlockEvery
+	idle := time.Duration(u.burst) * u.every
 	for k, e := range u.m {
 		if now.Sub(e.last) >= idle {
 			delete(u.m, k)

@@ -67,6 +67,7 @@ type Store struct {
 	events    events.Sink
 	views     *views
 	unlocks   *unlockLimiter
+	writes    *writeLimiter
 	idem      *idempotency.Store
 	host      host.Host
 }
@@ -109,6 +110,7 @@ func NewStore(cfg Config) (*Store, error) {
 	}
 	s.views = newViews()
 	s.unlocks = newUnlockLimiter()
+	s.writes = newWriteLimiter()
 	return s, nil
 }
 

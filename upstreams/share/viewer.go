@@ -65,6 +65,7 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(http.MethodGet+" "+pagePattern, v.page)
 	mux.HandleFunc(http.MethodPost+" "+unlockPattern, v.unlock)
+	mux.HandleFunc(http.MethodPost+" "+commentPattern, v.comment)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var allow string
 		switch {
@@ -72,7 +73,7 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				allow = "GET, HEAD"
 			}
-		case keystore.MatchPattern(unlockPattern, r.URL.Path):
+		case keystore.MatchPattern(unlockPattern, r.URL.Path), keystore.MatchPattern(commentPattern, r.URL.Path):
 			if r.Method != http.MethodPost {
 				allow = "POST"
 			}
@@ -223,8 +224,12 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 	if rec.IssueID != "" {
 		title += " " + rec.IssueID
 	}
-	writePage(w, &pageData{Status: http.StatusOK, Title: title, View: view,
-		Fields: pageFields(rec.FieldsConfig), Expires: formatMillis(view.Expiration)})
+	d := &pageData{Status: http.StatusOK, Title: title, View: view,
+		Fields: pageFields(rec.FieldsConfig), Expires: formatMillis(view.Expiration)}
+	if view.Issue != nil && rec.may("comment", PermAdd) {
+		d.CommentURL = "/s/" + rec.UUID + "/comments"
+	}
+	writePage(w, d)
 }
 
 func ipString(r *http.Request) *string {

@@ -199,7 +199,7 @@ func TestViewerPasswordUnlock(t *testing.T) {
 			t.Fatalf("unlock: %d %s", w.Code, w.Header())
 		}
 		c := unlockCookieOf(t, w)
-		if !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Path != path || c.MaxAge != 12*3600 || c.Secure {
+		if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != path || c.MaxAge != 12*3600 || c.Secure {
 			t.Fatalf("cookie attributes %+v", c)
 		}
 		w = e.page("GET", path, jsonAccept, "", "", ip, c)

@@ -5,6 +5,7 @@
 package redmine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -90,17 +91,34 @@ const maxResponse = 8 << 20
 
 // get reads path (with query) as JSON into out.
 func (r *Redmine) get(ctx context.Context, path string, query url.Values, out any) error {
+	return r.call(ctx, http.MethodGet, path, query, nil, out)
+}
+
+// call sends in (JSON, when not nil) to path with method and reads the
+// answer as JSON into out (when not nil).
+func (r *Redmine) call(ctx context.Context, method, path string, query url.Values, in, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	u := *r.base
 	u.Path += path
 	u.RawQuery = query.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("X-Redmine-API-Key", r.cfg.APIKey)
 	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	start := time.Now()
 	outcome := OutcomeUnavailable
 	defer func() {
@@ -115,7 +133,19 @@ func (r *Redmine) get(ctx context.Context, path string, query url.Values, out an
 	}
 	defer resp.Body.Close()
 	switch {
-	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated:
+	case resp.StatusCode == http.StatusNoContent:
+		outcome = OutcomeOK
+		return nil
+	case resp.StatusCode == http.StatusUnprocessableEntity:
+		// Redmine refused what was written ({"errors": [...]}): a fault
+		// of the request, not of Redmine.
+		outcome = OutcomeOK
+		var e struct {
+			Errors []string `json:"errors"`
+		}
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e)
+		return fmt.Errorf("%w: %s", host.ErrRejected, strings.Join(e.Errors, "; "))
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusForbidden:
 		outcome = OutcomeNotFound
 		return host.ErrNotFound
@@ -124,6 +154,10 @@ func (r *Redmine) get(ctx context.Context, path string, query url.Values, out an
 		return ErrRefused
 	default:
 		return fmt.Errorf("%w: %s answered %d", host.ErrUnavailable, r.base.Host, resp.StatusCode)
+	}
+	if out == nil {
+		outcome = OutcomeOK
+		return nil
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponse)).Decode(out); err != nil {
 		return fmt.Errorf("%w: reading %s: %w", host.ErrUnavailable, path, err)
@@ -301,6 +335,16 @@ func (r *Redmine) Issue(ctx context.Context, id string) (*host.Issue, error) {
 			Size: a.Filesize, ContentType: a.ContentType, Created: parseTime(a.CreatedOn)})
 	}
 	return out, nil
+}
+
+// AddComment implements host.Host: a note on the issue, public, as
+// keygate's account.
+func (r *Redmine) AddComment(ctx context.Context, issueID, body string) error {
+	if _, err := strconv.ParseUint(issueID, 10, 31); err != nil {
+		return host.ErrNotFound
+	}
+	return r.call(ctx, http.MethodPut, "/issues/"+issueID+".json", nil,
+		map[string]any{"issue": map[string]any{"notes": body, "private_notes": false}}, nil)
 }
 
 // markup is the host.Issue markup of Redmine's text formatting.

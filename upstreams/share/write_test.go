@@ -1,0 +1,142 @@
+package share
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/host"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+)
+
+// TestCommentFromPage: a comment posted on a shared issue's page goes to
+// the tracker through keygate's account, beginning with a line naming
+// who wrote it and through which share; it is recorded in the share's
+// activity and announced as share.commented. It needs ADD on comment,
+// what reading needs (the unlock), a request from the page's own origin,
+// a body of text within 32 KiB, and 10 a minute per client at most.
+func TestCommentFromPage(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		tracker := &fakeTracker{issues: map[string]*host.Issue{"42": trackerIssue()}}
+		e.viewer = NewViewer(e.store, tracker)
+		create := func(perms []string, password string) string {
+			in := &CreateRequest{Type: TypeIssue, IssueID: str("42"), ProjectID: str("acme"),
+				FieldsConfig: &FieldsConfig{FieldConfigs: map[string]FieldConfig{"comment": {FieldPermissions: perms}}}}
+			if password != "" {
+				in.Password = Password(password)
+			}
+			return e.create(alice, in).UUID
+		}
+		open := create([]string{PermView, PermAdd}, "")
+		viewOnly := create([]string{PermView}, "")
+		locked := create([]string{PermView, PermAdd}, "open sesame")
+		post := func(uuid, contentType, body, ip string, header ...string) *httptest.ResponseRecorder {
+			req := httptest.NewRequest("POST", "/s/"+uuid+"/comments", strings.NewReader(body))
+			req = req.WithContext(clientip.With(req.Context(), netip.MustParseAddr(ip)))
+			req.Header.Set("Content-Type", contentType)
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header.Set(header[i], header[i+1])
+			}
+			return serve(e.viewer, req)
+		}
+		form := func(text string) string { return url.Values{"body": {text}}.Encode() }
+		sameOrigin := []string{"Origin", "http://localhost:8080", "Sec-Fetch-Site", "same-origin"}
+		last := func() string {
+			c := tracker.issues["42"].Comments
+			return c[len(c)-1].Body
+		}
+
+		t.Run("a comment from the page", func(t *testing.T) {
+			e.events.Reset(t)
+			w := post(open, formType, form("Thanks, it works now."), "203.0.113.7", sameOrigin...)
+			if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/s/"+open {
+				t.Fatalf("form: %d %s %s", w.Code, w.Header(), w.Body)
+			}
+			if want := "From an unnamed visitor via shared link " + open[:4] + "…\n\nThanks, it works now."; last() != want {
+				t.Errorf("on the tracker: %q, want %q", last(), want)
+			}
+			acts, _ := e.store.Activity(context.Background(), alice, open, 0, 0)
+			if acts[0].Action != ActionCommented || *acts[0].IP != "203.0.113.7" {
+				t.Errorf("activity %s", mustJSON(t, acts))
+			}
+			got := e.events.Take(t)
+			if len(got) != 1 || got[0].Type != events.ShareCommented || !strings.Contains(string(got[0].Data), open) {
+				t.Errorf("events %+v", got)
+			}
+			w = post(open, "application/json", `{"body":"And a second one."}`, "203.0.113.7", "Accept", "application/json")
+			if w.Code != http.StatusCreated || !strings.Contains(w.Body.String(), `"body":"And a second one."`) {
+				t.Errorf("JSON: %d %s", w.Code, w.Body)
+			}
+		})
+
+		t.Run("the page shows the form only with ADD", func(t *testing.T) {
+			if w := e.page("GET", "/s/"+open, htmlAccept, "", "", "203.0.113.7"); !strings.Contains(w.Body.String(), `action="/s/`+open+`/comments"`) {
+				t.Errorf("no comment form:\n%s", w.Body)
+			}
+			if w := e.page("GET", "/s/"+viewOnly, htmlAccept, "", "", "203.0.113.7"); strings.Contains(w.Body.String(), "/comments") {
+				t.Errorf("a comment form without ADD")
+			}
+		})
+
+		refusals := []struct {
+			name    string
+			uuid    string
+			body    string
+			header  []string
+			status  int
+			code    string
+			tracker error
+			noHost  bool
+		}{
+			{name: "from another site", uuid: open, body: form("x"), header: []string{"Sec-Fetch-Site", "cross-site"}, status: 403, code: "forbidden"},
+			{name: "another origin", uuid: open, body: form("x"), header: []string{"Origin", "https://evil.example"}, status: 403, code: "forbidden"},
+			{name: "a null origin", uuid: open, body: form("x"), header: []string{"Origin", "null"}, status: 403, code: "forbidden"},
+			{name: "without ADD", uuid: viewOnly, body: form("x"), status: 403, code: "forbidden"},
+			{name: "not unlocked", uuid: locked, body: form("x"), status: 401, code: "forbidden"},
+			{name: "empty", uuid: open, body: form("  \n "), status: 400, code: "invalid_request"},
+			{name: "too long", uuid: open, body: form(strings.Repeat("a", 33<<10)), status: 400, code: "invalid_request"},
+			{name: "the tracker down", uuid: open, body: form("x"), tracker: host.ErrUnavailable, status: 503, code: "host_unavailable"},
+			{name: "no tracker", uuid: open, body: form("x"), noHost: true, status: 404, code: "not_found"},
+		}
+		for _, tt := range refusals {
+			t.Run(tt.name, func(t *testing.T) {
+				tracker.err = tt.tracker
+				defer func() { tracker.err = nil; e.viewer = NewViewer(e.store, tracker) }()
+				if tt.noHost {
+					e.viewer = NewViewer(e.store, nil)
+				}
+				before := len(tracker.issues["42"].Comments)
+				w := post(tt.uuid, formType, tt.body, "198.51.100.9", append([]string{"Accept", "application/json"}, tt.header...)...)
+				wantProblem(t, w, tt.status, tt.code)
+				if n := len(tracker.issues["42"].Comments); n != before {
+					t.Errorf("a refused comment reached the tracker")
+				}
+			})
+		}
+
+		t.Run("10 a minute per client", func(t *testing.T) {
+			passed := 0
+			for range 12 {
+				if w := post(open, formType, form("again"), "192.0.2.200"); w.Code == http.StatusSeeOther {
+					passed++
+				} else if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+					t.Fatalf("%d %s", w.Code, w.Body)
+				}
+			}
+			if passed != 10 {
+				t.Errorf("%d comments let through, want 10", passed)
+			}
+			if w := post(open, formType, form("from elsewhere"), "192.0.2.201"); w.Code != http.StatusSeeOther {
+				t.Errorf("another client: %d", w.Code)
+			}
+		})
+	})
+}
