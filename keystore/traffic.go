@@ -32,6 +32,11 @@ type RateShare struct {
 	Instances int
 }
 
+// claimsHold is how long an instance goes on by its last claims when it
+// cannot sync, at the least, before it spends its share of the limit
+// from its own counts.
+const claimsHold = 10 * time.Second
+
 // minInstanceLive is how long an instance that stopped syncing still
 // counts among those sharing a limit, at the least: a killed instance
 // holds the others to their shares for that long.
@@ -134,7 +139,11 @@ func (k *Keys) SyncRates(now time.Time) error {
 		}
 		return err
 	}
-	k.claimsUntil.Store(ns + int64(max(time.Second, live)))
+	// Claims hold a while without a sync: an instance that falls back
+	// to its share while the others still claim could spend what they
+	// claim too, so only a long silence (the database away) ends them,
+	// not a sync delayed by load.
+	k.claimsUntil.Store(ns + int64(max(claimsHold, live)))
 	return nil
 }
 
