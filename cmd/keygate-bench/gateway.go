@@ -16,8 +16,8 @@ import (
 	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 )
 
-// benchSite is the API site of the bench gateway: the two APIs as the
-// default Caddyfile serves them, without the public pages. The gateway
+// benchSite is the API site of the bench gateway: the two APIs and the
+// share pages as the default Caddyfile serves them. The gateway
 // also serves a bare respond site and webapi_auth in front of the same
 // respond, each on a port of its own.
 const benchSite = `
@@ -28,6 +28,9 @@ const benchSite = `
 	handle /webapi/share* {
 		webapi_auth share
 		webapi_share
+	}
+	handle /s/* {
+		webapi_share_viewer
 	}
 `
 

@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/keygate/keygate/internal/host"
 	"github.com/keygate/keygate/internal/problem"
@@ -35,6 +36,46 @@ func (s *sharedIssue) Show(f host.Field) template.HTML {
 		return s.text("description", f.Value)
 	}
 	return template.HTML(template.HTMLEscapeString(f.Value))
+}
+
+// HTML is the issue's part of the page: its fields, comments and
+// attachments, and the comment form when commentURL is set. Written by
+// code rather than the page's template: it is most of a busy page, and
+// the template's reflection would cost more than the tracker's cache
+// saves.
+func (s *sharedIssue) HTML(commentURL string) template.HTML {
+	var b strings.Builder
+	esc := template.HTMLEscapeString
+	b.WriteString("<h2>Issue " + esc(s.ID) + "</h2>\n")
+	if len(s.Fields) > 0 {
+		b.WriteString("<dl>\n")
+		for _, f := range s.Fields {
+			b.WriteString("<dt>" + esc(f.Name) + "</dt><dd>" + string(s.Show(f)) + "</dd>\n")
+		}
+		b.WriteString("</dl>\n")
+	}
+	if len(s.Comments) > 0 {
+		b.WriteString("<h2>Comments</h2>\n")
+		for _, c := range s.Comments {
+			b.WriteString(`<div class="comment"><p class="by">` + esc(c.Author) + " · " + pageTime(c.Created) + "</p>" + string(s.ShowComment(c)) + "</div>\n")
+		}
+	}
+	if len(s.Attachments) > 0 {
+		b.WriteString("<h2>Attachments</h2>\n<table><thead><tr><th>Name</th><th>Size</th><th>Type</th></tr></thead><tbody>\n")
+		for _, a := range s.Attachments {
+			b.WriteString("<tr><td>" + esc(a.Name) + "</td><td>" + fileSize(a.Size) + "</td><td>" + esc(a.ContentType) + "</td></tr>\n")
+		}
+		b.WriteString("</tbody></table>\n")
+	}
+	if commentURL != "" {
+		b.WriteString(`<h2>Add a comment</h2>
+<form method="post" action="` + esc(commentURL) + `" class="wide">
+<label>Your comment<textarea name="body" rows="5" maxlength="32768" required></textarea></label>
+<button type="submit">Send the comment</button>
+</form>
+`)
+	}
+	return template.HTML(b.String())
 }
 
 // ShowComment is a comment's text as the page shows it.

@@ -1,10 +1,12 @@
 package share
 
 import (
+	"bytes"
 	"html/template"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/keygate/keygate/internal/problem"
@@ -28,11 +30,11 @@ type pageData struct {
 	CommentURL string
 }
 
-// Time is how the page writes a time of the tracker.
-func (*pageData) Time(t time.Time) string { return t.UTC().Format("2 January 2006, 15:04 UTC") }
+// pageTime is how the page writes a time of the tracker.
+func pageTime(t time.Time) string { return t.UTC().Format("2 January 2006, 15:04 UTC") }
 
-// Size is a file size for a person: bytes, KiB or MiB.
-func (*pageData) Size(n int64) string {
+// fileSize is a file size for a person: bytes, KiB or MiB.
+func fileSize(n int64) string {
 	switch {
 	case n >= 1<<20:
 		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
@@ -133,24 +135,7 @@ button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;
 {{with $.Expires}}<dt>Available until</dt><dd>{{.}}</dd>{{end}}
 </dl>
 {{if not .Tracker}}<p class="note">No issue tracker is connected to this gateway: the page shows what is shared, not the issue itself.</p>{{end}}
-{{with .Issue}}{{$issue := .}}
-<h2>Issue {{.ID}}</h2>
-{{if .Fields}}<dl>
-{{range .Fields}}<dt>{{.Name}}</dt><dd>{{$issue.Show .}}</dd>
-{{end}}</dl>{{end}}
-{{if .Comments}}<h2>Comments</h2>
-{{range .Comments}}<div class="comment"><p class="by">{{.Author}} · {{$.Time .Created}}</p>{{$issue.ShowComment .}}</div>
-{{end}}{{end}}
-{{with $.CommentURL}}<h2>Add a comment</h2>
-<form method="post" action="{{.}}" class="wide">
-<label>Your comment<textarea name="body" rows="5" maxlength="32768" required></textarea></label>
-<button type="submit">Send the comment</button>
-</form>{{end}}
-{{if .Attachments}}<h2>Attachments</h2>
-<table><thead><tr><th>Name</th><th>Size</th><th>Type</th></tr></thead><tbody>
-{{range .Attachments}}<tr><td>{{.Name}}</td><td>{{$.Size .Size}}</td><td>{{.ContentType}}</td></tr>
-{{end}}</tbody></table>{{end}}
-{{end}}
+{{with .Issue}}{{.HTML $.CommentURL}}{{end}}
 {{if $.Fields}}
 <table>
 <thead><tr><th>Field</th><th>View</th><th>View content</th><th>Add</th><th>Edit</th></tr></thead>
@@ -174,6 +159,16 @@ func writePage(w http.ResponseWriter, d *pageData) {
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	// Rendered whole first: the template writes in many small pieces,
+	// each a write (and a deadline reset) on the connection otherwise.
+	b := pageBuffers.Get().(*bytes.Buffer)
+	defer pageBuffers.Put(b)
+	b.Reset()
+	_ = pageTemplate.Execute(b, d)
+	h.Set("Content-Length", strconv.Itoa(b.Len()))
 	w.WriteHeader(d.Status)
-	_ = pageTemplate.Execute(w, d)
+	_, _ = w.Write(b.Bytes())
 }
+
+// pageBuffers are the buffers pages are rendered into.
+var pageBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}

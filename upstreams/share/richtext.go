@@ -2,7 +2,9 @@ package share
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"html/template"
+	"sync"
 
 	"github.com/microcosm-cc/bluemonday"
 	"github.com/yuin/goldmark"
@@ -33,12 +35,41 @@ var richPolicy = func() *bluemonday.Policy {
 	return p
 }()
 
+// maxRendered bounds the rich texts kept rendered: a page opened often
+// renders its description once, not at every request.
+const maxRendered = 1000
+
+// rendered keeps rich texts rendered, by the SHA-256 of their markdown.
+var rendered struct {
+	sync.Mutex
+	m map[[32]byte]template.HTML
+}
+
 // richText renders text written in markup ("markdown"; anything else is
 // shown as plain text) as HTML safe for a public page.
 func richText(markup, text string) template.HTML {
 	if markup != "markdown" {
 		return template.HTML("<p class=\"text\">" + template.HTMLEscapeString(text) + "</p>")
 	}
+	key := sha256.Sum256([]byte(text))
+	rendered.Lock()
+	html, ok := rendered.m[key]
+	rendered.Unlock()
+	if ok {
+		return html
+	}
+	html = renderMarkdown(text)
+	rendered.Lock()
+	if rendered.m == nil || len(rendered.m) >= maxRendered {
+		rendered.m = make(map[[32]byte]template.HTML, maxRendered)
+	}
+	rendered.m[key] = html
+	rendered.Unlock()
+	return html
+}
+
+// renderMarkdown renders CommonMark and cleans it with richPolicy.
+func renderMarkdown(text string) template.HTML {
 	var b bytes.Buffer
 	if err := markdown.Convert([]byte(text), &b); err != nil {
 		return template.HTML("<p class=\"text\">" + template.HTMLEscapeString(text) + "</p>")
