@@ -190,6 +190,15 @@ func TestSharePageWithRedmine(t *testing.T) {
 		t.Errorf("on Redmine: %q by %q, want %q by keygate's account", j.Notes, j.User.Name, want)
 	}
 	hooks.waitFor(t, "/comments", "share.commented", func(e hookEvent) bool { return e.Type == "share.commented" })
+
+	// An attachment downloads from Redmine through the share.
+	att := rm.UploadAttachment(t, issue, "report.txt", []byte("the printer's log"))
+	files, _ := shrCreate(t, alice, map[string]any{"type": "ISSUE", "issueId": strconv.Itoa(issue),
+		"fieldsConfig": map[string]any{"fieldConfigs": map[string]any{"attachment": map[string]any{"fieldPermissions": []string{"VIEW", "VIEW_CONTENT"}}}}})
+	dl := do(t, "GET", siteURL+"/s/"+files.UUID+"/attachments/"+strconv.Itoa(att), nil)
+	if dl.status != 200 || string(dl.body) != "the printer's log" || dl.header.Get("Content-Disposition") != "attachment; filename=report.txt" {
+		t.Errorf("download: %d %s %q", dl.status, dl.header, dl.body)
+	}
 	if page := do(t, "GET", siteURL+"/s/"+talk.UUID, nil, "Accept", "text/html"); !strings.Contains(string(page.body), "Thanks, it works now.") {
 		t.Errorf("the page does not show the new comment:\n%s", page.body)
 	}

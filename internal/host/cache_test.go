@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,9 @@ func (*countingHost) Platform() string                                  { return
 func (*countingHost) Account(context.Context) (*Account, error)         { return &Account{}, nil }
 func (*countingHost) Project(context.Context, string) (*Project, error) { return &Project{}, nil }
 func (*countingHost) AddComment(context.Context, string, string) error  { return nil }
+func (*countingHost) Download(context.Context, string) (io.ReadCloser, error) {
+	return nil, ErrNotFound
+}
 func (h *countingHost) Issue(_ context.Context, id string) (*Issue, error) {
 	h.calls.Add(1)
 	if h.release != nil {

@@ -9,6 +9,7 @@ package host
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -32,6 +33,10 @@ type Host interface {
 	Project(ctx context.Context, id string) (*Project, error)
 	// AddComment adds a public comment to issue id as keygate's account.
 	AddComment(ctx context.Context, issueID, body string) error
+	// Download opens the content of attachment id, to be streamed and
+	// closed by the caller. The tracker must start answering within the
+	// connector's timeout; the content then flows as long as ctx lasts.
+	Download(ctx context.Context, id string) (io.ReadCloser, error)
 }
 
 // Errors a Host returns, wrapped with what it was doing.

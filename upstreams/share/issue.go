@@ -25,8 +25,11 @@ type sharedIssue struct {
 	Attachments []host.Attachment `json:"attachments,omitempty"`
 
 	// rich names the fields (description, comment) whose content the
-	// share lets the party view rendered: VIEW_CONTENT.
+	// share lets the party view rendered, and attachment when it may
+	// download them: VIEW_CONTENT.
 	rich map[string]bool
+	// share is the share's uuid, for the attachments' links.
+	share string
 }
 
 // Show is a field's value as the page shows it: the description as
@@ -63,7 +66,11 @@ func (s *sharedIssue) HTML(commentURL string) template.HTML {
 	if len(s.Attachments) > 0 {
 		b.WriteString("<h2>Attachments</h2>\n<table><thead><tr><th>Name</th><th>Size</th><th>Type</th></tr></thead><tbody>\n")
 		for _, a := range s.Attachments {
-			b.WriteString("<tr><td>" + esc(a.Name) + "</td><td>" + fileSize(a.Size) + "</td><td>" + esc(a.ContentType) + "</td></tr>\n")
+			name := esc(a.Name)
+			if s.rich["attachment"] {
+				name = `<a href="/s/` + esc(s.share) + `/attachments/` + esc(a.ID) + `" download>` + name + `</a>`
+			}
+			b.WriteString("<tr><td>" + name + "</td><td>" + fileSize(a.Size) + "</td><td>" + esc(a.ContentType) + "</td></tr>\n")
 		}
 		b.WriteString("</tbody></table>\n")
 	}
@@ -130,7 +137,9 @@ func viewIssue(ctx context.Context, h host.Host, rec *record) (*sharedIssue, err
 	}
 	views := func(id string) bool { return may(id, PermView) }
 	out := &sharedIssue{ID: in.ID, Fields: []host.Field{}, Markup: in.Markup,
-		rich: map[string]bool{"description": may("description", PermViewContent), "comment": may("comment", PermViewContent)}}
+		rich: map[string]bool{"description": may("description", PermViewContent), "comment": may("comment", PermViewContent),
+			"attachment": may("attachment", PermViewContent)},
+		share: rec.UUID}
 	for _, f := range in.Fields {
 		if views(f.ID) {
 			out.Fields = append(out.Fields, f)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -19,9 +20,11 @@ import (
 // fakeTracker is a host.Host of issues and projects in memory, or one
 // that fails.
 type fakeTracker struct {
-	issues   map[string]*host.Issue
-	projects map[string]bool // by identifier and number; nil: any
-	err      error
+	issues    map[string]*host.Issue
+	projects  map[string]bool // by identifier and number; nil: any
+	files     map[string]string
+	downloads int
+	err       error
 }
 
 func (*fakeTracker) Platform() string { return "fake" }
@@ -37,6 +40,18 @@ func (f *fakeTracker) Project(_ context.Context, id string) (*host.Project, erro
 	}
 	return &host.Project{ID: id}, nil
 }
+func (f *fakeTracker) Download(_ context.Context, id string) (io.ReadCloser, error) {
+	f.downloads++
+	if f.err != nil {
+		return nil, f.err
+	}
+	content, ok := f.files[id]
+	if !ok {
+		return nil, host.ErrNotFound
+	}
+	return io.NopCloser(strings.NewReader(content)), nil
+}
+
 func (f *fakeTracker) AddComment(_ context.Context, id, body string) error {
 	if f.err != nil {
 		return f.err

@@ -66,10 +66,11 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 	mux.HandleFunc(http.MethodGet+" "+pagePattern, v.page)
 	mux.HandleFunc(http.MethodPost+" "+unlockPattern, v.unlock)
 	mux.HandleFunc(http.MethodPost+" "+commentPattern, v.comment)
+	mux.HandleFunc(http.MethodGet+" "+attachmentPattern, v.attachment)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var allow string
 		switch {
-		case keystore.MatchPattern(pagePattern, r.URL.Path):
+		case keystore.MatchPattern(pagePattern, r.URL.Path), keystore.MatchPattern(attachmentPattern, r.URL.Path):
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				allow = "GET, HEAD"
 			}

@@ -140,3 +140,66 @@ func TestCommentFromPage(t *testing.T) {
 		})
 	})
 }
+
+// TestAttachmentDownload: where the share lets the party view the
+// attachments' content, the page links them and each downloads from the
+// tracker as an attachment the browser may not sniff, run or frame; only
+// attachments of the shared issue, only with VIEW_CONTENT, only once
+// unlocked.
+func TestAttachmentDownload(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		tracker := &fakeTracker{issues: map[string]*host.Issue{"42": trackerIssue()}, files: map[string]string{"9": "JPEG bytes", "10": "another issue's"}}
+		e.viewer = NewViewer(e.store, tracker)
+		create := func(perms []string, password string) string {
+			in := &CreateRequest{Type: TypeIssue, IssueID: str("42"), ProjectID: str("acme"),
+				FieldsConfig: &FieldsConfig{FieldConfigs: map[string]FieldConfig{"attachment": {FieldPermissions: perms}}}}
+			if password != "" {
+				in.Password = Password(password)
+			}
+			return e.create(alice, in).UUID
+		}
+		content := create([]string{PermView, PermViewContent}, "")
+		names := create([]string{PermView}, "")
+		locked := create([]string{PermView, PermViewContent}, "open sesame")
+
+		if w := e.page("GET", "/s/"+content, htmlAccept, "", "", "203.0.113.7"); !strings.Contains(w.Body.String(), `href="/s/`+content+`/attachments/9"`) {
+			t.Errorf("no download link:\n%s", w.Body)
+		}
+		if w := e.page("GET", "/s/"+names, htmlAccept, "", "", "203.0.113.7"); strings.Contains(w.Body.String(), "/attachments/") {
+			t.Errorf("a download link without VIEW_CONTENT")
+		}
+		w := e.page("GET", "/s/"+content+"/attachments/9", "", "", "", "203.0.113.7")
+		for h, want := range map[string]string{"Content-Type": "application/octet-stream", "Content-Disposition": `attachment; filename=photo.jpg`,
+			"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox; default-src 'none'", "Cache-Control": "no-store"} {
+			if got := w.Header().Get(h); got != want {
+				t.Errorf("%s: %q, want %q", h, got, want)
+			}
+		}
+		if w.Code != 200 || w.Body.String() != "JPEG bytes" {
+			t.Errorf("download: %d %q", w.Code, w.Body)
+		}
+		for _, tt := range []struct {
+			name, path string
+			fail       error
+			status     int
+			code       string
+			asked      bool // whether the tracker is asked for the content
+		}{
+			{name: "an attachment of another issue", path: "/s/" + content + "/attachments/10", status: 404, code: "not_found"},
+			{name: "without VIEW_CONTENT", path: "/s/" + names + "/attachments/9", status: 404, code: "not_found"},
+			{name: "not unlocked", path: "/s/" + locked + "/attachments/9", status: 401, code: "forbidden"},
+			{name: "the tracker down", path: "/s/" + content + "/attachments/9", fail: host.ErrUnavailable, status: 503, code: "host_unavailable"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				tracker.err = tt.fail
+				defer func() { tracker.err = nil }()
+				before := tracker.downloads
+				wantProblem(t, e.page("GET", tt.path, jsonAccept, "", "", "203.0.113.7"), tt.status, tt.code)
+				if tt.fail == nil && tracker.downloads != before {
+					t.Errorf("the tracker was asked for the content")
+				}
+			})
+		}
+	})
+}

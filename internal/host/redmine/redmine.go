@@ -347,6 +347,77 @@ func (r *Redmine) AddComment(ctx context.Context, issueID, body string) error {
 		map[string]any{"issue": map[string]any{"notes": body, "private_notes": false}}, nil)
 }
 
+// maxDownload bounds what one download streams: Redmine's own default
+// limit of an attachment's size is 5 MB, and operators raise it.
+const maxDownload = 100 << 20
+
+// Download implements host.Host: the attachment's content as Redmine
+// serves it to keygate's account. The timeout bounds the wait for the
+// answer to begin, not the transfer.
+func (r *Redmine) Download(ctx context.Context, id string) (io.ReadCloser, error) {
+	if _, err := strconv.ParseUint(id, 10, 31); err != nil {
+		return nil, host.ErrNotFound
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	u := *r.base
+	u.Path += "/attachments/download/" + id
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.Header.Set("X-Redmine-API-Key", r.cfg.APIKey)
+	start := time.Now()
+	// The answer must begin within the timeout.
+	timer := time.AfterFunc(r.cfg.Timeout, cancel)
+	resp, err := r.client.Do(req)
+	begun := timer.Stop()
+	outcome := OutcomeUnavailable
+	defer func() {
+		if r.cfg.Observe != nil {
+			r.cfg.Observe(outcome, time.Since(start))
+		}
+	}()
+	switch {
+	case err != nil || !begun:
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+		}
+		return nil, fmt.Errorf("%w: %v", host.ErrUnavailable, err)
+	case resp.StatusCode == http.StatusOK:
+		outcome = OutcomeOK
+		return &download{ReadCloser: resp.Body, r: io.LimitReader(resp.Body, maxDownload), cancel: cancel}, nil
+	}
+	resp.Body.Close()
+	cancel()
+	switch resp.StatusCode {
+	case http.StatusNotFound, http.StatusForbidden:
+		outcome = OutcomeNotFound
+		return nil, host.ErrNotFound
+	case http.StatusUnauthorized:
+		outcome = OutcomeRefused
+		return nil, ErrRefused
+	}
+	return nil, fmt.Errorf("%w: %s answered %d", host.ErrUnavailable, r.base.Host, resp.StatusCode)
+}
+
+// download is an attachment's content, bounded, whose Close ends the
+// request.
+type download struct {
+	io.ReadCloser
+	r      io.Reader
+	cancel context.CancelFunc
+}
+
+func (d *download) Read(p []byte) (int, error) { return d.r.Read(p) }
+
+func (d *download) Close() error {
+	err := d.ReadCloser.Close()
+	d.cancel()
+	return err
+}
+
 // markup is the host.Issue markup of Redmine's text formatting.
 func markup(formatting string) string {
 	switch formatting {

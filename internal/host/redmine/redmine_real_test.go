@@ -3,6 +3,7 @@ package redmine
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strconv"
 	"testing"
@@ -63,6 +64,18 @@ func TestAgainstRedmine(t *testing.T) {
 			}
 			if len(in.Attachments) != 1 || in.Attachments[0].Name != "photo.txt" || in.Attachments[0].Size != 18 {
 				t.Errorf("attachments %+v", in.Attachments)
+			}
+			body, err := r.Download(ctx, in.Attachments[0].ID)
+			if err != nil {
+				t.Fatalf("download: %v", err)
+			}
+			content, _ := io.ReadAll(body)
+			body.Close()
+			if string(content) != "not really a photo" {
+				t.Errorf("downloaded %q", content)
+			}
+			if _, err := r.Download(ctx, "999999"); !errors.Is(err, host.ErrNotFound) {
+				t.Errorf("an unknown attachment: %v", err)
 			}
 			if _, err := r.Issue(ctx, strconv.Itoa(private)); !errors.Is(err, host.ErrNotFound) {
 				t.Errorf("a private issue: %v, want not found", err)

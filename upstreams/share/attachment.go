@@ -1,0 +1,79 @@
+package share
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/internal/host"
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// attachmentPattern downloads an attachment of a shared issue.
+const attachmentPattern = "/s/{uuid}/attachments/{id}"
+
+// attachment streams an attachment of the shared issue, where the share
+// lets the party view the attachments' content (VIEW_CONTENT): only one
+// the issue has, as a download (Content-Disposition: attachment) that the
+// browser may not sniff, run or frame. It needs what reading the page
+// needs.
+func (v *viewer) attachment(w http.ResponseWriter, r *http.Request) {
+	now := v.s.now()
+	rec, err := v.open(r, now)
+	if err != nil {
+		v.fail(w, r, err)
+		return
+	}
+	if rec.gated() {
+		e, ok := v.s.unlockedBy(r, rec, now)
+		if !ok || (rec.selectedOnly() && !rec.onList(e)) {
+			v.fail(w, r, problem.New(http.StatusUnauthorized, problem.CodeForbidden, "open the share first"))
+			return
+		}
+	}
+	if v.host == nil || rec.Type != TypeIssue || !rec.may("attachment", PermViewContent) {
+		v.fail(w, r, problem.NotFound("no such attachment"))
+		return
+	}
+	in, err := viewIssue(r.Context(), v.host, rec)
+	if err != nil {
+		v.fail(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	var att *host.Attachment
+	for i := range in.Attachments {
+		if in.Attachments[i].ID == id {
+			att = &in.Attachments[i]
+		}
+	}
+	if att == nil {
+		v.fail(w, r, problem.NotFound("the shared issue has no such attachment"))
+		return
+	}
+	body, err := v.host.Download(r.Context(), id)
+	switch {
+	case errors.Is(err, host.ErrNotFound):
+		v.fail(w, r, errItemGone())
+		return
+	case err != nil:
+		v.fail(w, r, errHostUnavailable())
+		return
+	}
+	defer body.Close()
+	h := w.Header()
+	problem.SecureHeaders(h)
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": att.Name}))
+	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	h.Set("Referrer-Policy", "no-referrer")
+	if r.Method == http.MethodHead {
+		return
+	}
+	if _, err := io.Copy(w, body); err != nil {
+		v.s.log.Debug("share: an attachment's download ended early", zap.Error(err))
+	}
+}
