@@ -160,7 +160,7 @@ func TestSharePageWithRedmine(t *testing.T) {
 	// A comment from the page reaches Redmine as keygate's account, with
 	// its source, and is announced as share.commented.
 	hooks := newHookEndpoints(t)
-	subscribe(t, hooks.URL+"/comments", []string{"share.commented"}, nil)
+	subscribe(t, hooks.URL+"/comments", []string{"share.commented", "share.edited"}, nil)
 	talk, _ := shrCreate(t, alice, map[string]any{"type": "ISSUE", "issueId": strconv.Itoa(issue),
 		"fieldsConfig": map[string]any{"fieldConfigs": map[string]any{"comment": map[string]any{"fieldPermissions": []string{"VIEW", "ADD"}}}}})
 	form := strings.NewReader(url.Values{"body": {"Thanks, it works now."}}.Encode())
@@ -190,6 +190,17 @@ func TestSharePageWithRedmine(t *testing.T) {
 		t.Errorf("on Redmine: %q by %q, want %q by keygate's account", j.Notes, j.User.Name, want)
 	}
 	hooks.waitFor(t, "/comments", "share.commented", func(e hookEvent) bool { return e.Type == "share.commented" })
+
+	// A field changed from the page, as keygate's account.
+	edit, _ := shrCreate(t, alice, map[string]any{"type": "ISSUE", "issueId": strconv.Itoa(issue),
+		"fieldsConfig": map[string]any{"fieldConfigs": map[string]any{"summary": map[string]any{"fieldPermissions": []string{"VIEW", "EDIT"}}}}})
+	changed := do(t, "POST", siteURL+"/s/"+edit.UUID+"/fields/summary", map[string]any{"value": "Printer jams on duplex"}, "Accept", "application/json")
+	var now struct{ Issue struct{ Subject string } }
+	rm.JSON(t, rm.AdminKey, "GET", "/issues/"+strconv.Itoa(issue)+".json", nil, 200, &now)
+	if changed.status != 200 || now.Issue.Subject != "Printer jams on duplex" {
+		t.Errorf("edit: %d %s; on Redmine %q", changed.status, changed.body, now.Issue.Subject)
+	}
+	hooks.waitFor(t, "/comments", "share.edited", func(e hookEvent) bool { return e.Type == "share.edited" })
 
 	// An attachment downloads from Redmine through the share.
 	att := rm.UploadAttachment(t, issue, "report.txt", []byte("the printer's log"))

@@ -400,8 +400,9 @@ func testWebhookEventsThroughGateway(t *testing.T, b backend) {
 		}
 		// Events that need more than this gateway has are covered where
 		// they can be: share.commented needs an issue tracker
-		// (TestSharePageWithRedmine).
+		// (TestSharePageWithRedmine), and so does share.edited.
 		types[events.ShareCommented] = true
+		types[events.ShareEdited] = true
 		if len(types) != len(events.Types) {
 			t.Errorf("the test covers %d of the %d events", len(types), len(events.Types))
 		}

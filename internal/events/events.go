@@ -31,6 +31,9 @@ const (
 	// ShareCommented is a comment added from a share's page to the
 	// shared issue on the tracker.
 	ShareCommented = "share.commented"
+	// ShareEdited is a field of the shared issue changed from a share's
+	// page.
+	ShareEdited = "share.edited"
 	// KeyDisabled is an API key switched off by an administrator; its
 	// Owner is the key's owner.
 	KeyDisabled = "key.disabled"
@@ -51,7 +54,7 @@ const (
 var Types = []string{
 	ContractCreated, ContractOpened, ContractSigned, ContractRejected,
 	ContractCompleted, ContractExpired, ContractArchived, ContractDeleted,
-	ShareCreated, ShareUpdated, ShareDeleted, ShareViewed, ShareCommented,
+	ShareCreated, ShareUpdated, ShareDeleted, ShareViewed, ShareCommented, ShareEdited,
 	KeyRolled, KeyDisabled, KeyExpiring, KeyQuotaExhausted,
 }
 

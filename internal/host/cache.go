@@ -66,6 +66,13 @@ func (c *cached) AddComment(ctx context.Context, issueID, body string) error {
 	return err
 }
 
+// UpdateField writes through and forgets the issue.
+func (c *cached) UpdateField(ctx context.Context, issueID, fieldID, value string) error {
+	err := c.Host.UpdateField(ctx, issueID, fieldID, value)
+	c.Forget(issueID)
+	return err
+}
+
 // Forget drops what the cache holds of issue id, after a write to it.
 func (c *cached) Forget(id string) {
 	c.mu.Lock()

@@ -33,6 +33,11 @@ type Host interface {
 	Project(ctx context.Context, id string) (*Project, error)
 	// AddComment adds a public comment to issue id as keygate's account.
 	AddComment(ctx context.Context, issueID, body string) error
+	// UpdateField sets field fieldID (by Jira's id: summary,
+	// description, duedate, startdate, customfield_N) of issue issueID
+	// to value as keygate's account; "" clears a date or custom field.
+	// What the tracker refuses is ErrRejected with its reason.
+	UpdateField(ctx context.Context, issueID, fieldID, value string) error
 	// Download opens the content of attachment id, to be streamed and
 	// closed by the caller. The tracker must start answering within the
 	// connector's timeout; the content then flows as long as ctx lasts.

@@ -28,8 +28,10 @@ type sharedIssue struct {
 	// share lets the party view rendered, and attachment when it may
 	// download them: VIEW_CONTENT.
 	rich map[string]bool
-	// share is the share's uuid, for the attachments' links.
+	// share is the share's uuid, for the attachments' links; edit names
+	// the fields the party may change from the page.
 	share string
+	edit  map[string]bool
 }
 
 // Show is a field's value as the page shows it: the description as
@@ -53,7 +55,16 @@ func (s *sharedIssue) HTML(commentURL string) template.HTML {
 	if len(s.Fields) > 0 {
 		b.WriteString("<dl>\n")
 		for _, f := range s.Fields {
-			b.WriteString("<dt>" + esc(f.Name) + "</dt><dd>" + string(s.Show(f)) + "</dd>\n")
+			b.WriteString("<dt>" + esc(f.Name) + "</dt><dd>" + string(s.Show(f)))
+			if s.edit[f.ID] {
+				action := "/s/" + esc(s.share) + "/fields/" + esc(f.ID)
+				input := `<input name="value" value="` + esc(f.Value) + `" aria-label="New ` + esc(f.Name) + `">`
+				if f.ID == "description" {
+					input = `<textarea name="value" rows="5" aria-label="New ` + esc(f.Name) + `">` + esc(f.Value) + `</textarea>`
+				}
+				b.WriteString(`<form method="post" action="` + action + `" class="edit">` + input + `<button type="submit">Save</button></form>`)
+			}
+			b.WriteString("</dd>\n")
 		}
 		b.WriteString("</dl>\n")
 	}
@@ -136,13 +147,14 @@ func viewIssue(ctx context.Context, h host.Host, rec *record) (*sharedIssue, err
 		return ok && slices.Contains(c.FieldPermissions, perm)
 	}
 	views := func(id string) bool { return may(id, PermView) }
-	out := &sharedIssue{ID: in.ID, Fields: []host.Field{}, Markup: in.Markup,
+	out := &sharedIssue{ID: in.ID, Fields: []host.Field{}, Markup: in.Markup, edit: map[string]bool{},
 		rich: map[string]bool{"description": may("description", PermViewContent), "comment": may("comment", PermViewContent),
 			"attachment": may("attachment", PermViewContent)},
 		share: rec.UUID}
 	for _, f := range in.Fields {
 		if views(f.ID) {
 			out.Fields = append(out.Fields, f)
+			out.edit[f.ID] = may(f.ID, PermEdit) && (slices.Contains(editable, f.ID) || isCustomField(f.ID))
 		}
 	}
 	if views("comment") {

@@ -40,6 +40,23 @@ func (f *fakeTracker) Project(_ context.Context, id string) (*host.Project, erro
 	}
 	return &host.Project{ID: id}, nil
 }
+func (f *fakeTracker) UpdateField(_ context.Context, id, field, value string) error {
+	if f.err != nil {
+		return f.err
+	}
+	in, ok := f.issues[id]
+	if !ok {
+		return host.ErrNotFound
+	}
+	for i := range in.Fields {
+		if in.Fields[i].ID == field {
+			in.Fields[i].Value = value
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: no field %s", host.ErrRejected, field)
+}
+
 func (f *fakeTracker) Download(_ context.Context, id string) (io.ReadCloser, error) {
 	f.downloads++
 	if f.err != nil {

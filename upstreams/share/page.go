@@ -112,6 +112,7 @@ form{display:grid;gap:.8rem;max-width:22rem}
 label{display:grid;gap:.25rem;font-size:.9rem;color:#5e6c84}
 input,textarea{font:inherit;padding:.45rem .55rem;border:1px solid #c1c7d0;border-radius:4px}
 form.wide{max-width:none}
+form.edit{display:flex;gap:.4rem;max-width:none;margin:.3rem 0 0}form.edit input,form.edit textarea{flex:1}
 button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;color:#fff;cursor:pointer}
 </style>
 </head>

@@ -66,6 +66,7 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 	mux.HandleFunc(http.MethodGet+" "+pagePattern, v.page)
 	mux.HandleFunc(http.MethodPost+" "+unlockPattern, v.unlock)
 	mux.HandleFunc(http.MethodPost+" "+commentPattern, v.comment)
+	mux.HandleFunc(http.MethodPost+" "+fieldPattern, v.field)
 	mux.HandleFunc(http.MethodGet+" "+attachmentPattern, v.attachment)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var allow string
@@ -74,7 +75,8 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				allow = "GET, HEAD"
 			}
-		case keystore.MatchPattern(unlockPattern, r.URL.Path), keystore.MatchPattern(commentPattern, r.URL.Path):
+		case keystore.MatchPattern(unlockPattern, r.URL.Path), keystore.MatchPattern(commentPattern, r.URL.Path),
+			keystore.MatchPattern(fieldPattern, r.URL.Path):
 			if r.Method != http.MethodPost {
 				allow = "POST"
 			}

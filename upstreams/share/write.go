@@ -2,12 +2,14 @@ package share
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"mime"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -26,14 +28,16 @@ import (
 // through keygate's account: a comment, for now.
 const (
 	commentPattern = "/s/{uuid}/comments"
-	// maxComment bounds a comment's text (32 KiB), and maxCommentBody
-	// the request that carries it.
-	maxComment     = 32 << 10
-	maxCommentBody = 2*maxComment + 4<<10
+	fieldPattern   = "/s/{uuid}/fields/{field}"
+	// maxComment bounds a comment's text (32 KiB).
+	maxComment = 32 << 10
 )
 
-// ActionCommented is the activity of a comment added from the page.
-const ActionCommented = "commented"
+// The activities of writes from the page.
+const (
+	ActionCommented = "commented"
+	ActionEdited    = "edited"
+)
 
 // comment adds a public comment to the shared issue: POST
 // /s/{uuid}/comments with the field body, as a form (answered with a
@@ -42,6 +46,44 @@ const ActionCommented = "commented"
 // comment, a request from the page's own origin, and stays within the
 // limit of writes per share and client.
 func (v *viewer) comment(w http.ResponseWriter, r *http.Request) {
+	v.write(w, r, "comment", PermAdd, func(rec *record, email string) (string, error) {
+		body, err := readText(w, r, "body", maxComment, true)
+		if err != nil {
+			return "", err
+		}
+		return body, v.host.AddComment(r.Context(), rec.IssueID, commentSource(email, rec.UUID)+body)
+	}, ActionCommented, events.ShareCommented, http.StatusCreated, "body")
+}
+
+// field changes a field of the shared issue: POST /s/{uuid}/fields/{field}
+// with the field value, where the share gives EDIT on it and keygate can
+// write it (summary, description, duedate, startdate, custom fields).
+// A form is answered with a redirect back to the page, JSON with 200 and
+// the value as sent.
+func (v *viewer) field(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("field")
+	v.write(w, r, id, PermEdit, func(rec *record, _ string) (string, error) {
+		if !slices.Contains(editable, id) && !isCustomField(id) {
+			return "", problem.New(http.StatusForbidden, problem.CodeForbidden, id+" cannot be changed from a share's page")
+		}
+		value, err := readText(w, r, "value", maxFieldValue(id), id == "summary")
+		if err != nil {
+			return "", err
+		}
+		if err := checkFieldValue(id, value); err != nil {
+			return "", err
+		}
+		return value, v.host.UpdateField(r.Context(), rec.IssueID, id, value)
+	}, ActionEdited, events.ShareEdited, http.StatusOK, "value")
+}
+
+// write runs one write from a share's page: the share open and unlocked,
+// a request of the page's own origin, perm on field, within the limit of
+// writes; do sends it to the tracker and returns what was written. The
+// activity action and the event record it; a form gets a redirect back
+// to the page, JSON status and {issueId, name: written}.
+func (v *viewer) write(w http.ResponseWriter, r *http.Request, field, perm string,
+	do func(rec *record, email string) (string, error), action, event string, status int, name string) {
 	now := v.s.now()
 	rec, err := v.open(r, now)
 	if err != nil {
@@ -63,15 +105,10 @@ func (v *viewer) comment(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case v.host == nil || rec.Type != TypeIssue:
-		v.fail(w, r, problem.NotFound("this share takes no comments"))
+		v.fail(w, r, problem.NotFound("this share takes no changes"))
 		return
-	case !rec.may("comment", PermAdd):
-		v.fail(w, r, problem.New(http.StatusForbidden, problem.CodeForbidden, "this share does not let you add comments"))
-		return
-	}
-	body, err := readComment(w, r)
-	if err != nil {
-		v.fail(w, r, err)
+	case !rec.may(field, perm):
+		v.fail(w, r, problem.New(http.StatusForbidden, problem.CodeForbidden, "this share does not let you change "+field))
 		return
 	}
 	ip := clientip.From(r)
@@ -81,27 +118,31 @@ func (v *viewer) comment(w http.ResponseWriter, r *http.Request) {
 		v.fail(w, r, d)
 		return
 	}
-	err = v.host.AddComment(r.Context(), rec.IssueID, commentSource(email, rec.UUID)+body)
+	written, err := do(rec, email)
+	var d *problem.Details
 	switch {
+	case errors.As(err, &d):
+		v.fail(w, r, d)
+		return
 	case errors.Is(err, host.ErrNotFound):
 		v.fail(w, r, errItemGone())
 		return
 	case errors.Is(err, host.ErrRejected):
-		v.fail(w, r, problem.Invalid([]problem.FieldError{{Field: "body", Code: "invalid", Message: strings.TrimPrefix(err.Error(), host.ErrRejected.Error()+": ")}}))
+		v.fail(w, r, problem.Invalid([]problem.FieldError{{Field: name, Code: "invalid", Message: strings.TrimPrefix(err.Error(), host.ErrRejected.Error()+": ")}}))
 		return
 	case err != nil:
 		v.fail(w, r, errHostUnavailable())
 		return
 	}
-	act := Activity{Timestamp: now.UnixMilli(), Source: activitySource, Action: ActionCommented,
+	act := Activity{Timestamp: now.UnixMilli(), Source: activitySource, Action: action,
 		Email: nonEmpty(email), IP: ipString(r)}
-	if err := v.s.recordWrite(r.Context(), rec, act, events.ShareCommented); err != nil {
-		// The comment is on the tracker; only its record here failed.
-		v.s.log.Error("share: recording a comment", zap.Error(err))
+	if err := v.s.recordWrite(r.Context(), rec, act, event); err != nil {
+		// The change is on the tracker; only its record here failed.
+		v.s.log.Error("share: recording a change from the page", zap.String("action", action), zap.Error(err))
 	}
 	problem.SecureHeaders(w.Header())
 	if reply.WantsJSON(r) {
-		reply.JSON(w, http.StatusCreated, map[string]string{"issueId": rec.IssueID, "body": body})
+		reply.JSON(w, status, map[string]string{"issueId": rec.IssueID, name: written})
 		return
 	}
 	http.Redirect(w, r, "/s/"+rec.UUID, http.StatusSeeOther)
@@ -126,42 +167,70 @@ func commentSource(email, uuid string) string {
 	return "From " + who + " via shared link " + uuid[:4] + "…\n\n"
 }
 
-// readComment reads the field body of a form or a JSON object: 1 to
-// 32 KiB of UTF-8 text that is not only space.
-func readComment(w http.ResponseWriter, r *http.Request) (string, error) {
-	var in struct {
-		Body string `json:"body"`
-	}
+// readText reads field name of a form or a JSON object: UTF-8 text of at
+// most limit bytes, not only space when required.
+func readText(w http.ResponseWriter, r *http.Request, name string, limit int, required bool) (string, error) {
+	var value string
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch {
 	case problem.IsJSON(mt):
+		var in map[string]json.RawMessage
 		if err := problem.DecodeJSON(w, r, &in); err != nil {
 			return "", err
 		}
+		if raw, ok := in[name]; ok && json.Unmarshal(raw, &value) != nil {
+			return "", problem.Invalid([]problem.FieldError{{Field: name, Code: "invalid_type", Message: name + " must be a string"}})
+		}
 	case mt == "application/x-www-form-urlencoded":
-		r.Body = http.MaxBytesReader(w, r.Body, maxCommentBody)
+		r.Body = http.MaxBytesReader(w, r.Body, int64(2*limit+4<<10))
 		if err := r.ParseForm(); err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				return "", problem.New(http.StatusRequestEntityTooLarge, problem.CodePayloadTooLarge, "a comment is at most 32 KiB")
+				return "", problem.New(http.StatusRequestEntityTooLarge, problem.CodePayloadTooLarge, "the form is too large")
 			}
 			return "", problem.New(http.StatusBadRequest, problem.CodeInvalidRequest, "the form could not be read")
 		}
-		in.Body = r.PostForm.Get("body")
+		value = r.PostForm.Get(name)
 	default:
 		return "", problem.New(http.StatusUnsupportedMediaType, problem.CodeUnsupportedMedia,
-			"send the comment as application/x-www-form-urlencoded or application/json")
+			"send it as application/x-www-form-urlencoded or application/json")
 	}
-	in.Body = strings.ReplaceAll(in.Body, "\r\n", "\n")
+	value = strings.ReplaceAll(value, "\r\n", "\n")
 	switch {
-	case strings.TrimSpace(in.Body) == "":
-		return "", problem.Invalid([]problem.FieldError{{Field: "body", Code: "required", Message: "write a comment"}})
-	case len(in.Body) > maxComment:
-		return "", problem.Invalid([]problem.FieldError{{Field: "body", Code: "too_long", Message: "a comment is at most 32 KiB"}})
-	case !utf8.ValidString(in.Body) || strings.ContainsRune(in.Body, 0):
-		return "", problem.Invalid([]problem.FieldError{{Field: "body", Code: "invalid", Message: "a comment is text"}})
+	case required && strings.TrimSpace(value) == "":
+		return "", problem.Invalid([]problem.FieldError{{Field: name, Code: "required", Message: name + " is required"}})
+	case len(value) > limit:
+		return "", problem.Invalid([]problem.FieldError{{Field: name, Code: "too_long", Message: name + " is at most " + strconv.Itoa(limit) + " bytes"}})
+	case !utf8.ValidString(value) || strings.ContainsRune(value, 0):
+		return "", problem.Invalid([]problem.FieldError{{Field: name, Code: "invalid", Message: name + " is text"}})
 	}
-	return in.Body, nil
+	return value, nil
+}
+
+// maxFieldValue bounds a field's new value: a subject 255 bytes, a
+// description 64 KiB, a date or custom field 1 KiB.
+func maxFieldValue(id string) int {
+	switch id {
+	case "summary":
+		return 255
+	case "description":
+		return 64 << 10
+	}
+	return 1 << 10
+}
+
+// checkFieldValue refuses a date that is not YYYY-MM-DD (or empty, to
+// clear it) and a one-line field with a line break.
+func checkFieldValue(id, value string) error {
+	switch {
+	case (id == "duedate" || id == "startdate") && value != "":
+		if _, err := time.Parse(time.DateOnly, value); err != nil {
+			return problem.Invalid([]problem.FieldError{{Field: "value", Code: "invalid", Message: id + " is a date, YYYY-MM-DD, or empty"}})
+		}
+	case id != "description" && strings.ContainsAny(value, "\n\r"):
+		return problem.Invalid([]problem.FieldError{{Field: "value", Code: "invalid", Message: id + " is one line"}})
+	}
+	return nil
 }
 
 // sameOrigin refuses a write that a browser says came from another

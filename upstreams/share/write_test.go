@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -198,6 +199,74 @@ func TestAttachmentDownload(t *testing.T) {
 				wantProblem(t, e.page("GET", tt.path, jsonAccept, "", "", "203.0.113.7"), tt.status, tt.code)
 				if tt.fail == nil && tracker.downloads != before {
 					t.Errorf("the tracker was asked for the content")
+				}
+			})
+		}
+	})
+}
+
+// TestEditFromPage: a field with EDIT changes on the tracker from the
+// page (summary, dates, description, custom fields), recorded as edited
+// and announced as share.edited; a field keygate cannot write, one
+// without EDIT, a bad date or a line break in a one-line field is
+// refused and changes nothing.
+func TestEditFromPage(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		tracker := &fakeTracker{issues: map[string]*host.Issue{"42": trackerIssue()}}
+		e.viewer = NewViewer(e.store, tracker)
+		sh := e.create(alice, &CreateRequest{Type: TypeIssue, IssueID: str("42"), ProjectID: str("acme"),
+			FieldsConfig: &FieldsConfig{FieldConfigs: map[string]FieldConfig{
+				"summary":       {FieldPermissions: []string{PermView, PermEdit}},
+				"customfield_7": {FieldPermissions: []string{PermView, PermEdit}},
+				"description":   {FieldPermissions: []string{PermView}},
+			}}}).UUID
+		post := func(field, body string, header ...string) *httptest.ResponseRecorder {
+			req := httptest.NewRequest("POST", "/s/"+sh+"/fields/"+field, strings.NewReader(body))
+			req = req.WithContext(clientip.With(req.Context(), netip.MustParseAddr("203.0.113.8")))
+			req.Header.Set("Content-Type", formType)
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header.Set(header[i], header[i+1])
+			}
+			return serve(e.viewer, req)
+		}
+		value := func(id string) string { f, _ := tracker.issues["42"].Field(id); return f.Value }
+
+		page := e.page("GET", "/s/"+sh, htmlAccept, "", "", "203.0.113.8").Body.String()
+		if !strings.Contains(page, `action="/s/`+sh+`/fields/summary"`) || strings.Contains(page, `/fields/description"`) {
+			t.Errorf("edit forms:\n%s", page)
+		}
+		e.events.Reset(t)
+		if w := post("summary", "value=Printer+jams+on+duplex", "Origin", "http://localhost:8080"); w.Code != http.StatusSeeOther || value("summary") != "Printer jams on duplex" {
+			t.Fatalf("summary: %d %s, now %q", w.Code, w.Body, value("summary"))
+		}
+		if got := e.events.Take(t); len(got) != 1 || got[0].Type != events.ShareEdited {
+			t.Errorf("events %+v", got)
+		}
+		acts, _ := e.store.Activity(context.Background(), alice, sh, 0, 0)
+		if !slices.ContainsFunc(acts, func(a Activity) bool { return a.Action == ActionEdited && *a.IP == "203.0.113.8" }) {
+			t.Errorf("activity %s", mustJSON(t, acts))
+		}
+		if w := post("customfield_7", "value=CC-12", "Accept", "application/json"); w.Code != 200 || !strings.Contains(w.Body.String(), `"value":"CC-12"`) || value("customfield_7") != "CC-12" {
+			t.Errorf("custom field: %d %s", w.Code, w.Body)
+		}
+		for _, tt := range []struct {
+			name, field, body string
+			header            []string
+			status            int
+			code              string
+		}{
+			{name: "without EDIT", field: "description", body: "value=x", status: 403, code: "forbidden"},
+			{name: "a field keygate cannot write", field: "status", body: "value=Closed", status: 403, code: "forbidden"},
+			{name: "a line break in the summary", field: "summary", body: "value=a%0Ab", status: 400, code: "invalid_request"},
+			{name: "an empty summary", field: "summary", body: "value=+", status: 400, code: "invalid_request"},
+			{name: "from another site", field: "summary", body: "value=x", header: []string{"Sec-Fetch-Site", "cross-site"}, status: 403, code: "forbidden"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				before := mustJSON(t, tracker.issues["42"].Fields)
+				wantProblem(t, post(tt.field, tt.body, append([]string{"Accept", "application/json"}, tt.header...)...), tt.status, tt.code)
+				if mustJSON(t, tracker.issues["42"].Fields) != before {
+					t.Errorf("a refused edit changed the issue")
 				}
 			})
 		}

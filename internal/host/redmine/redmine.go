@@ -347,6 +347,32 @@ func (r *Redmine) AddComment(ctx context.Context, issueID, body string) error {
 		map[string]any{"issue": map[string]any{"notes": body, "private_notes": false}}, nil)
 }
 
+// UpdateField implements host.Host.
+func (r *Redmine) UpdateField(ctx context.Context, issueID, fieldID, value string) error {
+	if _, err := strconv.ParseUint(issueID, 10, 31); err != nil {
+		return host.ErrNotFound
+	}
+	var change map[string]any
+	switch fieldID {
+	case "summary":
+		change = map[string]any{"subject": value}
+	case "description":
+		change = map[string]any{"description": value}
+	case "duedate":
+		change = map[string]any{"due_date": value}
+	case "startdate":
+		change = map[string]any{"start_date": value}
+	default:
+		n, ok := strings.CutPrefix(fieldID, "customfield_")
+		id, err := strconv.ParseUint(n, 10, 31)
+		if !ok || err != nil {
+			return fmt.Errorf("%w: %s cannot be changed", host.ErrRejected, fieldID)
+		}
+		change = map[string]any{"custom_fields": []map[string]any{{"id": id, "value": value}}}
+	}
+	return r.call(ctx, http.MethodPut, "/issues/"+issueID+".json", nil, map[string]any{"issue": change}, nil)
+}
+
 // maxDownload bounds what one download streams: Redmine's own default
 // limit of an attachment's size is 5 MB, and operators raise it.
 const maxDownload = 100 << 20

@@ -100,6 +100,38 @@ func TestAgainstRedmine(t *testing.T) {
 		})
 	}
 
+	t.Run("writes as keygate's account", func(t *testing.T) {
+		r, err := New(Config{URL: rm.URL, APIKey: bot.APIKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, id := context.Background(), strconv.Itoa(issue)
+		for field, value := range map[string]string{"summary": "Printer jams on duplex", "duedate": "2027-01-15",
+			"customfield_" + strconv.Itoa(cf): "CC-12"} {
+			if err := r.UpdateField(ctx, id, field, value); err != nil {
+				t.Fatalf("%s: %v", field, err)
+			}
+		}
+		if err := r.AddComment(ctx, id, "From the page."); err != nil {
+			t.Fatal(err)
+		}
+		in, err := r.Issue(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for field, want := range map[string]string{"summary": "Printer jams on duplex", "duedate": "2027-01-15", "customfield_" + strconv.Itoa(cf): "CC-12"} {
+			if f, _ := in.Field(field); f.Value != want {
+				t.Errorf("%s = %q, want %q", field, f.Value, want)
+			}
+		}
+		if last := in.Comments[len(in.Comments)-1]; last.Body != "From the page." || last.Author != "keygate Test" {
+			t.Errorf("the comment %+v", last)
+		}
+		if err := r.UpdateField(ctx, id, "duedate", "1999-01-01"); !errors.Is(err, host.ErrRejected) {
+			t.Errorf("a due date before the start: %v, want rejected with Redmine's reason", err)
+		}
+	})
+
 	t.Run("a wrong key", func(t *testing.T) {
 		r, err := New(Config{URL: rm.URL, APIKey: "0000000000000000000000000000000000000000"})
 		if err != nil {
