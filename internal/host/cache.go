@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"io"
 	"sync"
 	"time"
 )
@@ -69,6 +70,13 @@ func (c *cached) AddComment(ctx context.Context, issueID, body string) error {
 // UpdateField writes through and forgets the issue.
 func (c *cached) UpdateField(ctx context.Context, issueID, fieldID, value string) error {
 	err := c.Host.UpdateField(ctx, issueID, fieldID, value)
+	c.Forget(issueID)
+	return err
+}
+
+// AddAttachment writes through and forgets the issue.
+func (c *cached) AddAttachment(ctx context.Context, issueID, name, contentType string, content io.Reader, size int64) error {
+	err := c.Host.AddAttachment(ctx, issueID, name, contentType, content, size)
 	c.Forget(issueID)
 	return err
 }

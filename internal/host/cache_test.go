@@ -18,10 +18,13 @@ type countingHost struct {
 	release chan struct{}
 }
 
-func (*countingHost) Platform() string                                          { return "counting" }
-func (*countingHost) Account(context.Context) (*Account, error)                 { return &Account{}, nil }
-func (*countingHost) Project(context.Context, string) (*Project, error)         { return &Project{}, nil }
-func (*countingHost) AddComment(context.Context, string, string) error          { return nil }
+func (*countingHost) Platform() string                                  { return "counting" }
+func (*countingHost) Account(context.Context) (*Account, error)         { return &Account{}, nil }
+func (*countingHost) Project(context.Context, string) (*Project, error) { return &Project{}, nil }
+func (*countingHost) AddComment(context.Context, string, string) error  { return nil }
+func (*countingHost) AddAttachment(context.Context, string, string, string, io.Reader, int64) error {
+	return nil
+}
 func (*countingHost) UpdateField(context.Context, string, string, string) error { return nil }
 func (*countingHost) Download(context.Context, string) (io.ReadCloser, error) {
 	return nil, ErrNotFound

@@ -38,6 +38,9 @@ type Host interface {
 	// to value as keygate's account; "" clears a date or custom field.
 	// What the tracker refuses is ErrRejected with its reason.
 	UpdateField(ctx context.Context, issueID, fieldID, value string) error
+	// AddAttachment attaches a file to issue issueID as keygate's
+	// account, reading content (size bytes) once.
+	AddAttachment(ctx context.Context, issueID, name, contentType string, content io.Reader, size int64) error
 	// Download opens the content of attachment id, to be streamed and
 	// closed by the caller. The tracker must start answering within the
 	// connector's timeout; the content then flows as long as ctx lasts.

@@ -32,6 +32,8 @@ type sharedIssue struct {
 	// the fields the party may change from the page.
 	share string
 	edit  map[string]bool
+	// upload is set when the party may attach files (ADD on attachment).
+	upload bool
 }
 
 // Show is a field's value as the page shows it: the description as
@@ -84,6 +86,14 @@ func (s *sharedIssue) HTML(commentURL string) template.HTML {
 			b.WriteString("<tr><td>" + name + "</td><td>" + fileSize(a.Size) + "</td><td>" + esc(a.ContentType) + "</td></tr>\n")
 		}
 		b.WriteString("</tbody></table>\n")
+	}
+	if s.upload {
+		b.WriteString(`<h2>Attach a file</h2>
+<form method="post" action="/s/` + esc(s.share) + `/attachments" enctype="multipart/form-data" class="wide">
+<label>A file of at most 10 MiB<input type="file" name="file" required></label>
+<button type="submit">Attach the file</button>
+</form>
+`)
 	}
 	if commentURL != "" {
 		b.WriteString(`<h2>Add a comment</h2>
@@ -150,7 +160,7 @@ func viewIssue(ctx context.Context, h host.Host, rec *record) (*sharedIssue, err
 	out := &sharedIssue{ID: in.ID, Fields: []host.Field{}, Markup: in.Markup, edit: map[string]bool{},
 		rich: map[string]bool{"description": may("description", PermViewContent), "comment": may("comment", PermViewContent),
 			"attachment": may("attachment", PermViewContent)},
-		share: rec.UUID}
+		share: rec.UUID, upload: may("attachment", PermAdd)}
 	for _, f := range in.Fields {
 		if views(f.ID) {
 			out.Fields = append(out.Fields, f)

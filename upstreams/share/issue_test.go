@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,27 @@ func (f *fakeTracker) UpdateField(_ context.Context, id, field, value string) er
 		}
 	}
 	return fmt.Errorf("%w: no field %s", host.ErrRejected, field)
+}
+
+func (f *fakeTracker) AddAttachment(_ context.Context, id, name, contentType string, content io.Reader, size int64) error {
+	if f.err != nil {
+		return f.err
+	}
+	in, ok := f.issues[id]
+	if !ok {
+		return host.ErrNotFound
+	}
+	b, err := io.ReadAll(content)
+	if err != nil || int64(len(b)) != size {
+		return fmt.Errorf("read %d of %d bytes: %v", len(b), size, err)
+	}
+	att := host.Attachment{ID: strconv.Itoa(100 + len(in.Attachments)), Name: name, Size: size, ContentType: contentType}
+	in.Attachments = append(in.Attachments, att)
+	if f.files == nil {
+		f.files = map[string]string{}
+	}
+	f.files[att.ID] = string(b)
+	return nil
 }
 
 func (f *fakeTracker) Download(_ context.Context, id string) (io.ReadCloser, error) {

@@ -67,6 +67,7 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 	mux.HandleFunc(http.MethodPost+" "+unlockPattern, v.unlock)
 	mux.HandleFunc(http.MethodPost+" "+commentPattern, v.comment)
 	mux.HandleFunc(http.MethodPost+" "+fieldPattern, v.field)
+	mux.HandleFunc(http.MethodPost+" "+uploadPattern, v.upload)
 	mux.HandleFunc(http.MethodGet+" "+attachmentPattern, v.attachment)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var allow string
@@ -76,7 +77,7 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 				allow = "GET, HEAD"
 			}
 		case keystore.MatchPattern(unlockPattern, r.URL.Path), keystore.MatchPattern(commentPattern, r.URL.Path),
-			keystore.MatchPattern(fieldPattern, r.URL.Path):
+			keystore.MatchPattern(fieldPattern, r.URL.Path), keystore.MatchPattern(uploadPattern, r.URL.Path):
 			if r.Method != http.MethodPost {
 				allow = "POST"
 			}

@@ -1,9 +1,11 @@
 package share
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"mime"
 	"net/http"
 	"net/netip"
@@ -12,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"go.uber.org/zap"
@@ -29,14 +32,18 @@ import (
 const (
 	commentPattern = "/s/{uuid}/comments"
 	fieldPattern   = "/s/{uuid}/fields/{field}"
+	uploadPattern  = "/s/{uuid}/attachments"
+	// maxUpload bounds a file attached from a page.
+	maxUpload = 10 << 20
 	// maxComment bounds a comment's text (32 KiB).
 	maxComment = 32 << 10
 )
 
 // The activities of writes from the page.
 const (
-	ActionCommented = "commented"
-	ActionEdited    = "edited"
+	ActionCommented       = "commented"
+	ActionEdited          = "edited"
+	ActionAttachmentAdded = "attachment-added"
 )
 
 // comment adds a public comment to the shared issue: POST
@@ -75,6 +82,89 @@ func (v *viewer) field(w http.ResponseWriter, r *http.Request) {
 		}
 		return value, v.host.UpdateField(r.Context(), rec.IssueID, id, value)
 	}, ActionEdited, events.ShareEdited, http.StatusOK, "value")
+}
+
+// upload attaches a file to the shared issue: POST /s/{uuid}/attachments,
+// multipart with the field file (at most 10 MiB), where the share gives
+// ADD on attachment. Recorded as attachment-added; a form is answered
+// with a redirect back to the page, JSON with 201 and the file's name.
+func (v *viewer) upload(w http.ResponseWriter, r *http.Request) {
+	v.write(w, r, "attachment", PermAdd, func(rec *record, _ string) (string, error) {
+		name, contentType, content, err := readUpload(w, r)
+		if err != nil {
+			return "", err
+		}
+		return name, v.host.AddAttachment(r.Context(), rec.IssueID, name, contentType, bytes.NewReader(content), int64(len(content)))
+	}, ActionAttachmentAdded, "", http.StatusCreated, "file")
+}
+
+// readUpload reads the part file of a multipart form: its name (the
+// base name, printable, at most 255 bytes), its media type and its
+// content, at most maxUpload.
+func readUpload(w http.ResponseWriter, r *http.Request) (name, contentType string, content []byte, err error) {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt != "multipart/form-data" {
+		return "", "", nil, problem.New(http.StatusUnsupportedMediaType, problem.CodeUnsupportedMedia, "send the file as multipart/form-data, in the field file")
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxUpload+64<<10)
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return "", "", nil, problem.New(http.StatusBadRequest, problem.CodeInvalidRequest, "the form could not be read")
+	}
+	tooBig := problem.New(http.StatusRequestEntityTooLarge, problem.CodePayloadTooLarge, "a file is at most 10 MiB")
+	for {
+		part, err := mr.NextPart()
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return "", "", nil, tooBig
+		case errors.Is(err, io.EOF):
+			return "", "", nil, problem.Invalid([]problem.FieldError{{Field: "file", Code: "required", Message: "choose a file"}})
+		case err != nil:
+			return "", "", nil, problem.New(http.StatusBadRequest, problem.CodeInvalidRequest, "the form could not be read")
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		content, err := io.ReadAll(io.LimitReader(part, maxUpload+1))
+		part.Close()
+		switch {
+		case errors.As(err, &mbe) || len(content) > maxUpload:
+			return "", "", nil, tooBig
+		case err != nil:
+			return "", "", nil, problem.New(http.StatusBadRequest, problem.CodeInvalidRequest, "the form could not be read")
+		case len(content) == 0:
+			return "", "", nil, problem.Invalid([]problem.FieldError{{Field: "file", Code: "required", Message: "the file is empty"}})
+		}
+		contentType = "application/octet-stream"
+		if ct, _, err := mime.ParseMediaType(part.Header.Get("Content-Type")); err == nil {
+			contentType = ct
+		}
+		return uploadName(part.FileName()), contentType, content, nil
+	}
+}
+
+// uploadName is a file's name as it may go to the tracker: its last path
+// element, without control characters, at most 255 bytes.
+func uploadName(name string) string {
+	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
+		name = name[i+1:]
+	}
+	name = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || !unicode.IsPrint(r) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(name, ""))
+	for len(name) > 255 {
+		_, size := utf8.DecodeLastRuneInString(name)
+		name = name[:len(name)-size]
+	}
+	if name = strings.TrimSpace(name); name == "" || name == "." || name == ".." {
+		name = "attachment"
+	}
+	return name
 }
 
 // write runs one write from a share's page: the share open and unlocked,
@@ -261,11 +351,14 @@ func (s *Store) sameOrigin(r *http.Request) error {
 }
 
 // recordWrite records a write from the page in the share's activity and
-// emits its event, in one transaction.
+// emits its event (if any), in one transaction.
 func (s *Store) recordWrite(ctx context.Context, rec *record, act Activity, event string) error {
 	return s.db.Update(ctx, func(tx storage.Tx) error {
 		if err := s.be.AddActivity(tx, rec.ID, act); err != nil {
 			return err
+		}
+		if event == "" {
+			return nil
 		}
 		return s.emit(tx, event, rec.toShare(s.baseURL, act.Timestamp, 0), act.Timestamp)
 	})

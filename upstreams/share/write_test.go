@@ -1,7 +1,9 @@
 package share
 
 import (
+	"bytes"
 	"context"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -267,6 +269,80 @@ func TestEditFromPage(t *testing.T) {
 				wantProblem(t, post(tt.field, tt.body, append([]string{"Accept", "application/json"}, tt.header...)...), tt.status, tt.code)
 				if mustJSON(t, tracker.issues["42"].Fields) != before {
 					t.Errorf("a refused edit changed the issue")
+				}
+			})
+		}
+	})
+}
+
+// TestUploadFromPage: with ADD on attachment, a file of at most 10 MiB
+// attached from the page reaches the tracker under its base name, is
+// recorded as attachment-added, and downloads back; refusals attach
+// nothing.
+func TestUploadFromPage(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		tracker := &fakeTracker{issues: map[string]*host.Issue{"42": trackerIssue()}}
+		e.viewer = NewViewer(e.store, tracker)
+		create := func(perms ...string) string {
+			return e.create(alice, &CreateRequest{Type: TypeIssue, IssueID: str("42"), ProjectID: str("acme"),
+				FieldsConfig: &FieldsConfig{FieldConfigs: map[string]FieldConfig{"attachment": {FieldPermissions: perms}}}}).UUID
+		}
+		sh := create(PermView, PermViewContent, PermAdd)
+		viewOnly := create(PermView)
+		upload := func(uuid, filename string, content []byte, header ...string) *httptest.ResponseRecorder {
+			var b bytes.Buffer
+			mw := multipart.NewWriter(&b)
+			if filename != "" {
+				fw, _ := mw.CreateFormFile("file", filename)
+				fw.Write(content)
+			}
+			mw.Close()
+			req := httptest.NewRequest("POST", "/s/"+uuid+"/attachments", &b)
+			req = req.WithContext(clientip.With(req.Context(), netip.MustParseAddr("203.0.113.9")))
+			req.Header.Set("Content-Type", mw.FormDataContentType())
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header.Set(header[i], header[i+1])
+			}
+			return serve(e.viewer, req)
+		}
+		if page := e.page("GET", "/s/"+sh, htmlAccept, "", "", "203.0.113.9").Body.String(); !strings.Contains(page, `action="/s/`+sh+`/attachments" enctype="multipart/form-data"`) {
+			t.Errorf("no upload form:\n%s", page)
+		}
+		w := upload(sh, `C:\Users\eve\..\report<1>.txt`, []byte("the log"), "Accept", "application/json")
+		if w.Code != http.StatusCreated || !strings.Contains(w.Body.String(), `"file":"report\u003c1\u003e.txt"`) {
+			t.Fatalf("upload: %d %s", w.Code, w.Body)
+		}
+		atts := tracker.issues["42"].Attachments
+		last := atts[len(atts)-1]
+		if last.Name != "report<1>.txt" || last.Size != 7 {
+			t.Errorf("on the tracker: %+v", last)
+		}
+		if dl := e.page("GET", "/s/"+sh+"/attachments/"+last.ID, "", "", "", "203.0.113.9"); dl.Code != 200 || dl.Body.String() != "the log" {
+			t.Errorf("download back: %d %q", dl.Code, dl.Body)
+		}
+		acts, _ := e.store.Activity(context.Background(), alice, sh, 0, 0)
+		if !slices.ContainsFunc(acts, func(a Activity) bool { return a.Action == ActionAttachmentAdded }) {
+			t.Errorf("activity %s", mustJSON(t, acts))
+		}
+		for _, tt := range []struct {
+			name, uuid, filename string
+			content              []byte
+			header               []string
+			status               int
+			code                 string
+		}{
+			{name: "without ADD", uuid: viewOnly, filename: "a.txt", content: []byte("x"), status: 403, code: "forbidden"},
+			{name: "no file", uuid: sh, status: 400, code: "invalid_request"},
+			{name: "an empty file", uuid: sh, filename: "a.txt", status: 400, code: "invalid_request"},
+			{name: "over 10 MiB", uuid: sh, filename: "big.bin", content: bytes.Repeat([]byte("a"), 10<<20+1), status: 413, code: "payload_too_large"},
+			{name: "from another site", uuid: sh, filename: "a.txt", content: []byte("x"), header: []string{"Origin", "https://evil.example"}, status: 403, code: "forbidden"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				before := len(tracker.issues["42"].Attachments)
+				wantProblem(t, upload(tt.uuid, tt.filename, tt.content, append([]string{"Accept", "application/json"}, tt.header...)...), tt.status, tt.code)
+				if len(tracker.issues["42"].Attachments) != before {
+					t.Errorf("a refused upload attached a file")
 				}
 			})
 		}

@@ -373,6 +373,62 @@ func (r *Redmine) UpdateField(ctx context.Context, issueID, fieldID, value strin
 	return r.call(ctx, http.MethodPut, "/issues/"+issueID+".json", nil, map[string]any{"issue": change}, nil)
 }
 
+// AddAttachment implements host.Host: Redmine's two steps, the upload
+// (its token) and the issue's update that attaches it.
+func (r *Redmine) AddAttachment(ctx context.Context, issueID, name, contentType string, content io.Reader, size int64) error {
+	if _, err := strconv.ParseUint(issueID, 10, 31); err != nil {
+		return host.ErrNotFound
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	u := *r.base
+	u.Path += "/uploads.json"
+	u.RawQuery = url.Values{"filename": {name}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), content)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	req.Header.Set("X-Redmine-API-Key", r.cfg.APIKey)
+	req.Header.Set("Content-Type", "application/octet-stream") // the only type Redmine takes
+	req.Header.Set("Accept", "application/json")
+	start := time.Now()
+	resp, err := r.client.Do(req)
+	if err != nil {
+		r.observe(OutcomeUnavailable, start)
+		return fmt.Errorf("%w: %w", host.ErrUnavailable, err)
+	}
+	var up struct {
+		Upload struct {
+			Token string `json:"token"`
+		} `json:"upload"`
+	}
+	derr := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&up)
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized:
+		r.observe(OutcomeRefused, start)
+		return ErrRefused
+	case resp.StatusCode == http.StatusUnprocessableEntity:
+		r.observe(OutcomeOK, start)
+		return fmt.Errorf("%w: the file is larger than Redmine takes", host.ErrRejected)
+	case resp.StatusCode != http.StatusCreated || derr != nil || up.Upload.Token == "":
+		r.observe(OutcomeUnavailable, start)
+		return fmt.Errorf("%w: %s answered %d to an upload", host.ErrUnavailable, r.base.Host, resp.StatusCode)
+	}
+	r.observe(OutcomeOK, start)
+	return r.call(ctx, http.MethodPut, "/issues/"+issueID+".json", nil, map[string]any{"issue": map[string]any{
+		"uploads": []map[string]any{{"token": up.Upload.Token, "filename": name, "content_type": contentType}},
+	}}, nil)
+}
+
+// observe tells Observe of a call that began at start.
+func (r *Redmine) observe(outcome string, start time.Time) {
+	if r.cfg.Observe != nil {
+		r.cfg.Observe(outcome, time.Since(start))
+	}
+}
+
 // maxDownload bounds what one download streams: Redmine's own default
 // limit of an attachment's size is 5 MB, and operators raise it.
 const maxDownload = 100 << 20

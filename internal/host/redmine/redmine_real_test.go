@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/keygate/keygate/internal/host"
@@ -115,6 +116,9 @@ func TestAgainstRedmine(t *testing.T) {
 		if err := r.AddComment(ctx, id, "From the page."); err != nil {
 			t.Fatal(err)
 		}
+		if err := r.AddAttachment(ctx, id, "notes.txt", "text/plain", strings.NewReader("uploaded"), 8); err != nil {
+			t.Fatal(err)
+		}
 		in, err := r.Issue(ctx, id)
 		if err != nil {
 			t.Fatal(err)
@@ -126,6 +130,16 @@ func TestAgainstRedmine(t *testing.T) {
 		}
 		if last := in.Comments[len(in.Comments)-1]; last.Body != "From the page." || last.Author != "keygate Test" {
 			t.Errorf("the comment %+v", last)
+		}
+		att := in.Attachments[len(in.Attachments)-1]
+		body, err := r.Download(ctx, att.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(body)
+		body.Close()
+		if att.Name != "notes.txt" || att.ContentType != "text/plain" || string(got) != "uploaded" {
+			t.Errorf("the attachment %+v: %q", att, got)
 		}
 		if err := r.UpdateField(ctx, id, "duedate", "1999-01-01"); !errors.Is(err, host.ErrRejected) {
 			t.Errorf("a due date before the start: %v, want rejected with Redmine's reason", err)
