@@ -61,7 +61,7 @@ FUZZ_TARGETS := \
 	keystore:FuzzAuthorize keystore:FuzzAllowedIPs caddymodule:FuzzAuthServeHTTP \
 	upstreams/contracts:FuzzCreate upstreams/contracts:FuzzSearch \
 	upstreams/share:FuzzCreate upstreams/share:FuzzUpdate upstreams/share:FuzzList upstreams/share:FuzzUnlock \
-	upstreams/signing:FuzzDecision upstreams/signing:FuzzSignatureImage \
+	upstreams/signing:FuzzDecision upstreams/signing:FuzzSignatureImage internal/host:FuzzParseJQL \
 	internal/docseal:FuzzSealedBy
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -51,8 +51,27 @@ func checkWithHost(ctx context.Context, h host.Host, c *content, f *problem.Fiel
 			return hostUnavailable()
 		}
 	}
+	if c.Type == TypeJQL && c.JQL != nil {
+		checkJQL(*c.JQL, c.ProjectID, f)
+	}
 	checkFieldsWithHost(c.FieldsConfig, issue, f)
 	return nil
+}
+
+// checkJQL refuses a query outside the subset every tracker takes, or
+// one that names another project than the share's: a share's query
+// always stays in its project.
+func checkJQL(q, project string, f *problem.Fields) {
+	parsed, err := host.ParseJQL(q)
+	if err != nil {
+		f.Add("jql", "invalid_jql", "the query does not parse "+err.Error())
+		return
+	}
+	for _, c := range parsed.Clauses {
+		if c.Field == "project" && project != "" && !strings.EqualFold(c.Values[0], project) {
+			f.Add("jql", "invalid_jql", "the query names project "+strconv.Quote(c.Values[0])+"; a share's query stays in its project, "+strconv.Quote(project))
+		}
+	}
 }
 
 // checkFieldsWithHost names every shared field the tracker does not have

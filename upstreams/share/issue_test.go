@@ -321,6 +321,10 @@ func TestCreateWithTracker(t *testing.T) {
 				errors: []string{"issueId:unknown_issue"}},
 			{name: "an unknown project", in: CreateRequest{Type: TypeJQL, ProjectID: str("nope"), JQL: str("status = Open")},
 				errors: []string{"projectId:unknown_project"}},
+			{name: "a query outside the subset", in: CreateRequest{Type: TypeJQL, ProjectID: str("acme"), JQL: str("status = Open OR labels = x")},
+				errors: []string{"jql:invalid_jql"}},
+			{name: "a query of another project", in: CreateRequest{Type: TypeJQL, ProjectID: str("acme"), JQL: str("project = other AND status = Open")},
+				errors: []string{"jql:invalid_jql"}},
 			{name: "the tracker down", in: CreateRequest{Type: TypeIssue, IssueID: str("42")}, down: true, status: 503},
 		}
 		for _, tt := range tests {
