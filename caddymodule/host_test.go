@@ -128,7 +128,8 @@ func TestSharePageWithRedmine(t *testing.T) {
 	}
 	b := bolt
 	b.storage = func(*testing.T) string {
-		return fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t}", rm.URL, keyFile)
+		// No cache: the test changes Redmine behind the gateway's back.
+		return fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t\tcache 0s\n\t\t}", rm.URL, keyFile)
 	}
 	startGateway(t, b, defaultSite)
 
@@ -201,6 +202,24 @@ func TestSharePageWithRedmine(t *testing.T) {
 		t.Errorf("edit: %d %s; on Redmine %q", changed.status, changed.body, now.Issue.Subject)
 	}
 	hooks.waitFor(t, "/comments", "share.edited", func(e hookEvent) bool { return e.Type == "share.edited" })
+
+	// A JQL share lists what its query matches, and opens only those.
+	other := rm.CreateIssue(t, "acme", "Scanner is slow", "", nil)
+	jql, _ := shrCreate(t, alice, map[string]any{"type": "JQL", "projectId": "acme", "jql": `text ~ "printer" ORDER BY created DESC`,
+		"fieldsConfig": map[string]any{"fieldConfigs": map[string]any{"summary": map[string]any{"fieldPermissions": []string{"VIEW"}}}}})
+	list := do(t, "GET", siteURL+"/s/"+jql.UUID, nil, "Accept", "text/html")
+	if !strings.Contains(string(list.body), "/issues/"+strconv.Itoa(issue)+`"`) || strings.Contains(string(list.body), "Scanner") {
+		t.Errorf("the JQL list:\n%s", list.body)
+	}
+	if r := do(t, "GET", siteURL+"/s/"+jql.UUID+"/issues/"+strconv.Itoa(issue), nil, "Accept", "application/json"); r.status != 200 {
+		t.Errorf("an issue of the list: %d %s", r.status, r.body)
+	}
+	if r := do(t, "GET", siteURL+"/s/"+jql.UUID+"/issues/"+strconv.Itoa(other), nil, "Accept", "application/json"); r.status != 404 {
+		t.Errorf("an issue outside the query: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", siteURL+shrURL, map[string]any{"type": "JQL", "projectId": "acme", "jql": "status = Open OR status = New"}, bearer(alice)...); r.status != 400 || !strings.Contains(string(r.body), "invalid_jql") {
+		t.Errorf("a query outside the subset: %d %s", r.status, r.body)
+	}
 
 	// An attachment downloads from Redmine through the share.
 	att := rm.UploadAttachment(t, issue, "report.txt", []byte("the printer's log"))

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -57,6 +58,19 @@ func (c *cached) Project(ctx context.Context, id string) (*Project, error) {
 		return nil, err
 	}
 	return v.(*Project), nil
+}
+
+// Search reuses a page of results for ttl, by project, query, issue and
+// page. A write from a page forgets issues, not lists: a list may show a
+// change a little late, never an issue outside its query (the page of an
+// issue asks with its id).
+func (c *cached) Search(ctx context.Context, project string, q *Query, issueID string, offset, limit int) (*IssueList, error) {
+	key := fmt.Sprintf("search %s %+v %s %d %d", project, *q, issueID, offset, limit)
+	v, err := c.get(ctx, key, func(ctx context.Context) (any, error) { return c.Host.Search(ctx, project, q, issueID, offset, limit) })
+	if err != nil {
+		return nil, err
+	}
+	return v.(*IssueList), nil
 }
 
 // AddComment writes through and forgets the issue, so that the next

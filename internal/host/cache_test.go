@@ -22,6 +22,9 @@ func (*countingHost) Platform() string                                  { return
 func (*countingHost) Account(context.Context) (*Account, error)         { return &Account{}, nil }
 func (*countingHost) Project(context.Context, string) (*Project, error) { return &Project{}, nil }
 func (*countingHost) AddComment(context.Context, string, string) error  { return nil }
+func (*countingHost) Search(context.Context, string, *Query, string, int, int) (*IssueList, error) {
+	return &IssueList{}, nil
+}
 func (*countingHost) AddAttachment(context.Context, string, string, string, io.Reader, int64) error {
 	return nil
 }

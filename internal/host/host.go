@@ -41,6 +41,12 @@ type Host interface {
 	// AddAttachment attaches a file to issue issueID as keygate's
 	// account, reading content (size bytes) once.
 	AddAttachment(ctx context.Context, issueID, name, contentType string, content io.Reader, size int64) error
+	// Search runs query q in project (a query never leaves its project):
+	// the issues it matches, limit from offset, with their fields (not
+	// their comments or attachments), and how many match in all. With
+	// issueID, only that issue if the query matches it. What the tracker
+	// cannot run of q (a status it does not have) is ErrRejected.
+	Search(ctx context.Context, project string, q *Query, issueID string, offset, limit int) (*IssueList, error)
 	// Download opens the content of attachment id, to be streamed and
 	// closed by the caller. The tracker must start answering within the
 	// connector's timeout; the content then flows as long as ctx lasts.
@@ -89,6 +95,12 @@ type Issue struct {
 	// Markup names the format of the description and comments:
 	// "markdown" (CommonMark) or "textile"; "" is plain text.
 	Markup string `json:"markup"`
+}
+
+// IssueList is one page of the issues a query matches.
+type IssueList struct {
+	Issues []Issue `json:"issues"`
+	Total  int     `json:"total"`
 }
 
 // Field returns the field of id and whether the issue has it.

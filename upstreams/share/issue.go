@@ -3,6 +3,7 @@ package share
 import (
 	"context"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"slices"
@@ -138,7 +139,14 @@ func errItemGone() *problem.Details { return problem.NotFound(itemGone) }
 // viewIssue reads the issue of an ISSUE share from the tracker and keeps
 // what the share lets an outside party view.
 func viewIssue(ctx context.Context, h host.Host, rec *record) (*sharedIssue, error) {
-	in, err := h.Issue(ctx, rec.IssueID)
+	return viewIssueOf(ctx, h, rec, rec.IssueID, true)
+}
+
+// viewIssueOf reads issue id of the share's project and keeps what the
+// share lets the party view; writes says whether the page may offer its
+// forms (not yet for an issue opened from a list).
+func viewIssueOf(ctx context.Context, h host.Host, rec *record, id string, writes bool) (*sharedIssue, error) {
+	in, err := h.Issue(ctx, id)
 	switch {
 	case errors.Is(err, host.ErrNotFound):
 		return nil, errItemGone()
@@ -160,11 +168,11 @@ func viewIssue(ctx context.Context, h host.Host, rec *record) (*sharedIssue, err
 	out := &sharedIssue{ID: in.ID, Fields: []host.Field{}, Markup: in.Markup, edit: map[string]bool{},
 		rich: map[string]bool{"description": may("description", PermViewContent), "comment": may("comment", PermViewContent),
 			"attachment": may("attachment", PermViewContent)},
-		share: rec.UUID, upload: may("attachment", PermAdd)}
+		share: rec.UUID, upload: writes && may("attachment", PermAdd)}
 	for _, f := range in.Fields {
 		if views(f.ID) {
 			out.Fields = append(out.Fields, f)
-			out.edit[f.ID] = may(f.ID, PermEdit) && (slices.Contains(editable, f.ID) || isCustomField(f.ID))
+			out.edit[f.ID] = writes && may(f.ID, PermEdit) && (slices.Contains(editable, f.ID) || isCustomField(f.ID))
 		}
 	}
 	if views("comment") {
@@ -174,4 +182,124 @@ func viewIssue(ctx context.Context, h host.Host, rec *record) (*sharedIssue, err
 		out.Attachments = append([]host.Attachment{}, in.Attachments...)
 	}
 	return out, nil
+}
+
+// sharedList is what an outside party sees of a JQL share's query: one
+// page of the issues it matches, each with the fields the share lets it
+// view.
+type sharedList struct {
+	Total  int           `json:"total"`
+	Page   int           `json:"page"`
+	Pages  int           `json:"pages"`
+	Issues []sharedIssue `json:"issues"`
+	// columns are the names of the viewed fields, in the tracker's order.
+	columns []host.Field
+	share   string
+}
+
+// listPage is how many issues a list page shows.
+const listPage = 50
+
+// viewList runs the query of a JQL share for page (from 1).
+func viewList(ctx context.Context, h host.Host, rec *record, page int) (*sharedList, error) {
+	q, err := shareQuery(rec)
+	if err != nil {
+		return nil, err
+	}
+	list, err := h.Search(ctx, rec.ProjectID, q, "", (page-1)*listPage, listPage)
+	if err != nil {
+		return nil, searchError(err)
+	}
+	out := &sharedList{Total: list.Total, Page: page, Pages: max((list.Total+listPage-1)/listPage, 1), Issues: []sharedIssue{}, share: rec.UUID}
+	for i := range list.Issues {
+		in := &list.Issues[i]
+		row := sharedIssue{ID: in.ID, Fields: []host.Field{}, Markup: in.Markup}
+		for _, f := range in.Fields {
+			if rec.may(f.ID, PermView) && f.ID != "description" {
+				row.Fields = append(row.Fields, f)
+			}
+		}
+		if i == 0 {
+			out.columns = row.Fields
+		}
+		out.Issues = append(out.Issues, row)
+	}
+	return out, nil
+}
+
+// shareQuery is the parsed query of a JQL share; one that does not parse
+// (a share made before a tracker was connected) cannot be shown.
+func shareQuery(rec *record) (*host.Query, error) {
+	if rec.JQL == nil || rec.ProjectID == "" {
+		return nil, problem.New(http.StatusConflict, problem.CodeConflict, "this share has no query the issue tracker can run")
+	}
+	q, err := host.ParseJQL(*rec.JQL)
+	if err != nil {
+		return nil, problem.New(http.StatusConflict, problem.CodeConflict, "this share's query cannot be run: "+err.Error())
+	}
+	return q, nil
+}
+
+// searchError is the page's answer to a query that failed.
+func searchError(err error) error {
+	switch {
+	case errors.Is(err, host.ErrRejected):
+		return problem.New(http.StatusConflict, problem.CodeConflict, "the issue tracker cannot run this share's query: "+strings.TrimPrefix(err.Error(), host.ErrRejected.Error()+": "))
+	case errors.Is(err, host.ErrNotFound):
+		return errItemGone()
+	}
+	return errHostUnavailable()
+}
+
+// queryIssue reads issue id opened from a JQL share's list: only while
+// the query still matches it, else 404.
+func queryIssue(ctx context.Context, h host.Host, rec *record, id string) (*sharedIssue, error) {
+	q, err := shareQuery(rec)
+	if err != nil {
+		return nil, err
+	}
+	list, err := h.Search(ctx, rec.ProjectID, q, id, 0, 1)
+	if err != nil {
+		return nil, searchError(err)
+	}
+	if list.Total < 1 || len(list.Issues) != 1 || list.Issues[0].ID != id {
+		return nil, problem.NotFound("this share's query does not match that issue")
+	}
+	return viewIssueOf(ctx, h, rec, id, false)
+}
+
+// HTML is the list's part of the page: a table of the issues with the
+// viewed fields as columns, each issue linked to its page, and the
+// links to the other pages.
+func (l *sharedList) HTML() template.HTML {
+	var b strings.Builder
+	esc := template.HTMLEscapeString
+	fmt.Fprintf(&b, "<h2>Issues</h2>\n<p>%d issues match.</p>\n", l.Total)
+	if len(l.Issues) > 0 {
+		b.WriteString("<table><thead><tr><th>Issue</th>")
+		for _, c := range l.columns {
+			b.WriteString("<th>" + esc(c.Name) + "</th>")
+		}
+		b.WriteString("</tr></thead><tbody>\n")
+		for _, in := range l.Issues {
+			b.WriteString(`<tr><td><a href="/s/` + esc(l.share) + `/issues/` + esc(in.ID) + `">` + esc(in.ID) + "</a></td>")
+			for _, f := range in.Fields {
+				b.WriteString("<td>" + esc(f.Value) + "</td>")
+			}
+			b.WriteString("</tr>\n")
+		}
+		b.WriteString("</tbody></table>\n")
+	}
+	if l.Pages > 1 {
+		b.WriteString("<p>")
+		if l.Page > 1 {
+			fmt.Fprintf(&b, `<a href="/s/%s?page=%d">Previous</a> `, esc(l.share), l.Page-1)
+		}
+		fmt.Fprintf(&b, "Page %d of %d", l.Page, l.Pages)
+		if l.Page < l.Pages {
+			fmt.Fprintf(&b, ` <a href="/s/%s?page=%d">Next</a>`, esc(l.share), l.Page+1)
+		}
+		b.WriteString("</p>\n")
+	}
+	return template.HTML(b.String())
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,8 @@ type fakeTracker struct {
 	files     map[string]string
 	downloads int
 	err       error
+	// match decides which issues a query matches; nil: all.
+	match func(*host.Issue, *host.Query) bool
 }
 
 func (*fakeTracker) Platform() string { return "fake" }
@@ -77,6 +80,27 @@ func (f *fakeTracker) AddAttachment(_ context.Context, id, name, contentType str
 	}
 	f.files[att.ID] = string(b)
 	return nil
+}
+
+// Search lists the issues of project in id order that match holds for
+// (every one when match is nil).
+func (f *fakeTracker) Search(_ context.Context, project string, q *host.Query, issueID string, offset, limit int) (*host.IssueList, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	ids := slices.Sorted(maps.Keys(f.issues))
+	out := &host.IssueList{Issues: []host.Issue{}}
+	for _, id := range ids {
+		in := f.issues[id]
+		if in.Project.ID != project || (issueID != "" && id != issueID) || (f.match != nil && !f.match(in, q)) {
+			continue
+		}
+		if out.Total >= offset && len(out.Issues) < limit {
+			out.Issues = append(out.Issues, *in)
+		}
+		out.Total++
+	}
+	return out, nil
 }
 
 func (f *fakeTracker) Download(_ context.Context, id string) (io.ReadCloser, error) {
@@ -381,5 +405,61 @@ func TestCreateWithTracker(t *testing.T) {
 				t.Errorf("update with EDIT on priority: %v", err)
 			}
 		})
+	})
+}
+
+// TestJQLPages: with a tracker connected, a JQL share's page lists the
+// issues its query matches in its project, 50 a page, with the viewed
+// fields as columns, each opening at /s/{uuid}/issues/{id} with the
+// issue rules; an issue the query does not match, or of another project,
+// is 404: a share never leads outside its query.
+func TestJQLPages(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		tracker := &fakeTracker{issues: map[string]*host.Issue{}}
+		for i := 1; i <= 60; i++ {
+			in := trackerIssue()
+			in.ID = strconv.Itoa(1000 + i)
+			in.Fields[0].Value = "Issue number " + in.ID
+			tracker.issues[in.ID] = in
+		}
+		elsewhere := trackerIssue()
+		elsewhere.ID, elsewhere.Project = "2001", host.Project{ID: "other", Number: "9"}
+		tracker.issues["2001"] = elsewhere
+		// The query matches every issue but 1060.
+		tracker.match = func(in *host.Issue, q *host.Query) bool { return q != nil && in.ID != "1060" }
+		e.viewer = NewViewer(e.store, tracker)
+		sh := e.create(alice, &CreateRequest{Type: TypeJQL, ProjectID: str("acme"), JQL: str("status = Open ORDER BY created DESC"),
+			FieldsConfig: &FieldsConfig{FieldConfigs: map[string]FieldConfig{"summary": {FieldPermissions: []string{PermView}},
+				"description": {FieldPermissions: []string{PermView}}}}}).UUID
+
+		page := e.page("GET", "/s/"+sh, htmlAccept, "", "", "203.0.113.3").Body.String()
+		for _, want := range []string{"59 issues match.", `<a href="/s/` + sh + `/issues/1001">1001</a>`, "<th>Subject</th>",
+			"Issue number 1050", "Page 1 of 2", `<a href="/s/` + sh + `?page=2">Next</a>`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("the list lacks %q", want)
+			}
+		}
+		if strings.Contains(page, "Issue number 1051") || strings.Contains(page, "<th>Status</th>") {
+			t.Errorf("the first page shows the 51st issue or an unshared column")
+		}
+		if p2 := e.page("GET", "/s/"+sh+"?page=2", htmlAccept, "", "", "203.0.113.3").Body.String(); !strings.Contains(p2, "Issue number 1059") || strings.Contains(p2, "Issue number 1060") {
+			t.Errorf("the second page:\n%s", p2)
+		}
+		w := e.page("GET", "/s/"+sh, jsonAccept, "", "", "203.0.113.3")
+		if !strings.Contains(w.Body.String(), `"list":{"total":59,"page":1,"pages":2,"issues":[{"id":"1001","fields":[{"id":"summary"`) {
+			t.Errorf("JSON list: %.300s", w.Body)
+		}
+
+		issue := e.page("GET", "/s/"+sh+"/issues/1010", htmlAccept, "", "", "203.0.113.3")
+		if issue.Code != 200 || !strings.Contains(issue.Body.String(), "Issue number 1010") || strings.Contains(issue.Body.String(), "/comments") {
+			t.Errorf("an issue of the list: %d", issue.Code)
+		}
+		for _, id := range []string{"1060", "2001", "9999", "abc"} {
+			wantProblem(t, e.page("GET", "/s/"+sh+"/issues/"+id, jsonAccept, "", "", "203.0.113.3"), 404, "not_found")
+		}
+		tracker.err = host.ErrUnavailable
+		wantProblem(t, e.page("GET", "/s/"+sh, jsonAccept, "", "", "203.0.113.3"), 503, "host_unavailable")
+		tracker.err = nil
 	})
 }

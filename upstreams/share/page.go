@@ -137,6 +137,7 @@ button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;
 </dl>
 {{if not .Tracker}}<p class="note">No issue tracker is connected to this gateway: the page shows what is shared, not the issue itself.</p>{{end}}
 {{with .Issue}}{{.HTML $.CommentURL}}{{end}}
+{{with .List}}{{.HTML}}{{end}}
 {{if $.Fields}}
 <table>
 <thead><tr><th>Field</th><th>View</th><th>View content</th><th>Add</th><th>Edit</th></tr></thead>

@@ -19,9 +19,11 @@ import (
 
 // The public page's routes, under /s/ and without an API key.
 const (
-	pagePattern   = "/s/{uuid}"
-	unlockPattern = "/s/{uuid}/unlock"
-	maxUnlockBody = 64 << 10
+	pagePattern = "/s/{uuid}"
+	// listIssuePattern is an issue opened from a JQL share's list.
+	listIssuePattern = "/s/{uuid}/issues/{issue}"
+	unlockPattern    = "/s/{uuid}/unlock"
+	maxUnlockBody    = 64 << 10
 )
 
 // publicView is what an outside party sees of a share: what is shared,
@@ -38,6 +40,9 @@ type publicView struct {
 	// Issue is the shared issue as the tracker has it, when a tracker is
 	// connected and the share is of an issue.
 	Issue *sharedIssue `json:"issue,omitempty"`
+	// List is the page of issues a JQL share's query matches, when a
+	// tracker is connected.
+	List *sharedList `json:"list,omitempty"`
 	// Tracker says whether an issue tracker is connected.
 	Tracker bool `json:"trackerConnected"`
 }
@@ -64,6 +69,7 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 	v := &viewer{s: s, host: h}
 	mux := http.NewServeMux()
 	mux.HandleFunc(http.MethodGet+" "+pagePattern, v.page)
+	mux.HandleFunc(http.MethodGet+" "+listIssuePattern, v.page)
 	mux.HandleFunc(http.MethodPost+" "+unlockPattern, v.unlock)
 	mux.HandleFunc(http.MethodPost+" "+commentPattern, v.comment)
 	mux.HandleFunc(http.MethodPost+" "+fieldPattern, v.field)
@@ -72,7 +78,8 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var allow string
 		switch {
-		case keystore.MatchPattern(pagePattern, r.URL.Path), keystore.MatchPattern(attachmentPattern, r.URL.Path):
+		case keystore.MatchPattern(pagePattern, r.URL.Path), keystore.MatchPattern(attachmentPattern, r.URL.Path),
+			keystore.MatchPattern(listIssuePattern, r.URL.Path):
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				allow = "GET, HEAD"
 			}
@@ -214,11 +221,28 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 	}
 	view := newPublicView(rec)
 	view.Tracker = v.host != nil
-	if v.host != nil && rec.Type == TypeIssue {
-		if view.Issue, err = viewIssue(r.Context(), v.host, rec); err != nil {
-			v.fail(w, r, err)
-			return
+	issueID := r.PathValue("issue")
+	switch {
+	case v.host == nil && issueID != "":
+		v.fail(w, r, problem.NotFound("no such page"))
+		return
+	case v.host == nil:
+	case rec.Type == TypeIssue && issueID == "":
+		view.Issue, err = viewIssue(r.Context(), v.host, rec)
+	case rec.Type == TypeJQL && issueID != "":
+		view.Issue, err = queryIssue(r.Context(), v.host, rec, issueID)
+	case rec.Type == TypeJQL:
+		page, perr := strconv.Atoi(r.URL.Query().Get("page"))
+		if perr != nil || page < 1 {
+			page = 1
 		}
+		view.List, err = viewList(r.Context(), v.host, rec, page)
+	case issueID != "":
+		err = problem.NotFound("no such page")
+	}
+	if err != nil {
+		v.fail(w, r, err)
+		return
 	}
 	if reply.WantsJSON(r) {
 		reply.JSON(w, http.StatusOK, view)
@@ -230,7 +254,7 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &pageData{Status: http.StatusOK, Title: title, View: view,
 		Fields: pageFields(rec.FieldsConfig), Expires: formatMillis(view.Expiration)}
-	if view.Issue != nil && rec.may("comment", PermAdd) {
+	if view.Issue != nil && issueID == "" && rec.may("comment", PermAdd) {
 		d.CommentURL = "/s/" + rec.UUID + "/comments"
 	}
 	writePage(w, d)

@@ -301,7 +301,14 @@ func (r *Redmine) Issue(ctx context.Context, id string) (*host.Issue, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &host.Issue{ID: strconv.Itoa(in.ID), Project: *project, Markup: markup(r.cfg.Markup)}
+	out := r.issue(in, *project)
+	return &out, nil
+}
+
+// issue is in as the APIs see it: fields by Jira's ids, public comments
+// only, attachments.
+func (r *Redmine) issue(in *redmineIssue, project host.Project) host.Issue {
+	out := host.Issue{ID: strconv.Itoa(in.ID), Project: project, Markup: markup(r.cfg.Markup)}
 	add := func(id, name, value string) {
 		out.Fields = append(out.Fields, host.Field{ID: id, Name: name, Value: value})
 	}
@@ -334,7 +341,7 @@ func (r *Redmine) Issue(ctx context.Context, id string) (*host.Issue, error) {
 		out.Attachments = append(out.Attachments, host.Attachment{ID: strconv.Itoa(a.ID), Name: a.Filename,
 			Size: a.Filesize, ContentType: a.ContentType, Created: parseTime(a.CreatedOn)})
 	}
-	return out, nil
+	return out
 }
 
 // AddComment implements host.Host: a note on the issue, public, as

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,6 +144,63 @@ func TestAgainstRedmine(t *testing.T) {
 		}
 		if err := r.UpdateField(ctx, id, "duedate", "1999-01-01"); !errors.Is(err, host.ErrRejected) {
 			t.Errorf("a due date before the start: %v, want rejected with Redmine's reason", err)
+		}
+	})
+
+	t.Run("queries", func(t *testing.T) {
+		r, err := New(Config{URL: rm.URL, APIKey: bot.APIKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := rm.CreateIssue(t, "acme", "Scanner is slow", "Takes a minute a page.", map[string]any{"due_date": "2027-02-01"})
+		ctx := context.Background()
+		for _, tt := range []struct {
+			jql  string
+			want []int // in order
+		}{
+			{`text ~ "printer"`, []int{issue}},
+			{`text ~ "minute"`, nil}, // only in a description: Redmine filters the subject
+			{`status = New ORDER BY created DESC`, []int{second, issue}},
+			{`status = New ORDER BY created ASC`, []int{issue, second}},
+			{`duedate >= 2027-01-20`, []int{second}},
+			{`duedate <= 2027-01-20 AND duedate >= 2027-01-01`, []int{issue}},
+			{`statusCategory = Done`, nil},
+			{`assignee is EMPTY AND issuetype in (Bug, Feature, Support)`, []int{issue, second}},
+		} {
+			q, err := host.ParseJQL(tt.jql)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, err := r.Search(ctx, "acme", q, "", 0, 50)
+			if err != nil {
+				t.Fatalf("%s: %v", tt.jql, err)
+			}
+			var got []int
+			for _, in := range list.Issues {
+				n, _ := strconv.Atoi(in.ID)
+				got = append(got, n)
+			}
+			if tt.jql == `assignee is EMPTY AND issuetype in (Bug, Feature, Support)` {
+				slices.Sort(got)
+			}
+			if !slices.Equal(got, tt.want) || list.Total != len(tt.want) {
+				t.Errorf("%s: %v (total %d), want %v", tt.jql, got, list.Total, tt.want)
+			}
+		}
+		q, _ := host.ParseJQL(`text ~ "printer"`)
+		if l, err := r.Search(ctx, "acme", q, strconv.Itoa(second), 0, 50); err != nil || l.Total != 0 {
+			t.Errorf("an issue outside the query: %+v %v", l, err)
+		}
+		if l, err := r.Search(ctx, "acme", q, strconv.Itoa(issue), 0, 50); err != nil || l.Total != 1 {
+			t.Errorf("an issue of the query: %+v %v", l, err)
+		}
+		q, _ = host.ParseJQL(`status = Nonexistent`)
+		if _, err := r.Search(ctx, "acme", q, "", 0, 50); !errors.Is(err, host.ErrRejected) {
+			t.Errorf("an unknown status: %v", err)
+		}
+		q, _ = host.ParseJQL(`status = New`)
+		if l, err := r.Search(ctx, "acme", q, "", 0, 50); err != nil || slices.ContainsFunc(l.Issues, func(in host.Issue) bool { return in.ID == strconv.Itoa(private) }) {
+			t.Errorf("a private issue in a list: %+v %v", l, err)
 		}
 	})
 
