@@ -11,7 +11,10 @@ import (
 // Query is a parsed JQL query of the subset keygate takes on every
 // tracker: clauses joined by AND, and an optional ORDER BY.
 type Query struct {
-	Clauses []Clause
+	// SavedQuery names a query saved on the tracker (a board's, on
+	// Redmine), run as the tracker has it; Clauses are then empty.
+	SavedQuery string
+	Clauses    []Clause
 	// OrderBy is the field to sort by ("" for the tracker's order), Desc
 	// its direction.
 	OrderBy string

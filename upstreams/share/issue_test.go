@@ -463,3 +463,53 @@ func TestJQLPages(t *testing.T) {
 		tracker.err = nil
 	})
 }
+
+// TestBoardAndTimeline: with a tracker connected, a BOARD share shows
+// its project's issues in a column per status, a TIMELINE share those
+// with a start or due date as bars of an SVG drawn on the server; each
+// issue opens while the share shows it, any other is 404.
+func TestBoardAndTimeline(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		tracker := &fakeTracker{issues: map[string]*host.Issue{}}
+		for i, st := range []string{"New", "In Progress", "New", "Closed"} {
+			in := trackerIssue()
+			in.ID = strconv.Itoa(101 + i)
+			in.Fields[0].Value = "Card " + in.ID
+			in.Fields[2].Value = st
+			if i < 2 {
+				in.Fields = append(in.Fields, host.Field{ID: "startdate", Name: "Start date", Value: "2026-11-0" + strconv.Itoa(2+i)},
+					host.Field{ID: "duedate", Name: "Due date", Value: "2027-01-1" + strconv.Itoa(i)})
+			}
+			tracker.issues[in.ID] = in
+		}
+		e.viewer = NewViewer(e.store, tracker)
+		fields := &FieldsConfig{FieldConfigs: map[string]FieldConfig{"summary": {FieldPermissions: []string{PermView}}, "status": {FieldPermissions: []string{PermView}}}}
+		board := e.create(alice, &CreateRequest{Type: TypeBoard, ProjectID: str("acme"), Board: &Board{ID: "7"}, FieldsConfig: fields}).UUID
+		timeline := e.create(alice, &CreateRequest{Type: TypeTimeline, ProjectID: str("acme"), FieldsConfig: fields}).UUID
+
+		page := e.page("GET", "/s/"+board, htmlAccept, "", "", "203.0.113.4").Body.String()
+		for _, want := range []string{"<h3>New</h3>", "<h3>In Progress</h3>", "<h3>Closed</h3>", `<a href="/s/` + board + `/issues/103">103</a>`, "Card 104"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("the board lacks %q", want)
+			}
+		}
+		if strings.Index(page, "Card 101") > strings.Index(page, "<h3>In Progress</h3>") || strings.Index(page, "Card 103") > strings.Index(page, "<h3>In Progress</h3>") {
+			t.Errorf("the New cards are not in the New column")
+		}
+		tl := e.page("GET", "/s/"+timeline, htmlAccept, "", "", "203.0.113.4").Body.String()
+		for _, want := range []string{`<svg class="timeline"`, "Nov 2026", "Jan 2027", `<a href="/s/` + timeline + `/issues/101">`, "101: 2026-11-02 to 2027-01-10"} {
+			if !strings.Contains(tl, want) {
+				t.Errorf("the timeline lacks %q", want)
+			}
+		}
+		if strings.Contains(tl, "/issues/103") || strings.Contains(tl, "<script") {
+			t.Errorf("the timeline shows an issue without dates, or a script")
+		}
+		if w := e.page("GET", "/s/"+board+"/issues/104", jsonAccept, "", "", "203.0.113.4"); w.Code != 200 {
+			t.Errorf("a card's issue: %d %s", w.Code, w.Body)
+		}
+		wantProblem(t, e.page("GET", "/s/"+timeline+"/issues/103", jsonAccept, "", "", "203.0.113.4"), 404, "not_found")
+		wantProblem(t, e.page("GET", "/s/"+board+"/issues/999", jsonAccept, "", "", "203.0.113.4"), 404, "not_found")
+	})
+}

@@ -112,6 +112,9 @@ form{display:grid;gap:.8rem;max-width:22rem}
 label{display:grid;gap:.25rem;font-size:.9rem;color:#5e6c84}
 input,textarea{font:inherit;padding:.45rem .55rem;border:1px solid #c1c7d0;border-radius:4px}
 form.wide{max-width:none}
+.board{display:flex;gap:.8rem;overflow-x:auto}.board section{flex:1;min-width:10rem;background:#f4f5f7;border-radius:6px;padding:.5rem}
+.board h3{font-size:.95rem;margin:.2rem 0 .5rem}.card{background:#fff;border-radius:4px;box-shadow:0 1px 2px rgba(9,30,66,.2);padding:.5rem;margin:0 0 .5rem}
+svg.timeline{width:100%;height:auto}
 form.edit{display:flex;gap:.4rem;max-width:none;margin:.3rem 0 0}form.edit input,form.edit textarea{flex:1}
 button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;color:#fff;cursor:pointer}
 </style>
@@ -138,6 +141,7 @@ button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;
 {{if not .Tracker}}<p class="note">No issue tracker is connected to this gateway: the page shows what is shared, not the issue itself.</p>{{end}}
 {{with .Issue}}{{.HTML $.CommentURL}}{{end}}
 {{with .List}}{{.HTML}}{{end}}
+{{with .BoardIssues}}{{.HTML}}{{end}}
 {{if $.Fields}}
 <table>
 <thead><tr><th>Field</th><th>View</th><th>View content</th><th>Add</th><th>Edit</th></tr></thead>

@@ -43,6 +43,9 @@ type publicView struct {
 	// List is the page of issues a JQL share's query matches, when a
 	// tracker is connected.
 	List *sharedList `json:"list,omitempty"`
+	// Board is the issues of a BOARD or TIMELINE share, when a tracker
+	// is connected.
+	BoardIssues *sharedBoard `json:"boardIssues,omitempty"`
 	// Tracker says whether an issue tracker is connected.
 	Tracker bool `json:"trackerConnected"`
 }
@@ -237,6 +240,10 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 			page = 1
 		}
 		view.List, err = viewList(r.Context(), v.host, rec, page)
+	case (rec.Type == TypeBoard || rec.Type == TypeTimeline) && issueID != "":
+		view.Issue, err = boardIssue(r.Context(), v.host, rec, issueID)
+	case rec.Type == TypeBoard || rec.Type == TypeTimeline:
+		view.BoardIssues, err = viewBoard(r.Context(), v.host, rec)
 	case issueID != "":
 		err = problem.NotFound("no such page")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -193,6 +194,13 @@ func TestAgainstRedmine(t *testing.T) {
 		}
 		if l, err := r.Search(ctx, "acme", q, strconv.Itoa(issue), 0, 50); err != nil || l.Total != 1 {
 			t.Errorf("an issue of the query: %+v %v", l, err)
+		}
+		saved := rm.CreateSavedQuery(t, "acme", "Scanner issues", url.Values{"f[]": {"subject"}, "op[subject]": {"~"}, "v[subject][]": {"scanner"}})
+		if l, err := r.Search(ctx, "acme", &host.Query{SavedQuery: strconv.Itoa(saved)}, "", 0, 50); err != nil || l.Total != 1 || l.Issues[0].ID != strconv.Itoa(second) {
+			t.Errorf("a saved query: %+v %v", l, err)
+		}
+		if _, err := r.Search(ctx, "acme", &host.Query{SavedQuery: "99999"}, "", 0, 50); !errors.Is(err, host.ErrNotFound) {
+			t.Errorf("an unknown saved query: %v", err)
 		}
 		q, _ = host.ParseJQL(`status = Nonexistent`)
 		if _, err := r.Search(ctx, "acme", q, "", 0, 50); !errors.Is(err, host.ErrRejected) {

@@ -22,6 +22,15 @@ func (r *Redmine) Search(ctx context.Context, project string, q *host.Query, iss
 	v := url.Values{"project_id": {project}, "offset": {strconv.Itoa(offset)}, "limit": {strconv.Itoa(limit)}}
 	// Every status unless the query says: JQL has no default of open.
 	filters := map[string]filter{"status_id": {op: "*"}}
+	if q.SavedQuery != "" {
+		// The saved query's own filters, statuses included (an unknown
+		// query is Redmine's 404).
+		if _, err := strconv.ParseUint(q.SavedQuery, 10, 31); err != nil {
+			return nil, host.ErrNotFound
+		}
+		v.Set("query_id", q.SavedQuery)
+		delete(filters, "status_id")
+	}
 	if issueID != "" {
 		if _, err := strconv.ParseUint(issueID, 10, 31); err != nil {
 			return &host.IssueList{}, nil
