@@ -27,12 +27,9 @@ func (v *viewer) attachment(w http.ResponseWriter, r *http.Request) {
 		v.fail(w, r, err)
 		return
 	}
-	if rec.gated() {
-		e, ok := v.s.unlockedBy(r, rec, now)
-		if !ok || (rec.selectedOnly() && !rec.onList(e)) {
-			v.fail(w, r, problem.New(http.StatusUnauthorized, problem.CodeForbidden, "open the share first"))
-			return
-		}
+	if _, ok := v.s.openedBy(r, rec, now); !ok {
+		v.fail(w, r, errNotOpened())
+		return
 	}
 	if v.host == nil || rec.Type != TypeIssue || !rec.may("attachment", PermViewContent) {
 		v.fail(w, r, problem.NotFound("no such attachment"))

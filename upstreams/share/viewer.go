@@ -205,18 +205,14 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 		v.fail(w, r, err)
 		return
 	}
-	var email string
-	if rec.gated() {
-		e, ok := v.s.unlockedBy(r, rec, now)
-		if !ok || (rec.selectedOnly() && !rec.onList(e)) {
-			status := http.StatusUnauthorized
-			if !reply.WantsJSON(r) {
-				status = http.StatusOK // a person opening a link gets the form, not an error
-			}
-			v.locked(w, r, rec, status, lockedMessage, "")
-			return
+	email, ok := v.s.openedBy(r, rec, now)
+	if !ok {
+		status := http.StatusUnauthorized
+		if !reply.WantsJSON(r) {
+			status = http.StatusOK // a person opening a link gets the form, not an error
 		}
-		email = e
+		v.locked(w, r, rec, status, lockedMessage, "")
+		return
 	}
 	if r.Method == http.MethodGet {
 		v.s.recordPageEvent(rec.ID, Activity{Timestamp: now.UnixMilli(), Source: activitySource,
@@ -265,6 +261,26 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 		d.CommentURL = "/s/" + rec.UUID + "/comments"
 	}
 	writePage(w, d)
+}
+
+// openedBy reports whether req may see rec: an open share, or one its
+// unlock cookie opened (for a share limited to selected users, by an
+// e-mail on the list); email is the unlocking one.
+func (s *Store) openedBy(req *http.Request, rec *record, now time.Time) (email string, ok bool) {
+	if !rec.gated() {
+		return "", true
+	}
+	email, ok = s.unlockedBy(req, rec, now)
+	if !ok || (rec.selectedOnly() && !rec.onList(email)) {
+		return "", false
+	}
+	return email, true
+}
+
+// errNotOpened is the refusal of a write or download by a party that
+// has not unlocked the share.
+func errNotOpened() *problem.Details {
+	return problem.New(http.StatusUnauthorized, problem.CodeForbidden, "open the share first")
 }
 
 func ipString(r *http.Request) *string {

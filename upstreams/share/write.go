@@ -184,14 +184,10 @@ func (v *viewer) write(w http.ResponseWriter, r *http.Request, field, perm strin
 		v.fail(w, r, err)
 		return
 	}
-	var email string
-	if rec.gated() {
-		e, ok := v.s.unlockedBy(r, rec, now)
-		if !ok || (rec.selectedOnly() && !rec.onList(e)) {
-			v.fail(w, r, problem.New(http.StatusUnauthorized, problem.CodeForbidden, "open the share first"))
-			return
-		}
-		email = e
+	email, ok := v.s.openedBy(r, rec, now)
+	if !ok {
+		v.fail(w, r, errNotOpened())
+		return
 	}
 	switch {
 	case v.host == nil || rec.Type != TypeIssue:

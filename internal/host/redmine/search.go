@@ -190,12 +190,8 @@ func (r *Redmine) translate(ctx context.Context, project string, c host.Clause, 
 		return byName("/projects/"+url.PathEscape(project)+"/versions.json", "versions", "fixed_version_id", c.Values)
 	case "assignee", "reporter":
 		field := map[string]string{"assignee": "assigned_to_id", "reporter": "author_id"}[c.Field]
-		switch c.Op {
-		case "is empty":
-			filters[field] = filter{op: "!*"}
-			return nil
-		case "is not empty":
-			filters[field] = filter{op: "*"}
+		if f, ok := emptiness(c.Op); ok {
+			filters[field] = f
 			return nil
 		}
 		id, err := r.member(ctx, project, c.Values[0])
@@ -209,12 +205,8 @@ func (r *Redmine) translate(ctx context.Context, project string, c host.Clause, 
 		filters["subject"] = filter{op: "~", values: c.Values}
 	case "created", "updated", "duedate":
 		field := map[string]string{"created": "created_on", "updated": "updated_on", "duedate": "due_date"}[c.Field]
-		switch c.Op {
-		case "is empty":
-			filters[field] = filter{op: "!*"}
-			return nil
-		case "is not empty":
-			filters[field] = filter{op: "*"}
+		if f, ok := emptiness(c.Op); ok {
+			filters[field] = f
 			return nil
 		}
 		day, err := jqlDay(c.Values[0], time.Now().UTC())
@@ -234,6 +226,17 @@ func (r *Redmine) translate(ctx context.Context, project string, c host.Clause, 
 		}
 	}
 	return nil
+}
+
+// emptiness is Redmine's filter of JQL's is [not] EMPTY.
+func emptiness(op string) (filter, bool) {
+	switch op {
+	case "is empty":
+		return filter{op: "!*"}, true
+	case "is not empty":
+		return filter{op: "*"}, true
+	}
+	return filter{}, false
 }
 
 // ids are the ids of names (case-insensitive) in the list Redmine
