@@ -12,8 +12,12 @@ import (
 	"github.com/keygate/keygate/internal/problem"
 )
 
-// attachmentPattern downloads an attachment of a shared issue.
-const attachmentPattern = "/s/{uuid}/attachments/{id}"
+// attachmentPattern downloads an attachment of a shared issue, and
+// listAttachmentPattern one of an issue opened from a list.
+const (
+	attachmentPattern     = "/s/{uuid}/attachments/{id}"
+	listAttachmentPattern = "/s/{uuid}/issues/{issue}/attachments/{id}"
+)
 
 // attachment streams an attachment of the shared issue, where the share
 // lets the party view the attachments' content (VIEW_CONTENT): only one
@@ -31,11 +35,17 @@ func (v *viewer) attachment(w http.ResponseWriter, r *http.Request) {
 		v.fail(w, r, errNotOpened())
 		return
 	}
-	if v.host == nil || rec.Type != TypeIssue || !rec.may("attachment", PermViewContent) {
+	listed := r.PathValue("issue")
+	if v.host == nil || (rec.Type == TypeIssue) == (listed != "") || !rec.may("attachment", PermViewContent) {
 		v.fail(w, r, problem.NotFound("no such attachment"))
 		return
 	}
-	in, err := viewIssue(r.Context(), v.host, rec)
+	var in *sharedIssue
+	if listed != "" {
+		in, err = listedIssue(r.Context(), v.host, rec, listed)
+	} else {
+		in, err = viewIssue(r.Context(), v.host, rec)
+	}
 	if err != nil {
 		v.fail(w, r, err)
 		return

@@ -63,7 +63,7 @@ func boardIssue(ctx context.Context, h host.Host, rec *record, id string) (*shar
 	if !slices.ContainsFunc(issues, func(in host.Issue) bool { return in.ID == id }) {
 		return nil, problem.NotFound("this share does not show that issue")
 	}
-	return viewIssueOf(ctx, h, rec, id, false)
+	return viewIssueOf(ctx, h, rec, id, true)
 }
 
 // sharedBoard is a BOARD or TIMELINE share's issues as an outside party

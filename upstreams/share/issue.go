@@ -29,10 +29,11 @@ type sharedIssue struct {
 	// share lets the party view rendered, and attachment when it may
 	// download them: VIEW_CONTENT.
 	rich map[string]bool
-	// share is the share's uuid, for the attachments' links; edit names
-	// the fields the party may change from the page.
-	share string
-	edit  map[string]bool
+	// base is the issue's page (/s/{uuid}, or /s/{uuid}/issues/{id} for
+	// one opened from a list), for its links and forms; edit names the
+	// fields the party may change from the page.
+	base string
+	edit map[string]bool
 	// upload is set when the party may attach files (ADD on attachment).
 	upload bool
 }
@@ -60,7 +61,7 @@ func (s *sharedIssue) HTML(commentURL string) template.HTML {
 		for _, f := range s.Fields {
 			b.WriteString("<dt>" + esc(f.Name) + "</dt><dd>" + string(s.Show(f)))
 			if s.edit[f.ID] {
-				action := "/s/" + esc(s.share) + "/fields/" + esc(f.ID)
+				action := esc(s.base) + "/fields/" + esc(f.ID)
 				input := `<input name="value" value="` + esc(f.Value) + `" aria-label="New ` + esc(f.Name) + `">`
 				if f.ID == "description" {
 					input = `<textarea name="value" rows="5" aria-label="New ` + esc(f.Name) + `">` + esc(f.Value) + `</textarea>`
@@ -82,7 +83,7 @@ func (s *sharedIssue) HTML(commentURL string) template.HTML {
 		for _, a := range s.Attachments {
 			name := esc(a.Name)
 			if s.rich["attachment"] {
-				name = `<a href="/s/` + esc(s.share) + `/attachments/` + esc(a.ID) + `" download>` + name + `</a>`
+				name = `<a href="` + esc(s.base) + `/attachments/` + esc(a.ID) + `" download>` + name + `</a>`
 			}
 			b.WriteString("<tr><td>" + name + "</td><td>" + fileSize(a.Size) + "</td><td>" + esc(a.ContentType) + "</td></tr>\n")
 		}
@@ -90,7 +91,7 @@ func (s *sharedIssue) HTML(commentURL string) template.HTML {
 	}
 	if s.upload {
 		b.WriteString(`<h2>Attach a file</h2>
-<form method="post" action="/s/` + esc(s.share) + `/attachments" enctype="multipart/form-data" class="wide">
+<form method="post" action="` + esc(s.base) + `/attachments" enctype="multipart/form-data" class="wide">
 <label>A file of at most 10 MiB<input type="file" name="file" required></label>
 <button type="submit">Attach the file</button>
 </form>
@@ -168,7 +169,7 @@ func viewIssueOf(ctx context.Context, h host.Host, rec *record, id string, write
 	out := &sharedIssue{ID: in.ID, Fields: []host.Field{}, Markup: in.Markup, edit: map[string]bool{},
 		rich: map[string]bool{"description": may("description", PermViewContent), "comment": may("comment", PermViewContent),
 			"attachment": may("attachment", PermViewContent)},
-		share: rec.UUID, upload: writes && may("attachment", PermAdd)}
+		base: issueBase(rec, id), upload: writes && may("attachment", PermAdd)}
 	for _, f := range in.Fields {
 		if views(f.ID) {
 			out.Fields = append(out.Fields, f)
@@ -251,6 +252,27 @@ func searchError(err error) error {
 	return errHostUnavailable()
 }
 
+// issueBase is the page of issue id of rec: the share's own for its
+// issue, else the page of an issue opened from its list.
+func issueBase(rec *record, id string) string {
+	if rec.Type == TypeIssue {
+		return "/s/" + rec.UUID
+	}
+	return "/s/" + rec.UUID + "/issues/" + id
+}
+
+// listedIssue reads issue id opened from a JQL share's list, a board or
+// a timeline: only while the share shows it, else 404.
+func listedIssue(ctx context.Context, h host.Host, rec *record, id string) (*sharedIssue, error) {
+	switch rec.Type {
+	case TypeJQL:
+		return queryIssue(ctx, h, rec, id)
+	case TypeBoard, TypeTimeline:
+		return boardIssue(ctx, h, rec, id)
+	}
+	return nil, problem.NotFound("no such page")
+}
+
 // queryIssue reads issue id opened from a JQL share's list: only while
 // the query still matches it, else 404.
 func queryIssue(ctx context.Context, h host.Host, rec *record, id string) (*sharedIssue, error) {
@@ -265,7 +287,7 @@ func queryIssue(ctx context.Context, h host.Host, rec *record, id string) (*shar
 	if list.Total < 1 || len(list.Issues) != 1 || list.Issues[0].ID != id {
 		return nil, problem.NotFound("this share's query does not match that issue")
 	}
-	return viewIssueOf(ctx, h, rec, id, false)
+	return viewIssueOf(ctx, h, rec, id, true)
 }
 
 // HTML is the list's part of the page: a table of the issues with the

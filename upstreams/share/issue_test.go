@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -461,6 +462,32 @@ func TestJQLPages(t *testing.T) {
 		tracker.err = host.ErrUnavailable
 		wantProblem(t, e.page("GET", "/s/"+sh, jsonAccept, "", "", "203.0.113.3"), 503, "host_unavailable")
 		tracker.err = nil
+
+		// Writes and downloads on an issue opened from the list: only
+		// while the query matches it.
+		talk := e.create(alice, &CreateRequest{Type: TypeJQL, ProjectID: str("acme"), JQL: str("status = Open"),
+			FieldsConfig: &FieldsConfig{FieldConfigs: map[string]FieldConfig{"comment": {FieldPermissions: []string{PermView, PermAdd}},
+				"attachment": {FieldPermissions: []string{PermView, PermViewContent}}}}}).UUID
+		tracker.files = map[string]string{"9": "JPEG bytes"}
+		if p := e.page("GET", "/s/"+talk+"/issues/1010", htmlAccept, "", "", "203.0.113.3").Body.String(); !strings.Contains(p, `action="/s/`+talk+`/issues/1010/comments"`) ||
+			!strings.Contains(p, `href="/s/`+talk+`/issues/1010/attachments/9"`) {
+			t.Errorf("the listed issue's forms and links:\n%s", p)
+		}
+		w = e.page("POST", "/s/"+talk+"/issues/1010/comments", htmlAccept, formType, "body=From+the+list", "203.0.113.3")
+		if c := tracker.issues["1010"].Comments; w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/s/"+talk+"/issues/1010" ||
+			!strings.HasSuffix(c[len(c)-1].Body, "From the list") {
+			t.Errorf("a comment on a listed issue: %d %s", w.Code, w.Header())
+		}
+		before := len(tracker.issues["1060"].Comments)
+		wantProblem(t, e.page("POST", "/s/"+talk+"/issues/1060/comments", jsonAccept, formType, "body=x", "203.0.113.3"), 404, "not_found")
+		if len(tracker.issues["1060"].Comments) != before {
+			t.Errorf("a comment reached an issue outside the query")
+		}
+		if dl := e.page("GET", "/s/"+talk+"/issues/1010/attachments/9", "", "", "", "203.0.113.3"); dl.Code != 200 || dl.Body.String() != "JPEG bytes" {
+			t.Errorf("a download from a listed issue: %d", dl.Code)
+		}
+		wantProblem(t, e.page("GET", "/s/"+talk+"/issues/1060/attachments/9", jsonAccept, "", "", "203.0.113.3"), 404, "not_found")
+		wantProblem(t, e.page("POST", "/s/"+talk+"/comments", jsonAccept, formType, "body=x", "203.0.113.3"), 404, "not_found")
 	})
 }
 

@@ -77,17 +77,23 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 	mux.HandleFunc(http.MethodPost+" "+commentPattern, v.comment)
 	mux.HandleFunc(http.MethodPost+" "+fieldPattern, v.field)
 	mux.HandleFunc(http.MethodPost+" "+uploadPattern, v.upload)
+	mux.HandleFunc(http.MethodPost+" "+listCommentPattern, v.comment)
+	mux.HandleFunc(http.MethodPost+" "+listFieldPattern, v.field)
+	mux.HandleFunc(http.MethodPost+" "+listUploadPattern, v.upload)
+	mux.HandleFunc(http.MethodGet+" "+listAttachmentPattern, v.attachment)
 	mux.HandleFunc(http.MethodGet+" "+attachmentPattern, v.attachment)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var allow string
 		switch {
 		case keystore.MatchPattern(pagePattern, r.URL.Path), keystore.MatchPattern(attachmentPattern, r.URL.Path),
-			keystore.MatchPattern(listIssuePattern, r.URL.Path):
+			keystore.MatchPattern(listIssuePattern, r.URL.Path), keystore.MatchPattern(listAttachmentPattern, r.URL.Path):
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				allow = "GET, HEAD"
 			}
 		case keystore.MatchPattern(unlockPattern, r.URL.Path), keystore.MatchPattern(commentPattern, r.URL.Path),
-			keystore.MatchPattern(fieldPattern, r.URL.Path), keystore.MatchPattern(uploadPattern, r.URL.Path):
+			keystore.MatchPattern(fieldPattern, r.URL.Path), keystore.MatchPattern(uploadPattern, r.URL.Path),
+			keystore.MatchPattern(listCommentPattern, r.URL.Path), keystore.MatchPattern(listFieldPattern, r.URL.Path),
+			keystore.MatchPattern(listUploadPattern, r.URL.Path):
 			if r.Method != http.MethodPost {
 				allow = "POST"
 			}
@@ -257,8 +263,8 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &pageData{Status: http.StatusOK, Title: title, View: view,
 		Fields: pageFields(rec.FieldsConfig), Expires: formatMillis(view.Expiration)}
-	if view.Issue != nil && issueID == "" && rec.may("comment", PermAdd) {
-		d.CommentURL = "/s/" + rec.UUID + "/comments"
+	if view.Issue != nil && rec.may("comment", PermAdd) {
+		d.CommentURL = view.Issue.base + "/comments"
 	}
 	writePage(w, d)
 }

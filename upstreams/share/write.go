@@ -33,6 +33,10 @@ const (
 	commentPattern = "/s/{uuid}/comments"
 	fieldPattern   = "/s/{uuid}/fields/{field}"
 	uploadPattern  = "/s/{uuid}/attachments"
+	// The same writes on an issue opened from a list, board or timeline.
+	listCommentPattern = "/s/{uuid}/issues/{issue}/comments"
+	listFieldPattern   = "/s/{uuid}/issues/{issue}/fields/{field}"
+	listUploadPattern  = "/s/{uuid}/issues/{issue}/attachments"
 	// maxUpload bounds a file attached from a page.
 	maxUpload = 10 << 20
 	// maxComment bounds a comment's text (32 KiB).
@@ -53,12 +57,12 @@ const (
 // comment, a request from the page's own origin, and stays within the
 // limit of writes per share and client.
 func (v *viewer) comment(w http.ResponseWriter, r *http.Request) {
-	v.write(w, r, "comment", PermAdd, func(rec *record, email string) (string, error) {
+	v.write(w, r, "comment", PermAdd, func(rec *record, issue, email string) (string, error) {
 		body, err := readText(w, r, "body", maxComment, true)
 		if err != nil {
 			return "", err
 		}
-		return body, v.host.AddComment(r.Context(), rec.IssueID, commentSource(email, rec.UUID)+body)
+		return body, v.host.AddComment(r.Context(), issue, commentSource(email, rec.UUID)+body)
 	}, ActionCommented, events.ShareCommented, http.StatusCreated, "body")
 }
 
@@ -69,7 +73,7 @@ func (v *viewer) comment(w http.ResponseWriter, r *http.Request) {
 // the value as sent.
 func (v *viewer) field(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("field")
-	v.write(w, r, id, PermEdit, func(rec *record, _ string) (string, error) {
+	v.write(w, r, id, PermEdit, func(_ *record, issue, _ string) (string, error) {
 		if !slices.Contains(editable, id) && !isCustomField(id) {
 			return "", problem.New(http.StatusForbidden, problem.CodeForbidden, id+" cannot be changed from a share's page")
 		}
@@ -80,7 +84,7 @@ func (v *viewer) field(w http.ResponseWriter, r *http.Request) {
 		if err := checkFieldValue(id, value); err != nil {
 			return "", err
 		}
-		return value, v.host.UpdateField(r.Context(), rec.IssueID, id, value)
+		return value, v.host.UpdateField(r.Context(), issue, id, value)
 	}, ActionEdited, events.ShareEdited, http.StatusOK, "value")
 }
 
@@ -89,12 +93,12 @@ func (v *viewer) field(w http.ResponseWriter, r *http.Request) {
 // ADD on attachment. Recorded as attachment-added; a form is answered
 // with a redirect back to the page, JSON with 201 and the file's name.
 func (v *viewer) upload(w http.ResponseWriter, r *http.Request) {
-	v.write(w, r, "attachment", PermAdd, func(rec *record, _ string) (string, error) {
+	v.write(w, r, "attachment", PermAdd, func(_ *record, issue, _ string) (string, error) {
 		name, contentType, content, err := readUpload(w, r)
 		if err != nil {
 			return "", err
 		}
-		return name, v.host.AddAttachment(r.Context(), rec.IssueID, name, contentType, bytes.NewReader(content), int64(len(content)))
+		return name, v.host.AddAttachment(r.Context(), issue, name, contentType, bytes.NewReader(content), int64(len(content)))
 	}, ActionAttachmentAdded, "", http.StatusCreated, "file")
 }
 
@@ -173,7 +177,7 @@ func uploadName(name string) string {
 // activity action and the event record it; a form gets a redirect back
 // to the page, JSON status and {issueId, name: written}.
 func (v *viewer) write(w http.ResponseWriter, r *http.Request, field, perm string,
-	do func(rec *record, email string) (string, error), action, event string, status int, name string) {
+	do func(rec *record, issue, email string) (string, error), action, event string, status int, name string) {
 	now := v.s.now()
 	rec, err := v.open(r, now)
 	if err != nil {
@@ -189,13 +193,23 @@ func (v *viewer) write(w http.ResponseWriter, r *http.Request, field, perm strin
 		v.fail(w, r, errNotOpened())
 		return
 	}
+	// The shared issue, or one opened from the share's list, board or
+	// timeline: only while the share shows it.
+	issue, page := rec.IssueID, "/s/"+rec.UUID
+	listed := r.PathValue("issue")
 	switch {
-	case v.host == nil || rec.Type != TypeIssue:
-		v.fail(w, r, problem.NotFound("this share takes no changes"))
+	case v.host == nil || (rec.Type == TypeIssue) == (listed != ""):
+		v.fail(w, r, problem.NotFound("this share takes no changes here"))
 		return
 	case !rec.may(field, perm):
 		v.fail(w, r, problem.New(http.StatusForbidden, problem.CodeForbidden, "this share does not let you change "+field))
 		return
+	case listed != "":
+		if _, err := listedIssue(r.Context(), v.host, rec, listed); err != nil {
+			v.fail(w, r, err)
+			return
+		}
+		issue, page = listed, page+"/issues/"+listed
 	}
 	ip := clientip.From(r)
 	if wait := v.s.writes.allow(rec.ID, ip, now); wait > 0 {
@@ -204,7 +218,7 @@ func (v *viewer) write(w http.ResponseWriter, r *http.Request, field, perm strin
 		v.fail(w, r, d)
 		return
 	}
-	written, err := do(rec, email)
+	written, err := do(rec, issue, email)
 	var d *problem.Details
 	switch {
 	case errors.As(err, &d):
@@ -228,10 +242,10 @@ func (v *viewer) write(w http.ResponseWriter, r *http.Request, field, perm strin
 	}
 	problem.SecureHeaders(w.Header())
 	if reply.WantsJSON(r) {
-		reply.JSON(w, status, map[string]string{"issueId": rec.IssueID, name: written})
+		reply.JSON(w, status, map[string]string{"issueId": issue, name: written})
 		return
 	}
-	http.Redirect(w, r, "/s/"+rec.UUID, http.StatusSeeOther)
+	http.Redirect(w, r, page, http.StatusSeeOther)
 }
 
 // may reports whether the share gives perm on field id.
