@@ -485,7 +485,7 @@ func (a *Admin) checkHost(w http.ResponseWriter, r *http.Request) {
 	}
 	acc, err := h.Account(r.Context())
 	if err != nil {
-		d := problem.New(http.StatusServiceUnavailable, problem.CodeHostUnavailable, "the issue tracker: "+err.Error())
+		d := problem.New(http.StatusServiceUnavailable, problem.CodeHostUnavailable, err.Error())
 		d.RetryAfter = 1
 		a.fail(w, r, d)
 		return

@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/internal/host"
 	"github.com/keygate/keygate/internal/host/redmine"
@@ -78,6 +79,10 @@ func (h *RedmineHost) Provision(ctx caddy.Context) error {
 	if err != nil {
 		// The path is the operator's; the error never holds the content.
 		return fmt.Errorf("host redmine: reading api_key_file: %w", err)
+	}
+	if fi, err := os.Stat(h.APIKeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		ctx.Logger().Warn("host redmine: api_key_file can be read by other users of this machine; make it 0600",
+			zap.String("api_key_file", h.APIKeyFile), zap.String("mode", fi.Mode().Perm().String()))
 	}
 	if h.Timeout <= 0 {
 		h.Timeout = caddy.Duration(5 * time.Second)

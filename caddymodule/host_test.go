@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/keygate/keygate/internal/testkit/redminetest"
 )
@@ -18,11 +19,15 @@ import (
 // fakeRedmine answers the calls the Redmine connector makes, for the
 // tests of its wiring into Caddy (the connector itself is tested against
 // a real Redmine); down makes it answer 503.
-func fakeRedmine(t *testing.T, key string, down *atomic.Bool) *httptest.Server {
+func fakeRedmine(t *testing.T, key string, down *atomic.Bool, slow ...*atomic.Bool) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if down != nil && down.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		if len(slow) > 0 && slow[0].Load() {
+			<-r.Context().Done() // never answers: the caller gives up
 			return
 		}
 		if r.Header.Get("X-Redmine-API-Key") != key {
@@ -55,13 +60,13 @@ func fakeRedmine(t *testing.T, key string, down *atomic.Bool) *httptest.Server {
 // a host the check is 404; a tracker that fails gives the page 503.
 func TestHostRedmine(t *testing.T) {
 	const key = "redmine-api-key-0123456789abcdef01234567"
-	var down atomic.Bool
-	redmine := fakeRedmine(t, key, &down)
+	var down, slow atomic.Bool
+	redmine := fakeRedmine(t, key, &down, &slow)
 	keyFile := filepath.Join(t.TempDir(), "redmine-api-key") // caddytest rewrites paths ending in .key
 	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hostBlock := fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t\tcache 0s\n\t\t\ttimeout 2s\n\t\t}", redmine.URL, keyFile)
+	hostBlock := fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t\tcache 0s\n\t\t\ttimeout 1s\n\t\t}", redmine.URL, keyFile)
 	b := bolt
 	b.storage = func(*testing.T) string { return hostBlock }
 	startGateway(t, b, defaultSite)
@@ -102,6 +107,23 @@ func TestHostRedmine(t *testing.T) {
 		t.Errorf("host check with the tracker down: %d %s", r.status, r.body)
 	}
 	down.Store(false)
+
+	// A tracker that does not answer: the page gives up with the
+	// connector's timeout (1 s here) and answers 503; the APIs stay up.
+	slow.Store(true)
+	client := &http.Client{Timeout: 10 * time.Second} // a page that hung would fail this, not wait forever
+	resp, err := client.Get(siteURL + "/s/" + sh.UUID)
+	if err != nil {
+		t.Fatalf("the page with the tracker hanging: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("the page with the tracker hanging: %d %s", resp.StatusCode, resp.Header)
+	}
+	if r := do(t, "GET", siteURL+shrURL+"/"+sh.UUID, nil, bearer(alice)...); r.status != 200 {
+		t.Errorf("the share API with the tracker hanging: %d", r.status)
+	}
+	slow.Store(false)
 
 	// Without a host: the check says none is configured.
 	b.storage = func(*testing.T) string { return "" }
@@ -217,8 +239,17 @@ func TestSharePageWithRedmine(t *testing.T) {
 	if r := do(t, "GET", siteURL+"/s/"+jql.UUID+"/issues/"+strconv.Itoa(other), nil, "Accept", "application/json"); r.status != 404 {
 		t.Errorf("an issue outside the query: %d %s", r.status, r.body)
 	}
-	if r := do(t, "POST", siteURL+shrURL, map[string]any{"type": "JQL", "projectId": "acme", "jql": "status = Open OR status = New"}, bearer(alice)...); r.status != 400 || !strings.Contains(string(r.body), "invalid_jql") {
-		t.Errorf("a query outside the subset: %d %s", r.status, r.body)
+	for _, bad := range []struct {
+		body map[string]any
+		code string
+	}{
+		{map[string]any{"type": "JQL", "projectId": "acme", "jql": "status = Open OR status = New"}, "invalid_jql"},
+		{map[string]any{"type": "JQL", "projectId": "acme", "jql": "status = Nope"}, "invalid_jql"},
+		{map[string]any{"type": "BOARD", "projectId": "acme", "board": map[string]any{"id": "999"}}, "unknown_board"},
+	} {
+		if r := do(t, "POST", siteURL+shrURL, bad.body, bearer(alice)...); r.status != 400 || !strings.Contains(string(r.body), bad.code) {
+			t.Errorf("%v: %d %s", bad.body, r.status, r.body)
+		}
 	}
 
 	// An attachment downloads from Redmine through the share.

@@ -1,12 +1,17 @@
 package caddymodule_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/keygate/keygate/internal/testkit/browsertest"
+	"github.com/keygate/keygate/internal/testkit/redminetest"
 )
 
 // TestSharePageInBrowser opens the public share page in headless Chromium
@@ -51,4 +56,73 @@ func testSharePageInBrowser(t *testing.T, b backend) {
 		}
 	}
 	browsertest.Axe(t, ctx, "the unlocked share page")
+}
+
+// TestTrackerPagesInBrowser opens the pages of shares of a real Redmine's
+// issues in headless Chromium as a customer does: the shared issue with
+// its forms, a comment sent from its form (no script), the list of a
+// JQL share, a board and a timeline; axe-core finds no serious or
+// critical accessibility violation on any of them.
+func TestTrackerPagesInBrowser(t *testing.T) {
+	browsertest.Chromium(t)
+	rm := redminetest.Start(t)
+	rm.CreateProject(t, "acme", "ACME")
+	bot := rm.CreateUser(t, "keygate", "acme")
+	issue := rm.CreateIssue(t, "acme", "Printer jams", "It **jams** on page 2.\n\n- after 10 pages\n- with duplex on",
+		map[string]any{"start_date": "2026-11-01", "due_date": "2026-12-15"})
+	rm.AddNote(t, issue, "We ordered a part.", false)
+	rm.UploadAttachment(t, issue, "log.txt", []byte("the printer's log"))
+	keyFile := filepath.Join(t.TempDir(), "redmine-api-key") // caddytest rewrites paths ending in .key
+	if err := os.WriteFile(keyFile, []byte(bot.APIKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := bolt
+	b.storage = func(*testing.T) string {
+		return fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t\tcache 0s\n\t\t}", rm.URL, keyFile)
+	}
+	startGateway(t, b, defaultSite)
+	alice := shrKey(t, "alice", nil, shrAllPrivileges...)
+	fields := map[string]any{"fieldConfigs": map[string]any{
+		"summary":     map[string]any{"fieldPermissions": []string{"VIEW", "EDIT"}},
+		"description": map[string]any{"fieldPermissions": []string{"VIEW", "VIEW_CONTENT"}},
+		"status":      map[string]any{"fieldPermissions": []string{"VIEW"}},
+		"startdate":   map[string]any{"fieldPermissions": []string{"VIEW"}},
+		"duedate":     map[string]any{"fieldPermissions": []string{"VIEW"}},
+		"comment":     map[string]any{"fieldPermissions": []string{"VIEW", "ADD"}},
+		"attachment":  map[string]any{"fieldPermissions": []string{"VIEW", "VIEW_CONTENT", "ADD"}},
+	}}
+	one, _ := shrCreate(t, alice, map[string]any{"type": "ISSUE", "issueId": strconv.Itoa(issue), "fieldsConfig": fields})
+	list, _ := shrCreate(t, alice, map[string]any{"type": "JQL", "projectId": "acme", "jql": `text ~ "printer"`, "fieldsConfig": fields})
+	timeline, _ := shrCreate(t, alice, map[string]any{"type": "TIMELINE", "projectId": "acme", "fieldsConfig": fields})
+
+	ctx := browsertest.New(t)
+	must(t, "open the shared issue", chromedp.Do(ctx,
+		chromedp.Navigate(siteURL+"/s/"+one.UUID),
+		chromedp.WaitVisible(chromedp.CSS(`textarea[name=body]`)),
+	))
+	browsertest.Axe(t, ctx, "the page of a shared issue")
+	must(t, "send a comment", chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.CSS(`textarea[name=body]`), "Thanks, it works now."),
+		chromedp.Submit(chromedp.CSS(`textarea[name=body]`)),
+		// Back on the page, the comment among the others.
+		chromedp.WaitVisible(chromedp.Search(`//div[@class="comment"][contains(., "Thanks, it works now.")]`)),
+	))
+	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`main`)))
+	must(t, "read the page", err)
+	for _, want := range []string{"Printer jams", "jams on page 2", "with duplex on", "We ordered a part.", "Thanks, it works now.", "log.txt"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the page lacks %q:\n%s", want, text)
+		}
+	}
+	for _, page := range []struct{ name, path, wait string }{
+		{"the list of a JQL share", "/s/" + list.UUID, `table a`},
+		{"an issue of the list", "/s/" + list.UUID + "/issues/" + strconv.Itoa(issue), `textarea[name=body]`},
+		{"the timeline", "/s/" + timeline.UUID, `svg.timeline`},
+	} {
+		must(t, "open "+page.name, chromedp.Do(ctx,
+			chromedp.Navigate(siteURL+page.path),
+			chromedp.WaitVisible(chromedp.CSS(page.wait)),
+		))
+		browsertest.Axe(t, ctx, page.name)
+	}
 }

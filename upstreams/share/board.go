@@ -39,8 +39,8 @@ func boardIssues(ctx context.Context, h host.Host, rec *record) ([]host.Issue, e
 			return nil, searchError(err)
 		}
 		for _, in := range list.Issues {
-			if rec.Type == TypeTimeline && fieldValue(&in, "startdate") == "" && fieldValue(&in, "duedate") == "" {
-				continue
+			if start, due := shownDates(rec, &in); rec.Type == TypeTimeline && start == "" && due == "" {
+				continue // on a timeline, only issues with a date the share shows
 			}
 			out = append(out, in)
 		}
@@ -52,6 +52,18 @@ func boardIssues(ctx context.Context, h host.Host, rec *record) ([]host.Issue, e
 }
 
 func fieldValue(in *host.Issue, id string) string { f, _ := in.Field(id); return f.Value }
+
+// shownDates are the start and due dates of in that rec lets the party
+// view ("" for one it may not).
+func shownDates(rec *record, in *host.Issue) (start, due string) {
+	if rec.may("startdate", PermView) {
+		start = dateOnly(fieldValue(in, "startdate"))
+	}
+	if rec.may("duedate", PermView) {
+		due = dateOnly(fieldValue(in, "duedate"))
+	}
+	return start, due
+}
 
 // boardIssue reads issue id opened from a board or timeline: only while
 // it is among the share's issues.
@@ -93,13 +105,20 @@ func viewBoard(ctx context.Context, h host.Host, rec *record) (*sharedBoard, err
 				row.Fields = append(row.Fields, f)
 			}
 		}
-		st := fieldValue(in, "status")
+		// Only what the share lets the party view reaches the page: the
+		// columns by status with VIEW on status, the bars' dates with
+		// VIEW on each date.
+		start, due := shownDates(rec, in)
+		st := "Issues"
+		if rec.may("status", PermView) {
+			st = fieldValue(in, "status")
+		}
 		if !slices.Contains(b.columns, st) {
 			b.columns = append(b.columns, st)
 		}
 		b.status = append(b.status, st)
-		b.start = append(b.start, dateOnly(fieldValue(in, "startdate")))
-		b.due = append(b.due, dateOnly(fieldValue(in, "duedate")))
+		b.start = append(b.start, start)
+		b.due = append(b.due, due)
 		b.Issues = append(b.Issues, row)
 	}
 	return b, nil
@@ -152,7 +171,7 @@ func (b *sharedBoard) timeline() template.HTML {
 	esc := template.HTMLEscapeString
 	s.WriteString("<h2>Timeline</h2>\n")
 	if len(b.Issues) == 0 {
-		s.WriteString("<p>No issue has a start or due date.</p>\n")
+		s.WriteString("<p>No issue has a start or due date this share shows.</p>\n")
 		return template.HTML(s.String())
 	}
 	parse := func(v string) (time.Time, bool) { t, err := time.Parse(time.DateOnly, v); return t, err == nil }
@@ -184,7 +203,7 @@ func (b *sharedBoard) timeline() template.HTML {
 	days := hi.Sub(lo).Hours() / 24
 	x := func(t time.Time) float64 { return label + (width-label)*t.Sub(lo).Hours()/24/days }
 	height := top + row*float64(len(b.Issues)) + 8
-	fmt.Fprintf(&s, `<svg class="timeline" viewBox="0 0 %.0f %.0f" role="img" aria-label="Timeline of %d issues">`, width, height, len(b.Issues))
+	fmt.Fprintf(&s, `<svg class="timeline" viewBox="0 0 %.0f %.0f" role="group" aria-label="Timeline of %d issues">`, width, height, len(b.Issues))
 	for m := lo; m.Before(hi); m = m.AddDate(0, 1, 0) {
 		fmt.Fprintf(&s, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#dfe1e6"/><text x="%.1f" y="16" font-size="11" fill="#5e6c84">%s</text>`,
 			x(m), top-8, x(m), height, x(m)+3, m.Format("Jan 2006"))
@@ -195,8 +214,8 @@ func (b *sharedBoard) timeline() template.HTML {
 		if len(in.Fields) > 0 && in.Fields[0].ID == "summary" {
 			name += " " + in.Fields[0].Value
 		}
-		if len(name) > 28 {
-			name = name[:27] + "…"
+		if r := []rune(name); len(r) > 22 {
+			name = string(r[:21]) + "…"
 		}
 		fmt.Fprintf(&s, `<a href="/s/%s/issues/%s"><text x="0" y="%.0f" font-size="12" fill="#172b4d">%s</text>`+
 			`<rect x="%.1f" y="%.0f" width="%.1f" height="14" rx="3" fill="#0052cc"><title>%s: %s to %s</title></rect></a>`,

@@ -37,41 +37,76 @@ func checkWithHost(ctx context.Context, h host.Host, c *content, f *problem.Fiel
 			issue = in
 		}
 	}
+	// The project, named by its identifier from here on (a number sent
+	// is the same project), so that the listing rules by project hold.
+	var project *host.Project
 	switch {
-	case issue != nil && c.ProjectID == "":
-		c.ProjectID = issue.Project.ID // the listing rules go by project
-	case issue != nil && c.ProjectID != issue.Project.ID && c.ProjectID != issue.Project.Number:
+	case issue != nil && (c.ProjectID == "" || c.ProjectID == issue.Project.ID || c.ProjectID == issue.Project.Number):
+		project = &issue.Project
+	case issue != nil:
 		f.Add("projectId", "project_mismatch", "issue "+c.IssueID+" is in project "+strconv.Quote(issue.Project.ID)+", not "+strconv.Quote(c.ProjectID))
-	case issue == nil && c.ProjectID != "":
-		_, err := h.Project(ctx, c.ProjectID)
+	case c.ProjectID != "":
+		p, err := h.Project(ctx, c.ProjectID)
 		switch {
 		case errors.Is(err, host.ErrNotFound):
 			f.Add("projectId", "unknown_project", "the issue tracker has no project "+strconv.Quote(c.ProjectID)+" that keygate's account can see")
 		case err != nil:
 			return hostUnavailable()
+		default:
+			project = p
 		}
 	}
-	if c.Type == TypeJQL && c.JQL != nil {
-		checkJQL(*c.JQL, c.ProjectID, f)
+	if project != nil {
+		c.ProjectID = project.ID
 	}
 	checkFieldsWithHost(c.FieldsConfig, issue, f)
+	if project == nil || len(f.List()) > 0 {
+		return nil
+	}
+	// A query and a board are run once, so that one the tracker cannot
+	// run is refused now rather than on the page.
+	var query *host.Query
+	switch {
+	case c.Type == TypeJQL && c.JQL != nil:
+		q, ok := checkJQL(*c.JQL, project, f)
+		if !ok {
+			return nil
+		}
+		query = q
+	case c.Type == TypeBoard && c.Board != nil && c.Board.ID != "":
+		query = &host.Query{SavedQuery: c.Board.ID}
+	default:
+		return nil
+	}
+	_, err := h.Search(ctx, project.ID, query, "", 0, 1)
+	switch {
+	case errors.Is(err, host.ErrNotFound) && query.SavedQuery != "":
+		f.Add("board.id", "unknown_board", "the issue tracker has no saved query "+strconv.Quote(c.Board.ID)+" in project "+strconv.Quote(project.ID)+" that keygate's account can see")
+	case errors.Is(err, host.ErrRejected):
+		f.Add("jql", "invalid_jql", "the issue tracker cannot run the query: "+strings.TrimPrefix(err.Error(), host.ErrRejected.Error()+": "))
+	case err != nil:
+		return hostUnavailable()
+	}
 	return nil
 }
 
 // checkJQL refuses a query outside the subset every tracker takes, or
 // one that names another project than the share's: a share's query
 // always stays in its project.
-func checkJQL(q, project string, f *problem.Fields) {
+func checkJQL(q string, project *host.Project, f *problem.Fields) (*host.Query, bool) {
 	parsed, err := host.ParseJQL(q)
 	if err != nil {
 		f.Add("jql", "invalid_jql", "the query does not parse "+err.Error())
-		return
+		return nil, false
 	}
+	ok := true
 	for _, c := range parsed.Clauses {
-		if c.Field == "project" && project != "" && !strings.EqualFold(c.Values[0], project) {
-			f.Add("jql", "invalid_jql", "the query names project "+strconv.Quote(c.Values[0])+"; a share's query stays in its project, "+strconv.Quote(project))
+		if v := c.Values[0]; c.Field == "project" && !strings.EqualFold(v, project.ID) && v != project.Number {
+			f.Add("jql", "invalid_jql", "the query names project "+strconv.Quote(v)+"; a share's query stays in its project, "+strconv.Quote(project.ID))
+			ok = false
 		}
 	}
+	return parsed, ok
 }
 
 // checkFieldsWithHost names every shared field the tracker does not have

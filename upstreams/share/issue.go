@@ -296,7 +296,11 @@ func queryIssue(ctx context.Context, h host.Host, rec *record, id string) (*shar
 func (l *sharedList) HTML() template.HTML {
 	var b strings.Builder
 	esc := template.HTMLEscapeString
-	fmt.Fprintf(&b, "<h2>Issues</h2>\n<p>%d issues match.</p>\n", l.Total)
+	if l.Total == 1 {
+		b.WriteString("<h2>Issues</h2>\n<p>1 issue matches.</p>\n")
+	} else {
+		fmt.Fprintf(&b, "<h2>Issues</h2>\n<p>%d issues match.</p>\n", l.Total)
+	}
 	if len(l.Issues) > 0 {
 		b.WriteString("<table><thead><tr><th>Issue</th>")
 		for _, c := range l.columns {

@@ -335,7 +335,7 @@ func TestCreateWithTracker(t *testing.T) {
 		}{
 			{name: "an issue's project filled in", in: CreateRequest{Type: TypeIssue, IssueID: str("42"),
 				FieldsConfig: fields(map[string][]string{"summary": {PermView, PermEdit}, "customfield_7": {PermView, PermEdit}})}, project: "acme"},
-			{name: "the project by number", in: CreateRequest{Type: TypeIssue, IssueID: str("42"), ProjectID: str("3")}, project: "3"},
+			{name: "the project by number, kept by identifier", in: CreateRequest{Type: TypeIssue, IssueID: str("42"), ProjectID: str("3")}, project: "acme"},
 			{name: "a JQL share of a known project", in: CreateRequest{Type: TypeJQL, ProjectID: str("acme"), JQL: str("status = Open")}, project: "acme"},
 			{name: "every problem at once", in: CreateRequest{Type: TypeIssue, IssueID: str("42"), ProjectID: str("other"),
 				FieldsConfig: fields(map[string][]string{"storypoints": {PermView}, "customfield_99": {PermView}, "status": {PermView, PermEdit},
@@ -511,9 +511,21 @@ func TestBoardAndTimeline(t *testing.T) {
 			tracker.issues[in.ID] = in
 		}
 		e.viewer = NewViewer(e.store, tracker)
-		fields := &FieldsConfig{FieldConfigs: map[string]FieldConfig{"summary": {FieldPermissions: []string{PermView}}, "status": {FieldPermissions: []string{PermView}}}}
+		fields := &FieldsConfig{FieldConfigs: map[string]FieldConfig{"summary": {FieldPermissions: []string{PermView}}, "status": {FieldPermissions: []string{PermView}},
+			"startdate": {FieldPermissions: []string{PermView}}, "duedate": {FieldPermissions: []string{PermView}}}}
 		board := e.create(alice, &CreateRequest{Type: TypeBoard, ProjectID: str("acme"), Board: &Board{ID: "7"}, FieldsConfig: fields}).UUID
 		timeline := e.create(alice, &CreateRequest{Type: TypeTimeline, ProjectID: str("acme"), FieldsConfig: fields}).UUID
+		// A share that lets the party view neither statuses nor dates
+		// shows one column, and no bar.
+		bare := &FieldsConfig{FieldConfigs: map[string]FieldConfig{"summary": {FieldPermissions: []string{PermView}}}}
+		bareBoard := e.create(alice, &CreateRequest{Type: TypeBoard, ProjectID: str("acme"), Board: &Board{ID: "7"}, FieldsConfig: bare}).UUID
+		bareTimeline := e.create(alice, &CreateRequest{Type: TypeTimeline, ProjectID: str("acme"), FieldsConfig: bare}).UUID
+		if p := e.page("GET", "/s/"+bareBoard, htmlAccept, "", "", "203.0.113.4").Body.String(); strings.Contains(p, "In Progress") || !strings.Contains(p, "<h3>Issues</h3>") {
+			t.Errorf("a board without VIEW on status shows statuses:\n%s", p)
+		}
+		if p := e.page("GET", "/s/"+bareTimeline, htmlAccept, "", "", "203.0.113.4").Body.String(); strings.Contains(p, "2026-11") || strings.Contains(p, "<svg") {
+			t.Errorf("a timeline without VIEW on dates shows dates:\n%s", p)
+		}
 
 		page := e.page("GET", "/s/"+board, htmlAccept, "", "", "203.0.113.4").Body.String()
 		for _, want := range []string{"<h3>New</h3>", "<h3>In Progress</h3>", "<h3>Closed</h3>", `<a href="/s/` + board + `/issues/103">103</a>`, "Card 104"} {

@@ -24,6 +24,8 @@ var markdown = goldmark.New(goldmark.WithExtensions(extension.Table, extension.S
 // the share's own attachments are not served as images).
 var richPolicy = func() *bluemonday.Policy {
 	p := bluemonday.NewPolicy()
+	// What a script or style held is not text to show.
+	p.SkipElementsContent("script", "style")
 	p.AllowElements("p", "br", "hr", "strong", "em", "b", "i", "del", "s", "code", "pre", "blockquote",
 		"ul", "ol", "li", "h1", "h2", "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td")
 	p.AllowAttrs("href").OnElements("a")

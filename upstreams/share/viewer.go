@@ -117,6 +117,12 @@ func (v *viewer) fail(w http.ResponseWriter, r *http.Request, err error) {
 		v.s.log.Error("share: page request failed", zap.String("path", r.URL.Path), zap.Error(err))
 		d = problem.FromError(err)
 	}
+	if d.Code == problem.CodeHostUnavailable {
+		// The cause is counted in keygate_host_requests_total; the log
+		// says which pages it took down. The path holds a share's uuid,
+		// which the audit log of the APIs shows as well.
+		v.s.log.Warn("share: the issue tracker did not answer", zap.String("path", r.URL.Path))
+	}
 	if reply.WantsJSON(r) {
 		problem.Write(w, d)
 		return
@@ -130,10 +136,11 @@ func (v *viewer) fail(w http.ResponseWriter, r *http.Request, err error) {
 func pageMessage(d *problem.Details) string {
 	switch d.Code {
 	case problem.CodeNotFound:
-		if d.Detail == itemGone {
-			return itemGone
+		if d.Detail == noShare || d.Detail == "" {
+			return "This share does not exist, or it was removed."
 		}
-		return "This share does not exist, or it was removed."
+		// A page under the share: say what is missing.
+		return sentence(d.Detail)
 	case problem.CodeGone:
 		return "This share has expired."
 	case problem.CodeInternal:
@@ -158,7 +165,7 @@ func (v *viewer) open(r *http.Request, now time.Time) (*record, error) {
 	case err != nil:
 		return nil, err
 	case rec == nil:
-		return nil, problem.NotFound("no share with this uuid")
+		return nil, problem.NotFound(noShare)
 	case rec.expired(now.UnixMilli()):
 		return nil, problem.New(http.StatusGone, problem.CodeGone, "the share has expired")
 	}
@@ -257,9 +264,12 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 		reply.JSON(w, http.StatusOK, view)
 		return
 	}
-	title := "Shared " + strings.ToLower(rec.Type)
-	if rec.IssueID != "" {
+	title := "Shared " + typeTitles[rec.Type]
+	switch {
+	case rec.IssueID != "":
 		title += " " + rec.IssueID
+	case issueID != "":
+		title += ": issue " + issueID
 	}
 	d := &pageData{Status: http.StatusOK, Title: title, View: view,
 		Fields: pageFields(rec.FieldsConfig), Expires: formatMillis(view.Expiration)}
@@ -287,6 +297,21 @@ func (s *Store) openedBy(req *http.Request, rec *record, now time.Time) (email s
 // has not unlocked the share.
 func errNotOpened() *problem.Details {
 	return problem.New(http.StatusUnauthorized, problem.CodeForbidden, "open the share first")
+}
+
+// noShare is the detail of a 404 for a share that does not exist.
+const noShare = "no share with this uuid"
+
+// typeTitles name the share types in a page's title.
+var typeTitles = map[string]string{TypeIssue: "issue", TypeJQL: "query", TypeBoard: "board", TypeTimeline: "timeline"}
+
+// sentence is detail as a sentence: a capital first and a full stop.
+func sentence(detail string) string {
+	detail = strings.ToUpper(detail[:1]) + detail[1:]
+	if !strings.HasSuffix(detail, ".") {
+		detail += "."
+	}
+	return detail
 }
 
 func ipString(r *http.Request) *string {

@@ -213,7 +213,7 @@ func (v *viewer) write(w http.ResponseWriter, r *http.Request, field, perm strin
 	}
 	ip := clientip.From(r)
 	if wait := v.s.writes.allow(rec.ID, ip, now); wait > 0 {
-		d := problem.New(http.StatusTooManyRequests, problem.CodeRateLimited, "too many changes from your address: try again in a minute")
+		d := problem.New(http.StatusTooManyRequests, problem.CodeRateLimited, "too many changes from your address: 10 comments, changes and files a minute; try again in a few seconds")
 		d.RetryAfter = int(max(wait.Round(time.Second)/time.Second, 1))
 		v.fail(w, r, d)
 		return
@@ -334,14 +334,20 @@ func checkFieldValue(id, value string) error {
 }
 
 // sameOrigin refuses a write that a browser says came from another
-// site: its Sec-Fetch-Site is not same-origin, or its Origin is not the
-// gateway's public address nor the request's own host. The unlock cookie
-// is SameSite=Strict as well; a client without either header (not a
-// browser) carries no ambient credential to abuse.
+// site. A browser that sends Sec-Fetch-Site is believed: same-origin
+// passes, anything else is refused (the page's no-referrer policy makes
+// Chromium send Origin: null on its own forms, so Origin alone cannot
+// decide). Without it, Origin must be the gateway's public address or
+// the request's own host. The unlock cookie is SameSite=Strict as well;
+// a client with neither header (not a browser) carries no ambient
+// credential to abuse.
 func (s *Store) sameOrigin(r *http.Request) error {
 	refused := problem.New(http.StatusForbidden, problem.CodeForbidden, "a change must come from the share's own page")
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
-		return refused
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		if site != "same-origin" {
+			return refused
+		}
+		return nil
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {

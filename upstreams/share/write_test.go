@@ -74,6 +74,10 @@ func TestCommentFromPage(t *testing.T) {
 			if len(got) != 1 || got[0].Type != events.ShareCommented || !strings.Contains(string(got[0].Data), open) {
 				t.Errorf("events %+v", got)
 			}
+			// Chromium's own form under the page's no-referrer policy.
+			if w := post(open, formType, form("From the form."), "203.0.113.7", "Sec-Fetch-Site", "same-origin", "Origin", "null"); w.Code != http.StatusSeeOther {
+				t.Errorf("the page's own form: %d %s", w.Code, w.Body)
+			}
 			w = post(open, "application/json", `{"body":"And a second one."}`, "203.0.113.7", "Accept", "application/json")
 			if w.Code != http.StatusCreated || !strings.Contains(w.Body.String(), `"body":"And a second one."`) {
 				t.Errorf("JSON: %d %s", w.Code, w.Body)
@@ -102,6 +106,7 @@ func TestCommentFromPage(t *testing.T) {
 			{name: "from another site", uuid: open, body: form("x"), header: []string{"Sec-Fetch-Site", "cross-site"}, status: 403, code: "forbidden"},
 			{name: "another origin", uuid: open, body: form("x"), header: []string{"Origin", "https://evil.example"}, status: 403, code: "forbidden"},
 			{name: "a null origin", uuid: open, body: form("x"), header: []string{"Origin", "null"}, status: 403, code: "forbidden"},
+			{name: "a same-site page", uuid: open, body: form("x"), header: []string{"Sec-Fetch-Site", "same-site", "Origin", "http://localhost:8080"}, status: 403, code: "forbidden"},
 			{name: "without ADD", uuid: viewOnly, body: form("x"), status: 403, code: "forbidden"},
 			{name: "not unlocked", uuid: locked, body: form("x"), status: 401, code: "forbidden"},
 			{name: "empty", uuid: open, body: form("  \n "), status: 400, code: "invalid_request"},

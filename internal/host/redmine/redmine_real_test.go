@@ -188,6 +188,17 @@ func TestAgainstRedmine(t *testing.T) {
 				t.Errorf("%s: %v (total %d), want %v", tt.jql, got, list.Total, tt.want)
 			}
 		}
+		// A subproject's issue is not the project's, though Redmine's
+		// project filter takes it in.
+		var acme struct{ Project struct{ ID int } }
+		rm.JSON(t, rm.AdminKey, "GET", "/projects/acme.json", nil, 200, &acme)
+		rm.JSON(t, rm.AdminKey, "POST", "/projects.json", map[string]any{"project": map[string]any{
+			"identifier": "acme-sub", "name": "ACME sub", "is_public": false, "parent_id": acme.Project.ID, "inherit_members": true}}, 201, nil)
+		sub := rm.CreateIssue(t, "acme-sub", "Printer in the subproject", "", nil)
+		pq, _ := host.ParseJQL(`text ~ "printer"`)
+		if l, err := r.Search(ctx, "acme", pq, "", 0, 50); err != nil || slices.ContainsFunc(l.Issues, func(in host.Issue) bool { return in.ID == strconv.Itoa(sub) }) {
+			t.Errorf("a subproject's issue in the project's list: %+v %v", l, err)
+		}
 		q, _ := host.ParseJQL(`text ~ "printer"`)
 		if l, err := r.Search(ctx, "acme", q, strconv.Itoa(second), 0, 50); err != nil || l.Total != 0 {
 			t.Errorf("an issue outside the query: %+v %v", l, err)

@@ -19,9 +19,16 @@ func (r *Redmine) Search(ctx context.Context, project string, q *host.Query, iss
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
+	// The project's number: Redmine's project filter takes in its
+	// subprojects, which a share of the project does not.
+	proj, err := r.Project(ctx, project)
+	if err != nil {
+		return nil, err
+	}
 	v := url.Values{"project_id": {project}, "offset": {strconv.Itoa(offset)}, "limit": {strconv.Itoa(limit)}}
-	// Every status unless the query says: JQL has no default of open.
-	filters := map[string]filter{"status_id": {op: "*"}}
+	// Every status unless the query says: JQL has no default of open;
+	// no subproject.
+	filters := map[string]filter{"status_id": {op: "*"}, "subproject_id": {op: "!*"}}
 	if q.SavedQuery != "" {
 		// The saved query's own filters, statuses included (an unknown
 		// query is Redmine's 404).
@@ -66,11 +73,12 @@ func (r *Redmine) Search(ctx context.Context, project string, q *host.Query, iss
 	list := &host.IssueList{Total: out.TotalCount, Issues: []host.Issue{}}
 	for i := range out.Issues {
 		in := &out.Issues[i]
-		it := r.issue(in, host.Project{ID: project, Number: strconv.Itoa(in.Project.ID), Name: in.Project.Name})
+		it := r.issue(in, *proj)
 		// A private issue never leaves keygate; and Redmine ignores a
 		// filter it does not know, so each issue is checked against the
-		// query here too: a share never shows an issue outside it.
-		if in.IsPrivate || !matches(&it, q, time.Now().UTC()) {
+		// project and the query here too: a share never shows an issue
+		// outside them.
+		if in.IsPrivate || strconv.Itoa(in.Project.ID) != proj.Number || !matches(&it, q, time.Now().UTC()) {
 			list.Total--
 			continue
 		}
@@ -259,12 +267,15 @@ func (r *Redmine) ids(ctx context.Context, path, list string, names []string) ([
 			}
 		}
 		if found == "" {
-			return nil, fmt.Errorf("%w: the tracker has no %s %q", host.ErrRejected, strings.TrimSuffix(list, "s"), n)
+			return nil, fmt.Errorf("%w: the tracker has no %s %q", host.ErrRejected, listNames[list], n)
 		}
 		ids = append(ids, found)
 	}
 	return ids, nil
 }
+
+// listNames are the names, for a person, of what Redmine's lists hold.
+var listNames = map[string]string{"issue_statuses": "status", "trackers": "tracker", "issue_priorities": "priority", "versions": "version"}
 
 // member is the id of the member of project whose name or login is name.
 func (r *Redmine) member(ctx context.Context, project, name string) (string, error) {
