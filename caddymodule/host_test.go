@@ -133,6 +133,22 @@ func TestHostRedmine(t *testing.T) {
 	}
 }
 
+// redmineGateway starts the test gateway (bbolt, the default site)
+// connected to rm with the API key key, without a cache: the tests change
+// Redmine behind the gateway's back.
+func redmineGateway(t *testing.T, rm *redminetest.Server, key string) {
+	t.Helper()
+	keyFile := filepath.Join(t.TempDir(), "redmine-api-key") // caddytest rewrites paths ending in .key
+	if err := os.WriteFile(keyFile, []byte(key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := bolt
+	b.storage = func(*testing.T) string {
+		return fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t\tcache 0s\n\t\t}", rm.URL, keyFile)
+	}
+	startGateway(t, b, defaultSite)
+}
+
 // TestSharePageWithRedmine: the whole way on a real Redmine: a share of
 // an issue created through the API is checked against Redmine (its
 // project filled in, an unknown issue refused), and its page shows the
@@ -144,16 +160,7 @@ func TestSharePageWithRedmine(t *testing.T) {
 	issue := rm.CreateIssue(t, "acme", "Printer jams", "It **jams** on page 2.", nil)
 	rm.AddNote(t, issue, "We ordered a part.", false)
 	rm.AddNote(t, issue, "The customer is difficult.", true)
-	keyFile := filepath.Join(t.TempDir(), "redmine-api-key") // caddytest rewrites paths ending in .key
-	if err := os.WriteFile(keyFile, []byte(bot.APIKey), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b := bolt
-	b.storage = func(*testing.T) string {
-		// No cache: the test changes Redmine behind the gateway's back.
-		return fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t\tcache 0s\n\t\t}", rm.URL, keyFile)
-	}
-	startGateway(t, b, defaultSite)
+	redmineGateway(t, rm, bot.APIKey)
 
 	alice := shrKey(t, "alice", nil, shrAllPrivileges...)
 	sh, _ := shrCreate(t, alice, map[string]any{"type": "ISSUE", "issueId": strconv.Itoa(issue),

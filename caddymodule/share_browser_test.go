@@ -1,9 +1,6 @@
 package caddymodule_test
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,15 +69,7 @@ func TestTrackerPagesInBrowser(t *testing.T) {
 		map[string]any{"start_date": "2026-11-01", "due_date": "2026-12-15"})
 	rm.AddNote(t, issue, "We ordered a part.", false)
 	rm.UploadAttachment(t, issue, "log.txt", []byte("the printer's log"))
-	keyFile := filepath.Join(t.TempDir(), "redmine-api-key") // caddytest rewrites paths ending in .key
-	if err := os.WriteFile(keyFile, []byte(bot.APIKey), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b := bolt
-	b.storage = func(*testing.T) string {
-		return fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t\tcache 0s\n\t\t}", rm.URL, keyFile)
-	}
-	startGateway(t, b, defaultSite)
+	redmineGateway(t, rm, bot.APIKey)
 	alice := shrKey(t, "alice", nil, shrAllPrivileges...)
 	fields := map[string]any{"fieldConfigs": map[string]any{
 		"summary":     map[string]any{"fieldPermissions": []string{"VIEW", "EDIT"}},
