@@ -552,3 +552,36 @@ func TestBoardAndTimeline(t *testing.T) {
 		wantProblem(t, e.page("GET", "/s/"+board+"/issues/999", jsonAccept, "", "", "203.0.113.4"), 404, "not_found")
 	})
 }
+
+// TestHostileTrackerContent: a comment of 1 MiB with markup renders
+// (cleaned) and a query matching 10,000 issues lists 50 a page, a board
+// at most 500: the tracker's content cannot make a page unbounded.
+func TestHostileTrackerContent(t *testing.T) {
+	e := newEnv(t, storetest.OpenBolt(t))
+	tracker := &fakeTracker{issues: map[string]*host.Issue{}}
+	big := trackerIssue()
+	big.Comments = []host.Comment{{ID: "1", Author: "Sam", Body: strings.Repeat("**x** <script>alert(1)</script> [y](javascript:z)\n", 1<<20/50)}}
+	tracker.issues["42"] = big
+	for i := range 10_000 {
+		in := trackerIssue()
+		in.ID = strconv.Itoa(100_000 + i)
+		tracker.issues[in.ID] = in
+	}
+	e.viewer = NewViewer(e.store, tracker)
+	fields := &FieldsConfig{FieldConfigs: map[string]FieldConfig{"summary": {FieldPermissions: []string{PermView}},
+		"comment": {FieldPermissions: []string{PermView, PermViewContent}}, "status": {FieldPermissions: []string{PermView}}}}
+	one := e.create(alice, &CreateRequest{Type: TypeIssue, IssueID: str("42"), ProjectID: str("acme"), FieldsConfig: fields}).UUID
+	page := e.page("GET", "/s/"+one, htmlAccept, "", "", "203.0.113.5").Body.String()
+	if strings.Count(page, "<strong>x</strong>") < 20_000 || strings.Contains(page, "<script>alert") || strings.Contains(page, "javascript:") {
+		t.Errorf("the 1 MiB comment: %d bold, script %v", strings.Count(page, "<strong>x</strong>"), strings.Contains(page, "<script>alert"))
+	}
+	list := e.create(alice, &CreateRequest{Type: TypeJQL, ProjectID: str("acme"), JQL: str("status = Open"), FieldsConfig: fields}).UUID
+	if p := e.page("GET", "/s/"+list+"?page=200", htmlAccept, "", "", "203.0.113.5").Body.String(); !strings.Contains(p, "10001 issues match.") || !strings.Contains(p, "Page 200 of 201") ||
+		strings.Count(p, "/issues/") != 50 {
+		t.Errorf("page 200 of the list: %d links", strings.Count(p, "/issues/"))
+	}
+	board := e.create(alice, &CreateRequest{Type: TypeBoard, ProjectID: str("acme"), Board: &Board{ID: "7"}, FieldsConfig: fields}).UUID
+	if p := e.page("GET", "/s/"+board, htmlAccept, "", "", "203.0.113.5").Body.String(); strings.Count(p, `class="card"`) != maxBoard {
+		t.Errorf("the board shows %d cards, want %d", strings.Count(p, `class="card"`), maxBoard)
+	}
+}

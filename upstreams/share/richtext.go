@@ -38,8 +38,12 @@ var richPolicy = func() *bluemonday.Policy {
 }()
 
 // maxRendered bounds the rich texts kept rendered: a page opened often
-// renders its description once, not at every request.
-const maxRendered = 1000
+// renders its description once, not at every request; maxRenderedText
+// the size of one kept (64 MiB in all at most).
+const (
+	maxRendered     = 1000
+	maxRenderedText = 64 << 10
+)
 
 // rendered keeps rich texts rendered, by the SHA-256 of their markdown.
 var rendered struct {
@@ -52,6 +56,9 @@ var rendered struct {
 func richText(markup, text string) template.HTML {
 	if markup != "markdown" {
 		return template.HTML("<p class=\"text\">" + template.HTMLEscapeString(text) + "</p>")
+	}
+	if len(text) > maxRenderedText {
+		return renderMarkdown(text) // rare and large: not kept
 	}
 	key := sha256.Sum256([]byte(text))
 	rendered.Lock()
