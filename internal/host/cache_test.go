@@ -22,6 +22,7 @@ func (*countingHost) Platform() string                                  { return
 func (*countingHost) Account(context.Context) (*Account, error)         { return &Account{}, nil }
 func (*countingHost) Project(context.Context, string) (*Project, error) { return &Project{}, nil }
 func (*countingHost) AddComment(context.Context, string, string) error  { return nil }
+func (*countingHost) Page(context.Context, string) (*Page, error)       { return nil, ErrNotFound }
 func (*countingHost) Search(context.Context, string, *Query, string, int, int) (*IssueList, error) {
 	return &IssueList{}, nil
 }

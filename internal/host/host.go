@@ -47,6 +47,11 @@ type Host interface {
 	// issueID, only that issue if the query matches it. What the tracker
 	// cannot run of q (a status it does not have) is ErrRejected.
 	Search(ctx context.Context, project string, q *Query, issueID string, offset, limit int) (*IssueList, error)
+	// Page reads a page contracts may be made from: "{issueId}" (the
+	// issue's subject and description) or "wiki:{project}:{Title}" (a
+	// wiki page), with the version it has now. A private issue, or one
+	// the account may not see, is ErrNotFound.
+	Page(ctx context.Context, ref string) (*Page, error)
 	// Download opens the content of attachment id, to be streamed and
 	// closed by the caller. The tracker must start answering within the
 	// connector's timeout; the content then flows as long as ctx lasts.
@@ -95,6 +100,20 @@ type Issue struct {
 	// Markup names the format of the description and comments:
 	// "markdown" (CommonMark) or "textile"; "" is plain text.
 	Markup string `json:"markup"`
+}
+
+// Page is a page of the tracker as a contract template: its title and
+// text, in markup, and where and at which version it was read.
+type Page struct {
+	Title   string `json:"title"`
+	Body    string `json:"body"`
+	Markup  string `json:"markup"`
+	Project string `json:"project"`
+	// Version is the page's version (a wiki page's number, an issue's
+	// last update), and Source says what was read for a person: "wiki
+	// page NDA of project acme, version 3".
+	Version string `json:"version"`
+	Source  string `json:"source"`
 }
 
 // IssueList is one page of the issues a query matches.

@@ -104,6 +104,8 @@ func (f *fakeTracker) Search(_ context.Context, project string, q *host.Query, i
 	return out, nil
 }
 
+func (f *fakeTracker) Page(context.Context, string) (*host.Page, error) { return nil, host.ErrNotFound }
+
 func (f *fakeTracker) Download(_ context.Context, id string) (io.ReadCloser, error) {
 	f.downloads++
 	if f.err != nil {

@@ -436,6 +436,39 @@ func (r *Redmine) observe(outcome string, start time.Time) {
 	}
 }
 
+// Page implements host.Host: an issue's subject and description, or a
+// wiki page's title and text.
+func (r *Redmine) Page(ctx context.Context, ref string) (*host.Page, error) {
+	if rest, ok := strings.CutPrefix(ref, "wiki:"); ok {
+		project, title, ok := strings.Cut(rest, ":")
+		if !ok || !validRef(project) || title == "" || strings.ContainsAny(title, "/?#\\") {
+			return nil, host.ErrNotFound
+		}
+		var w struct {
+			WikiPage struct {
+				Title   string `json:"title"`
+				Text    string `json:"text"`
+				Version int    `json:"version"`
+			} `json:"wiki_page"`
+		}
+		if err := r.get(ctx, "/projects/"+url.PathEscape(project)+"/wiki/"+url.PathEscape(title)+".json", nil, &w); err != nil {
+			return nil, err
+		}
+		v := strconv.Itoa(w.WikiPage.Version)
+		return &host.Page{Title: strings.ReplaceAll(w.WikiPage.Title, "_", " "), Body: w.WikiPage.Text, Markup: markup(r.cfg.Markup),
+			Project: project, Version: v, Source: "wiki page " + w.WikiPage.Title + " of project " + project + ", version " + v}, nil
+	}
+	in, err := r.Issue(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	summary, _ := in.Field("summary")
+	description, _ := in.Field("description")
+	updated, _ := in.Field("updated")
+	return &host.Page{Title: summary.Value, Body: description.Value, Markup: in.Markup, Project: in.Project.ID,
+		Version: updated.Value, Source: "issue " + in.ID + " of project " + in.Project.ID + ", updated " + updated.Value}, nil
+}
+
 // maxDownload bounds what one download streams: Redmine's own default
 // limit of an attachment's size is 5 MB, and operators raise it.
 const maxDownload = 100 << 20

@@ -223,6 +223,29 @@ func TestAgainstRedmine(t *testing.T) {
 		}
 	})
 
+	t.Run("pages for templates", func(t *testing.T) {
+		r, err := New(Config{URL: rm.URL, APIKey: bot.APIKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		rm.CreateWikiPage(t, "acme", "Mutual_NDA", "# Mutual NDA\n\nBoth parties keep it **secret**.")
+		p, err := r.Page(ctx, "wiki:acme:Mutual_NDA")
+		if err != nil || p.Title != "Mutual NDA" || p.Body != "# Mutual NDA\n\nBoth parties keep it **secret**." || p.Project != "acme" ||
+			p.Version != "1" || p.Source != "wiki page Mutual_NDA of project acme, version 1" || p.Markup != "markdown" {
+			t.Errorf("the wiki page: %+v %v", p, err)
+		}
+		p, err = r.Page(ctx, strconv.Itoa(issue))
+		if err != nil || p.Title != "Printer jams on duplex" || p.Project != "acme" || !strings.HasPrefix(p.Source, "issue "+strconv.Itoa(issue)+" of project acme, updated ") {
+			t.Errorf("an issue as a page: %+v %v", p, err)
+		}
+		for _, ref := range []string{strconv.Itoa(private), "wiki:acme:Nope", "wiki:secret:Anything", "wiki:acme", "wiki:../x:y", "wiki:acme:a/b"} {
+			if _, err := r.Page(ctx, ref); !errors.Is(err, host.ErrNotFound) {
+				t.Errorf("Page(%q): %v, want not found", ref, err)
+			}
+		}
+	})
+
 	t.Run("a wrong key", func(t *testing.T) {
 		r, err := New(Config{URL: rm.URL, APIKey: "0000000000000000000000000000000000000000"})
 		if err != nil {
