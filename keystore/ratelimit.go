@@ -186,6 +186,12 @@ type policyState struct {
 	// not send again.
 	claim, claimIdx      int64
 	spent, used, covered int64
+	// next (in window nextIdx) is the claim a sync is making, which
+	// becomes claim once the sync has committed (a transaction may run
+	// again, or fail); spentAt and usedAt are spent and used when it was
+	// reckoned: what is let through after counts against the new claim.
+	next, nextIdx, spentAt, usedAt int64
+	proposed                       bool
 	// asked counts the requests that came since the last sync, let
 	// through or not, and lastAsked those of the interval before it,
 	// sent as this instance's demand: instances claim what is left in
@@ -312,8 +318,24 @@ func (p *policyState) reclaim(id string, ns int64, sh sharing, demand int64, out
 		out = append(out, RateCount{id, p.Name, p.WindowSeconds, p.index, d})
 		p.cur += d
 	}
-	p.claim, p.claimIdx, p.spent, p.used = c, p.index, 0, 0
+	p.next, p.nextIdx, p.spentAt, p.usedAt, p.proposed = c, p.index, p.spent, p.used, true
 	return out
+}
+
+// commitClaim makes the claim of a committed sync p's claim. What was
+// let through since it was reckoned counts against it; past it, those
+// requests are sent with the next sync, not held by the claim.
+func (p *policyState) commitClaim() {
+	if !p.proposed {
+		return
+	}
+	p.proposed = false
+	p.claim, p.claimIdx = p.next, p.nextIdx
+	p.spent, p.used = max(p.spent-p.spentAt, 0), max(p.used-p.usedAt, 0)
+	if over := p.used - p.claim; over > 0 {
+		p.used -= over
+		p.covered = max(p.covered-over, 0)
+	}
 }
 
 // roll moves p to the window of ns. A request whose time is of an
@@ -554,13 +576,22 @@ func (l *limiter) reclaim(id string, ns int64, sh sharing, demands []RateCount, 
 	return out
 }
 
-// unclaim forgets the claims of a sync that failed: the database did not
-// keep them.
-func (l *limiter) unclaim() {
+// commitClaims makes the claims of a sync that committed the limiter's;
+// dropClaims forgets those of one that failed: the database kept the
+// claims before it, which go on.
+func (l *limiter) commitClaims() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range l.policies {
-		l.policies[i].claim, l.policies[i].spent, l.policies[i].used = 0, 0, 0
+		l.policies[i].commitClaim()
+	}
+}
+
+func (l *limiter) dropClaims() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.policies {
+		l.policies[i].proposed = false
 	}
 }
 

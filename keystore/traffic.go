@@ -135,9 +135,14 @@ func (k *Keys) SyncRates(now time.Time) error {
 			}
 		}
 		for _, e := range k.entries() {
-			e.limits.unclaim()
+			e.limits.dropClaims()
 		}
 		return err
+	}
+	// The claims hold from here: the transaction that made them (once or
+	// run again) has committed.
+	for _, e := range k.entries() {
+		e.limits.commitClaims()
 	}
 	// Claims hold a while without a sync: an instance that falls back
 	// to its share while the others still claim could spend what they

@@ -615,16 +615,26 @@ func TestClaimDuringSync(t *testing.T) {
 			}
 		}
 	}
-	sync := func(during int) {
+	sync := func(during int, retried bool) {
 		deltas, demand := l.pending("k", nil, nil)
 		add(deltas)
 		pass(during) // requests that come while the sync runs
-		l.apply([]RateCount{{"k", "m", 60, ns / int64(60*time.Second), db}}, ns)
+		read := []RateCount{{"k", "m", 60, ns / int64(60*time.Second), db}}
+		if retried {
+			// The transaction ran once and was rolled back: what it
+			// claimed never reached the database.
+			l.apply(read, ns)
+			l.reclaim("k", ns, sh, demand, nil)
+			pass(1)
+		}
+		l.apply(read, ns)
 		add(l.reclaim("k", ns, sh, demand, nil))
+		pass(during)
+		l.commitClaims()
 	}
 	pass(1) // the first request of an instance that claimed nothing
-	for _, during := range []int{0, 3, 0, 5, 2, 0} {
-		sync(during)
+	for i, during := range []int{0, 3, 0, 5, 2, 0, 4, 1} {
+		sync(during, i%3 == 1)
 		pass(10)
 		p := l.policies[0]
 		if want := int64(through) + p.claim - p.used; db+p.curLocal-p.covered != want {
