@@ -303,3 +303,56 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 		})
 	}
 }
+
+// TestDelayedSyncAfterRoll: syncs held up for seconds by load, across
+// the turn of a window, do not make the instances claim the room of the
+// seconds to come: a burst right after the turn keeps the sliding window
+// within the limit + 10 %.
+func TestDelayedSyncAfterRoll(t *testing.T) {
+	e := newEnv(t, storetest.OpenPostgres(t))
+	gws := []*Keys{e.keys, e.reopen(t), e.reopen(t)}
+	k := mustCreate(t, e.keys, `{"service":"contracts","name":"r","owner":"alice","privileges":["get"],"rateLimits":[{"name":"w","limit":100,"windowSeconds":10}]}`)
+	turn := t0.Truncate(10 * time.Second).Add(time.Hour)
+	syncAll := func(at time.Time) {
+		for _, g := range gws {
+			if err := g.SyncRates(at); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, g := range gws {
+		if err := g.Resync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var passed []time.Time
+	burst := func(at time.Time, n int) {
+		for i := range n {
+			if checkAt(gws[i%3], k.Token, at).Reason == "" {
+				passed = append(passed, at)
+			}
+		}
+	}
+	// The end of one window: the limit spent, syncing every 100 ms.
+	for at := turn.Add(-3 * time.Second); at.Before(turn.Add(-2 * time.Second)); at = at.Add(100 * time.Millisecond) {
+		syncAll(at)
+		burst(at, 60)
+	}
+	// Then no sync for 2 s, across the turn; the first ones come just
+	// after it, and a burst with them.
+	syncAll(turn.Add(50 * time.Millisecond))
+	for at := turn.Add(50 * time.Millisecond); at.Before(turn.Add(time.Second)); at = at.Add(100 * time.Millisecond) {
+		burst(at, 60)
+		syncAll(at.Add(100 * time.Millisecond))
+	}
+	n := 0
+	for _, p := range passed {
+		if p.After(turn.Add(time.Second - 10*time.Second)) {
+			n++
+		}
+	}
+	if n > 110 {
+		t.Errorf("%d let through in the 10 s to the second after the turn, want at most the limit 100 + 10%%", n)
+	}
+	t.Logf("%d let through in all, %d in the sliding window", len(passed), n)
+}
