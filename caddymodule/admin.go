@@ -26,7 +26,7 @@ func init() {
 }
 
 // Admin serves key, template and webhook administration on Caddy's admin
-// endpoint (gateway.md, Administration; clients.md, Webhooks). It is
+// endpoint (docs/administrators.md, Administration; clients.md, Webhooks). It is
 // always on with the webapi app.
 type Admin struct {
 	mux *http.ServeMux

@@ -19,7 +19,7 @@ func init() {
 	caddy.RegisterModule(AdminPage{})
 }
 
-// AdminPage serves the Web API Keys page (gateway.md, "The Web API Keys
+// AdminPage serves the Web API Keys page (docs/administrators.md, "The Web API Keys
 // page"): the keys and templates of the admin API as a page for
 // administrators, with the JSON calls it makes, under whatever path it is
 // mounted. It serves nobody anonymous: an authentication handler before

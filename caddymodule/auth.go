@@ -28,7 +28,7 @@ func init() {
 }
 
 // Auth checks the bearer API key of every request against a service's
-// operation table (gateway.md, Checking a request) and hands authorized
+// operation table (docs/clients.md, Checking a request) and hands authorized
 // requests on with the key's identity: in the request context for our
 // API handlers, in placeholders, and in Keygate-* headers for a
 // reverse_proxy behind it.

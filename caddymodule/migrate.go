@@ -17,7 +17,7 @@ import (
 	"github.com/keygate/keygate/migrate"
 )
 
-// migrateCommand is `caddy webapi migrate` (spec storage.md, "Moving from
+// migrateCommand is `caddy webapi migrate` (docs/operators.md, "Moving from
 // one box to several"): it reads its flags and files, has
 // migrate.BoltToPostgres copy the data, and prints what was copied.
 func migrateCommand() *cobra.Command {

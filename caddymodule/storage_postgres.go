@@ -28,7 +28,7 @@ func init() {
 }
 
 // PostgresStorage keeps the data in a PostgreSQL database that several
-// gateway instances may share (webapi.storage.postgres, spec storage.md).
+// gateway instances may share (webapi.storage.postgres, docs/operators.md).
 //
 //	storage postgres {
 //		dsn {env.KEYGATE_DATABASE_URL}

@@ -13,7 +13,7 @@ import (
 	"github.com/keygate/keygate/internal/problem"
 )
 
-// TestAuthorize walks the steps of gateway.md "Checking a request" in
+// TestAuthorize walks the steps of docs/clients.md "Checking a request" in
 // order, on both services' operation tables.
 func TestAuthorize(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Key is an API key as administrators see it (gateway.md, Keys). The token
+// Key is an API key as administrators see it (docs/administrators.md, Keys). The token
 // itself is never part of it, except once in the reply to a create.
 type Key struct {
 	ID                   string      `json:"id"`

@@ -1,5 +1,5 @@
 // Package migrate moves a gateway from bbolt to PostgreSQL (spec
-// storage.md, "Moving from one box to several"; `caddy webapi migrate`):
+// docs/operators.md, "Moving from one box to several"; `caddy webapi migrate`):
 // it copies a stopped gateway's database file into an empty PostgreSQL
 // schema in one transaction. Each store copies its own records (their
 // CopyToPostgres functions), as stored: ids, timestamps, token hashes,

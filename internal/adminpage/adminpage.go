@@ -1,4 +1,4 @@
-// Package adminpage serves the Web API Keys page (gateway.md, "The Web
+// Package adminpage serves the Web API Keys page (docs/administrators.md, "The Web
 // API Keys page"): the seeds' "Web API Keys" admin tab as one HTML page,
 // its script and style sheet, all embedded in the binary, and the JSON
 // calls the page makes, which it hands to the administration API under

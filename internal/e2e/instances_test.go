@@ -24,7 +24,7 @@ import (
 
 // cluster is several gateway processes on one PostgreSQL database, with
 // one master key and one SMTP server, as an operator runs them behind a
-// load balancer (spec storage.md, "Several instances on one database").
+// load balancer (docs/operators.md, "Several instances on one database").
 type cluster struct {
 	pg    *pgtest.Server
 	gws   []*gatewayproc.Gateway

@@ -96,7 +96,7 @@ func (h *hookReceiver) check(t *testing.T, gw *gatewayproc.Gateway) {
 // TestSeveralInstancesWebhooks: three gateways on one PostgreSQL database
 // deliver each webhook message exactly once, whichever instance queued it
 // and whichever takes it, retries included (clients.md, Webhooks;
-// storage.md, Several instances on one database).
+// docs/operators.md, Several instances on one database).
 func TestSeveralInstancesWebhooks(t *testing.T) {
 	c := startCluster(t, 3)
 	recv := newHookReceiver(t, 7)
@@ -141,7 +141,7 @@ func TestSeveralInstancesWebhooks(t *testing.T) {
 // gateways on one PostgreSQL database each give one contract.created
 // message, delivered once in all, whichever instance wrote the event,
 // fanned it out or made each attempt, retries included (clients.md,
-// Webhooks; storage.md, Several instances on one database).
+// Webhooks; docs/operators.md, Several instances on one database).
 func TestSeveralInstancesContractEvents(t *testing.T) {
 	c := startCluster(t, 3)
 	if err := c.gws[0].AddTemplate("PAGE-1", "LEGAL", "NDA", "Keep each other's secrets."); err != nil {

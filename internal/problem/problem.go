@@ -13,7 +13,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 )
 
-// The stable codes of gateway.md. Clients switch on these; never rename one.
+// The stable codes of docs/clients.md. Clients switch on these; never rename one.
 const (
 	CodeMissingKey          = "missing_key"
 	CodeInvalidKey          = "invalid_key"
@@ -55,7 +55,7 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
-// Details is the problem body of gateway.md.
+// Details is the problem body of docs/clients.md.
 type Details struct {
 	Type   string       `json:"type"`
 	Title  string       `json:"title"`

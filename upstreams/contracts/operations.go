@@ -1,5 +1,5 @@
 // Package contracts is the Contract Signing Web API (seed 000, spec
-// contracts.md): model, validation, bbolt storage and net/http handlers.
+// docs/clients.md): model, validation, bbolt storage and net/http handlers.
 // It knows nothing of Caddy; caddymodule wires it behind webapi_auth.
 package contracts
 

@@ -8,7 +8,7 @@ import (
 	"github.com/keygate/keygate/keystore"
 )
 
-// Activity page limits; share.md gives none, these follow the list's.
+// Activity page limits; docs/clients.md gives none, these follow the list's.
 const (
 	defaultActivityLimit = 100
 	maxActivityLimit     = 1000

@@ -11,13 +11,13 @@ import (
 	"github.com/keygate/keygate/keystore"
 )
 
-// List limits of the seed and share.md.
+// List limits of the seed and docs/clients.md.
 const (
 	defaultListLimit = 100
 	maxListLimit     = 1000
 )
 
-// SortFields are the sort values of share.md: the snake_case form of the
+// SortFields are the sort values of docs/clients.md: the snake_case form of the
 // record's sortable fields.
 var SortFields = []string{"id", "uuid", "type", "issue_id", "project_id", "created_by",
 	"created_at", "updated_at", "expiration", "opened_count"}
@@ -46,7 +46,7 @@ type listPlan struct {
 	empty bool
 }
 
-// plan applies share.md's visibility rule to q. A caller that
+// plan applies docs/clients.md's visibility rule to q. A caller that
 // administers the filtered project (or everything) sees every match; one
 // that does not sees only its own shares there, which is a creator filter.
 func plan(caller *keystore.Identity, q *ListQuery) listPlan {

@@ -10,7 +10,7 @@ const (
 	TypeTimeline = "TIMELINE"
 )
 
-// The share statuses of share.md, computed when a share is read so that an
+// The share statuses of docs/clients.md, computed when a share is read so that an
 // expiration takes effect without a background job.
 const (
 	StatusActive  = "ACTIVE"
@@ -124,7 +124,7 @@ type CreateRequest struct {
 	CustomFields         []CustomField         `json:"customFields"`
 }
 
-// Share is the share record of share.md as get, list, create and update
+// Share is the share record of docs/clients.md as get, list, create and update
 // return it. Fields without a value are null; the password never leaves
 // the store.
 type Share struct {
@@ -149,7 +149,7 @@ type Share struct {
 	URL                  string                `json:"url"`
 }
 
-// The activity actions of share.md.
+// The activity actions of docs/clients.md.
 const (
 	ActionCreated      = "created"
 	ActionUpdated      = "updated"

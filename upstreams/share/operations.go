@@ -1,4 +1,4 @@
-// Package share is the External Share Web API (seed 001, spec share.md):
+// Package share is the External Share Web API (docs/clients.md):
 // model, validation, bbolt storage and net/http handlers, plus the public
 // share page. It knows nothing of Caddy; caddymodule wires it in.
 package share
@@ -13,7 +13,7 @@ import (
 const Prefix = "/webapi/share"
 
 // Operations is the seed's endpoint table. On share, create also grants
-// update (PUT) and get grants activity (gateway.md, Keys).
+// update (PUT) and get grants activity (docs/clients.md, Keys).
 var Operations = keystore.Table{
 	Service: keystore.ServiceShare,
 	Prefix:  Prefix,

@@ -121,7 +121,7 @@ var errNoIdentity = errors.New("share: no caller identity")
 
 func notFound() *problem.Details { return problem.NotFound("no share with this uuid") }
 
-// visible is share.md's rule: the caller sees the shares it created and
+// visible is docs/clients.md's rule: the caller sees the shares it created and
 // those of projects it administers ("*": all). An issue share without a
 // project is seen by its creator and "*" administrators only.
 func visible(caller *keystore.Identity, createdBy, projectID string) bool {
@@ -337,7 +337,7 @@ func (s *Store) getNow(ctx context.Context, caller *keystore.Identity, uuidStr s
 	return r.toShare(s.baseURL, s.nowMs(), n), true, nil
 }
 
-// Update replaces the share named uuidStr with in (share.md): type,
+// Update replaces the share named uuidStr with in (docs/clients.md): type,
 // issueId and projectId cannot change; an absent password keeps the old
 // one, null removes it, a string replaces it; everything else is replaced
 // as sent. Writes the activity entry "updated".

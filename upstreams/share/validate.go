@@ -10,7 +10,7 @@ import (
 	"github.com/keygate/keygate/internal/text"
 )
 
-// Limits of share.md, and the ones it leaves open (docs/contributors.md, Choices where the spec is silent).
+// Limits of docs/clients.md, and the ones it leaves open (docs/contributors.md, Choices where the spec is silent).
 const (
 	maxIDLength       = 255
 	maxPasswordChars  = 256
@@ -38,7 +38,7 @@ type content struct {
 	SelectedUsersConfig  *SelectedUsersConfig
 }
 
-// validate checks in against every rule of share.md's create table and
+// validate checks in against every rule of docs/clients.md's create table and
 // returns the normalized content with all violations collected in f, so
 // that one 400 lists them all. nowMs is the time expirations are measured
 // from.

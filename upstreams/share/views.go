@@ -34,7 +34,7 @@ func newViewBatch() *viewBatch {
 }
 
 // views counts page openings in memory, as the gateway does key usage
-// (gateway.md, Storage): a page view costs no disk write. Reads add the
+// (docs/clients.md, Storage): a page view costs no disk write. Reads add the
 // unflushed part, so a count or an activity entry shows at once; a crash
 // loses at most what came after the last Flush.
 type views struct {

@@ -1,4 +1,4 @@
-// Package signing is the contract signing lifecycle (spec contracts.md,
+// Package signing is the contract signing lifecycle (docs/clients.md,
 // sections Status, Signing and Notifications): the public signing pages
 // under /sign/, one-time passwords, signer decisions and the status moves
 // they cause, the notifications each change sends through the durable

@@ -1,5 +1,5 @@
 // Package pgdb is the PostgreSQL backend of package storage
-// (spec storage.md): a pgx pool whose connections see one schema, the
+// (docs/operators.md): a pgx pool whose connections see one schema, the
 // schema's versioned migrations applied at open under an advisory lock,
 // and the master key's check value.
 package pgdb
@@ -36,7 +36,7 @@ const DefaultSchema = "keygate"
 
 // DefaultTimeout bounds a transaction of a request: a database that does
 // not answer makes a 503 instead of a hanging request, within the 5 s the
-// spec promises (storage.md) with a second to spare for the rest of the
+// spec promises (docs/operators.md) with a second to spare for the rest of the
 // request.
 const DefaultTimeout = 4 * time.Second
 
