@@ -9,7 +9,7 @@ BIN     := bin/caddy
 CADDY_VERSION := $(shell sed -n 's/.*"caddy_version": *"\([^"]*\)".*/\1/p' xcaddy.json)
 PLUGINS := $(shell sed -n 's/.*"module_path": *"\([^"]*\)".*/\1/p' xcaddy.json)
 
-.PHONY: all build run test test-ui bench soak fuzz xcaddy clean test-deps
+.PHONY: all build run redmine test test-ui bench soak fuzz xcaddy clean test-deps
 
 all: build
 
@@ -19,6 +19,12 @@ build:
 run: build
 	mkdir -p data
 	./$(BIN) run --config Caddyfile --adapter caddyfile
+
+# A real Redmine (Debian's, installed by test-deps) on a loopback port
+# with a project, an issue and a wiki page, connected to the next
+# `make run` through webapi.d/redmine.caddyfile; Ctrl-C removes it.
+redmine: test-deps
+	$(GO) run ./cmd/keygate-redmine -dir webapi.d
 
 # The browser tests need Debian's chromium and axe-core (npm ci, pinned
 # by internal/testkit/browsertest/axe/package-lock.json); test-deps installs what

@@ -101,6 +101,7 @@ func kgWantProblem(t *testing.T, r response, status int, code string) problem.De
 type ctrContract struct {
 	ID                  string
 	TemplateID          string
+	TemplateSource      string
 	CollectionID        string
 	Name                string
 	CreatedByID         string

@@ -193,6 +193,9 @@ const defaultSite = `
 	handle /s/* {
 		webapi_share_viewer
 	}
+	handle /sign/* {
+		webapi_signing
+	}
 	handle /verify* {
 		webapi_verify
 	}

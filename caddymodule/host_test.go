@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit/pdftest"
 	"github.com/keygate/keygate/internal/testkit/redminetest"
 )
 
@@ -97,7 +98,12 @@ func TestHostRedmine(t *testing.T) {
 		t.Errorf("the shared issue's page: %d %s", page.status, page.body)
 	}
 
+	ctr := ctrKey(t, "alice", "create", "search")
 	down.Store(true)
+	if r := do(t, "POST", siteURL+ctrURL, ctrSimple("42", "From issue 42"), bearer(ctr)...); r.status != 503 ||
+		r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), `"host_unavailable"`) {
+		t.Errorf("a contract from the tracker while it is down: %d %s", r.status, r.body)
+	}
 	page = do(t, "GET", siteURL+"/s/"+sh.UUID, nil, "Accept", "application/json")
 	if page.status != 503 || page.header.Get("Retry-After") == "" || !strings.Contains(string(page.body), `"host_unavailable"`) {
 		t.Errorf("the tracker down: %d %s %s", page.status, page.header, page.body)
@@ -123,7 +129,17 @@ func TestHostRedmine(t *testing.T) {
 	if r := do(t, "GET", siteURL+shrURL+"/"+sh.UUID, nil, bearer(alice)...); r.status != 200 {
 		t.Errorf("the share API with the tracker hanging: %d", r.status)
 	}
+	if r := do(t, "POST", siteURL+ctrURL, ctrSimple("42", "From issue 42"), bearer(ctr)...); r.status != 503 {
+		t.Errorf("a contract from the tracker while it hangs: %d %s", r.status, r.body)
+	}
 	slow.Store(false)
+	if p, _ := ctrSearch(t, ctr, ""); p.TotalCount != 0 {
+		t.Errorf("%d contracts stored while the tracker failed", p.TotalCount)
+	}
+	c := ctrCreate(t, ctr, ctrSimple("42", "From issue 42"))
+	if c.CollectionID != "acme" || c.TemplateSource != "issue 42 of project acme, updated 2026-11-01T08:00:00Z" {
+		t.Errorf("a contract from issue 42: %+v", c)
+	}
 
 	// Without a host: the check says none is configured.
 	b.storage = func(*testing.T) string { return "" }
@@ -138,13 +154,19 @@ func TestHostRedmine(t *testing.T) {
 // Redmine behind the gateway's back.
 func redmineGateway(t *testing.T, rm *redminetest.Server, key string) {
 	t.Helper()
+	redmineGatewayOn(t, bolt, rm, key)
+}
+
+// redmineGatewayOn is redmineGateway on backend b.
+func redmineGatewayOn(t *testing.T, b backend, rm *redminetest.Server, key string) {
+	t.Helper()
 	keyFile := filepath.Join(t.TempDir(), "redmine-api-key") // caddytest rewrites paths ending in .key
 	if err := os.WriteFile(keyFile, []byte(key), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := bolt
-	b.storage = func(*testing.T) string {
-		return fmt.Sprintf("host redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t\tcache 0s\n\t\t}", rm.URL, keyFile)
+	storage := b.storage
+	b.storage = func(t *testing.T) string {
+		return storage(t) + fmt.Sprintf("\n\t\thost redmine {\n\t\t\turl %s\n\t\t\tapi_key_file %s\n\t\t\tcache 0s\n\t\t}", rm.URL, keyFile)
 	}
 	startGateway(t, b, defaultSite)
 }
@@ -270,4 +292,98 @@ func TestSharePageWithRedmine(t *testing.T) {
 	if page := do(t, "GET", siteURL+"/s/"+talk.UUID, nil, "Accept", "text/html"); !strings.Contains(string(page.body), "Thanks, it works now.") {
 		t.Errorf("the page does not show the new comment:\n%s", page.body)
 	}
+}
+
+// TestContractFromRedmine: on a real Redmine, on both backends, a
+// contract made from a wiki page or an issue copies its text with its
+// version: an edit of the page afterwards makes the next contract from
+// the new version and leaves the first as it was, on its signing page, in
+// its sealed PDF, drawn from Markdown, and in its certificate, which
+// names the page and version. A private issue, or a page that does not
+// exist, is an unknown template.
+func TestContractFromRedmine(t *testing.T) {
+	rm := redminetest.Start(t)
+	rm.CreateProject(t, "acme", "ACME")
+	bot := rm.CreateUser(t, "keygate", "acme")
+	issue := rm.CreateIssue(t, "acme", "Service order", "Deliver *by Friday*.", nil)
+	private := rm.CreateIssue(t, "acme", "Private terms", "Not for anyone.", map[string]any{"is_private": true})
+	eachBackend(t, func(t *testing.T, b backend) {
+		title := "NDA_" + b.name
+		rm.CreateWikiPage(t, "acme", title, "# Mutual NDA\n\nBoth parties keep it **secret**:\n\n- for five years\n- worldwide")
+		redmineGatewayOn(t, b, rm, bot.APIKey)
+		key := ctrKey(t, "alice", "get", "create", "delete")
+		signer := map[string]any{"fullName": "Ursula Url", "accessKind": "url", "signerSigningMethods": []string{"render"}}
+
+		first := ctrCreate(t, key, ctrSimple("wiki:acme:"+title, "NDA one", signer))
+		if want := "wiki page " + title + " of project acme, version 1"; first.CollectionID != "acme" || first.TemplateSource != want {
+			t.Errorf("the first contract: %q %q, want acme and %q", first.CollectionID, first.TemplateSource, want)
+		}
+		rm.CreateWikiPage(t, "acme", title, "# Mutual NDA\n\nBoth parties keep it **secret** for ten years.")
+		second := ctrCreate(t, key, ctrSimple("wiki:acme:"+title, "NDA two", signer))
+		if !strings.HasSuffix(second.TemplateSource, "version 2") {
+			t.Errorf("the second contract: %q, want version 2", second.TemplateSource)
+		}
+
+		// The first contract's signing page shows version 1, rendered.
+		link := first.Signers[0].AccessURL
+		var view struct {
+			Contract struct {
+				Document struct{ Title, Body, Markup, Source string }
+			}
+		}
+		if r := do(t, "GET", link, nil, "Accept", "application/json"); r.status != 200 {
+			t.Fatalf("the signing page %s: %d %s", link, r.status, r.body)
+		} else {
+			r.json(t, &view)
+		}
+		if d := view.Contract.Document; d.Title != "NDA "+b.name || !strings.Contains(d.Body, "five years") || d.Markup != "markdown" || d.Source != first.TemplateSource {
+			t.Errorf("the signing page's document: %+v", d)
+		}
+		html := string(do(t, "GET", link, nil, "Accept", "text/html").body)
+		for _, want := range []string{"<strong>secret</strong>", "<li>for five years</li>", "The text of " + first.TemplateSource} {
+			if !strings.Contains(html, want) {
+				t.Errorf("the signing page lacks %q", want)
+			}
+		}
+
+		if r := do(t, "POST", link+"/decision", map[string]string{"decision": "signed", "method": "render", "signature": "Ursula Url"}); r.status != 200 {
+			t.Fatalf("decision: %d %s", r.status, r.body)
+		}
+		var got struct {
+			FinalizedPDF   struct{ ID string } `json:"finalizedPdf"`
+			CertificatePDF struct{ ID string } `json:"certificatePdf"`
+		}
+		do(t, "GET", siteURL+ctrURL+"/"+first.ID, nil, bearer(key)...).json(t, &got)
+		attachment := func(id string) string {
+			r := do(t, "GET", siteURL+ctrURL+"/"+first.ID+"/attachments/"+id, nil, bearer(key)...)
+			if r.status != 200 {
+				t.Fatalf("attachment %s: %d", id, r.status)
+			}
+			return strings.Join(strings.Fields(pdftest.Text(t, r.body)), " ")
+		}
+		finalized := attachment(got.FinalizedPDF.ID)
+		for _, want := range []string{"Mutual NDA Both parties keep it secret:", "for five years", "Text of " + first.TemplateSource} {
+			if !strings.Contains(finalized, want) {
+				t.Errorf("the finalized PDF lacks %q:\n%s", want, finalized)
+			}
+		}
+		if strings.Contains(finalized, "**") || strings.Contains(finalized, "# Mutual") || strings.Contains(finalized, "ten years") {
+			t.Errorf("the finalized PDF shows markup or the later version:\n%s", finalized)
+		}
+		if cert := attachment(got.CertificatePDF.ID); !strings.Contains(cert, "Copied from "+first.TemplateSource) {
+			t.Errorf("the certificate does not name the page and version:\n%s", cert)
+		}
+
+		// An issue: its subject and description, as of its last update.
+		order := ctrCreate(t, key, ctrSimple(strconv.Itoa(issue), "Order", signer))
+		if !strings.HasPrefix(order.TemplateSource, "issue "+strconv.Itoa(issue)+" of project acme, updated ") || order.CollectionID != "acme" {
+			t.Errorf("a contract from an issue: %q %q", order.TemplateSource, order.CollectionID)
+		}
+		for _, id := range []string{strconv.Itoa(private), "wiki:acme:No_such_page", "wiki:nope:" + title, "999999"} {
+			r := do(t, "POST", siteURL+ctrURL, ctrSimple(id, "Refused", signer), bearer(key)...)
+			if p := r.problem(t); r.status != 400 || len(p.Errors) != 1 || p.Errors[0].Code != "unknown_template" || strings.Contains(string(r.body), "Not for anyone") {
+				t.Errorf("a contract from %s: %d %s", id, r.status, r.body)
+			}
+		}
+	})
 }

@@ -246,6 +246,7 @@ func (s *state) provisionAPIs(a *App) error {
 		DB:               s.stores.DB,
 		Backend:          s.stores.Contracts,
 		Templates:        s.templates,
+		Pages:            a.host,
 		Sealer:           s.sealer,
 		PublicBaseURL:    a.PublicBaseURL,
 		ContractValidity: time.Duration(a.ContractValidity),

@@ -96,6 +96,18 @@ func Invalid(errs []FieldError) *Details {
 // NotFound is the 404 every API answers for an unknown or unseen resource.
 func NotFound(detail string) *Details { return New(http.StatusNotFound, CodeNotFound, detail) }
 
+// HostRetryAfter is the Retry-After, in seconds, of an answer that waited
+// for an issue tracker that did not answer.
+const HostRetryAfter = 30
+
+// HostUnavailable is the 503 for a request that needed the issue tracker
+// when it did not answer, in time or at all.
+func HostUnavailable(detail string) *Details {
+	d := New(http.StatusServiceUnavailable, CodeHostUnavailable, detail)
+	d.RetryAfter = HostRetryAfter
+	return d
+}
+
 // Internal is the 500 that says nothing of the inside.
 func Internal() *Details {
 	return New(http.StatusInternalServerError, CodeInternal, "the server could not complete the request")

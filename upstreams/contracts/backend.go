@@ -63,11 +63,15 @@ type Backend interface {
 	// holder. One call, so that a backend across a network can make it
 	// one round trip, or none.
 	HoldTemplate(ctx context.Context, tx storage.Tx, id string) (collection string, digest [sha256.Size]byte, err error)
+	// HoldDocument holds doc, whose digest is digest, for a contract
+	// about to be inserted in tx, as HoldTemplate holds a template's: a
+	// page of the issue tracker, read before tx began.
+	HoldDocument(ctx context.Context, tx storage.Tx, digest [sha256.Size]byte, doc *Document) error
 	// ReleaseDocument counts one contract fewer holding digest and
 	// deletes the document when none is left. It comes after the Remove
 	// of the contract that held it.
 	ReleaseDocument(ctx context.Context, tx storage.Tx, digest []byte) error
-	// Document reads the stored document digest (encoded documentRecord),
+	// Document reads the stored document digest (an encoded Document),
 	// nil if none is stored.
 	Document(ctx context.Context, tx storage.Tx, digest []byte) ([]byte, error)
 

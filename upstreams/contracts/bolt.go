@@ -226,18 +226,29 @@ func (b *BoltBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id strin
 		return "", [sha256.Size]byte{}, err
 	}
 	digest := templateDigest(t, stored)
+	return t.CollectionID, digest, hold(stx, digest, func() ([]byte, error) { return encodeDocument(t) })
+}
+
+// HoldDocument implements Backend.
+func (b *BoltBackend) HoldDocument(_ context.Context, stx storage.Tx, digest [sha256.Size]byte, doc *Document) error {
+	return hold(stx, digest, doc.encode)
+}
+
+// hold stores the document of digest, as encode makes it, if no contract
+// holds it yet, and counts one more holder.
+func hold(stx storage.Tx, digest [sha256.Size]byte, encode func() ([]byte, error)) error {
 	tx := boltdb.Of(stx)
 	docs := tx.Bucket(bucketDocuments)
 	if docs.Get(digest[:]) == nil {
-		encoded, err := encodeDocument(t)
+		encoded, err := encode()
 		if err != nil {
-			return "", digest, err
+			return err
 		}
 		if err := docs.Put(digest[:], encoded); err != nil {
-			return "", digest, err
+			return err
 		}
 	}
-	return t.CollectionID, digest, bump(tx.Bucket(bucketDocumentRefs), digest[:], 1)
+	return bump(tx.Bucket(bucketDocumentRefs), digest[:], 1)
 }
 
 // ReleaseDocument implements Backend.

@@ -124,9 +124,9 @@ func TestCreateReply(t *testing.T) {
 		if !reflect.DeepEqual(created, fetched) {
 			t.Errorf("get differs from create:\n%s\n%s", w.Body, g.Body)
 		}
-		title, body, err := f.store.Document(ctx(), mustGet(t, f, id))
-		if err != nil || title != "Lease" || body != "The tenant shall pay." {
-			t.Errorf("document %q %q %v", title, body, err)
+		doc, err := f.store.Document(ctx(), mustGet(t, f, id))
+		if err != nil || doc.Title != "Lease" || doc.Body != "The tenant shall pay." || doc.Markup != "" {
+			t.Errorf("document %+v %v", doc, err)
 		}
 	})
 }

@@ -204,7 +204,7 @@ func TestDelete(t *testing.T) {
 		if got := searchIDs(t, f, "placement=any"); !equalStrings(got, []string{keep}) {
 			t.Errorf("search finds %v", got)
 		}
-		if _, _, err := f.store.Document(ctx(), mustGet(t, f, keep)); err != nil {
+		if _, err := f.store.Document(ctx(), mustGet(t, f, keep)); err != nil {
 			t.Errorf("shared document went with the other contract: %v", err)
 		}
 		decodeProblem(t, f.do(alice, http.MethodDelete, Prefix+"/"+id, ""), http.StatusNotFound, "not_found")

@@ -78,8 +78,12 @@ var notificationKinds = []string{"created", "opened", "signed", "rejected", "com
 // (view.go), because the record also holds what must never be shown, such
 // as the signers' token hashes and sealed tokens.
 type Contract struct {
-	ID                  string    `json:"id"`
-	TemplateID          string    `json:"templateId"`
+	ID         string `json:"id"`
+	TemplateID string `json:"templateId"`
+	// TemplateSource names the tracker's page the document was copied
+	// from, with its version ("wiki page NDA of project acme, version
+	// 3"); empty for a template of the registry.
+	TemplateSource      string    `json:"templateSource,omitempty"`
 	CollectionID        string    `json:"collectionId"`
 	Name                string    `json:"name"`
 	CreatedByID         string    `json:"createdById"`

@@ -305,41 +305,65 @@ func (b *PostgresBackend) HoldTemplate(ctx context.Context, stx storage.Tx, id s
 	if !bytes.Equal(checked, digest[:]) || !bytes.Equal(locked, digest[:]) {
 		// The template changed between the two statements, or its
 		// digest is not stored: hold the document of what was read.
-		batch := &pgx.Batch{}
-		batch.Queue("SELECT 1 FROM pg_advisory_xact_lock_shared("+documentLock("$1::bytea")+")", digest[:])
-		batch.Queue("SELECT EXISTS (SELECT 1 FROM contract_documents WHERE digest = $1)", digest[:])
-		br := tx.SendBatch(ctx, batch)
-		_, err := br.Exec()
-		if err == nil {
-			err = br.QueryRow().Scan(&stored)
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if stored, err = lockDocument(ctx, stx, digest); err != nil {
 			return "", digest, err
 		}
 		version = -1 // not to be remembered
 	}
 	if !stored {
-		doc, err := encodeDocument(t)
-		if err != nil {
+		if err := b.storeDocument(ctx, digest, func() ([]byte, error) { return encodeDocument(t) }); err != nil {
 			return "", digest, err
-		}
-		// Stored at once, in a transaction of its own: in tx, a second
-		// create storing it would wait for tx to end, and creates that
-		// share a transaction (Batch) and store two documents could wait
-		// for each other. The lock held keeps it until tx has committed
-		// its contract; should tx fail, the document stays, unheld, as
-		// a template's next create would store it anyway.
-		if _, err := b.db.Pool.Exec(ctx, "INSERT INTO contract_documents (digest, document) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING", digest[:], doc); err != nil {
-			return "", digest, b.db.Wrap("storing a contract document", err)
 		}
 	}
 	if version >= 0 {
 		b.remember(id, heldTemplate{version: version, collection: t.CollectionID, digest: digest})
 	}
 	return t.CollectionID, digest, nil
+}
+
+// HoldDocument implements Backend as HoldTemplate holds a template's
+// document: the lock on it taken shared, then stored unless it is.
+func (b *PostgresBackend) HoldDocument(ctx context.Context, stx storage.Tx, digest [sha256.Size]byte, doc *Document) error {
+	stored, err := lockDocument(ctx, stx, digest)
+	if err == nil && !stored {
+		err = b.storeDocument(ctx, digest, doc.encode)
+	}
+	return err
+}
+
+// lockDocument takes the lock on the document of digest, shared, for tx
+// (see HoldTemplate), and then tells whether it is stored.
+func lockDocument(ctx context.Context, stx storage.Tx, digest [sha256.Size]byte) (stored bool, err error) {
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT 1 FROM pg_advisory_xact_lock_shared("+documentLock("$1::bytea")+")", digest[:])
+	batch.Queue("SELECT EXISTS (SELECT 1 FROM contract_documents WHERE digest = $1)", digest[:])
+	br := pgdb.Of(stx).SendBatch(ctx, batch)
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&stored)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return stored, err
+}
+
+// storeDocument stores the document of digest, as encode makes it, at
+// once, in a transaction of its own: in the create's, a second create
+// storing it would wait for that one to end, and creates that share a
+// transaction (Batch) and store two documents could wait for each
+// other. The lock the create holds (lockDocument) keeps it until the
+// create has committed its contract; should that fail, the document
+// stays, unheld, as the next create from it would store it anyway.
+func (b *PostgresBackend) storeDocument(ctx context.Context, digest [sha256.Size]byte, encode func() ([]byte, error)) error {
+	doc, err := encode()
+	if err != nil {
+		return err
+	}
+	if _, err := b.db.Pool.Exec(ctx, "INSERT INTO contract_documents (digest, document) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING", digest[:], doc); err != nil {
+		return b.db.Wrap("storing a contract document", err)
+	}
+	return nil
 }
 
 func (b *PostgresBackend) remember(id string, h heldTemplate) {

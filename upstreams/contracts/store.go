@@ -35,6 +35,11 @@ type Config struct {
 	// NewPostgresBackend of the same database.
 	Backend   Backend
 	Templates *Templates
+	// Pages, when set, is the issue tracker's: a templateId that the
+	// registry does not have is read from it (a host.Host reads "42" and
+	// "wiki:acme:NDA" on Redmine), and the page's text is copied into the
+	// contract with the version read.
+	Pages PageReader
 	// Sealer seals signing-link tokens so the creator can see them again.
 	Sealer *seal.Sealer
 	// PublicBaseURL prefixes signing links: {PublicBaseURL}/sign/{token}.
@@ -132,8 +137,10 @@ func parseID(id string) (uuid.UUID, bool) {
 // Create validates in, copies the template and stores the contract with
 // its indexes and signing links in one transaction, shared with concurrent
 // creates (db.Batch) so that many creates cost few disk syncs. The
-// template is read in that transaction. The returned contract's signers
-// carry their clear tokens, for AccessURL.
+// template is read in that transaction; one the registry lacks is read
+// from the tracker (Config.Pages) outside it, and the transaction runs
+// again with the page. The returned contract's signers carry their clear
+// tokens, for AccessURL.
 func (s *Store) Create(ctx context.Context, owner string, in *CreateRequest) (*Contract, error) {
 	return s.CreateWith(ctx, owner, in, nil)
 }
@@ -195,9 +202,20 @@ func (s *Store) CreateWith(ctx context.Context, owner string, in *CreateRequest,
 	}
 	st := searchText(c)
 	by := OriginFrom(ctx)
-	err = s.db.Batch(ctx, func(tx storage.Tx) error {
+	// page is read from the tracker, outside any transaction, once the
+	// registry turned out not to have the template.
+	var page *trackerPage
+	store := func(tx storage.Tx) error {
 		collection, digest, err := s.backend.HoldTemplate(ctx, tx, in.TemplateID)
-		if problem.IsNotFound(err) {
+		c.TemplateSource = ""
+		switch {
+		case problem.IsNotFound(err) && page != nil:
+			// Not in the registry now either: the tracker's page.
+			collection, digest, c.TemplateSource = page.collection, page.digest, page.source
+			err = s.backend.HoldDocument(ctx, tx, digest, &page.doc)
+		case problem.IsNotFound(err) && s.cfg.Pages != nil:
+			return errOnTracker
+		case problem.IsNotFound(err):
 			var f problem.Fields
 			f.Add("templateId", codeUnknownTemplate, "templateId names no registered template")
 			return f.Err()
@@ -225,17 +243,18 @@ func (s *Store) CreateWith(ctx context.Context, owner string, in *CreateRequest,
 			}
 		}
 		return s.emit(tx, events.ContractCreated, c, now, "")
-	})
+	}
+	err = s.db.Batch(ctx, store)
+	if errors.Is(err, errOnTracker) {
+		if page, err = s.readPage(ctx, in.TemplateID); err != nil {
+			return nil, err
+		}
+		err = s.db.Batch(ctx, store)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
-}
-
-// documentRecord is the stored copy of a template's text.
-type documentRecord struct {
-	Title string `json:"title"`
-	Body  string `json:"body"`
 }
 
 // tokenAAD binds a sealed token to the contract and signer that hold it.
@@ -364,14 +383,13 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	})
 }
 
-// Document returns the title and body copied from the template when c was
-// created.
-func (s *Store) Document(ctx context.Context, c *Contract) (title, body string, err error) {
+// Document returns the text copied from the template when c was created.
+func (s *Store) Document(ctx context.Context, c *Contract) (*Document, error) {
 	if err := ctx.Err(); err != nil {
-		return "", "", err
+		return nil, err
 	}
-	var d documentRecord
-	err = s.db.View(ctx, func(tx storage.Tx) error {
+	var d Document
+	err := s.db.View(ctx, func(tx storage.Tx) error {
 		v, err := s.backend.Document(ctx, tx, c.DocumentDigest)
 		if err != nil {
 			return err
@@ -381,7 +399,10 @@ func (s *Store) Document(ctx context.Context, c *Contract) (title, body string, 
 		}
 		return json.Unmarshal(v, &d)
 	})
-	return d.Title, d.Body, err
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
 }
 
 // AccessURL returns the signing link of signer i of c:
@@ -401,26 +422,26 @@ func (s *Store) AccessURL(c *Contract, i int) (string, error) {
 
 // SigningPage is BySigningToken with the contract's document (Document):
 // what a signing page shows, read at once (Backend.SigningPage).
-func (s *Store) SigningPage(ctx context.Context, token string) (c *Contract, signer int, title, body string, err error) {
+func (s *Store) SigningPage(ctx context.Context, token string) (c *Contract, signer int, doc *Document, err error) {
 	if err := ctx.Err(); err != nil {
-		return nil, -1, "", "", err
+		return nil, -1, nil, err
 	}
 	c, sid, raw, err := s.backend.SigningPage(ctx, keystore.HashToken(token))
 	if err != nil {
-		return nil, -1, "", "", err
+		return nil, -1, nil, err
 	}
 	if signer = c.SignerByID(sid.String()); signer < 0 {
-		return nil, -1, "", "", errNoSigning
+		return nil, -1, nil, errNoSigning
 	}
 	if raw == nil {
-		return nil, -1, "", "", errors.New("contracts: document of " + c.ID + " is missing")
+		return nil, -1, nil, errors.New("contracts: document of " + c.ID + " is missing")
 	}
-	var d documentRecord
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return nil, -1, "", "", err
+	doc = new(Document)
+	if err := json.Unmarshal(raw, doc); err != nil {
+		return nil, -1, nil, err
 	}
 	c.Status = c.EffectiveStatus(s.now())
-	return c, signer, d.Title, d.Body, nil
+	return c, signer, doc, nil
 }
 
 // BySigningToken finds the contract and the index of the signer that a

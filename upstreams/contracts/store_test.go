@@ -169,11 +169,11 @@ func TestTemplateChangedByAnotherInstance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		title, body, err := a.store.Document(ctx, c)
+		doc, err := a.store.Document(ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c.CollectionID, title + "|" + body
+		return c.CollectionID, doc.Title + "|" + doc.Body
 	}
 
 	first := a.createNamed(alice, "PAGE-1", "first")

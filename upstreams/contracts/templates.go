@@ -3,8 +3,6 @@ package contracts
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"sort"
 	"unicode/utf8"
@@ -154,26 +152,6 @@ func templateDigest(t *Template, stored []byte) [sha256.Size]byte {
 		return digest
 	}
 	return documentDigest(t.Title, t.Body)
-}
-
-// encodeDocument is the stored copy of t's title and body.
-func encodeDocument(t *Template) ([]byte, error) {
-	return json.Marshal(documentRecord{Title: t.Title, Body: t.Body})
-}
-
-// documentDigest names a document by its content: the same title and body
-// give the same digest, so contracts made from an unchanged template share
-// one stored copy, and an edited template gives a new one.
-func documentDigest(title, body string) [sha256.Size]byte {
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(title)))
-	h.Write(n[:])
-	h.Write([]byte(title))
-	h.Write([]byte(body))
-	var d [sha256.Size]byte
-	h.Sum(d[:0])
-	return d
 }
 
 // List returns every template ordered by id.

@@ -101,8 +101,6 @@ func TestTemplateRegistry(t *testing.T) {
 	})
 }
 
-// TestTemplateCopiedAtCreation: a contract keeps the text of its template
-// as it was, whatever happens to the template later.
 // TestTemplateLegacyIDs: ids stored before the template id rule ("..",
 // "a/b") are refused for new templates and replacements, yet can still be
 // read, listed and removed.
@@ -147,6 +145,8 @@ func TestTemplateLegacyIDs(t *testing.T) {
 	})
 }
 
+// TestTemplateCopiedAtCreation: a contract keeps the text of its template
+// as it was, whatever happens to the template later.
 func TestTemplateCopiedAtCreation(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		f := newFixtureOn(t, db)
@@ -160,15 +160,15 @@ func TestTemplateCopiedAtCreation(t *testing.T) {
 			{after, "Lease v2", "Pay twice.", "SPACE-C"},
 		} {
 			c := mustGet(t, f, tc.id)
-			title, body, err := f.store.Document(ctx(), c)
-			if err != nil || title != tc.title || body != tc.body || c.CollectionID != tc.collection {
-				t.Errorf("%s: %q %q %q %v", c.Name, title, body, c.CollectionID, err)
+			doc, err := f.store.Document(ctx(), c)
+			if err != nil || doc.Title != tc.title || doc.Body != tc.body || c.CollectionID != tc.collection {
+				t.Errorf("%s: %+v %q %v", c.Name, doc, c.CollectionID, err)
 			}
 		}
 		if err := f.templates.Delete("PAGE-1"); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := f.store.Document(ctx(), mustGet(t, f, before)); err != nil {
+		if _, err := f.store.Document(ctx(), mustGet(t, f, before)); err != nil {
 			t.Errorf("document gone with its template: %v", err)
 		}
 		if n := f.bucketLen(bucketDocuments); n != 2 {

@@ -72,7 +72,9 @@ type draft struct {
 func (s *Store) validateCreate(ctx context.Context, f *problem.Fields, in *CreateRequest, now time.Time, lookup bool) (*draft, error) {
 	d := &draft{}
 	text.CheckID(f, "templateId", in.TemplateID)
-	if lookup && text.PrintableASCII(in.TemplateID, maxTextLen) {
+	// With a tracker, a template the registry lacks may be its page,
+	// which is not read for a request refused anyway.
+	if lookup && s.cfg.Pages == nil && text.PrintableASCII(in.TemplateID, maxTextLen) {
 		err := s.db.View(ctx, func(tx storage.Tx) error {
 			_, _, err := s.cfg.Templates.templateDocument(ctx, tx, in.TemplateID)
 			return err

@@ -20,6 +20,7 @@ func formatTime(t time.Time) string {
 type contractView struct {
 	ID                  string          `json:"id"`
 	TemplateID          string          `json:"templateId"`
+	TemplateSource      string          `json:"templateSource,omitempty"`
 	CollectionID        string          `json:"collectionId"`
 	Name                string          `json:"name"`
 	CreatedByID         string          `json:"createdById"`
@@ -69,6 +70,7 @@ func (s *Store) view(c *Contract, detail bool, viewer string) (contractView, err
 	v := contractView{
 		ID:                  c.ID,
 		TemplateID:          c.TemplateID,
+		TemplateSource:      c.TemplateSource,
 		CollectionID:        c.CollectionID,
 		Name:                c.Name,
 		CreatedByID:         c.CreatedByID,

@@ -3,7 +3,6 @@ package share
 import (
 	"context"
 	"errors"
-	"net/http"
 	"slices"
 	"sort"
 	"strconv"
@@ -151,8 +150,5 @@ func isCustomField(id string) bool {
 // hostUnavailable is the create's or update's answer when the tracker
 // does not answer: nothing is stored.
 func hostUnavailable() *problem.Details {
-	d := problem.New(http.StatusServiceUnavailable, problem.CodeHostUnavailable,
-		"the issue tracker did not answer; nothing was stored: try again")
-	d.RetryAfter = hostRetryAfter
-	return d
+	return problem.HostUnavailable("the issue tracker did not answer; nothing was stored: try again")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keygate/keygate/internal/host"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/richtext"
 )
 
 // sharedIssue is what an outside party sees of a shared issue: only the
@@ -113,22 +114,15 @@ func (s *sharedIssue) ShowComment(c host.Comment) template.HTML { return s.text(
 
 func (s *sharedIssue) text(field, text string) template.HTML {
 	if s.rich[field] {
-		return richText(s.Markup, text)
+		return richtext.HTML(s.Markup, text)
 	}
-	return richText("", text)
+	return richtext.Plain(text)
 }
-
-// hostRetryAfter is the Retry-After of a page whose tracker did not
-// answer.
-const hostRetryAfter = 30
 
 // errHostUnavailable is the page's answer when the tracker did not
 // answer: the share stays, the issue cannot be shown now.
 func errHostUnavailable() *problem.Details {
-	d := problem.New(http.StatusServiceUnavailable, problem.CodeHostUnavailable,
-		"The issue tracker did not answer. Please try again in a moment.")
-	d.RetryAfter = hostRetryAfter
-	return d
+	return problem.HostUnavailable("The issue tracker did not answer. Please try again in a moment.")
 }
 
 // itemGone is the detail of a 404 for an issue the tracker no longer has

@@ -25,10 +25,9 @@ type decision struct {
 
 // session is a signer's view of their contract at one moment.
 type session struct {
-	c     *contracts.Contract
-	i     int
-	title string
-	body  string
+	c   *contracts.Contract
+	i   int
+	doc *contracts.Document
 }
 
 func (ss *session) signer() *contracts.Signer { return &ss.c.Signers[ss.i] }
@@ -73,7 +72,7 @@ func waitingFor(c *contracts.Contract, i int) int {
 // trail's) while the contract is still open. A reopening costs no write.
 func (s *Service) open(ctx context.Context, token string, by *contracts.Origin) (*session, error) {
 	// The contract, the signer and the document in one read.
-	c, i, title, body, err := s.store.SigningPage(ctx, token)
+	c, i, doc, err := s.store.SigningPage(ctx, token)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +101,7 @@ func (s *Service) open(ctx context.Context, token string, by *contracts.Origin) 
 			return nil, problem.NotFound("no signing link with this token")
 		}
 	}
-	return &session{c: c, i: i, title: title, body: body}, nil
+	return &session{c: c, i: i, doc: doc}, nil
 }
 
 // requestOTP sends signer of token a new one-time password by their
@@ -137,7 +136,7 @@ func (s *Service) requestOTP(ctx context.Context, token string, by contracts.Ori
 // signs, the PDFs and their delivery; and each step in the trail, with
 // by, the request's origin.
 func (s *Service) decide(ctx context.Context, token string, req *decisionInput, by contracts.Origin) (*session, error) {
-	c, i, title, body, err := s.store.SigningPage(ctx, token)
+	c, i, doc, err := s.store.SigningPage(ctx, token)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +151,7 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 	// The document is fixed at creation; it was read with the contract,
 	// before the write transaction, which then only renders the PDFs if
 	// it completes.
-	ss := &session{c: c, i: i, title: title, body: body}
+	ss := &session{c: c, i: i, doc: doc}
 	signerID := c.Signers[i].ID
 	if c.Signers[i].OTPMethod != contracts.OTPNone {
 		if err := s.verifyOTP(ctx, c, signerID, in.OTP, now, by); err != nil {
@@ -203,7 +202,7 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 			return err
 		}
 		if c.DecidedStatus() == contracts.StatusSigned {
-			return s.complete(tx, c, ss.title, ss.body, now, by)
+			return s.complete(tx, c, ss.doc, now, by)
 		}
 		if c.SequentialSigning && j+1 < len(c.Signers) {
 			return s.invite(tx, c, j+1, now, by)

@@ -84,7 +84,9 @@ h3{font-size:1rem;margin:0 0 .5rem}
 .msg{background:#ffebe6;color:#bf2600;padding:.7rem .9rem;border-radius:4px;margin:0 0 1rem}
 .msg ul{margin:.3rem 0 0;padding-left:1.2rem}
 .notice{background:#e3fcef;color:#006644;padding:.7rem .9rem;border-radius:4px;margin:0 0 1rem}
-.doc .body{white-space:pre-wrap;word-wrap:break-word;border-top:1px solid var(--line);padding-top:.75rem}
+.doc .body{word-wrap:break-word;border-top:1px solid var(--line);padding-top:.75rem}
+.doc .body .text{white-space:pre-wrap;margin:0}
+.doc .body pre{overflow-x:auto;background:#f4f5f7;padding:.5rem}
 ol.signers{margin:.25rem 0 0;padding-left:1.3rem}
 ol.signers li{margin:.15rem 0}
 .d-signed{color:#006644;font-weight:600}.d-rejected{color:#bf2600;font-weight:600}.d-none{color:var(--muted)}
@@ -122,7 +124,8 @@ canvas{display:block;width:100%;max-width:600px;aspect-ratio:3/1;border:1px dash
 {{with .View}}
 <section class="card doc">
 <h2>{{.Contract.Document.Title}}</h2>
-<div class="body">{{.Contract.Document.Body}}</div>
+{{with .Contract.Document.Source}}<p class="hint">The text of {{.}}.</p>{{end}}
+<div class="body">{{.Contract.Document.HTML}}</div>
 </section>
 
 <section class="card">

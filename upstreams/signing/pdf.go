@@ -19,7 +19,7 @@ import (
 // contract's attachments, queues the watchers' completed and
 // completed-contract and the finalized PDF for every signer who receives
 // it, and drops the stored signatures, which the PDF now holds.
-func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body string, now time.Time, by contracts.Origin) error {
+func (s *Service) complete(tx storage.Tx, c *contracts.Contract, doc *contracts.Document, now time.Time, by contracts.Origin) error {
 	if err := s.record(tx, c, nil, by, TrailEvent{At: now, Kind: TrailCompleted}); err != nil {
 		return err
 	}
@@ -28,7 +28,8 @@ func (s *Service) complete(tx storage.Tx, c *contracts.Contract, title, body str
 		return err
 	}
 	own, bySigner := certificateEvents(c, trail)
-	in := contractpdf.Input{ContractID: c.ID, Name: c.Name, TemplateTitle: title, Body: body, Created: c.CreationTimestamp, Events: own}
+	in := contractpdf.Input{ContractID: c.ID, Name: c.Name, TemplateTitle: doc.Title, Body: doc.Body, Markup: doc.Markup,
+		TemplateSource: c.TemplateSource, Created: c.CreationTimestamp, Events: own}
 	for i := range c.Signers {
 		sg := &c.Signers[i]
 		method, data, ok, err := s.backend.Signature(tx, sg.ID)

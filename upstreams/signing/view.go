@@ -1,11 +1,13 @@
 package signing
 
 import (
+	"html/template"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/richtext"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -41,7 +43,15 @@ type contractInfo struct {
 type documentInfo struct {
 	Title string `json:"title"`
 	Body  string `json:"body"`
+	// Markup is "markdown" for a text copied from a tracker page written
+	// in it; Source names that page with the version copied.
+	Markup string `json:"markup,omitempty"`
+	Source string `json:"source,omitempty"`
 }
+
+// HTML is the body as the page shows it: Markdown rendered and cleaned,
+// any other text as typed.
+func (d documentInfo) HTML() template.HTML { return richtext.HTML(d.Markup, d.Body) }
 
 type signerInfo struct {
 	ID                string   `json:"id"`
@@ -78,7 +88,7 @@ func newPageView(ss *session, now time.Time) *pageView {
 			CreationTimestamp:   formatTime(c.CreationTimestamp),
 			ExpirationTimestamp: formatTime(c.ExpirationTimestamp),
 			SequentialSigning:   c.SequentialSigning,
-			Document:            documentInfo{Title: ss.title, Body: ss.body},
+			Document:            documentInfo{Title: ss.doc.Title, Body: ss.doc.Body, Markup: ss.doc.Markup, Source: c.TemplateSource},
 		},
 		Signer: signerInfo{
 			ID: sg.ID, FullName: sg.FullName, OTPMethod: sg.OTPMethod, OTPDestination: otpDestination(sg),

@@ -18,6 +18,17 @@ type Parsed struct {
 	Text string
 	// Images are the image XObjects drawn by the pages (Do operator).
 	Images []Image
+	// Runs are the shown strings with the font and size each is set in,
+	// in content order.
+	Runs []Run
+}
+
+// Run is one shown string: its text, the base font's name without its
+// subset tag ("Go-Bold") and the size in points.
+type Run struct {
+	Text string
+	Font string
+	Size float64
 }
 
 // Image is one drawn image: its size in pixels and its stream filter.
@@ -51,22 +62,36 @@ func Read(t testing.TB, data []byte) Parsed {
 			checkIdentityFont(t, p.Font(name).V)
 		}
 		xobjects := p.Resources().Key("XObject")
+		fonts := p.Resources().Key("Font")
+		var font string
+		var size float64
+		show := func(s string) {
+			text.WriteString(s)
+			text.WriteByte('\n')
+			out.Runs = append(out.Runs, Run{Text: s, Font: font, Size: size})
+		}
 		pdf.Interpret(p.V.Key("Contents"), func(stk *pdf.Stack, op string) {
 			args := make([]pdf.Value, stk.Len())
 			for j := len(args) - 1; j >= 0; j-- {
 				args[j] = stk.Pop()
 			}
 			switch op {
+			case "Tf":
+				base := fonts.Key(args[0].Name()).Key("BaseFont").Name()
+				if _, name, ok := strings.Cut(base, "+"); ok {
+					base = name
+				}
+				font, size = base, args[1].Float64()
 			case "Tj":
-				text.WriteString(utf16be(args[0].RawString()))
-				text.WriteByte('\n')
+				show(utf16be(args[0].RawString()))
 			case "TJ":
+				var s strings.Builder
 				for j := 0; j < args[0].Len(); j++ {
-					if s := args[0].Index(j); s.Kind() == pdf.String {
-						text.WriteString(utf16be(s.RawString()))
+					if v := args[0].Index(j); v.Kind() == pdf.String {
+						s.WriteString(utf16be(v.RawString()))
 					}
 				}
-				text.WriteByte('\n')
+				show(s.String())
 			case "Do":
 				name := args[0].Name()
 				x := xobjects.Key(name)

@@ -72,6 +72,15 @@ const recipe = "3"
 // left out on purpose: private notes must stay out of its sight.
 var ConnectorPermissions = []string{"view_issues", "add_issue_notes", "edit_issues", "view_wiki_pages"}
 
+// TB is what the helpers need of a test, as testing.TB has it; a program
+// that runs a Redmine of its own (cmd/keygate-redmine) gives its own.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+}
+
 // Server is one running Redmine.
 type Server struct {
 	// URL is its base, http://127.0.0.1:port, without a trailing slash.
@@ -102,7 +111,7 @@ type User struct {
 }
 
 // Start starts a server of tb's own, stopped when tb ends.
-func Start(tb testing.TB) *Server {
+func Start(tb TB) *Server {
 	tb.Helper()
 	s, err := start(tb)
 	if err != nil {
@@ -121,7 +130,7 @@ var shared struct {
 // Shared is the test binary's server, started on first use and stopped by
 // Main. Tests that share it must not depend on what others seed: each
 // should use projects and logins of its own.
-func Shared(tb testing.TB) *Server {
+func Shared(tb TB) *Server {
 	tb.Helper()
 	shared.once.Do(func() { shared.srv, shared.err = start(tb) })
 	if shared.err != nil {
@@ -160,7 +169,7 @@ func (s *Server) kill() {
 	}
 }
 
-func start(tb testing.TB) (*Server, error) {
+func start(tb TB) (*Server, error) {
 	tb.Helper()
 	began := time.Now()
 	progs, err := findPrograms()
@@ -545,7 +554,7 @@ func (s *Server) Do(key, method, path string, in any) (int, []byte, error) {
 
 // JSON sends a REST API request as Do does, fails tb unless the answer's
 // status is want, and decodes its body into out unless out is nil.
-func (s *Server) JSON(tb testing.TB, key, method, path string, in any, want int, out any) {
+func (s *Server) JSON(tb TB, key, method, path string, in any, want int, out any) {
 	tb.Helper()
 	status, body, err := s.Do(key, method, path, in)
 	if err != nil {
@@ -564,7 +573,7 @@ func (s *Server) JSON(tb testing.TB, key, method, path string, in any, want int,
 // CreateProject creates a private project (so that only its members see
 // it: Redmine's "Non member" role may view issues of public ones) with
 // the default modules and trackers, and returns its id.
-func (s *Server) CreateProject(tb testing.TB, identifier, name string) int {
+func (s *Server) CreateProject(tb TB, identifier, name string) int {
 	tb.Helper()
 	var out struct{ Project struct{ ID int } }
 	s.JSON(tb, s.AdminKey, http.MethodPost, "/projects.json", map[string]any{"project": map[string]any{
@@ -576,7 +585,7 @@ func (s *Server) CreateProject(tb testing.TB, identifier, name string) int {
 // CreateUser creates an active, non-admin user and returns it with its
 // API key. Unless project is empty, the user becomes its member with a
 // role holding exactly permissions (ConnectorPermissions if none).
-func (s *Server) CreateUser(tb testing.TB, login, project string, permissions ...string) User {
+func (s *Server) CreateUser(tb TB, login, project string, permissions ...string) User {
 	tb.Helper()
 	u := User{Login: login, Password: randomHex(12)}
 	var out struct{ User struct{ ID int } }
@@ -603,7 +612,7 @@ func (s *Server) CreateUser(tb testing.TB, login, project string, permissions ..
 
 // AddMember makes user a member of project with a role holding exactly
 // permissions (ConnectorPermissions if none).
-func (s *Server) AddMember(tb testing.TB, project string, user int, permissions ...string) {
+func (s *Server) AddMember(tb TB, project string, user int, permissions ...string) {
 	tb.Helper()
 	role := s.Role(tb, permissions...)
 	s.JSON(tb, s.AdminKey, http.MethodPost, "/projects/"+url.PathEscape(project)+"/memberships.json",
@@ -616,7 +625,7 @@ func (s *Server) AddMember(tb testing.TB, project string, user int, permissions 
 // issues under Redmine's default visibility (all but others' private
 // issues) and takes the Developer role's workflow, so that edit_issues can
 // change an issue's status.
-func (s *Server) Role(tb testing.TB, permissions ...string) int {
+func (s *Server) Role(tb TB, permissions ...string) int {
 	tb.Helper()
 	if len(permissions) == 0 {
 		permissions = ConnectorPermissions
@@ -649,7 +658,7 @@ func (s *Server) Role(tb testing.TB, permissions ...string) int {
 	return id
 }
 
-func (s *Server) roleID(tb testing.TB, name string) int {
+func (s *Server) roleID(tb TB, name string) int {
 	tb.Helper()
 	var out struct {
 		Roles []struct {
@@ -670,7 +679,7 @@ func (s *Server) roleID(tb testing.TB, name string) int {
 // administrator and returns its id. fields are added to the issue object
 // as the REST API takes them ("tracker_id", "is_private", "custom_fields":
 // []map[string]any{{"id": 1, "value": "x"}}, ...), overriding the others.
-func (s *Server) CreateIssue(tb testing.TB, project, subject, description string, fields map[string]any) int {
+func (s *Server) CreateIssue(tb TB, project, subject, description string, fields map[string]any) int {
 	tb.Helper()
 	issue := map[string]any{"project_id": project, "subject": subject, "description": description}
 	for k, v := range fields {
@@ -683,7 +692,7 @@ func (s *Server) CreateIssue(tb testing.TB, project, subject, description string
 
 // AddNote adds a note to an issue as the administrator and returns its
 // journal's id.
-func (s *Server) AddNote(tb testing.TB, issue int, text string, private bool) int {
+func (s *Server) AddNote(tb TB, issue int, text string, private bool) int {
 	tb.Helper()
 	path := "/issues/" + strconv.Itoa(issue) + ".json"
 	s.JSON(tb, s.AdminKey, http.MethodPut, path, map[string]any{"issue": map[string]any{
@@ -715,7 +724,7 @@ func (s *Server) AddNote(tb testing.TB, issue int, text string, private bool) in
 // UploadAttachment attaches content to an issue as the administrator,
 // the REST API's two steps (upload, then the issue update naming the
 // upload's token), and returns the attachment's id.
-func (s *Server) UploadAttachment(tb testing.TB, issue int, name string, content []byte) int {
+func (s *Server) UploadAttachment(tb TB, issue int, name string, content []byte) int {
 	tb.Helper()
 	req, err := http.NewRequest(http.MethodPost, s.URL+"/uploads.json?filename="+url.QueryEscape(name), bytes.NewReader(content))
 	if err != nil {
@@ -750,7 +759,7 @@ func (s *Server) UploadAttachment(tb testing.TB, issue int, name string, content
 
 // CreateWikiPage creates (or replaces) a wiki page of project as the
 // administrator. Redmine stores the title with spaces as underscores.
-func (s *Server) CreateWikiPage(tb testing.TB, project, title, text string) {
+func (s *Server) CreateWikiPage(tb TB, project, title, text string) {
 	tb.Helper()
 	path := "/projects/" + url.PathEscape(project) + "/wiki/" + url.PathEscape(title) + ".json"
 	status, body, err := s.Do(s.AdminKey, http.MethodPut, path, map[string]any{"wiki_page": map[string]any{"text": text}})
@@ -766,7 +775,7 @@ func (s *Server) CreateWikiPage(tb testing.TB, project, title, text string) {
 // CreateCustomField creates a text custom field of issues, for all
 // projects and trackers, visible to everyone and filterable, and returns
 // its id. Redmine limits its name to 30 characters.
-func (s *Server) CreateCustomField(tb testing.TB, name string) int {
+func (s *Server) CreateCustomField(tb TB, name string) int {
 	tb.Helper()
 	var trackers struct{ Trackers []struct{ ID int } }
 	s.JSON(tb, s.AdminKey, http.MethodGet, "/trackers.json", nil, http.StatusOK, &trackers)
@@ -806,7 +815,7 @@ func (s *Server) CreateCustomField(tb testing.TB, name string) int {
 // id, for GET /issues.json?query_id=. filters are the issue list's
 // parameters, as in the address of a filtered list: f[]=status_id,
 // op[status_id]=o, v[status_id][]=...; without filters, open issues.
-func (s *Server) CreateSavedQuery(tb testing.TB, project, name string, filters url.Values) int {
+func (s *Server) CreateSavedQuery(tb TB, project, name string, filters url.Values) int {
 	tb.Helper()
 	form := url.Values{
 		"type":              {"IssueQuery"},
@@ -839,7 +848,7 @@ var csrfMeta = regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)"`)
 // (signing in first) and returns where Redmine sends the browser: a
 // form that succeeds redirects; one that fails is shown again, with its
 // errors. s.mu must be held.
-func (s *Server) postForm(tb testing.TB, path string, form url.Values) string {
+func (s *Server) postForm(tb TB, path string, form url.Values) string {
 	tb.Helper()
 	if s.web == nil {
 		s.signIn(tb)
@@ -859,7 +868,7 @@ func (s *Server) postForm(tb testing.TB, path string, form url.Values) string {
 
 // signIn opens the administrator's browser session: the forms the REST
 // API lacks take no API key. s.mu must be held.
-func (s *Server) signIn(tb testing.TB) {
+func (s *Server) signIn(tb TB) {
 	tb.Helper()
 	jar, _ := cookiejar.New(nil)
 	web := &http.Client{

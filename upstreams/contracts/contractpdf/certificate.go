@@ -40,6 +40,11 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	d.field("Name", ClientText(in.Name))
 	d.field("Contract ID", in.ContractID)
 	d.field("Document", ClientText(in.TemplateTitle))
+	if in.TemplateSource != "" {
+		// The tracker's page and its version as copied at creation:
+		// later edits there never reach the contract.
+		d.field("Copied from", ClientText(in.TemplateSource))
+	}
 	d.field("Created", timestamp(in.Created))
 	d.field("Completed", timestamp(in.completedAt()))
 	d.field("Signers", fmt.Sprint(len(in.Signers)))

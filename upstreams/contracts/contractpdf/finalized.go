@@ -31,8 +31,11 @@ func Finalized(in Input) ([]byte, error) {
 	d := newDocument(&in, in.TemplateTitle, fmt.Sprintf("%s · %s", ClientText(in.Name), in.ContractID))
 	d.heading(in.TemplateTitle, 18)
 	d.note(fmt.Sprintf("Contract “%s” · %s · created %s", ClientText(in.Name), in.ContractID, timestamp(in.Created)))
+	if in.TemplateSource != "" {
+		d.note("Text of " + ClientText(in.TemplateSource))
+	}
 	d.f.Ln(4)
-	d.paragraph(in.Body, "", bodySize)
+	d.contractText(in.Markup, in.Body)
 
 	d.f.Ln(8)
 	d.heading("Signatures", 14)

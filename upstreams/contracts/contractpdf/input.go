@@ -33,11 +33,17 @@ type Input struct {
 	ContractID    string
 	Name          string
 	TemplateTitle string
-	// Body is the template body: plain text, paragraphs separated by
-	// newlines.
-	Body    string
-	Created time.Time
-	Signers []Signer
+	// Body is the template body, in Markup: "markdown" (CommonMark:
+	// headings, paragraphs, lists, bold and italic are drawn), anything
+	// else plain text with paragraphs separated by newlines.
+	Body   string
+	Markup string
+	// TemplateSource names where the text was copied from, with its
+	// version ("wiki page NDA of project acme, version 3"), for the
+	// certificate; empty for a template of the gateway's own registry.
+	TemplateSource string
+	Created        time.Time
+	Signers        []Signer
 	// Events are the contract's own steps for the certificate: its
 	// creation and completion.
 	Events []Event

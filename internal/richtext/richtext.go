@@ -1,4 +1,8 @@
-package share
+// Package richtext turns the host platform's markup into what keygate
+// shows of it: HTML safe for a public page (share pages, signing pages)
+// and the syntax tree the contract PDFs are drawn from. One parser serves
+// both, so a contract reads the same in the browser and on paper.
+package richtext
 
 import (
 	"bytes"
@@ -8,21 +12,27 @@ import (
 
 	"github.com/microcosm-cc/bluemonday"
 	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/ast"
 	"github.com/yuin/goldmark/extension"
+	"github.com/yuin/goldmark/text"
 )
+
+// Markdown names CommonMark, the one markup rendered; text in any other
+// (Redmine's textile, say) is shown as typed.
+const Markdown = "markdown"
 
 // markdown renders the tracker's CommonMark (with GitHub's tables and
 // strikethrough, as Redmine's common_mark formatter has them). Raw HTML
 // in the source is left out by goldmark's default; what it renders is
-// still cleaned by richPolicy.
+// still cleaned by policy.
 var markdown = goldmark.New(goldmark.WithExtensions(extension.Table, extension.Strikethrough))
 
-// richPolicy is the allow-list of what rendered rich text may hold on a
+// policy is the allow-list of what rendered rich text may hold on a
 // public page: text structure, emphasis, lists, code, tables and links
 // to http(s) and mailto addresses. No script, style, event handler,
 // form, iframe or image survives (an image would load from anywhere;
-// the share's own attachments are not served as images).
-var richPolicy = func() *bluemonday.Policy {
+// a share's own attachments are not served as images).
+var policy = func() *bluemonday.Policy {
 	p := bluemonday.NewPolicy()
 	// What a script or style held is not text to show.
 	p.SkipElementsContent("script", "style")
@@ -51,11 +61,11 @@ var rendered struct {
 	m map[[32]byte]template.HTML
 }
 
-// richText renders text written in markup ("markdown"; anything else is
-// shown as plain text) as HTML safe for a public page.
-func richText(markup, text string) template.HTML {
-	if markup != "markdown" {
-		return template.HTML("<p class=\"text\">" + template.HTMLEscapeString(text) + "</p>")
+// HTML renders text written in markup (Markdown; anything else is shown
+// as plain text) as HTML safe for a public page.
+func HTML(markup, text string) template.HTML {
+	if markup != Markdown {
+		return Plain(text)
 	}
 	if len(text) > maxRenderedText {
 		return renderMarkdown(text) // rare and large: not kept
@@ -77,11 +87,24 @@ func richText(markup, text string) template.HTML {
 	return html
 }
 
-// renderMarkdown renders CommonMark and cleans it with richPolicy.
+// Plain is text shown as typed: escaped, its line breaks kept by the
+// page's style (class "text").
+func Plain(text string) template.HTML {
+	return template.HTML("<p class=\"text\">" + template.HTMLEscapeString(text) + "</p>")
+}
+
+// renderMarkdown renders CommonMark and cleans it with policy.
 func renderMarkdown(text string) template.HTML {
 	var b bytes.Buffer
 	if err := markdown.Convert([]byte(text), &b); err != nil {
-		return template.HTML("<p class=\"text\">" + template.HTMLEscapeString(text) + "</p>")
+		return Plain(text)
 	}
-	return template.HTML("<div class=\"rich\">" + string(richPolicy.SanitizeBytes(b.Bytes())) + "</div>")
+	return template.HTML("<div class=\"rich\">" + string(policy.SanitizeBytes(b.Bytes())) + "</div>")
+}
+
+// Parse reads CommonMark source into goldmark's syntax tree, for a
+// renderer of its own (the contract PDFs); the nodes' text is read from
+// source.
+func Parse(source []byte) ast.Node {
+	return markdown.Parser().Parse(text.NewReader(source))
 }
