@@ -58,8 +58,9 @@ func testSharePageInBrowser(t *testing.T, b backend) {
 // TestTrackerPagesInBrowser opens the pages of shares of a real Redmine's
 // issues in headless Chromium as a customer does: the shared issue with
 // its forms, a comment sent from its form (no script), the list of a
-// JQL share, a board and a timeline; axe-core finds no serious or
-// critical accessibility violation on any of them.
+// JQL share, a board and a timeline, and the signing page of a contract
+// made from a wiki page, its Markdown rendered; axe-core finds no
+// serious or critical accessibility violation on any of them.
 func TestTrackerPagesInBrowser(t *testing.T) {
 	browsertest.Chromium(t)
 	rm := redminetest.Start(t)
@@ -69,6 +70,7 @@ func TestTrackerPagesInBrowser(t *testing.T) {
 		map[string]any{"start_date": "2026-11-01", "due_date": "2026-12-15"})
 	rm.AddNote(t, issue, "We ordered a part.", false)
 	rm.UploadAttachment(t, issue, "log.txt", []byte("the printer's log"))
+	rm.CreateWikiPage(t, "acme", "NDA", "# Mutual NDA\n\nBoth parties keep it **secret**:\n\n1. for five years\n2. worldwide\n\n> Signed below.")
 	redmineGateway(t, rm, bot.APIKey)
 	alice := shrKey(t, "alice", nil, shrAllPrivileges...)
 	fields := map[string]any{"fieldConfigs": map[string]any{
@@ -114,4 +116,22 @@ func TestTrackerPagesInBrowser(t *testing.T) {
 		))
 		browsertest.Axe(t, ctx, page.name)
 	}
+
+	nda := ctrCreate(t, ctrKey(t, "alice", "create"), ctrSimple("wiki:acme:NDA", "NDA from the wiki",
+		map[string]any{"fullName": "Bea Browser", "accessKind": "url", "signerSigningMethods": []string{"render"}}))
+	must(t, "open the signing page", chromedp.Do(ctx,
+		chromedp.Navigate(nda.Signers[0].AccessURL),
+		chromedp.WaitVisible(chromedp.CSS(`.doc .body h1`)),
+	))
+	doc, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`.doc`)))
+	must(t, "read the document", err)
+	for _, want := range []string{"Mutual NDA", "secret", "for five years", "The text of wiki page NDA of project acme, version 1"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the signing page's document lacks %q:\n%s", want, doc)
+		}
+	}
+	if strings.Contains(doc, "**") || strings.Contains(doc, "# Mutual") {
+		t.Errorf("the signing page shows the markup:\n%s", doc)
+	}
+	browsertest.Axe(t, ctx, "the signing page of a contract from a wiki page")
 }
