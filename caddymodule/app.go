@@ -125,7 +125,10 @@ type App struct {
 	// and lastUsagePurge when it last purged old hourly usage (the
 	// background goroutine's only).
 	lastExpiryScan time.Time
-	lastUsagePurge time.Time
+	// lastSealWarning is when sweep last warned that the seal
+	// certificate is about to expire: once a day in its last 30.
+	lastSealWarning time.Time
+	lastUsagePurge  time.Time
 }
 
 // SMTPConfig is the `smtp` block of the webapi global option.
@@ -400,6 +403,7 @@ func (a *App) sweep() {
 		}
 	}
 	a.auditUnaudited(time.Now(), false)
+	a.warnSealExpiry(time.Now())
 	if now := time.Now(); now.Sub(a.lastUsagePurge) >= usagePurgeInterval {
 		a.lastUsagePurge = now
 		if err := a.state.stores.Keys.PurgeUsage(now.Add(-keystore.UsageRetention)); err != nil {

@@ -91,8 +91,26 @@ func (s *state) buildSealer(a *App) (*docseal.Sealer, error) {
 		if cert, err = docseal.Unmarshal(raw); err != nil {
 			return nil, fmt.Errorf("document_seal: the stored certificate: %w", err)
 		}
+		if err := docseal.CheckCertificate(cert.Cert, time.Now()); err != nil {
+			return nil, fmt.Errorf("document_seal: the self-made certificate kept in the database: %w; configure a pkcs12_file", err)
+		}
 	}
+	metrics.sealExpiry.Set(float64(cert.Cert.NotAfter.Unix()))
 	return docseal.NewSealer(cert, cfg.TimestampURL), nil
+}
+
+// warnSealExpiry logs, once a day, that the seal certificate expires
+// within docseal.ExpiryWarning: after its end no contract can complete.
+func (a *App) warnSealExpiry(now time.Time) {
+	if a.sealer == nil || now.Sub(a.lastSealWarning) < 24*time.Hour {
+		return
+	}
+	end := a.sealer.Certificate().Cert.NotAfter
+	if left := end.Sub(now); left < docseal.ExpiryWarning {
+		a.lastSealWarning = now
+		a.logger.Warn("the document seal certificate expires soon: renew it (document_seal pkcs12_file) before completions fail",
+			zap.Time("not_after", end), zap.Duration("left", left.Round(time.Minute)))
+	}
 }
 
 // sealFunc is what the signing lifecycle seals a completed contract's

@@ -32,6 +32,8 @@ var metrics = struct {
 	// tracker (the host platform) by outcome, and time them.
 	hostRequests *prometheus.CounterVec
 	hostDuration prometheus.Histogram
+	// sealExpiry is when the document seal certificate expires.
+	sealExpiry prometheus.Gauge
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_requests_total",
@@ -84,6 +86,10 @@ var metrics = struct {
 		Help:    "Time of one call to the issue tracker (the host platform).",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	}),
+	sealExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "keygate_seal_certificate_expiry_timestamp_seconds",
+		Help: "When the certificate that seals completed contracts' documents expires (Unix time).",
+	}),
 	documentSeals: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_document_seals_total",
 		Help: "Seals of completed contracts' documents, by outcome: sealed, sealed_with_timestamp, sealed_without_timestamp (the timestamp authority failed), failed.",
@@ -121,6 +127,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 		metrics.requests, metrics.duration, metrics.refusals,
 		metrics.keys, metrics.usageFlush, metrics.notifications, metrics.webhookDeliveries, metrics.dbErrors,
 		metrics.documentSeals, metrics.ready, metrics.usageFlushed, metrics.hostRequests, metrics.hostDuration,
+		metrics.sealExpiry,
 	} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError

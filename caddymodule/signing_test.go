@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keygate/keygate/internal/testkit/mailtest"
 	"github.com/keygate/keygate/internal/testkit/pdftest"
@@ -163,8 +164,18 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 		}
 	}
 	pemReply := do(t, http.MethodGet, siteURL+"/webapi/documents/seal-certificate", nil)
-	var seal struct{ SHA256 string }
+	var seal struct {
+		SHA256   string
+		NotAfter time.Time
+	}
 	do(t, http.MethodGet, adminURL+"/webapi/seal", nil).json(t, &seal)
+	// Monitoring sees when the certificate ends.
+	m := regexp.MustCompile(`(?m)^keygate_seal_certificate_expiry_timestamp_seconds (\S+)$`).FindSubmatch(do(t, http.MethodGet, adminURL+"/metrics", nil).body)
+	if m == nil {
+		t.Error("no keygate_seal_certificate_expiry_timestamp_seconds")
+	} else if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || int64(v) != seal.NotAfter.Unix() {
+		t.Errorf("keygate_seal_certificate_expiry_timestamp_seconds %s, want %d", m[1], seal.NotAfter.Unix())
+	}
 	block, _ := pem.Decode(pemReply.body)
 	if block == nil || pemReply.status != http.StatusOK || seal.SHA256 == "" || pemReply.header.Get("Seal-Certificate-SHA256") != seal.SHA256 ||
 		fmt.Sprintf("%x", sha256.Sum256(block.Bytes)) != seal.SHA256 {

@@ -72,8 +72,33 @@ func LoadPKCS12(data []byte, password string) (*Certificate, error) {
 	if !publicKeysMatch(cert.PublicKey, signer.Public()) {
 		return nil, errors.New("the PKCS#12 file's key is not the key of its certificate")
 	}
+	if err := CheckCertificate(cert, time.Now()); err != nil {
+		return nil, err
+	}
 	return &Certificate{Cert: cert, Chain: chain, Key: signer}, nil
 }
+
+// CheckCertificate tells what keeps cert from sealing at now: outside its
+// validity, or a key usage that allows neither digitalSignature nor
+// nonRepudiation (a certificate without the extension may sign: RFC 5280
+// puts no limit then). Every verifier refuses a seal such a certificate
+// made, so the gateway refuses to start with it.
+func CheckCertificate(cert *x509.Certificate, now time.Time) error {
+	const day = "2 January 2006 15:04 UTC"
+	switch {
+	case now.Before(cert.NotBefore):
+		return fmt.Errorf("the seal certificate %q is not valid before %s", cert.Subject.CommonName, cert.NotBefore.UTC().Format(day))
+	case now.After(cert.NotAfter):
+		return fmt.Errorf("the seal certificate %q expired on %s", cert.Subject.CommonName, cert.NotAfter.UTC().Format(day))
+	case cert.KeyUsage != 0 && cert.KeyUsage&(x509.KeyUsageDigitalSignature|x509.KeyUsageContentCommitment) == 0:
+		return fmt.Errorf("the seal certificate %q may not sign documents: its key usage has neither digitalSignature nor nonRepudiation", cert.Subject.CommonName)
+	}
+	return nil
+}
+
+// ExpiryWarning is how long before its end the gateway warns, each day,
+// that the seal certificate expires.
+const ExpiryWarning = 30 * 24 * time.Hour
 
 func publicKeysMatch(a, b crypto.PublicKey) bool {
 	type equaler interface{ Equal(crypto.PublicKey) bool }
@@ -192,6 +217,9 @@ type Info struct {
 // authority that fails, the document is sealed without a timestamp
 // (SealedWithoutTimestamp) and err says why the timestamp failed.
 func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
+	if err := CheckCertificate(s.cert.Cert, time.Now()); err != nil {
+		return nil, Failed, err
+	}
 	if s.timestampURL != "" {
 		out, err := s.sealTimestamped(doc, info)
 		if err == nil {
