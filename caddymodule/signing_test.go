@@ -191,6 +191,11 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 	if r := do(t, http.MethodGet, siteURL+page.DocumentURL, nil); r.status != http.StatusOK || !bytes.Equal(r.body, finalized) {
 		t.Errorf("the signer's download at %q: %d", page.DocumentURL, r.status)
 	}
+	// The header says the version the seal needs: the seal did not have
+	// to declare another in the catalog.
+	if !bytes.HasPrefix(finalized, []byte("%PDF-1.5")) || bytes.Contains(finalized, []byte("/Version /")) {
+		t.Errorf("the sealed PDF's header %q and catalog disagree", finalized[:8])
+	}
 	checkVerify(t, created.ID, finalized)
 
 	if r := do(t, http.MethodDelete, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...); r.status != http.StatusNoContent {

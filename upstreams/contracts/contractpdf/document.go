@@ -128,8 +128,21 @@ func (d *document) bytes() ([]byte, error) {
 	if err := d.f.Output(&buf); err != nil {
 		return nil, fmt.Errorf("contractpdf: %w", err)
 	}
-	return buf.Bytes(), nil
+	out := buf.Bytes()
+	// A seal is PDF 1.5 (the catalog of a file that says less gets
+	// /Version /1.5 from it): the header says 1.5 from the start, so
+	// that header and catalog agree. fpdf writes 1.3 or 1.4, whose
+	// features 1.5 keeps; the digit is replaced in place, so no offset
+	// moves.
+	if bytes.HasPrefix(out, []byte("%PDF-1.")) && out[7] < minVersion {
+		out[7] = minVersion
+	}
+	return out, nil
 }
+
+// minVersion is the minor PDF version the documents declare: 1.5, which
+// a seal needs.
+const minVersion = '5'
 
 // timestamp is the API's time format (RFC 3339, UTC, milliseconds), so a
 // time in a PDF can be matched against the API's records.

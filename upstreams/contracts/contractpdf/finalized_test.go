@@ -93,8 +93,8 @@ func TestFinalized(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(out, []byte("%PDF-")) {
-		t.Fatalf("not a PDF: %q", out[:16])
+	if !bytes.HasPrefix(out, []byte("%PDF-1.5")) {
+		t.Fatalf("not a PDF 1.5, the version a seal declares: %q", out[:16])
 	}
 	doc := pdftest.Read(t, out)
 	if doc.Pages < 2 {
