@@ -226,6 +226,7 @@ func checkVerify(t *testing.T, id string, finalized []byte) {
 	t.Helper()
 	var res struct {
 		Result   string
+		Message  string
 		SHA256   string
 		Contract struct {
 			ID, Name string
@@ -249,19 +250,28 @@ func checkVerify(t *testing.T, id string, finalized []byte) {
 	certPEM := do(t, http.MethodGet, siteURL+"/webapi/documents/seal-certificate", nil).body
 	block, _ := pem.Decode(certPEM)
 	quoting := []byte("%PDF-1.4\n/ByteRange [0 10 20 5] /Contents <" + fmt.Sprintf("%x", block.Bytes) + ">\n%%EOF\n")
+	// A byte of the seal's own /Contents, in the zeros that pad the
+	// signature to its reserved room: no signature covers it.
+	padded := bytes.Clone(finalized)
+	all := regexp.MustCompile(`/Contents\s*<[0-9a-fA-F]+>`).FindAllIndex(padded, -1)
+	if len(all) == 0 || padded[all[len(all)-1][1]-3] != '0' {
+		t.Fatalf("no zero-padded /Contents in the sealed PDF")
+	}
+	padded[all[len(all)-1][1]-3] = '1'
 	for _, tc := range []struct {
-		name string
-		doc  []byte
-		want string
+		name, want, message string
 	}{
-		{"bytes appended", append(bytes.Clone(finalized), "\n% more\n"...), "changed"},
-		{"a byte changed", changed, "unknown"},
-		{"quoting the certificate", quoting, "unknown"},
+		{"bytes appended", "changed", "bytes were added after the seal"},
+		{"a byte of the signature field", "changed", "bytes inside the seal's signature field were changed"},
+		{"a byte changed", "unknown", ""},
+		{"quoting the certificate", "unknown", ""},
 	} {
-		res.Result = ""
-		upload(t, "file", tc.doc, "application/json").json(t, &res)
-		if res.Result != tc.want {
-			t.Errorf("%s: %s, want %s", tc.name, res.Result, tc.want)
+		doc := map[string][]byte{"bytes appended": append(bytes.Clone(finalized), "\n% more\n"...),
+			"a byte of the signature field": padded, "a byte changed": changed, "quoting the certificate": quoting}[tc.name]
+		res.Result, res.Message = "", ""
+		upload(t, "file", doc, "application/json").json(t, &res)
+		if res.Result != tc.want || !strings.Contains(res.Message, tc.message) {
+			t.Errorf("%s: %s %q, want %s saying %q", tc.name, res.Result, res.Message, tc.want, tc.message)
 		}
 	}
 	res.Result = ""
@@ -274,8 +284,7 @@ func checkVerify(t *testing.T, id string, finalized []byte) {
 		doc         []byte
 		status      int
 	}{
-		{"not a PDF", "file", []byte("hello"), 400},
-		{"empty", "file", nil, 400},
+		{"not a PDF", "file", []byte("hello"), 400}, // (an empty file: verify_internal_test.go)
 		{"another field", "document", finalized, 400},
 		{"10 MiB and one byte", "file", append([]byte("%PDF-"), make([]byte, 10<<20-4)...), 413},
 	} {

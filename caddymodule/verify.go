@@ -225,9 +225,15 @@ func (h *Verify) check(r *http.Request, doc []byte) (*verifyResult, error) {
 		return res, nil
 	}
 	// A seal of this gateway's key whose sealed bytes are intact, in a
-	// file that is not one it sealed: bytes were added after the seal.
-	if docseal.SealedBy(doc, h.app.sealer.Certificate().Cert) {
-		res.Result, res.Message = "changed", "This gateway sealed this document, but it has changed since: bytes were added after the seal."
+	// file that is not one it sealed: bytes were added after the seal, or
+	// changed inside the seal's own signature field.
+	if end, ok := docseal.SealedUpTo(doc, h.app.sealer.Certificate().Cert); ok {
+		res.Result = "changed"
+		if end < len(doc) {
+			res.Message = "This gateway sealed this document, but it has changed since: bytes were added after the seal."
+		} else {
+			res.Message = "This gateway sealed this document, but it has changed since: bytes inside the seal's signature field were changed; the sealed content itself is intact."
+		}
 		return res, nil
 	}
 	res.Result, res.Message = "unknown", "This is not a document this gateway sealed, or it was changed where the seal covers it."

@@ -169,3 +169,11 @@ func TestVerifyBusy(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyEmptyFile: an empty upload is a 400 naming the field.
+func TestVerifyEmptyFile(t *testing.T) {
+	h, _ := verifyHandler(t, 1)
+	if w := postVerify(t, h, nil, "application/json"); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"file"`) {
+		t.Errorf("an empty file: %d %s", w.Code, w.Body)
+	}
+}

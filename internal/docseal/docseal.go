@@ -332,6 +332,15 @@ const (
 // len(doc), and copies the sealed bytes only for a signature whose
 // digest they match.
 func SealedBy(doc []byte, cert *x509.Certificate) bool {
+	_, ok := SealedUpTo(doc, cert)
+	return ok
+}
+
+// SealedUpTo is SealedBy that also tells where the bytes the seal covers
+// end: before len(doc), bytes were added after the seal; at len(doc),
+// the file differs from what was sealed only inside the seal's own
+// /Contents, which no signature covers.
+func SealedUpTo(doc []byte, cert *x509.Certificate) (end int, ok bool) {
 	budget := hashBudget * len(doc)
 	// content is the sealed bytes in one piece, which pkcs7 needs: made
 	// only for a signature whose digest matched, and reused.
@@ -352,21 +361,21 @@ func SealedBy(doc []byte, cert *x509.Certificate) bool {
 		before, after := doc[:first], doc[gap:][:second]
 		// first+second <= len(doc): the ranges lie in doc, apart.
 		if budget -= first + second; budget < 0 {
-			return false
+			return 0, false
 		}
 		if !digestMatches(p7, before, after) {
 			continue
 		}
 		if budget -= first + second; budget < 0 {
-			return false
+			return 0, false
 		}
 		content = append(append(content[:0], before...), after...)
 		p7.Content = content
 		if p7.Verify() == nil {
-			return true
+			return gap + second, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // byteRange reads /ByteRange [0 first gap second]: the bytes [0, first)
