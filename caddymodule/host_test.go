@@ -303,7 +303,7 @@ func TestSharePageWithRedmine(t *testing.T) {
 // exist, is an unknown template.
 func TestContractFromRedmine(t *testing.T) {
 	rm := redminetest.Start(t)
-	rm.CreateProject(t, "acme", "ACME")
+	acme := rm.CreateProject(t, "acme", "ACME")
 	bot := rm.CreateUser(t, "keygate", "acme")
 	issue := rm.CreateIssue(t, "acme", "Service order", "Deliver *by Friday*.", nil)
 	private := rm.CreateIssue(t, "acme", "Private terms", "Not for anyone.", map[string]any{"is_private": true})
@@ -375,9 +375,15 @@ func TestContractFromRedmine(t *testing.T) {
 		}
 
 		// An issue: its subject and description, as of its last update.
-		order := ctrCreate(t, key, ctrSimple(strconv.Itoa(issue), "Order", signer))
-		if !strings.HasPrefix(order.TemplateSource, "issue "+strconv.Itoa(issue)+" of project acme, updated ") || order.CollectionID != "acme" {
-			t.Errorf("a contract from an issue: %q %q", order.TemplateSource, order.CollectionID)
+		order := ctrCreate(t, key, ctrSimple("0"+strconv.Itoa(issue), "Order", signer))
+		if !strings.HasPrefix(order.TemplateSource, "issue "+strconv.Itoa(issue)+" of project acme, updated ") || order.CollectionID != "acme" ||
+			order.TemplateID != strconv.Itoa(issue) {
+			t.Errorf("a contract from an issue: %q %q %q", order.TemplateID, order.TemplateSource, order.CollectionID)
+		}
+		// Another spelling of the wiki page is named as Redmine names it.
+		spelt := ctrCreate(t, key, ctrSimple("wiki:"+strconv.Itoa(acme)+":"+strings.ToLower(title), "Spelt", signer))
+		if spelt.TemplateID != "wiki:acme:"+title || spelt.CollectionID != "acme" {
+			t.Errorf("a contract from wiki:%d:%s: %q %q", acme, strings.ToLower(title), spelt.TemplateID, spelt.CollectionID)
 		}
 		for _, id := range []string{strconv.Itoa(private), "wiki:acme:No_such_page", "wiki:nope:" + title, "999999"} {
 			r := do(t, "POST", siteURL+ctrURL, ctrSimple(id, "Refused", signer), bearer(key)...)

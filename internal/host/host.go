@@ -105,6 +105,10 @@ type Issue struct {
 // Page is a page of the tracker as a contract template: its title and
 // text, in markup, and where and at which version it was read.
 type Page struct {
+	// Ref is the page's reference as the tracker names it, whatever
+	// spelling found it: "42" for "042", "wiki:acme:NDA" for
+	// "wiki:3:nda".
+	Ref     string `json:"ref"`
 	Title   string `json:"title"`
 	Body    string `json:"body"`
 	Markup  string `json:"markup"`

@@ -11,6 +11,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.uber.org/zap"
+
 	"github.com/keygate/keygate/internal/host"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/richtext"
@@ -78,6 +80,9 @@ type PageReader interface {
 
 // trackerPage is a page of the tracker as a contract copies it.
 type trackerPage struct {
+	// ref is the page's reference as the tracker names it, the
+	// contract's templateId.
+	ref        string
 	doc        Document
 	digest     [sha256.Size]byte
 	collection string
@@ -88,10 +93,25 @@ type trackerPage struct {
 // does not have, for the tracker to be asked outside it.
 var errOnTracker = errors.New("contracts: the template is not in the registry")
 
+// MaxPageReads is how many tracker pages creates read at once, on one
+// instance; a create beyond is refused at once (503, Retry-After 1)
+// rather than queued, so that a flood of creates leaves the tracker's
+// capacity to the share pages and the tracker itself unhurt.
+const MaxPageReads = 4
+
 // readPage reads page id from the tracker for a contract: a 400
 // unknown_template if it has none, a 503 host_unavailable if it does not
-// answer, a 400 if the page cannot be a contract's text.
+// answer or MaxPageReads are in flight, a 400 if the page cannot be a
+// contract's text.
 func (s *Store) readPage(ctx context.Context, id string) (*trackerPage, error) {
+	select {
+	case s.pageReads <- struct{}{}:
+		defer func() { <-s.pageReads }()
+	default:
+		d := problem.HostUnavailable("too many contracts are being made from the issue tracker's pages at once; no contract was created: try again")
+		d.RetryAfter = 1
+		return nil, d
+	}
 	p, err := s.cfg.Pages.Page(ctx, id)
 	switch {
 	case errors.Is(err, host.ErrNotFound):
@@ -99,6 +119,7 @@ func (s *Store) readPage(ctx context.Context, id string) (*trackerPage, error) {
 		f.Add("templateId", codeUnknownTemplate, "templateId names no registered template and no page of the issue tracker")
 		return nil, f.Err()
 	case errors.Is(err, host.ErrUnavailable):
+		s.log.Warn("contracts: the issue tracker did not answer; the create is refused", zap.String("template", id), zap.Error(err))
 		return nil, problem.HostUnavailable("the issue tracker did not answer; no contract was created: try again")
 	case err != nil:
 		return nil, err
@@ -119,7 +140,11 @@ func (s *Store) readPage(ctx context.Context, id string) (*trackerPage, error) {
 		markup = richtext.Markdown
 	}
 	doc := Document{Title: pageTitle(p.Title, id), Body: p.Body, Markup: markup}
-	return &trackerPage{doc: doc, digest: doc.digest(), collection: p.Project, source: p.Source}, nil
+	ref := p.Ref
+	if !text.PrintableASCII(ref, maxTextLen) {
+		ref = id
+	}
+	return &trackerPage{ref: ref, doc: doc, digest: doc.digest(), collection: p.Project, source: p.Source}, nil
 }
 
 // pageTitle makes a tracker page's title a contract document's: control

@@ -43,7 +43,7 @@ func (p *trackerPages) set(ref string, pg host.Page) {
 }
 
 func ndaPage(version string) host.Page {
-	return host.Page{Title: "NDA", Body: "# Terms\n\nKeep it **secret**, version " + version + ".", Markup: "markdown", Project: "acme",
+	return host.Page{Ref: "wiki:acme:NDA", Title: "NDA", Body: "# Terms\n\nKeep it **secret**, version " + version + ".", Markup: "markdown", Project: "acme",
 		Version: version, Source: "wiki page NDA of project acme, version " + version}
 }
 
@@ -87,6 +87,21 @@ func TestTemplateFromTrackerPage(t *testing.T) {
 				t.Errorf("%s: the Contract Object shows templateSource %v", c.Name, got)
 			}
 		}
+		// Another spelling of the same page (a project by its number, a
+		// title's case) makes a contract of the tracker's name for it,
+		// so that template-id finds them all.
+		tracker.set("wiki:7:nda", ndaPage("4"))
+		other := f.create(alice, `{"templateId":"wiki:7:nda","name":"NDA v4 spelt","signers":[{"fullName":"Sam","accessKind":"url"}]}`)
+		if other["templateId"] != "wiki:acme:NDA" {
+			t.Errorf("templateId %v, want the tracker's name wiki:acme:NDA", other["templateId"])
+		}
+		if page := searchPageOf(t, f, "template-id=wiki:acme:NDA"); *page.TotalCount != 4 {
+			t.Errorf("template-id=wiki:acme:NDA finds %d of the page's 4 contracts", *page.TotalCount)
+		}
+		if w := f.do(alice, http.MethodDelete, Prefix+"/"+other["id"].(string), ""); w.Code != http.StatusNoContent {
+			t.Fatalf("delete: %d %s", w.Code, w.Body)
+		}
+
 		// Two versions, two documents, each stored once.
 		if n := f.bucketLen(bucketDocuments); n != 2 {
 			t.Errorf("%d documents for two page versions", n)
@@ -187,6 +202,53 @@ func TestTemplateFromTrackerRefused(t *testing.T) {
 		}
 		if tracker.asked != asked {
 			t.Error("a request refused anyway asked the tracker")
+		}
+	})
+}
+
+// slowTracker holds every page read until release is closed, telling
+// entered of each.
+type slowTracker struct {
+	trackerPages
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p *slowTracker) Page(ctx context.Context, ref string) (*host.Page, error) {
+	p.entered <- struct{}{}
+	<-p.release
+	return p.trackerPages.Page(ctx, ref)
+}
+
+// TestTemplateFromTrackerFlood: at most MaxPageReads creates read the
+// tracker at once; one more is refused at once (503, Retry-After 1),
+// without a call, and those in flight complete.
+func TestTemplateFromTrackerFlood(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		tracker := &slowTracker{trackerPages: trackerPages{pages: map[string]host.Page{"wiki:acme:NDA": ndaPage("1")}},
+			entered: make(chan struct{}, MaxPageReads+1), release: make(chan struct{})}
+		f := newFixtureOn(t, db, func(c *Config) { c.Pages = tracker })
+		const body = `{"templateId":"wiki:acme:NDA","name":"x","signers":[{"fullName":"Sam","accessKind":"url"}]}`
+		done := make(chan int, MaxPageReads)
+		for range MaxPageReads {
+			go func() { done <- f.do(alice, http.MethodPost, Prefix, body).Code }()
+		}
+		for range MaxPageReads {
+			<-tracker.entered
+		}
+		w := f.do(alice, http.MethodPost, Prefix, body)
+		decodeProblem(t, w, http.StatusServiceUnavailable, "host_unavailable")
+		if w.Header().Get("Retry-After") != "1" || len(tracker.entered) != 0 {
+			t.Errorf("one create too many: Retry-After %q, %d more reads", w.Header().Get("Retry-After"), len(tracker.entered))
+		}
+		close(tracker.release)
+		for range MaxPageReads {
+			if code := <-done; code != http.StatusCreated {
+				t.Errorf("a create in flight: %d", code)
+			}
+		}
+		if n := f.bucketLen(bucketContracts); n != MaxPageReads {
+			t.Errorf("%d contracts, want %d", n, MaxPageReads)
 		}
 	})
 }

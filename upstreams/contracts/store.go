@@ -82,6 +82,10 @@ type Store struct {
 	// newID makes contract ids: uuid.NewV7, time-ordered, so new records
 	// append to the B+tree. Tests that compare two stores set it.
 	newID func() (uuid.UUID, error)
+	// pageReads holds a place for each read of a tracker page in
+	// flight (readPage): a flood of creates cannot take the tracker from
+	// the share pages.
+	pageReads chan struct{}
 }
 
 // NewStore checks cfg and fills its defaults.
@@ -110,7 +114,8 @@ func NewStore(cfg Config) (*Store, error) {
 	if cfg.Events == nil {
 		cfg.Events = events.Discard
 	}
-	return &Store{cfg: cfg, db: cfg.DB, backend: cfg.Backend, events: cfg.Events, log: cfg.Logger, newID: uuid.NewV7}, nil
+	return &Store{cfg: cfg, db: cfg.DB, backend: cfg.Backend, events: cfg.Events, log: cfg.Logger, newID: uuid.NewV7,
+		pageReads: make(chan struct{}, MaxPageReads)}, nil
 }
 
 // now is the clock at the millisecond precision that timestamps are shown
@@ -207,11 +212,13 @@ func (s *Store) CreateWith(ctx context.Context, owner string, in *CreateRequest,
 	var page *trackerPage
 	store := func(tx storage.Tx) error {
 		collection, digest, err := s.backend.HoldTemplate(ctx, tx, in.TemplateID)
-		c.TemplateSource = ""
+		c.TemplateID, c.TemplateSource = in.TemplateID, ""
 		switch {
 		case problem.IsNotFound(err) && page != nil:
-			// Not in the registry now either: the tracker's page.
-			collection, digest, c.TemplateSource = page.collection, page.digest, page.source
+			// Not in the registry now either: the tracker's page, under
+			// the tracker's name for it, so that every spelling of one
+			// page finds its contracts by template-id.
+			c.TemplateID, collection, digest, c.TemplateSource = page.ref, page.collection, page.digest, page.source
 			err = s.backend.HoldDocument(ctx, tx, digest, &page.doc)
 		case problem.IsNotFound(err) && s.cfg.Pages != nil:
 			return errOnTracker

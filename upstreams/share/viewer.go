@@ -367,6 +367,13 @@ func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
 		v.fail(w, r, err)
 		return
 	}
+	// Another site must not open the share in a visitor's browser with a
+	// password it knows (login CSRF): the visitor would then write, in
+	// its name, on a share they think is theirs.
+	if err := v.s.sameOrigin(r); err != nil {
+		v.fail(w, r, err)
+		return
+	}
 	in, err := v.readUnlock(w, r)
 	if err != nil {
 		v.fail(w, r, err)

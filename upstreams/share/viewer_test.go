@@ -194,6 +194,21 @@ func TestViewerPasswordUnlock(t *testing.T) {
 			t.Fatalf("activity %s", mustJSON(t, acts))
 		}
 
+		// From another site, even with the right password (login CSRF):
+		// refused, no cookie, nothing recorded.
+		for _, h := range [][2]string{{"Origin", "https://evil.example"}, {"Sec-Fetch-Site", "cross-site"}, {"Origin", "null"}} {
+			req := httptest.NewRequest("POST", path+"/unlock", strings.NewReader("password=open+sesame"))
+			req.Header.Set("Content-Type", formType)
+			req.Header.Set(h[0], h[1])
+			req = req.WithContext(clientip.With(req.Context(), netip.MustParseAddr(ip)))
+			if w := serve(e.viewer, req); w.Code != http.StatusForbidden || len(w.Result().Cookies()) != 0 {
+				t.Errorf("unlock with %s: %s: %d %v", h[0], h[1], w.Code, w.Result().Cookies())
+			}
+		}
+		if acts, _ := e.store.Activity(context.Background(), alice, sh.UUID, 0, 0); len(acts) != 3 {
+			t.Errorf("cross-site unlocks recorded: %s", mustJSON(t, acts))
+		}
+
 		w = e.page("POST", path+"/unlock", htmlAccept, formType, url.Values{"password": {"open sesame"}}.Encode(), ip)
 		if w.Code != http.StatusSeeOther || w.Header().Get("Location") != path {
 			t.Fatalf("unlock: %d %s", w.Code, w.Header())

@@ -152,6 +152,14 @@ func (r *Redmine) call(ctx context.Context, method, path string, query url.Value
 	case resp.StatusCode == http.StatusUnauthorized:
 		outcome = OutcomeRefused
 		return ErrRefused
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		// Redmine sends a renamed wiki page's old title to its new one;
+		// keygate follows no redirect (it would carry the key along), so
+		// the item is not where it was asked for: not found, not a
+		// tracker that is down (retrying would never help).
+		outcome = OutcomeNotFound
+		return fmt.Errorf("%w: %s answered %d, a redirect to %q (renamed or moved; or the url needs https)",
+			host.ErrNotFound, r.base.Host, resp.StatusCode, resp.Header.Get("Location"))
 	default:
 		return fmt.Errorf("%w: %s answered %d", host.ErrUnavailable, r.base.Host, resp.StatusCode)
 	}
@@ -444,6 +452,15 @@ func (r *Redmine) Page(ctx context.Context, ref string) (*host.Page, error) {
 		if !ok || !validRef(project) || title == "" || strings.ContainsAny(title, "/?#\\") {
 			return nil, host.ErrNotFound
 		}
+		if _, err := strconv.ParseUint(project, 10, 31); err == nil {
+			// A project by its number: the page is named by its
+			// identifier, as shares name projects.
+			p, err := r.Project(ctx, project)
+			if err != nil {
+				return nil, err
+			}
+			project = p.ID
+		}
 		var w struct {
 			WikiPage struct {
 				Title   string `json:"title"`
@@ -455,7 +472,8 @@ func (r *Redmine) Page(ctx context.Context, ref string) (*host.Page, error) {
 			return nil, err
 		}
 		v := strconv.Itoa(w.WikiPage.Version)
-		return &host.Page{Title: strings.ReplaceAll(w.WikiPage.Title, "_", " "), Body: w.WikiPage.Text, Markup: markup(r.cfg.Markup),
+		return &host.Page{Ref: "wiki:" + project + ":" + w.WikiPage.Title,
+			Title: strings.ReplaceAll(w.WikiPage.Title, "_", " "), Body: w.WikiPage.Text, Markup: markup(r.cfg.Markup),
 			Project: project, Version: v, Source: "wiki page " + w.WikiPage.Title + " of project " + project + ", version " + v}, nil
 	}
 	in, err := r.Issue(ctx, ref)
@@ -465,7 +483,7 @@ func (r *Redmine) Page(ctx context.Context, ref string) (*host.Page, error) {
 	summary, _ := in.Field("summary")
 	description, _ := in.Field("description")
 	updated, _ := in.Field("updated")
-	return &host.Page{Title: summary.Value, Body: description.Value, Markup: in.Markup, Project: in.Project.ID,
+	return &host.Page{Ref: in.ID, Title: summary.Value, Body: description.Value, Markup: in.Markup, Project: in.Project.ID,
 		Version: updated.Value, Source: "issue " + in.ID + " of project " + in.Project.ID + ", updated " + updated.Value}, nil
 }
 

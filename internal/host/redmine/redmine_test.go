@@ -132,7 +132,7 @@ func TestIssueRefusals(t *testing.T) {
 		{name: "redirect elsewhere", id: "42", answer: func(w http.ResponseWriter, r *http.Request) bool {
 			http.Redirect(w, r, elsewhere.URL+"/issues/42.json", http.StatusFound)
 			return true
-		}, want: host.ErrUnavailable, calls: 1},
+		}, want: host.ErrNotFound, calls: 1}, // not followed: not here (a renamed wiki page's old title is such)
 		{name: "no answer in time", id: "42", answer: func(w http.ResponseWriter, r *http.Request) bool {
 			<-r.Context().Done()
 			return true

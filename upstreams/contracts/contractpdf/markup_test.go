@@ -118,3 +118,29 @@ func TestCertificateNamesSource(t *testing.T) {
 		t.Errorf("a registry template's certificate names a source:\n%s", text)
 	}
 }
+
+// TestMarkdownLongText: the longest text a contract holds (1 MiB), as one
+// paragraph, one word or a run of emphasis, is drawn whole, as plain text
+// is. (Each fpdf Write once got a whole paragraph and measured it again
+// for every line: a 100 KB paragraph took 26 s, and 1 MiB never ended,
+// in the transaction of the last signature.)
+func TestMarkdownLongText(t *testing.T) {
+	in := sampleInput(t)
+	in.Markup = "markdown"
+	for name, body := range map[string]string{
+		"one paragraph": strings.Repeat("word ", (1<<20)/5-4) + "END",
+		"one word":      strings.Repeat("x", 1<<20-3) + "END",
+		"emphasis":      strings.Repeat("*a **b** c* ", (1<<20)/12-1) + "END",
+	} {
+		t.Run(name, func(t *testing.T) {
+			in.Body = body
+			out, err := Finalized(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if text := pdftest.Read(t, out).Text; !strings.Contains(text, "END") {
+				t.Error("the text's end is not in the PDF")
+			}
+		})
+	}
+}
