@@ -114,9 +114,10 @@ func (a *App) warnSealExpiry(now time.Time) {
 }
 
 // sealFunc is what the signing lifecycle seals a completed contract's
-// documents with: counted, and logged when the timestamp authority fails.
-func sealFunc(sealer *docseal.Sealer, index docseal.Index, logger *zap.Logger) func(storage.Tx, []byte, *contracts.Contract) ([]byte, error) {
-	return func(tx storage.Tx, doc []byte, c *contracts.Contract) ([]byte, error) {
+// documents with, outside any transaction: counted, and logged when the
+// timestamp authority fails.
+func sealFunc(sealer *docseal.Sealer, logger *zap.Logger) func([]byte, *contracts.Contract) ([]byte, error) {
+	return func(doc []byte, c *contracts.Contract) ([]byte, error) {
 		out, outcome, err := sealer.Seal(doc, docseal.Info{
 			Name:   "keygate document seal",
 			Reason: "Contract " + c.ID + " completed; sealed so that any change shows",
@@ -130,11 +131,15 @@ func sealFunc(sealer *docseal.Sealer, index docseal.Index, logger *zap.Logger) f
 		case err != nil:
 			logger.Warn("document sealed without a timestamp: the timestamp authority failed", zap.String("contract", c.ID), zap.Error(err))
 		}
-		// /verify finds the contract by the sealed file's hash.
-		if err := index.Record(tx, sha256.Sum256(out), c.ID); err != nil {
-			return nil, err
-		}
 		return out, nil
+	}
+}
+
+// sealedFunc records, in the completion's transaction, each sealed
+// document under its hash: /verify finds the contract by it.
+func sealedFunc(index docseal.Index) func(storage.Tx, []byte, *contracts.Contract) error {
+	return func(tx storage.Tx, doc []byte, c *contracts.Contract) error {
+		return index.Record(tx, sha256.Sum256(doc), c.ID)
 	}
 }
 

@@ -258,7 +258,8 @@ func (s *state) provisionAPIs(a *App) error {
 		Outbox:  s.outbox,
 		Backend: s.stores.Signing,
 		OTPKey:  s.derivedKey("keygate signing one-time password v1"),
-		Seal:    sealFunc(a.sealer, s.stores.SealedDocuments, a.logger.Named("documents")),
+		Seal:    sealFunc(a.sealer, a.logger.Named("documents")),
+		Sealed:  sealedFunc(s.stores.SealedDocuments),
 	})
 	if err != nil {
 		return err

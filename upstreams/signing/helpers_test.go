@@ -435,13 +435,13 @@ func readOTP(tb testing.TB, db storage.DB, b Backend, signerID string) *OTPRecor
 
 // testSeal seals completed contracts' documents as the gateway does, with
 // a self-made certificate.
-func testSeal(t testing.TB) func(storage.Tx, []byte, *contracts.Contract) ([]byte, error) {
+func testSeal(t testing.TB) func([]byte, *contracts.Contract) ([]byte, error) {
 	cert, err := docseal.MakeSelfSigned("sign.example.com", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	sealer := docseal.NewSealer(cert, "")
-	return func(_ storage.Tx, doc []byte, c *contracts.Contract) ([]byte, error) {
+	return func(doc []byte, c *contracts.Contract) ([]byte, error) {
 		out, _, err := sealer.Seal(doc, docseal.Info{Name: "keygate document seal", Reason: "contract " + c.ID + " completed", Time: time.Now()})
 		return out, err
 	}

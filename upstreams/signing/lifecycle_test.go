@@ -10,13 +10,16 @@ import (
 	"maps"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/upstreams/contracts"
 )
 
 const threeSigners = `{"templateId":"PAGE-1","name":"Lease","signers":[
@@ -401,6 +404,53 @@ func TestSequentialCompletion(t *testing.T) {
 			if n := len(f.smtp.To(to, "Your signed contract")); n != 1 {
 				t.Errorf("%d signed contracts to %s", n, to)
 			}
+		}
+	})
+}
+
+// TestCompletionSealedOutsideTransaction: the last signature's documents
+// are made and sealed before its transaction, so while a seal waits (a
+// timestamp authority that hangs) other writes go on; a contract that
+// changed meanwhile (its signer's page opened for the first time) is
+// completed with documents made again, which list that step.
+func TestCompletionSealedOutsideTransaction(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixture(t, db)
+		c := f.create(`{"templateId":"PAGE-1","name":"Slow seal","signers":[{"fullName":"Una Url","accessKind":"url","signerSigningMethods":["render"]}]}`)
+		seal := f.svc.seal
+		entered, release := make(chan struct{}, 1), make(chan struct{})
+		var seals atomic.Int32
+		f.svc.seal = func(doc []byte, c *contracts.Contract) ([]byte, error) {
+			if seals.Add(1) == 1 {
+				entered <- struct{}{}
+				<-release
+			}
+			return seal(doc, c)
+		}
+		decided := make(chan *httptest.ResponseRecorder, 1)
+		go func() {
+			decided <- f.decide(c.token(0), map[string]string{"decision": "signed", "method": "render", "signature": "Una Url"})
+		}()
+		<-entered
+		// While the first seal waits: a write goes through (a create,
+		// which a lock held by the completion would keep waiting), and
+		// the signer's page is opened, a step the documents lack.
+		f.create(`{"templateId":"PAGE-1","name":"Meanwhile","signers":[{"fullName":"Mo","accessKind":"url"}]}`)
+		f.view(c.token(0))
+		close(release)
+		if w := <-decided; w.Code != http.StatusOK {
+			t.Fatalf("decision: %d %s", w.Code, w.Body)
+		}
+		got := f.contract(c.ID)
+		if got["status"] != "signed" || got["certificatePdf"] == nil {
+			t.Fatalf("contract %v", got)
+		}
+		if n := seals.Load(); n != 4 {
+			t.Errorf("%d seals, want 4: two documents, made twice", n)
+		}
+		certificate := pdfText(t, f.download(got["certificatePdf"].(map[string]any)))
+		if !strings.Contains(certificate, "Opened the signing page") {
+			t.Errorf("the certificate lacks the opening made while the documents were sealed:\n%s", certificate)
 		}
 	})
 }

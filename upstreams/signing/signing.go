@@ -71,10 +71,14 @@ type Config struct {
 	OTPKey []byte
 	// Seal seals a document of a completed contract (the finalized PDF,
 	// then the certificate of completion) with a PDF digital signature
-	// over the whole file; nil leaves them unsealed. A seal that fails
-	// fails the completion: a contract is never completed with a
-	// document that claims a seal it lacks.
-	Seal func(tx storage.Tx, doc []byte, c *contracts.Contract) ([]byte, error)
+	// over the whole file; nil leaves them unsealed. It runs outside any
+	// transaction, before the completion's: it may wait on a timestamp
+	// authority. A seal that fails fails the completion: a contract is
+	// never completed with a document that claims a seal it lacks.
+	Seal func(doc []byte, c *contracts.Contract) ([]byte, error)
+	// Sealed, if set, runs in the completion's transaction for each
+	// sealed document, to index it (for /verify) with the contract.
+	Sealed func(tx storage.Tx, doc []byte, c *contracts.Contract) error
 }
 
 // Service runs the signing lifecycle over a contract store.
@@ -86,7 +90,8 @@ type Service struct {
 	otpKey  []byte
 	clock   func() time.Time
 	log     *zap.Logger
-	seal    func(tx storage.Tx, doc []byte, c *contracts.Contract) ([]byte, error)
+	seal    func(doc []byte, c *contracts.Contract) ([]byte, error)
+	sealed  func(tx storage.Tx, doc []byte, c *contracts.Contract) error
 }
 
 // New makes the contract store of cc with the lifecycle hooked into it:
@@ -110,7 +115,7 @@ func New(cc contracts.Config, cfg Config) (*Service, error) {
 	if cc.Logger == nil {
 		cc.Logger = zap.NewNop()
 	}
-	s := &Service{db: cc.DB, backend: cfg.Backend, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger, seal: cfg.Seal}
+	s := &Service{db: cc.DB, backend: cfg.Backend, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger, seal: cfg.Seal, sealed: cfg.Sealed}
 	cc.OnCreate = s.onCreate
 	cc.OnDelete = s.onDelete
 	if s.backend == nil {

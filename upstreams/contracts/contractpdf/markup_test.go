@@ -42,7 +42,7 @@ func TestMarkdownBody(t *testing.T) {
 		{"Supplier", "B", bodySize},
 		{"all", "I", bodySize},
 		{"strictly", "BI", bodySize},
-		{"keep records", "", bodySize},
+		{"records", "", bodySize},
 		{"•", "", bodySize},
 		{"1.", "", bodySize},
 		{"3.", "", bodySize},
