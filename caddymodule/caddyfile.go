@@ -218,6 +218,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					err = oneArg(d, &a.DocumentSeal.PasswordFile)
 				case "timestamp_url":
 					err = oneArg(d, &a.DocumentSeal.TimestampURL)
+				case "timestamp_roots_file":
+					err = oneArg(d, &a.DocumentSeal.TimestampRootsFile)
 				default:
 					return d.Errf("unknown document_seal option %q", d.Val())
 				}

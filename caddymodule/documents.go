@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
 
 	"errors"
 	"fmt"
@@ -36,9 +37,13 @@ type DocumentSealConfig struct {
 	PKCS12File string `json:"pkcs12_file,omitempty"`
 	// PasswordFile holds the PKCS#12 file's password (never inline).
 	PasswordFile string `json:"password_file,omitempty"`
-	// TimestampURL is an RFC 3161 timestamp authority; when it fails the
-	// document is sealed without a timestamp and the failure counted.
+	// TimestampURL is an RFC 3161 timestamp authority; when it fails, or
+	// its reply fails a check, the document is sealed without a
+	// timestamp and the failure counted.
 	TimestampURL string `json:"timestamp_url,omitempty"`
+	// TimestampRootsFile holds the certificates (PEM) the authority's
+	// must chain to; without it, the system's roots.
+	TimestampRootsFile string `json:"timestamp_roots_file,omitempty"`
 }
 
 // selfMadeSealAD binds the sealed self-made certificate to its purpose.
@@ -96,7 +101,19 @@ func (s *state) buildSealer(a *App) (*docseal.Sealer, error) {
 		}
 	}
 	metrics.sealExpiry.Set(float64(cert.Cert.NotAfter.Unix()))
-	return docseal.NewSealer(cert, cfg.TimestampURL), nil
+	sealer := docseal.NewSealer(cert, cfg.TimestampURL)
+	if cfg.TimestampRootsFile != "" {
+		raw, err := os.ReadFile(cfg.TimestampRootsFile)
+		if err != nil {
+			return nil, fmt.Errorf("document_seal: reading timestamp_roots_file: %w", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(raw) {
+			return nil, fmt.Errorf("document_seal: %s holds no PEM certificate", cfg.TimestampRootsFile)
+		}
+		sealer.TrustTimestampRoots(roots)
+	}
+	return sealer, nil
 }
 
 // warnSealExpiry logs, once a day, that the seal certificate expires
@@ -128,6 +145,8 @@ func sealFunc(sealer *docseal.Sealer, logger *zap.Logger) func([]byte, *contract
 		case outcome == docseal.Failed:
 			logger.Error("sealing a completed contract's document", zap.String("contract", c.ID), zap.Error(err))
 			return nil, err
+		case outcome == docseal.TimestampFailed:
+			logger.Warn("document sealed without a timestamp: the timestamp authority's reply was refused", zap.String("contract", c.ID), zap.Error(err))
 		case err != nil:
 			logger.Warn("document sealed without a timestamp: the timestamp authority failed", zap.String("contract", c.ID), zap.Error(err))
 		}

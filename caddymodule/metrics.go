@@ -92,7 +92,7 @@ var metrics = struct {
 	}),
 	documentSeals: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_document_seals_total",
-		Help: "Seals of completed contracts' documents, by outcome: sealed, sealed_with_timestamp, sealed_without_timestamp (the timestamp authority failed), failed.",
+		Help: "Seals of completed contracts' documents, by outcome: sealed, sealed_with_timestamp, sealed_without_timestamp (the timestamp authority failed), timestamp_failed (its reply failed a check), failed.",
 	}, []string{"outcome"}),
 }
 
@@ -107,7 +107,7 @@ func init() {
 	for _, o := range []string{"sent", "retry", "failed"} {
 		metrics.webhookDeliveries.WithLabelValues(o)
 	}
-	for _, o := range []docseal.Outcome{docseal.Sealed, docseal.SealedWithTimestamp, docseal.SealedWithoutTimestamp, docseal.Failed} {
+	for _, o := range []docseal.Outcome{docseal.Sealed, docseal.SealedWithTimestamp, docseal.SealedWithoutTimestamp, docseal.TimestampFailed, docseal.Failed} {
 		metrics.documentSeals.WithLabelValues(string(o))
 	}
 	for _, o := range []string{"ok", "not_found", "refused", "unavailable"} {

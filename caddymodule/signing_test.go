@@ -18,6 +18,7 @@ import (
 	"github.com/keygate/keygate/internal/testkit/mailtest"
 	"github.com/keygate/keygate/internal/testkit/pdftest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
+	"github.com/keygate/keygate/internal/testkit/tsatest"
 )
 
 // emlMails reads the .eml files of dir/mail.
@@ -299,5 +300,49 @@ func checkVerify(t *testing.T, id string, finalized []byte) {
 	}
 	if statuses != "429 " {
 		t.Errorf("the limit per address: %s", statuses)
+	}
+}
+
+// TestTimestampThroughCaddy: a document_seal block's timestamp_url and
+// timestamp_roots_file: a token from an authority the roots vouch for is
+// embedded (sealed_with_timestamp); a reply over another hash is refused,
+// the document sealed without it (timestamp_failed), valid either way.
+func TestTimestampThroughCaddy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mode    tsatest.Mode
+		outcome string
+	}{{"trusted", tsatest.Answer, "sealed_with_timestamp"}, {"over another hash", tsatest.WrongHash, "timestamp_failed"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tsa := tsatest.StartAuthority(t, tc.mode)
+			roots := filepath.Join(dir, "tsa-roots.pem")
+			if err := os.WriteFile(roots, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tsa.Cert.Raw}), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			serve(t, signingConfig(dir, fmt.Sprintf("document_seal {\n\t\t\ttimestamp_url %s\n\t\t\ttimestamp_roots_file %s\n\t\t}", tsa.URL, roots), ""))
+			before := metricValue(t, `keygate_document_seals_total{outcome="`+tc.outcome+`"}`)
+			if r := do(t, http.MethodPost, adminURL+"/webapi/templates", map[string]any{"id": "TS-1", "collectionId": "S", "title": "Timed", "body": "On time."}); r.status != http.StatusCreated {
+				t.Fatalf("template: %d %s", r.status, r.body)
+			}
+			key := createKey(t, map[string]any{"service": "contracts", "name": "ts", "owner": "alice", "privileges": []string{"get", "create"}})
+			r := do(t, http.MethodPost, siteURL+"/webapi/contracts", map[string]any{"templateId": "TS-1", "name": "Timed",
+				"signers": []map[string]any{{"fullName": "Tim", "accessKind": "url", "signerSigningMethods": []string{"render"}}}}, bearer(key.Token)...)
+			var created struct {
+				ID      string
+				Signers []struct{ AccessURL string }
+			}
+			r.json(t, &created)
+			if r := do(t, http.MethodPost, created.Signers[0].AccessURL+"/decision", map[string]string{"decision": "signed", "method": "render", "signature": "Tim"}); r.status != http.StatusOK {
+				t.Fatalf("decision: %d %s", r.status, r.body)
+			}
+			if n := metricValue(t, `keygate_document_seals_total{outcome="`+tc.outcome+`"}`); n != before+2 {
+				t.Errorf("%s counted %d times, want 2 more than %d", tc.outcome, n, before)
+			}
+			doc := do(t, http.MethodGet, created.Signers[0].AccessURL+"/document", nil).body
+			if out, ok := pdftest.SealValid(t, doc); !ok {
+				t.Errorf("pdfsig:\n%s", out)
+			}
+		})
 	}
 }

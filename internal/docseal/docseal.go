@@ -187,20 +187,38 @@ const (
 	Sealed                 Outcome = "sealed"
 	SealedWithTimestamp    Outcome = "sealed_with_timestamp"
 	SealedWithoutTimestamp Outcome = "sealed_without_timestamp" // the timestamp authority failed
-	Failed                 Outcome = "failed"
+	// TimestampFailed: the authority answered, but its reply failed a
+	// check (ErrTimestampRejected); the document is sealed without it.
+	TimestampFailed Outcome = "timestamp_failed"
+	Failed          Outcome = "failed"
 )
 
 // Sealer seals PDFs with one certificate.
 type Sealer struct {
 	cert *Certificate
-	// timestampURL, when set, is an RFC 3161 timestamp authority whose
-	// token the seal carries; one that fails leaves the seal without.
-	timestampURL string
+	// timestamps, when set, asks an RFC 3161 timestamp authority for the
+	// token the seal carries; one that fails, or whose reply fails a
+	// check, leaves the seal without.
+	timestamps *timestamper
 }
 
-// NewSealer seals with cert, timestamped by timestampURL if not empty.
+// NewSealer seals with cert, timestamped by timestampURL if not empty;
+// the authority's certificate must chain to the system's roots unless
+// TrustTimestampRoots names others.
 func NewSealer(cert *Certificate, timestampURL string) *Sealer {
-	return &Sealer{cert: cert, timestampURL: timestampURL}
+	s := &Sealer{cert: cert}
+	if timestampURL != "" {
+		s.timestamps = newTimestamper(timestampURL, nil)
+	}
+	return s
+}
+
+// TrustTimestampRoots makes roots, in place of the system's, what the
+// timestamp authority's certificate must chain to.
+func (s *Sealer) TrustTimestampRoots(roots *x509.CertPool) {
+	if s.timestamps != nil {
+		s.timestamps.roots = roots
+	}
 }
 
 // Certificate is the certificate the sealer seals with.
@@ -220,7 +238,7 @@ func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
 	if err := CheckCertificate(s.cert.Cert, time.Now()); err != nil {
 		return nil, Failed, err
 	}
-	if s.timestampURL != "" {
+	if s.timestamps != nil {
 		out, err := s.sealTimestamped(doc, info)
 		if err == nil {
 			return out, SealedWithTimestamp, nil
@@ -229,7 +247,11 @@ func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
 		if err2 != nil {
 			return nil, Failed, err2
 		}
-		return out, SealedWithoutTimestamp, fmt.Errorf("timestamp authority: %w", err)
+		outcome := SealedWithoutTimestamp
+		if errors.Is(err, ErrTimestampRejected) {
+			outcome = TimestampFailed
+		}
+		return out, outcome, fmt.Errorf("timestamp authority: %w", err)
 	}
 	out, err := s.seal(doc, info, "")
 	if err != nil {
@@ -242,24 +264,35 @@ func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
 // completion waits no longer before its document is sealed without one.
 const TimestampTimeout = 5 * time.Second
 
-// sealTimestamped seals with the timestamp authority's token, giving up
-// after TimestampTimeout. pdfsign's client has no timeout of its own: a
-// seal still waiting then is abandoned (its goroutine ends with the
-// connection), never waited for.
+// sealTimestamped seals with the timestamp authority's token, checked
+// (timestamper), giving up a little after TimestampTimeout, when the
+// checking endpoint has answered pdfsign in any case. A seal still
+// waiting then is abandoned (its goroutine ends with the connection),
+// never waited for.
 func (s *Sealer) sealTimestamped(doc []byte, info Info) ([]byte, error) {
+	url, failure, stop, err := s.timestamps.start()
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	type result struct {
 		out []byte
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := s.seal(doc, info, s.timestampURL)
+		out, err := s.seal(doc, info, url)
 		done <- result{out, err}
 	}()
 	select {
 	case r := <-done:
+		if r.err != nil {
+			if why := failure(); why != nil {
+				return nil, why // what the authority did, not pdfsign's 502
+			}
+		}
 		return r.out, r.err
-	case <-time.After(TimestampTimeout):
+	case <-time.After(TimestampTimeout + time.Second):
 		return nil, fmt.Errorf("no answer within %s", TimestampTimeout)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -161,26 +162,45 @@ func TestSelfMadeStored(t *testing.T) {
 	})
 }
 
-// TestTimestamp: with a timestamp authority that answers, the seal
-// carries its token; one that fails or never answers leaves the document
-// sealed without one, and valid.
+// TestTimestamp: a seal with a timestamp authority that answers carries
+// its token, once checked; one that fails or never answers, or whose
+// reply fails a check (a token over another hash, without the nonce,
+// from a certificate not for timestamping or not trusted), leaves the
+// document sealed without one, and valid.
 func TestTimestamp(t *testing.T) {
 	cert, err := MakeSelfSigned("gw.example.com", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name string
-		mode tsatest.Mode
-		want Outcome
-	}{{"answers", tsatest.Answer, SealedWithTimestamp}, {"fails", tsatest.Fail, SealedWithoutTimestamp}, {"hangs", tsatest.Hang, SealedWithoutTimestamp}} {
+		name    string
+		mode    tsatest.Mode
+		trusted bool // the authority's certificate among the roots
+		want    Outcome
+		why     string
+	}{
+		{"answers", tsatest.Answer, true, SealedWithTimestamp, ""},
+		{"fails", tsatest.Fail, true, SealedWithoutTimestamp, "answered 500"},
+		{"hangs", tsatest.Hang, true, SealedWithoutTimestamp, ""},
+		{"a token over another hash", tsatest.WrongHash, true, TimestampFailed, "over another hash"},
+		{"a token without the nonce", tsatest.NoNonce, true, TimestampFailed, "nonce"},
+		{"a signer not for timestamping", tsatest.NoEKU, true, TimestampFailed, "timeStamping"},
+		{"an authority no root vouches for", tsatest.Answer, false, TimestampFailed, "unknown authority"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sealed, outcome, err := NewSealer(cert, tsatest.Start(t, tc.mode)).Seal(minimalPDF("timestamped"), Info{Name: "keygate", Time: time.Now()})
+			tsa := tsatest.StartAuthority(t, tc.mode)
+			sealer := NewSealer(cert, tsa.URL)
+			roots := x509.NewCertPool()
+			if tc.trusted {
+				roots.AddCert(tsa.Cert)
+			}
+			sealer.TrustTimestampRoots(roots)
+			sealed, outcome, err := sealer.Seal(minimalPDF("timestamped"), Info{Name: "keygate", Time: time.Now()})
 			if outcome != tc.want || sealed == nil {
 				t.Fatalf("outcome %s, want %s (%v)", outcome, tc.want, err)
 			}
-			if (err == nil) != (tc.want == SealedWithTimestamp) {
-				t.Errorf("error %v with outcome %s", err, outcome)
+			if (err == nil) != (tc.want == SealedWithTimestamp) || err != nil && !strings.Contains(err.Error(), tc.why) {
+				t.Errorf("error %v with outcome %s, want one saying %q", err, outcome, tc.why)
 			}
 			out, ok := pdftest.SealValid(t, sealed)
 			if !ok {
@@ -189,7 +209,7 @@ func TestTimestamp(t *testing.T) {
 			// The signature's /Contents is hex: the token names its authority.
 			name := hex.EncodeToString([]byte("test timestamp authority"))
 			if has := bytes.Contains(bytes.ToLower(sealed), []byte(name)); has != (tc.want == SealedWithTimestamp) {
-				t.Error("the seal does not carry the authority's token")
+				t.Errorf("the seal carries the authority's token: %v, want %v", has, tc.want == SealedWithTimestamp)
 			}
 		})
 	}

@@ -1,5 +1,6 @@
 // Package tsatest runs an RFC 3161 timestamp authority on loopback for
-// tests: one that answers, one that fails, one that never answers.
+// tests: one that answers, one that fails, one that never answers, and
+// ones whose tokens a client must refuse.
 package tsatest
 
 import (
@@ -23,14 +24,31 @@ import (
 type Mode int
 
 const (
-	Answer Mode = iota // a valid token
-	Fail               // 500
-	Hang               // no answer until the test ends
+	Answer    Mode = iota // a valid token
+	Fail                  // 500
+	Hang                  // no answer until the test ends
+	WrongHash             // a valid token over another hash
+	NoNonce               // a valid token without the request's nonce
+	NoEKU                 // a token signed by a certificate without the timeStamping extended key usage
 )
+
+// Authority is a running test authority.
+type Authority struct {
+	URL string
+	// Cert is its certificate, self-signed: the root a client must be
+	// told to trust.
+	Cert *x509.Certificate
+}
 
 // Start runs an authority of mode on loopback until the test ends and
 // returns its URL.
 func Start(t testing.TB, mode Mode) string {
+	t.Helper()
+	return StartAuthority(t, mode).URL
+}
+
+// StartAuthority is Start, with the authority's certificate.
+func StartAuthority(t testing.TB, mode Mode) *Authority {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -44,6 +62,9 @@ func Start(t testing.TB, mode Mode) string {
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageTimeStamping},
 		BasicConstraintsValid: true,
+	}
+	if mode == NoEKU {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
@@ -74,6 +95,12 @@ func Start(t testing.TB, mode Mode) string {
 			Nonce: req.Nonce, Policy: asn1.ObjectIdentifier{1, 2, 3, 4, 1}, AddTSACertificate: req.Certificates,
 			SerialNumber: big.NewInt(time.Now().UnixNano()),
 		}
+		switch mode {
+		case WrongHash:
+			ts.HashedMessage = make([]byte, len(req.HashedMessage))
+		case NoNonce:
+			ts.Nonce = nil
+		}
 		resp, err := ts.CreateResponse(cert, key)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -83,5 +110,5 @@ func Start(t testing.TB, mode Mode) string {
 		_, _ = w.Write(resp)
 	}))
 	t.Cleanup(func() { close(stop); srv.Close() })
-	return srv.URL
+	return &Authority{URL: srv.URL, Cert: cert}
 }
