@@ -594,7 +594,7 @@ func sealCommand() *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
 			for _, r := range [][2]string{
-				{"sha256", info.SHA256}, {"subject", info.Subject}, {"issuer", info.Issuer},
+				{"sha256", info.SHA256}, {"anchor sha256", info.AnchorSHA256}, {"subject", info.Subject}, {"issuer", info.Issuer},
 				{"valid from", info.NotBefore.Format(time.RFC3339)}, {"valid until", info.NotAfter.Format(time.RFC3339)},
 				{"certificate", origin}, {"timestamps", fmt.Sprint(info.Timestamped)},
 			} {

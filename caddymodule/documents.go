@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
 
 	"errors"
 	"fmt"
@@ -205,31 +207,53 @@ func (h *Documents) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhtt
 	problem.SecureHeaders(hdr)
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("Content-Type", "application/x-pem-file")
-	hdr.Set(sealFingerprintHeader, cert.Fingerprint())
-	pem := cert.PEM()
-	hdr.Set("Content-Length", strconv.Itoa(len(pem)))
+	// The anchor a relying party trusts (the root of the seal's chain),
+	// named by its fingerprint; ?chain=1 the seal certificate and its
+	// chain, as each seal carries them.
+	anchor := cert.Anchor()
+	hdr.Set(sealFingerprintHeader, fingerprint(anchor))
+	body := pemOf(anchor)
+	if r.URL.Query().Get("chain") == "1" {
+		body = cert.PEM()
+	}
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
-		_, _ = w.Write(pem)
+		_, _ = w.Write(body)
 	}
 	return nil
 }
 
+// fingerprint is the SHA-256 of cert's DER, in hex.
+func fingerprint(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.Raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// pemOf is cert in PEM.
+func pemOf(cert *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
+}
+
 // sealInfo is the seal certificate as the admin API shows it.
 type sealInfo struct {
-	Subject     string    `json:"subject"`
-	Issuer      string    `json:"issuer"`
-	SHA256      string    `json:"sha256"`
-	NotBefore   time.Time `json:"notBefore"`
-	NotAfter    time.Time `json:"notAfter"`
-	SelfMade    bool      `json:"selfMade"`
-	Timestamped bool      `json:"timestamped"`
+	Subject string `json:"subject"`
+	Issuer  string `json:"issuer"`
+	SHA256  string `json:"sha256"`
+	// AnchorSHA256 is the fingerprint of the certificate relying parties
+	// trust: the chain's root (the seal certificate itself without one),
+	// the one GET /webapi/documents/seal-certificate serves.
+	AnchorSHA256 string    `json:"anchorSha256"`
+	NotBefore    time.Time `json:"notBefore"`
+	NotAfter     time.Time `json:"notAfter"`
+	SelfMade     bool      `json:"selfMade"`
+	Timestamped  bool      `json:"timestamped"`
 }
 
 func (a *App) sealInfo() sealInfo {
 	c := a.sealer.Certificate()
 	return sealInfo{
-		Subject: c.Cert.Subject.String(), Issuer: c.Cert.Issuer.String(), SHA256: c.Fingerprint(),
+		Subject: c.Cert.Subject.String(), Issuer: c.Cert.Issuer.String(), SHA256: c.Fingerprint(), AnchorSHA256: fingerprint(c.Anchor()),
 		NotBefore: c.Cert.NotBefore.UTC(), NotAfter: c.Cert.NotAfter.UTC(), SelfMade: c.SelfMade,
 		Timestamped: a.DocumentSeal != nil && a.DocumentSeal.TimestampURL != "",
 	}

@@ -166,8 +166,8 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 	}
 	pemReply := do(t, http.MethodGet, siteURL+"/webapi/documents/seal-certificate", nil)
 	var seal struct {
-		SHA256   string
-		NotAfter time.Time
+		SHA256, AnchorSHA256 string
+		NotAfter             time.Time
 	}
 	do(t, http.MethodGet, adminURL+"/webapi/seal", nil).json(t, &seal)
 	// Monitoring sees when the certificate ends.
@@ -177,10 +177,18 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 	} else if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || int64(v) != seal.NotAfter.Unix() {
 		t.Errorf("keygate_seal_certificate_expiry_timestamp_seconds %s, want %d", m[1], seal.NotAfter.Unix())
 	}
+	// The anchor to trust (the self-made root), named by its
+	// fingerprint; ?chain=1 the seal certificate, then its root.
 	block, _ := pem.Decode(pemReply.body)
-	if block == nil || pemReply.status != http.StatusOK || seal.SHA256 == "" || pemReply.header.Get("Seal-Certificate-SHA256") != seal.SHA256 ||
-		fmt.Sprintf("%x", sha256.Sum256(block.Bytes)) != seal.SHA256 {
-		t.Errorf("seal certificate: %d %v, admin %s", pemReply.status, pemReply.header, seal.SHA256)
+	if block == nil || pemReply.status != http.StatusOK || seal.AnchorSHA256 == "" || seal.AnchorSHA256 == seal.SHA256 ||
+		pemReply.header.Get("Seal-Certificate-SHA256") != seal.AnchorSHA256 || fmt.Sprintf("%x", sha256.Sum256(block.Bytes)) != seal.AnchorSHA256 {
+		t.Errorf("seal certificate: %d %v, admin %+v", pemReply.status, pemReply.header, seal)
+	}
+	chain := do(t, http.MethodGet, siteURL+"/webapi/documents/seal-certificate?chain=1", nil).body
+	leaf, rest := pem.Decode(chain)
+	root, _ := pem.Decode(rest)
+	if leaf == nil || root == nil || fmt.Sprintf("%x", sha256.Sum256(leaf.Bytes)) != seal.SHA256 || !bytes.Equal(root.Bytes, block.Bytes) {
+		t.Errorf("the chain:\n%s", chain)
 	}
 	if n := metricValue(t, `keygate_document_seals_total{outcome="sealed"}`); n < 2 {
 		t.Errorf("%d seals counted", n)
@@ -196,6 +204,11 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 	// to declare another in the catalog.
 	if !bytes.HasPrefix(finalized, []byte("%PDF-1.5")) || bytes.Contains(finalized, []byte("/Version /")) {
 		t.Errorf("the sealed PDF's header %q and catalog disagree", finalized[:8])
+	}
+	// A relying party that trusts the anchor the gateway serves trusts
+	// the document, in pdfsig.
+	if out, ok := pdftest.SealTrusted(t, finalized, pemReply.body); !ok {
+		t.Errorf("pdfsig with the served anchor trusted:\n%s", out)
 	}
 	checkVerify(t, created.ID, finalized)
 

@@ -38,6 +38,11 @@ fi
 if ! command -v openssl >/dev/null 2>&1; then
 	need+=(openssl)
 fi
+# NSS's certutil makes the database in which pdfsig is told to trust the
+# self-made seal's root, as a relying party does.
+if ! command -v certutil >/dev/null 2>&1; then
+	need+=(libnss3-tools)
+fi
 # The deploy files are checked by their own tools: systemd-analyze verify
 # (the service unit), promtool (the alert rules and their tests),
 # Prometheus itself (every dashboard panel's query and the scrape config,

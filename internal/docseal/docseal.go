@@ -40,6 +40,8 @@ type Certificate struct {
 	Key   crypto.Signer
 	// SelfMade is set for the certificate the gateway made itself.
 	SelfMade bool
+	// rootKey is the self-made root's key, kept to issue a next leaf.
+	rootKey crypto.Signer
 }
 
 // Fingerprint is the SHA-256 of the certificate's DER, in hex.
@@ -106,57 +108,109 @@ func publicKeysMatch(a, b crypto.PublicKey) bool {
 	return ok && e.Equal(b)
 }
 
-// SelfMadeValidity is how long a self-made certificate is valid.
+// SelfMadeValidity is how long a self-made seal certificate (the leaf)
+// is valid; its root is valid as long again past it, so that documents
+// sealed near the leaf's end still chain to a valid anchor for years.
 const SelfMadeValidity = 10 * 365 * 24 * time.Hour
 
-// MakeSelfSigned makes the gateway's own seal certificate: ECDSA P-256,
-// self-signed, subject "keygate document seal" with host (the public
-// base URL's) as its organizational unit and DNS name, valid 10 years.
+// MakeSelfSigned makes the gateway's own seal: a local root, "keygate
+// document seal root" (a CA that may issue leaves only, path length 0),
+// and the leaf it issues, "keygate document seal", that seals; both
+// ECDSA P-256, with host (the public base URL's) as organizational unit.
+// A relying party trusts the root once as an anchor (pdfsig, pdfcpu and
+// Adobe refuse a self-signed leaf without CA rights as one).
 func MakeSelfSigned(host string, now time.Time) (*Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	rootKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "keygate document seal", OrganizationalUnit: []string{host}},
+	name := func(cn string) pkix.Name { return pkix.Name{CommonName: cn, OrganizationalUnit: []string{host}} }
+	if host == "" {
+		name = func(cn string) pkix.Name { return pkix.Name{CommonName: cn} }
+	}
+	rootTmpl := &x509.Certificate{
+		Subject:               name("keygate document seal root"),
+		NotBefore:             now.Add(-time.Hour).UTC(),
+		NotAfter:              now.Add(2 * SelfMadeValidity).UTC(),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	root, err := issue(rootTmpl, rootTmpl, &rootKey.PublicKey, rootKey)
+	if err != nil {
+		return nil, err
+	}
+	leafTmpl := &x509.Certificate{
+		Subject:               name("keygate document seal"),
 		NotBefore:             now.Add(-time.Hour).UTC(),
 		NotAfter:              now.Add(SelfMadeValidity).UTC(),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageContentCommitment,
 		BasicConstraintsValid: true,
 	}
 	if host != "" {
-		tmpl.DNSNames = []string{host}
+		leafTmpl.DNSNames = []string{host}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	leaf, err := issue(leafTmpl, root, &leafKey.PublicKey, rootKey)
 	if err != nil {
 		return nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
+	return &Certificate{Cert: leaf, Chain: []*x509.Certificate{root}, Key: leafKey, rootKey: rootKey, SelfMade: true}, nil
+}
+
+// issue makes the certificate of tmpl, for pub, signed by parent's key.
+func issue(tmpl, parent *x509.Certificate, pub crypto.PublicKey, key crypto.Signer) (*x509.Certificate, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
 		return nil, err
 	}
-	return &Certificate{Cert: cert, Key: key, SelfMade: true}, nil
+	tmpl.SerialNumber = serial
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, key)
+	if err != nil {
+		return nil, err
+	}
+	return x509.ParseCertificate(der)
+}
+
+// Anchor is the certificate a relying party trusts: the root of the
+// chain (the self-made root), or the certificate itself without one.
+func (c *Certificate) Anchor() *x509.Certificate {
+	if len(c.Chain) > 0 {
+		return c.Chain[len(c.Chain)-1]
+	}
+	return c.Cert
 }
 
 // stored is a self-made certificate as it is kept (sealed under the
-// master key by the caller).
+// master key by the caller). One made before the local root has no
+// Chain or RootKey, and keeps sealing as it did.
 type stored struct {
-	Cert []byte `json:"cert"`
-	Key  []byte `json:"key"` // PKCS#8
+	Cert    []byte   `json:"cert"`
+	Key     []byte   `json:"key"` // PKCS#8
+	Chain   [][]byte `json:"chain,omitempty"`
+	RootKey []byte   `json:"rootKey,omitempty"` // PKCS#8, to issue the next leaf
 }
 
-// Marshal encodes a self-made certificate and its key for storage.
+// Marshal encodes a self-made certificate and its keys for storage.
 func (c *Certificate) Marshal() ([]byte, error) {
 	key, err := x509.MarshalPKCS8PrivateKey(c.Key)
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(stored{Cert: c.Cert.Raw, Key: key})
+	st := stored{Cert: c.Cert.Raw, Key: key}
+	for _, ca := range c.Chain {
+		st.Chain = append(st.Chain, ca.Raw)
+	}
+	if c.rootKey != nil {
+		if st.RootKey, err = x509.MarshalPKCS8PrivateKey(c.rootKey); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(st)
 }
 
 // Unmarshal decodes what Marshal encoded.
@@ -169,7 +223,28 @@ func Unmarshal(b []byte) (*Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := x509.ParsePKCS8PrivateKey(s.Key)
+	signer, err := parseSigner(s.Key)
+	if err != nil {
+		return nil, err
+	}
+	c := &Certificate{Cert: cert, Key: signer, SelfMade: true}
+	for _, raw := range s.Chain {
+		ca, err := x509.ParseCertificate(raw)
+		if err != nil {
+			return nil, err
+		}
+		c.Chain = append(c.Chain, ca)
+	}
+	if s.RootKey != nil {
+		if c.rootKey, err = parseSigner(s.RootKey); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func parseSigner(pkcs8 []byte) (crypto.Signer, error) {
+	key, err := x509.ParsePKCS8PrivateKey(pkcs8)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +252,7 @@ func Unmarshal(b []byte) (*Certificate, error) {
 	if !ok {
 		return nil, errors.New("the stored seal key cannot sign")
 	}
-	return &Certificate{Cert: cert, Key: signer, SelfMade: true}, nil
+	return signer, nil
 }
 
 // Outcome is what a seal came to, as keygate_document_seals_total counts it.

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -417,5 +418,45 @@ func TestSealedByBounds(t *testing.T) {
 				t.Errorf("SealedBy = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSelfMadeRootTrusted: the self-made seal is a local root (a CA for
+// leaves only) and the leaf it issued, which seals; a document it sealed
+// is trusted by pdfsig once the root is, as a relying party trusts it,
+// and only then.
+func TestSelfMadeRootTrusted(t *testing.T) {
+	c, err := MakeSelfSigned("gateway.example.com", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := c.Anchor()
+	if len(c.Chain) != 1 || root == c.Cert || !root.IsCA || !root.MaxPathLenZero || c.Cert.IsCA ||
+		c.Cert.CheckSignatureFrom(root) != nil || root.CheckSignatureFrom(root) != nil {
+		t.Fatalf("not a root and its leaf: %+v", c)
+	}
+	sealed, _, err := NewSealer(c, "").Seal(minimalPDF("trusted"), Info{Name: "keygate", Time: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})
+	if out, ok := pdftest.SealTrusted(t, sealed, rootPEM); !ok {
+		t.Errorf("pdfsig with the root trusted:\n%s", out)
+	}
+	other, err := MakeSelfSigned("other.example.com", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, ok := pdftest.SealTrusted(t, sealed, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.Anchor().Raw})); ok {
+		t.Errorf("pdfsig trusts the seal with another gateway's root:\n%s", out)
+	}
+	// Kept and read back whole: the chain and the root's key too.
+	raw, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Unmarshal(raw)
+	if err != nil || len(back.Chain) != 1 || !back.Chain[0].Equal(root) || back.rootKey == nil {
+		t.Errorf("read back: %+v %v", back, err)
 	}
 }

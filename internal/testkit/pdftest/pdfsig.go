@@ -51,3 +51,41 @@ func Text(t testing.TB, doc []byte) string {
 	}
 	return string(out)
 }
+
+// SealTrusted runs pdfsig on doc as a relying party that trusts
+// anchorPEM as a root: in an NSS database of its own, made with NSS's
+// certutil (Debian libnss3-tools, which scripts/test-deps.sh installs),
+// the certificate is trusted to issue signing certificates. It returns
+// what pdfsig prints and whether it found the signature valid over the
+// whole file and the signer's certificate trusted.
+func SealTrusted(t testing.TB, doc, anchorPEM []byte) (string, bool) {
+	t.Helper()
+	for _, tool := range []string{"pdfsig", "certutil"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is missing: run scripts/test-deps.sh", tool)
+		}
+	}
+	dir := t.TempDir()
+	db := "sql:" + filepath.Join(dir, "nss")
+	if err := os.Mkdir(filepath.Join(dir, "nss"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	anchor, f := filepath.Join(dir, "anchor.pem"), filepath.Join(dir, "doc.pdf")
+	for name, data := range map[string][]byte{anchor: anchorPEM, f: doc} {
+		if err := os.WriteFile(name, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"-N", "-d", db, "--empty-password"},
+		{"-A", "-d", db, "-n", "anchor", "-t", "C,C,C", "-a", "-i", anchor},
+	} {
+		if out, err := exec.Command("certutil", args...).CombinedOutput(); err != nil {
+			t.Fatalf("certutil %v: %v\n%s", args, err, out)
+		}
+	}
+	out, _ := exec.Command("pdfsig", "-nssdir", db, f).CombinedOutput()
+	s := string(out)
+	return s, strings.Contains(s, "Signature Validation: Signature is Valid.") && strings.Contains(s, "Certificate Validation: Certificate is Trusted.") &&
+		strings.Contains(s, "Total document signed") && !strings.Contains(s, "Not total document signed")
+}
