@@ -426,18 +426,11 @@ func TestSealedByBounds(t *testing.T) {
 // is trusted by pdfsig once the root is, as a relying party trusts it,
 // and only then.
 func TestSelfMadeRootTrusted(t *testing.T) {
-	c, err := MakeSelfSigned("gateway.example.com", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, sealed := sealedForTest(t)
 	root := c.Anchor()
 	if len(c.Chain) != 1 || root == c.Cert || !root.IsCA || !root.MaxPathLenZero || c.Cert.IsCA ||
 		c.Cert.CheckSignatureFrom(root) != nil || root.CheckSignatureFrom(root) != nil {
 		t.Fatalf("not a root and its leaf: %+v", c)
-	}
-	sealed, _, err := NewSealer(c, "").Seal(minimalPDF("trusted"), Info{Name: "keygate", Time: time.Now()})
-	if err != nil {
-		t.Fatal(err)
 	}
 	rootPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})
 	if out, ok := pdftest.SealTrusted(t, sealed, rootPEM); !ok {
@@ -458,5 +451,22 @@ func TestSelfMadeRootTrusted(t *testing.T) {
 	back, err := Unmarshal(raw)
 	if err != nil || len(back.Chain) != 1 || !back.Chain[0].Equal(root) || back.rootKey == nil {
 		t.Errorf("read back: %+v %v", back, err)
+	}
+}
+
+// TestCertified: the seal is a certification signature that viewers see
+// as one: the catalog names it in /Perms /DocMDP, and pdfcpu, trusting
+// the self-made root, reports the signature certified, its path
+// resolved.
+func TestCertified(t *testing.T) {
+	c, sealed := sealedForTest(t)
+	if !regexp.MustCompile(`/Perms << /DocMDP \d+ 0 R >>`).Match(sealed) {
+		t.Error("the catalog has no /Perms /DocMDP")
+	}
+	out := pdftest.Pdfcpu(t, sealed, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Anchor().Raw}))
+	for _, want := range []string{"Type: form signature (certified", "Certified:      true", "Local Path: Status: ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pdfcpu does not say %q:\n%s", want, out)
+		}
 	}
 }

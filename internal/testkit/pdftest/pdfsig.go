@@ -89,3 +89,29 @@ func SealTrusted(t testing.TB, doc, anchorPEM []byte) (string, bool) {
 	return s, strings.Contains(s, "Signature Validation: Signature is Valid.") && strings.Contains(s, "Certificate Validation: Certificate is Trusted.") &&
 		strings.Contains(s, "Total document signed") && !strings.Contains(s, "Not total document signed")
 }
+
+// Pdfcpu runs pdfcpu's signature validation (`pdfcpu signatures validate
+// --full`, pinned as a tool in go.mod and run with `go tool`) on doc as a
+// relying party whose certificate store holds anchorPEM, in a
+// configuration directory of its own, and returns what it prints.
+func Pdfcpu(t testing.TB, doc, anchorPEM []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	anchor, f := filepath.Join(dir, "anchor.pem"), filepath.Join(dir, "doc.pdf")
+	for name, data := range map[string][]byte{anchor: anchorPEM, f: doc} {
+		if err := os.WriteFile(name, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(args ...string) string {
+		cmd := exec.Command("go", append([]string{"tool", "pdfcpu"}, args...)...)
+		cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
+		out, err := cmd.CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "Status:") {
+			t.Fatalf("pdfcpu %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	run("certificates", "import", anchor)
+	return run("signatures", "validate", "--full", f)
+}
