@@ -455,13 +455,19 @@ func TestSelfMadeRootTrusted(t *testing.T) {
 }
 
 // TestCertified: the seal is a certification signature that viewers see
-// as one: the catalog names it in /Perms /DocMDP, and pdfcpu, trusting
+// as one: the catalog names it in /Perms /DocMDP, its widget is in the
+// page's /Annots, and pdfcpu, trusting
 // the self-made root, reports the signature certified, its path
 // resolved.
 func TestCertified(t *testing.T) {
 	c, sealed := sealedForTest(t)
 	if !regexp.MustCompile(`/Perms << /DocMDP \d+ 0 R >>`).Match(sealed) {
 		t.Error("the catalog has no /Perms /DocMDP")
+	}
+	// The signature's widget is in its page's /Annots, as every widget.
+	if field := regexp.MustCompile(`/Fields \[(\d+) 0 R\]`).FindSubmatch(sealed); field == nil ||
+		!regexp.MustCompile(`/Annots \[[^\]]*\b` + string(field[1]) + ` 0 R`).Match(sealed) {
+		t.Error("the signature's widget is not in its page's /Annots")
 	}
 	out := pdftest.Pdfcpu(t, sealed, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Anchor().Raw}))
 	for _, want := range []string{"Type: form signature (certified", "Certified:      true", "Local Path: Status: ok"} {

@@ -218,7 +218,10 @@ func (context *SignContext) SignPDF() error {
 		return fmt.Errorf("failed to add visual signature object: %w", err)
 	}
 
-	if context.SignData.Appearance.Visible {
+	// keygate: the widget of an invisible signature is in its page's
+	// /Annots too, as ISO 32000-1 (12.5.2) has every widget annotation;
+	// upstream added it for visible ones only.
+	if context.SignData.Appearance.Visible || context.VisualSignData.pageObjectId != 0 {
 		inc_page_update, err := context.createIncPageUpdate(context.SignData.Appearance.Page, context.VisualSignData.objectId)
 		if err != nil {
 			return fmt.Errorf("failed to create incremental page update: %w", err)
