@@ -20,10 +20,11 @@ run: build
 	mkdir -p data
 	./$(BIN) run --config Caddyfile --adapter caddyfile
 
-# A real Redmine (Debian's, installed by test-deps) on a loopback port
+# A real Redmine (Debian's, installed by test-deps.sh redmine) on a loopback port
 # with a project, an issue and a wiki page, connected to the next
 # `make run` through webapi.d/redmine.caddyfile; Ctrl-C removes it.
-redmine: test-deps
+redmine:
+	@./scripts/test-deps.sh redmine
 	$(GO) run ./cmd/keygate-redmine -dir webapi.d
 
 # The browser tests need Debian's chromium and axe-core (npm ci, pinned

@@ -10,50 +10,55 @@
 # for the browser tests' accessibility check, pinned by
 # internal/testkit/browsertest/axe/package-lock.json. Idempotent and quiet when
 # all is there. With KEYGATE_TEST_POSTGRES set (a DSN, or "off"), no
-# PostgreSQL is installed.
+# PostgreSQL is installed. `test-deps.sh redmine` installs only Redmine,
+# for `make redmine`.
 set -euo pipefail
+
+only=${1:-}
+# want all: the group is wanted unless only Redmine was asked for.
+want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 axe="$root/internal/testkit/browsertest/axe"
 
 need=()
-if ! command -v chromium >/dev/null 2>&1; then
+if want all && ! command -v chromium >/dev/null 2>&1; then
 	need+=(chromium fonts-dejavu-core)
 fi
 have_postgres() {
 	command -v postgres >/dev/null 2>&1 && command -v initdb >/dev/null 2>&1 && return 0
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1
 }
-if [ -z "${KEYGATE_TEST_POSTGRES:-}" ] && ! have_postgres; then
+if want all && [ -z "${KEYGATE_TEST_POSTGRES:-}" ] && ! have_postgres; then
 	need+=(postgresql)
 fi
-if ! command -v npm >/dev/null 2>&1; then
+if want all && ! command -v npm >/dev/null 2>&1; then
 	need+=(nodejs npm)
 fi
 # poppler's pdfsig checks the document seals as an independent verifier;
 # openssl makes the PKCS#12 file the seal tests load.
-if ! command -v pdfsig >/dev/null 2>&1; then
+if want all && ! command -v pdfsig >/dev/null 2>&1; then
 	need+=(poppler-utils)
 fi
-if ! command -v openssl >/dev/null 2>&1; then
+if want all && ! command -v openssl >/dev/null 2>&1; then
 	need+=(openssl)
 fi
 # NSS's certutil makes the database in which pdfsig is told to trust the
 # self-made seal's root, as a relying party does.
-if ! command -v certutil >/dev/null 2>&1; then
+if want all && ! command -v certutil >/dev/null 2>&1; then
 	need+=(libnss3-tools)
 fi
 # The deploy files are checked by their own tools: systemd-analyze verify
 # (the service unit), promtool (the alert rules and their tests),
 # Prometheus itself (every dashboard panel's query and the scrape config,
 # against a gateway) and logrotate (the audit log's example).
-if ! command -v systemd-analyze >/dev/null 2>&1; then
+if want all && ! command -v systemd-analyze >/dev/null 2>&1; then
 	need+=(systemd)
 fi
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+if want all && { ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; }; then
 	need+=(prometheus)
 fi
-if ! command -v logrotate >/dev/null 2>&1 && [ ! -x /usr/sbin/logrotate ]; then
+if want all && ! command -v logrotate >/dev/null 2>&1 && [ ! -x /usr/sbin/logrotate ]; then
 	need+=(logrotate)
 fi
 # Redmine for the tests of the Redmine connector; redminetest serves it
@@ -99,7 +104,7 @@ fi
 
 # npm ci installs exactly the lock file's axe-core (its integrity hash
 # checked), again when the lock file changed since; no package script runs.
-if [ ! -e "$axe/node_modules/axe-core/axe.min.js" ] || [ "$axe/package-lock.json" -nt "$axe/node_modules/.package-lock.json" ]; then
+if want all && { [ ! -e "$axe/node_modules/axe-core/axe.min.js" ] || [ "$axe/package-lock.json" -nt "$axe/node_modules/.package-lock.json" ]; }; then
 	echo "test-deps: installing axe-core (npm ci in internal/testkit/browsertest/axe)" >&2
 	(cd "$axe" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
 fi
