@@ -32,6 +32,9 @@ const benchSite = `
 	handle /s/* {
 		webapi_share_viewer
 	}
+	handle /sign/* {
+		webapi_signing
+	}
 `
 
 var benchExtraSites = []string{

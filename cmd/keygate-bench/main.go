@@ -31,7 +31,7 @@ var (
 	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, auth-limited, contract-get, share-get, share-page, share-page-host, contract-create, flood-limited, flood-unknown")
 	backendOf = flag.String("backend", "bolt", "the storage backend: bolt, or postgres (a throwaway durable PostgreSQL started for the run)")
 	instances = flag.Int("instances", 1, "with -backend postgres and more than 1: only compare that many gateways on one database with one")
-	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, host, creates, limits, import, neighbour, rotation, large; with -instances: spread, accuracy")
+	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, host, seal, creates, limits, import, neighbour, rotation, large; with -instances: spread, accuracy")
 )
 
 // want says whether -figures asks for figure name.
@@ -126,6 +126,9 @@ func main() {
 	}
 	if want("host") {
 		hostFigure(be, tmp)
+	}
+	if want("seal") {
+		sealFigure(be, tmp)
 	}
 	if want("contract-get") {
 		getContract := gw.compare("bare respond", gw.bare(), "GET /webapi/contracts/{id}", gw.getContract(small))

@@ -50,9 +50,20 @@ func Start(t testing.TB, mode Mode) string {
 // StartAuthority is Start, with the authority's certificate.
 func StartAuthority(t testing.TB, mode Mode) *Authority {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	a, stop, err := Serve(mode)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return a
+}
+
+// Serve runs an authority of mode on loopback until stop, for a program
+// (the bench) as for a test.
+func Serve(mode Mode) (a *Authority, stop func(), err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
@@ -68,20 +79,20 @@ func StartAuthority(t testing.TB, mode Mode) *Authority {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	stop := make(chan struct{})
+	stopped := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch mode {
 		case Fail:
 			http.Error(w, "out of order", http.StatusInternalServerError)
 			return
 		case Hang:
-			<-stop
+			<-stopped
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
@@ -109,6 +120,5 @@ func StartAuthority(t testing.TB, mode Mode) *Authority {
 		w.Header().Set("Content-Type", "application/timestamp-reply")
 		_, _ = w.Write(resp)
 	}))
-	t.Cleanup(func() { close(stop); srv.Close() })
-	return &Authority{URL: srv.URL, Cert: cert}
+	return &Authority{URL: srv.URL, Cert: cert}, func() { close(stopped); srv.Close() }, nil
 }
