@@ -180,13 +180,23 @@ func TestTrafficAcrossInstances(t *testing.T) {
 		// A burst much shorter than the sync interval, from many
 		// connections, over every instance: each spends only what it
 		// claimed, so together they hold the limit (+ 10 %).
-		const limit = 100
+		const limit, window = 100, 10 * time.Second
 		k := trafficKey(t, c, "burst", map[string]any{"rateLimits": []map[string]any{{"name": "ten", "limit": limit, "windowSeconds": 10}}})
 		time.Sleep(500 * time.Millisecond) // the probes' counts are shared
+		// The burst begins as a fixed window does, so that it lies within
+		// one: across a window's end the two-window estimate lets
+		// through up to limit × (the part of the new window passed)
+		// more, as documented, which is not what is measured here.
+		time.Sleep(time.Until(time.Now().Truncate(window).Add(window + 200*time.Millisecond)))
 		start := time.Now()
 		through, refused := letThrough(t, c.gws, k.Token, 1500, 300)
 		through += len(c.gws) // trafficKey's probes
-		t.Logf("burst: %d let through in %s, refused %v", through, time.Since(start).Round(time.Millisecond), refused)
+		took := time.Since(start)
+		t.Logf("burst: %d let through in %s, refused %v", through, took.Round(time.Millisecond), refused)
+		if took > window-200*time.Millisecond {
+			t.Logf("the burst outlasted its window (a loaded machine): the limit is not checked")
+			return
+		}
 		if through > limit*11/10 {
 			t.Errorf("%d let through, want at most the limit %d + 10%%", through, limit)
 		}
