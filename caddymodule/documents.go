@@ -3,8 +3,6 @@ package caddymodule
 import (
 	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
-	"encoding/pem"
 
 	"errors"
 	"fmt"
@@ -211,8 +209,8 @@ func (h *Documents) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhtt
 	// named by its fingerprint; ?chain=1 the seal certificate and its
 	// chain, as each seal carries them.
 	anchor := cert.Anchor()
-	hdr.Set(sealFingerprintHeader, fingerprint(anchor))
-	body := pemOf(anchor)
+	hdr.Set(sealFingerprintHeader, docseal.FingerprintOf(anchor))
+	body := docseal.PEMOf(anchor)
 	if r.URL.Query().Get("chain") == "1" {
 		body = cert.PEM()
 	}
@@ -222,17 +220,6 @@ func (h *Documents) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhtt
 		_, _ = w.Write(body)
 	}
 	return nil
-}
-
-// fingerprint is the SHA-256 of cert's DER, in hex.
-func fingerprint(cert *x509.Certificate) string {
-	sum := sha256.Sum256(cert.Raw)
-	return hex.EncodeToString(sum[:])
-}
-
-// pemOf is cert in PEM.
-func pemOf(cert *x509.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
 }
 
 // sealInfo is the seal certificate as the admin API shows it.
@@ -253,7 +240,7 @@ type sealInfo struct {
 func (a *App) sealInfo() sealInfo {
 	c := a.sealer.Certificate()
 	return sealInfo{
-		Subject: c.Cert.Subject.String(), Issuer: c.Cert.Issuer.String(), SHA256: c.Fingerprint(), AnchorSHA256: fingerprint(c.Anchor()),
+		Subject: c.Cert.Subject.String(), Issuer: c.Cert.Issuer.String(), SHA256: c.Fingerprint(), AnchorSHA256: docseal.FingerprintOf(c.Anchor()),
 		NotBefore: c.Cert.NotBefore.UTC(), NotAfter: c.Cert.NotAfter.UTC(), SelfMade: c.SelfMade,
 		Timestamped: a.DocumentSeal != nil && a.DocumentSeal.TimestampURL != "",
 	}

@@ -45,15 +45,21 @@ type Certificate struct {
 }
 
 // Fingerprint is the SHA-256 of the certificate's DER, in hex.
-func (c *Certificate) Fingerprint() string {
-	sum := sha256.Sum256(c.Cert.Raw)
+func (c *Certificate) Fingerprint() string { return FingerprintOf(c.Cert) }
+
+// PEM is the certificate and its chain in PEM.
+func (c *Certificate) PEM() []byte { return PEMOf(append([]*x509.Certificate{c.Cert}, c.Chain...)...) }
+
+// FingerprintOf is the SHA-256 of cert's DER, in hex.
+func FingerprintOf(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.Raw)
 	return hex.EncodeToString(sum[:])
 }
 
-// PEM is the certificate and its chain in PEM.
-func (c *Certificate) PEM() []byte {
+// PEMOf is certs in PEM, in order.
+func PEMOf(certs ...*x509.Certificate) []byte {
 	var b bytes.Buffer
-	for _, cert := range append([]*x509.Certificate{c.Cert}, c.Chain...) {
+	for _, cert := range certs {
 		_ = pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
 	}
 	return b.Bytes()

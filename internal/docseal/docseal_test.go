@@ -466,7 +466,7 @@ func TestCertified(t *testing.T) {
 	}
 	// The signature's widget is in its page's /Annots, as every widget.
 	if field := regexp.MustCompile(`/Fields \[(\d+) 0 R\]`).FindSubmatch(sealed); field == nil ||
-		!regexp.MustCompile(`/Annots \[[^\]]*\b` + string(field[1]) + ` 0 R`).Match(sealed) {
+		!regexp.MustCompile(`/Annots \[[^\]]*\b`+string(field[1])+` 0 R`).Match(sealed) {
 		t.Error("the signature's widget is not in its page's /Annots")
 	}
 	out := pdftest.Pdfcpu(t, sealed, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Anchor().Raw}))

@@ -100,8 +100,9 @@ var errOnTracker = errors.New("contracts: the template is not in the registry")
 const MaxPageReads = 4
 
 // readPage reads page id from the tracker for a contract: a 400
-// unknown_template if it has none, a 503 host_unavailable if it does not
-// answer or MaxPageReads are in flight, a 400 if the page cannot be a
+// unknown_template if it has none, a 503 host_unavailable if it fails
+// otherwise (no answer, keygate's account refused) or MaxPageReads are in
+// flight, as a share's check answers, a 400 if the page cannot be a
 // contract's text.
 func (s *Store) readPage(ctx context.Context, id string) (*trackerPage, error) {
 	select {
@@ -118,11 +119,9 @@ func (s *Store) readPage(ctx context.Context, id string) (*trackerPage, error) {
 		var f problem.Fields
 		f.Add("templateId", codeUnknownTemplate, "templateId names no registered template and no page of the issue tracker")
 		return nil, f.Err()
-	case errors.Is(err, host.ErrUnavailable):
-		s.log.Warn("contracts: the issue tracker did not answer; the create is refused", zap.String("template", id), zap.Error(err))
-		return nil, problem.HostUnavailable("the issue tracker did not answer; no contract was created: try again")
 	case err != nil:
-		return nil, err
+		s.log.Warn("contracts: the issue tracker failed; the create is refused", zap.String("template", id), zap.Error(err))
+		return nil, problem.HostUnavailable("the issue tracker did not answer; no contract was created: try again")
 	}
 	var f problem.Fields
 	if len(p.Body) > maxTemplateBody || !utf8.ValidString(p.Body) {

@@ -2,6 +2,7 @@ package contracts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -165,6 +166,7 @@ func TestTemplateFromTrackerRefused(t *testing.T) {
 			{"not UTF-8", "wiki:acme:Bytes", nil, 400, "invalid_request", []string{"templateId=invalid"}},
 			{"project id not ASCII", "wiki:odd:Page", nil, 400, "invalid_request", []string{"templateId=invalid"}},
 			{"tracker down", "wiki:acme:NDA", fmt.Errorf("reading: %w", host.ErrUnavailable), 503, "host_unavailable", nil},
+			{"keygate's account refused", "wiki:acme:NDA", errors.New("reading: the tracker refused keygate's API key"), 503, "host_unavailable", nil},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tracker.mu.Lock()

@@ -70,12 +70,7 @@ func SealTrusted(t testing.TB, doc, anchorPEM []byte) (string, bool) {
 	if err := os.Mkdir(filepath.Join(dir, "nss"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	anchor, f := filepath.Join(dir, "anchor.pem"), filepath.Join(dir, "doc.pdf")
-	for name, data := range map[string][]byte{anchor: anchorPEM, f: doc} {
-		if err := os.WriteFile(name, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	anchor, f := writeAnchored(t, dir, doc, anchorPEM)
 	for _, args := range [][]string{
 		{"-N", "-d", db, "--empty-password"},
 		{"-A", "-d", db, "-n", "anchor", "-t", "C,C,C", "-a", "-i", anchor},
@@ -97,12 +92,7 @@ func SealTrusted(t testing.TB, doc, anchorPEM []byte) (string, bool) {
 func Pdfcpu(t testing.TB, doc, anchorPEM []byte) string {
 	t.Helper()
 	dir := t.TempDir()
-	anchor, f := filepath.Join(dir, "anchor.pem"), filepath.Join(dir, "doc.pdf")
-	for name, data := range map[string][]byte{anchor: anchorPEM, f: doc} {
-		if err := os.WriteFile(name, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	anchor, f := writeAnchored(t, dir, doc, anchorPEM)
 	run := func(args ...string) string {
 		cmd := exec.Command("go", append([]string{"tool", "pdfcpu"}, args...)...)
 		cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
@@ -114,4 +104,17 @@ func Pdfcpu(t testing.TB, doc, anchorPEM []byte) string {
 	}
 	run("certificates", "import", anchor)
 	return run("signatures", "validate", "--full", f)
+}
+
+// writeAnchored writes doc and anchorPEM into dir, for a verifier to
+// read, and returns their paths.
+func writeAnchored(t testing.TB, dir string, doc, anchorPEM []byte) (anchor, file string) {
+	t.Helper()
+	anchor, file = filepath.Join(dir, "anchor.pem"), filepath.Join(dir, "doc.pdf")
+	for name, data := range map[string][]byte{anchor: anchorPEM, file: doc} {
+		if err := os.WriteFile(name, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return anchor, file
 }
