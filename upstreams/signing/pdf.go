@@ -30,9 +30,11 @@ type completion struct {
 }
 
 // signerState is what of a signer the documents show and another request
-// could change meanwhile.
+// could change meanwhile; times as Unix milliseconds, the precision they
+// are stored with, so that a time read back compares equal whatever its
+// location or monotonic reading.
 type signerState struct {
-	opened, decided time.Time
+	opened, decided int64
 	decision, ip    string
 }
 
@@ -40,7 +42,7 @@ func signerStates(c *contracts.Contract) []signerState {
 	out := make([]signerState, len(c.Signers))
 	for i := range c.Signers {
 		sg := &c.Signers[i]
-		out[i] = signerState{opened: sg.OpenedTimestamp, decided: sg.DecisionTimestamp, decision: sg.Decision, ip: sg.DecisionIP}
+		out[i] = signerState{opened: sg.OpenedTimestamp.UnixMilli(), decided: sg.DecisionTimestamp.UnixMilli(), decision: sg.Decision, ip: sg.DecisionIP}
 	}
 	return out
 }
