@@ -213,4 +213,6 @@ require (
 
 replace github.com/digitorus/pdfsign => ./third_party/pdfsign
 
+replace github.com/digitorus/pkcs7 => ./third_party/pkcs7
+
 tool github.com/pdfcpu/pdfcpu/cmd/pdfcpu

@@ -596,7 +596,7 @@ func sealCommand() *cobra.Command {
 			for _, r := range [][2]string{
 				{"sha256", info.SHA256}, {"anchor sha256", info.AnchorSHA256}, {"subject", info.Subject}, {"issuer", info.Issuer},
 				{"valid from", info.NotBefore.Format(time.RFC3339)}, {"valid until", info.NotAfter.Format(time.RFC3339)},
-				{"certificate", origin}, {"timestamps", fmt.Sprint(info.Timestamped)},
+				{"certificate", origin}, {"timestamps", fmt.Sprint(info.Timestamped)}, {"PAdES level", string(info.Level)},
 			} {
 				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
 			}

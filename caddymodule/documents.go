@@ -76,7 +76,7 @@ func (s *state) buildSealer(a *App) (*docseal.Sealer, error) {
 		}
 	} else {
 		sealed, err := s.stores.DocumentSeal.SelfMade(func() ([]byte, error) {
-			c, err := docseal.MakeSelfSigned(docseal.Host(a.PublicBaseURL), time.Now())
+			c, err := docseal.MakeSelfSigned(docseal.Host(a.PublicBaseURL), strings.TrimSuffix(a.PublicBaseURL, "/")+sealCRLPath, time.Now())
 			if err != nil {
 				return nil, err
 			}
@@ -145,6 +145,8 @@ func sealFunc(sealer *docseal.Sealer, logger *zap.Logger) func([]byte, *contract
 		case outcome == docseal.Failed:
 			logger.Error("sealing a completed contract's document", zap.String("contract", c.ID), zap.Error(err))
 			return nil, err
+		case outcome == docseal.SealedWithoutValidationData:
+			logger.Warn("document sealed with a timestamp but without long-term validation data (B-T, not B-LTA): the revocation status or the document timestamp failed", zap.String("contract", c.ID), zap.Error(err))
 		case outcome == docseal.TimestampFailed:
 			logger.Warn("document sealed without a timestamp: the timestamp authority's reply was refused", zap.String("contract", c.ID), zap.Error(err))
 		case err != nil:
@@ -192,11 +194,47 @@ func (h *Documents) Provision(ctx caddy.Context) error {
 // sealFingerprintHeader carries the seal certificate's SHA-256.
 const sealFingerprintHeader = "Seal-Certificate-SHA256"
 
+// sealCRLPath is where the self-made root's CRL is served, as its leaf
+// names it.
+const sealCRLPath = "/webapi/documents/seal-crl"
+
 func (h *Documents) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	if !strings.HasSuffix(r.URL.Path, "/seal-certificate") {
-		problem.Write(w, problem.NotFound("no such document resource"))
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/seal-certificate"):
+		return h.serveCertificate(w, r)
+	case strings.HasSuffix(r.URL.Path, "/seal-crl"):
+		return h.serveCRL(w, r)
+	}
+	problem.Write(w, problem.NotFound("no such document resource"))
+	return nil
+}
+
+// serveCRL serves the self-made root's CRL, fresh (DER,
+// application/pkix-crl): a relying party learns from it that the leaf
+// that seals is not revoked. An operator's certificate has its CA's.
+func (h *Documents) serveCRL(w http.ResponseWriter, r *http.Request) error {
+	if onlyGetHead(w, r) {
 		return nil
 	}
+	crl, err := h.app.sealer.Certificate().CRL(time.Now())
+	if err != nil {
+		problem.Write(w, problem.NotFound("the gateway publishes no CRL for this seal certificate: its CA does"))
+		return nil
+	}
+	hdr := w.Header()
+	problem.SecureHeaders(hdr)
+	hdr.Set("Cache-Control", "public, max-age=3600")
+	hdr.Set("Content-Type", "application/pkix-crl")
+	hdr.Set("Content-Length", strconv.Itoa(len(crl)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(crl)
+	}
+	return nil
+}
+
+// serveCertificate serves the seal's trust anchor, or its chain.
+func (h *Documents) serveCertificate(w http.ResponseWriter, r *http.Request) error {
 	if onlyGetHead(w, r) {
 		return nil
 	}
@@ -235,6 +273,10 @@ type sealInfo struct {
 	NotAfter     time.Time `json:"notAfter"`
 	SelfMade     bool      `json:"selfMade"`
 	Timestamped  bool      `json:"timestamped"`
+	// Level is the PAdES baseline level a seal reaches when every
+	// service it calls answers: B-B, B-T with a timestamp authority,
+	// B-LTA when the chain also names its revocation status.
+	Level docseal.Level `json:"level"`
 }
 
 func (a *App) sealInfo() sealInfo {
@@ -243,6 +285,7 @@ func (a *App) sealInfo() sealInfo {
 		Subject: c.Cert.Subject.String(), Issuer: c.Cert.Issuer.String(), SHA256: c.Fingerprint(), AnchorSHA256: docseal.FingerprintOf(c.Anchor()),
 		NotBefore: c.Cert.NotBefore.UTC(), NotAfter: c.Cert.NotAfter.UTC(), SelfMade: c.SelfMade,
 		Timestamped: a.DocumentSeal != nil && a.DocumentSeal.TimestampURL != "",
+		Level:       a.sealer.Level(),
 	}
 }
 

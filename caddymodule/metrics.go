@@ -107,7 +107,7 @@ func init() {
 	for _, o := range []string{"sent", "retry", "failed"} {
 		metrics.webhookDeliveries.WithLabelValues(o)
 	}
-	for _, o := range []docseal.Outcome{docseal.Sealed, docseal.SealedWithTimestamp, docseal.SealedWithoutTimestamp, docseal.TimestampFailed, docseal.Failed} {
+	for _, o := range []docseal.Outcome{docseal.Sealed, docseal.SealedWithTimestamp, docseal.SealedWithoutTimestamp, docseal.TimestampFailed, docseal.SealedWithoutValidationData, docseal.Failed} {
 		metrics.documentSeals.WithLabelValues(string(o))
 	}
 	for _, o := range []string{"ok", "not_found", "refused", "unavailable"} {

@@ -3,6 +3,7 @@ package caddymodule_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/pem"
 	"fmt"
 	"mime/multipart"
@@ -166,10 +167,13 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 	}
 	pemReply := do(t, http.MethodGet, siteURL+"/webapi/documents/seal-certificate", nil)
 	var seal struct {
-		SHA256, AnchorSHA256 string
-		NotAfter             time.Time
+		SHA256, AnchorSHA256, Level string
+		NotAfter                    time.Time
 	}
 	do(t, http.MethodGet, adminURL+"/webapi/seal", nil).json(t, &seal)
+	if seal.Level != "B-B" {
+		t.Errorf("without a timestamp authority the set-up reaches %q, want B-B", seal.Level)
+	}
 	// Monitoring sees when the certificate ends.
 	m := regexp.MustCompile(`(?m)^keygate_seal_certificate_expiry_timestamp_seconds (\S+)$`).FindSubmatch(do(t, http.MethodGet, adminURL+"/metrics", nil).body)
 	if m == nil {
@@ -210,13 +214,31 @@ func testSigningThroughCaddy(t *testing.T, b backend) {
 	if out, ok := pdftest.SealTrusted(t, finalized, pemReply.body); !ok {
 		t.Errorf("pdfsig with the served anchor trusted:\n%s", out)
 	}
-	checkVerify(t, created.ID, finalized)
+	checkVerify(t, created.ID, finalized, "B-B")
+	checkCRL(t, pemReply.body)
 
 	if r := do(t, http.MethodDelete, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...); r.status != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", r.status, r.body)
 	}
 	if r := do(t, http.MethodGet, link, nil, "Accept", "application/json"); r.status != http.StatusNotFound {
 		t.Fatalf("link after delete: %d %s", r.status, r.body)
+	}
+}
+
+// checkCRL: the self-made root's CRL, which its leaf names, is served
+// fresh, signed by the anchor served beside it, revoking nothing.
+func checkCRL(t *testing.T, anchorPEM []byte) {
+	t.Helper()
+	r := do(t, http.MethodGet, siteURL+"/webapi/documents/seal-crl", nil)
+	block, _ := pem.Decode(anchorPEM)
+	anchor, err := x509.ParseCertificate(block.Bytes)
+	must(t, "anchor", err)
+	crl, err := x509.ParseRevocationList(r.body)
+	if r.status != http.StatusOK || r.header.Get("Content-Type") != "application/pkix-crl" || err != nil {
+		t.Fatalf("seal-crl: %d %v %v", r.status, r.header, err)
+	}
+	if err := crl.CheckSignatureFrom(anchor); err != nil || len(crl.RevokedCertificateEntries) != 0 || !crl.NextUpdate.After(time.Now()) {
+		t.Errorf("the CRL: %v, %d revoked, next update %s", err, len(crl.RevokedCertificateEntries), crl.NextUpdate)
 	}
 }
 
@@ -236,12 +258,13 @@ func upload(t *testing.T, field string, doc []byte, accept string) response {
 // id, tells a changed one and a stranger's PDF, refuses what is not a
 // PDF, an empty or missing upload and one over 10 MiB, and limits each
 // client address.
-func checkVerify(t *testing.T, id string, finalized []byte) {
+func checkVerify(t *testing.T, id string, finalized []byte, level string) {
 	t.Helper()
 	var res struct {
 		Result   string
 		Message  string
 		SHA256   string
+		Level    string
 		Contract struct {
 			ID, Name string
 			Signers  []string
@@ -249,8 +272,8 @@ func checkVerify(t *testing.T, id string, finalized []byte) {
 	}
 	r := upload(t, "file", finalized, "application/json")
 	r.json(t, &res)
-	if r.status != 200 || res.Result != "sealed" || res.Contract.ID != id || res.Contract.Name == "" || len(res.Contract.Signers) != 1 {
-		t.Errorf("the sealed PDF: %d %s", r.status, r.body)
+	if r.status != 200 || res.Result != "sealed" || res.Contract.ID != id || res.Contract.Name == "" || len(res.Contract.Signers) != 1 || res.Level != level {
+		t.Errorf("the sealed PDF (want level %s): %d %s", level, r.status, r.body)
 	}
 	if page := upload(t, "file", finalized, "text/html"); page.status != 200 || !strings.Contains(string(page.body), "Sealed and unchanged") ||
 		!strings.Contains(page.header.Get("Content-Security-Policy"), "default-src 'none'") {
@@ -325,7 +348,8 @@ func TestTimestampThroughCaddy(t *testing.T) {
 		name    string
 		mode    tsatest.Mode
 		outcome string
-	}{{"trusted", tsatest.Answer, "sealed_with_timestamp"}, {"over another hash", tsatest.WrongHash, "timestamp_failed"}} {
+		level   string
+	}{{"trusted", tsatest.Answer, "sealed_with_timestamp", "B-LTA"}, {"over another hash", tsatest.WrongHash, "timestamp_failed", "B-B"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			tsa := tsatest.StartAuthority(t, tc.mode)
@@ -334,6 +358,10 @@ func TestTimestampThroughCaddy(t *testing.T) {
 				t.Fatal(err)
 			}
 			serve(t, signingConfig(dir, fmt.Sprintf("document_seal {\n\t\t\ttimestamp_url %s\n\t\t\ttimestamp_roots_file %s\n\t\t}", tsa.URL, roots), ""))
+			var setUp struct{ Level string }
+			if do(t, http.MethodGet, adminURL+"/webapi/seal", nil).json(t, &setUp); setUp.Level != "B-LTA" {
+				t.Errorf("a self-made seal naming its CRL, with an authority, reaches %q, want B-LTA", setUp.Level)
+			}
 			before := metricValue(t, `keygate_document_seals_total{outcome="`+tc.outcome+`"}`)
 			if r := do(t, http.MethodPost, adminURL+"/webapi/templates", map[string]any{"id": "TS-1", "collectionId": "S", "title": "Timed", "body": "On time."}); r.status != http.StatusCreated {
 				t.Fatalf("template: %d %s", r.status, r.body)
@@ -353,8 +381,22 @@ func TestTimestampThroughCaddy(t *testing.T) {
 				t.Errorf("%s counted %d times, want 2 more than %d", tc.outcome, n, before)
 			}
 			doc := do(t, http.MethodGet, created.Signers[0].AccessURL+"/document", nil).body
-			if out, ok := pdftest.SealValid(t, doc); !ok {
+			var level struct{ Level string }
+			if upload(t, "file", doc, "application/json").json(t, &level); level.Level != tc.level {
+				t.Errorf("/verify says level %q, want %s", level.Level, tc.level)
+			}
+			// pdfsig: the seal valid, and over the whole file but for
+			// what B-LTA adds after it. pdfcpu, trusting the served anchor
+			// and the authority, fetching the CRL the leaf names from the
+			// gateway: every signature valid.
+			anchor := do(t, http.MethodGet, siteURL+"/webapi/documents/seal-certificate", nil).body
+			anchor = append(anchor, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tsa.Cert.Raw})...)
+			if out := pdftest.Pdfsig(t, doc); !strings.Contains(out, "Signature Validation: Signature is Valid.") {
 				t.Errorf("pdfsig:\n%s", out)
+			}
+			out := pdftest.Pdfcpu(t, doc, anchor)
+			if n, valid := strings.Count(out, "Type: "), strings.Count(out, "Status: signature is valid"); tc.level == "B-LTA" && (n != 2 || valid != 2) {
+				t.Errorf("pdfcpu: %d of %d signatures valid:\n%s", valid, n, out)
 			}
 		})
 	}

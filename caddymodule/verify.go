@@ -92,9 +92,13 @@ type verifyResult struct {
 	// Result is sealed (this gateway's, unchanged), changed (sealed by
 	// this gateway, changed since) or unknown (not a document of this
 	// gateway).
-	Result   string          `json:"result"`
-	Message  string          `json:"message"`
-	SHA256   string          `json:"sha256"`
+	Result  string `json:"result"`
+	Message string `json:"message"`
+	SHA256  string `json:"sha256"`
+	// Level is the PAdES baseline level the seal of a sealed document
+	// reaches (B-B, B-T, B-LT, B-LTA; none for a seal made before
+	// keygate wrote PAdES signatures), read from the file.
+	Level    docseal.Level   `json:"level,omitempty"`
 	Contract *verifyContract `json:"contract,omitempty"`
 }
 
@@ -208,6 +212,9 @@ func (h *Verify) check(r *http.Request, doc []byte) (*verifyResult, error) {
 		return nil, err
 	}
 	if ok {
+		// The file is one this gateway sealed (its hash says so), so
+		// reading its structure is safe.
+		res.Level = docseal.LevelOf(doc)
 		c, err := h.app.contracts.Get(r.Context(), id)
 		if err == nil {
 			res.Result, res.Message = "sealed", "This gateway sealed this document, and it has not changed since."
@@ -335,6 +342,7 @@ var verifyPage = template.Must(template.New("verify").Parse(`<!doctype html>
 <dt>Completed</dt><dd>{{.Completed.Format "2 January 2006, 15:04:05 UTC"}}</dd>
 <dt>Signers</dt><dd>{{range $i, $s := .Signers}}{{if $i}}, {{end}}{{$s}}{{end}}</dd>
 </dl>{{end}}
+{{with .Level}}<p>Seal: PAdES baseline level <strong>{{.}}</strong>{{if eq . "B-LTA"}}, with validation data and a document timestamp: it can be checked after its certificate expires{{else if eq . "B-LT"}}, with validation data{{else if eq . "B-T"}}, timestamped{{end}}.</p>{{end}}
 <p>SHA-256 of the file: <code>{{.SHA256}}</code></p></section>{{end}}
 </main>
 </body>

@@ -53,7 +53,7 @@ func (unknownDocuments) Lookup([32]byte) (string, bool, error)     { return "", 
 // checks at a time; and a document it sealed.
 func verifyHandler(t *testing.T, checks int) (*Verify, []byte) {
 	t.Helper()
-	cert, err := docseal.MakeSelfSigned("gw.example.com", time.Now())
+	cert, err := docseal.MakeSelfSigned("gw.example.com", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

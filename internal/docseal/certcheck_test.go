@@ -49,7 +49,7 @@ func TestLoadPKCS12Refusals(t *testing.T) {
 // runs seals nothing more; the seal fails instead of making a document
 // no verifier accepts.
 func TestSealRefusesExpired(t *testing.T) {
-	c, err := MakeSelfSigned("gateway.example.com", time.Now().Add(-SelfMadeValidity-time.Hour))
+	c, err := MakeSelfSigned("gateway.example.com", "", time.Now().Add(-SelfMadeValidity-time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

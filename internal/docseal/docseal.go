@@ -124,8 +124,11 @@ const SelfMadeValidity = 10 * 365 * 24 * time.Hour
 // and the leaf it issues, "keygate document seal", that seals; both
 // ECDSA P-256, with host (the public base URL's) as organizational unit.
 // A relying party trusts the root once as an anchor (pdfsig, pdfcpu and
-// Adobe refuse a self-signed leaf without CA rights as one).
-func MakeSelfSigned(host string, now time.Time) (*Certificate, error) {
+// Adobe refuse a self-signed leaf without CA rights as one). With crlURL
+// the leaf names it as where the root's CRL is (SealCRLPath, served by
+// the gateway from CRL), so that a relying party can learn that the leaf
+// is not revoked, and seals can reach B-LT.
+func MakeSelfSigned(host, crlURL string, now time.Time) (*Certificate, error) {
 	rootKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -161,6 +164,9 @@ func MakeSelfSigned(host string, now time.Time) (*Certificate, error) {
 	if host != "" {
 		leafTmpl.DNSNames = []string{host}
 	}
+	if crlURL != "" {
+		leafTmpl.CRLDistributionPoints = []string{crlURL}
+	}
 	leaf, err := issue(leafTmpl, root, &leafKey.PublicKey, rootKey)
 	if err != nil {
 		return nil, err
@@ -180,6 +186,25 @@ func issue(tmpl, parent *x509.Certificate, pub crypto.PublicKey, key crypto.Sign
 		return nil, err
 	}
 	return x509.ParseCertificate(der)
+}
+
+// CRLValidity is how long a CRL of the self-made root is current: a
+// relying party fetches a fresh one when it is past.
+const CRLValidity = 7 * 24 * time.Hour
+
+// CRL is the self-made root's certificate revocation list at now, in
+// DER: empty (the gateway revokes no leaf of its own), signed by the root,
+// current for CRLValidity. Nil for a certificate whose root's key the
+// gateway does not hold (the operator's).
+func (c *Certificate) CRL(now time.Time) ([]byte, error) {
+	if c.rootKey == nil || len(c.Chain) == 0 {
+		return nil, errors.New("the gateway holds no root key to sign a CRL with")
+	}
+	return x509.CreateRevocationList(rand.Reader, &x509.RevocationList{
+		Number:     big.NewInt(now.Unix()),
+		ThisUpdate: now.Add(-time.Minute).UTC(),
+		NextUpdate: now.Add(CRLValidity).UTC(),
+	}, c.Anchor(), c.rootKey)
 }
 
 // Anchor is the certificate a relying party trusts: the root of the
@@ -281,13 +306,15 @@ type Sealer struct {
 	// token the seal carries; one that fails, or whose reply fails a
 	// check, leaves the seal without.
 	timestamps *timestamper
+	// revocation fetches the chain's revocation status for B-LT.
+	revocation *revocationClient
 }
 
 // NewSealer seals with cert, timestamped by timestampURL if not empty;
 // the authority's certificate must chain to the system's roots unless
 // TrustTimestampRoots names others.
 func NewSealer(cert *Certificate, timestampURL string) *Sealer {
-	s := &Sealer{cert: cert}
+	s := &Sealer{cert: cert, revocation: newRevocationClient()}
 	if timestampURL != "" {
 		s.timestamps = newTimestamper(timestampURL, nil)
 	}
@@ -320,7 +347,17 @@ func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
 		return nil, Failed, err
 	}
 	if s.timestamps != nil {
-		out, err := s.sealTimestamped(doc, info)
+		out, err := s.timestamped(func(tsa string) ([]byte, error) { return s.seal(doc, info, tsa) })
+		if err == nil && s.Level() == LevelBLTA {
+			long, err := s.longTerm(out)
+			switch {
+			case errors.Is(err, ErrTimestampRejected):
+				return out, TimestampFailed, err
+			case err != nil:
+				return out, SealedWithoutValidationData, err
+			}
+			return long, SealedWithTimestamp, nil
+		}
 		if err == nil {
 			return out, SealedWithTimestamp, nil
 		}
@@ -345,12 +382,13 @@ func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
 // completion waits no longer before its document is sealed without one.
 const TimestampTimeout = 5 * time.Second
 
-// sealTimestamped seals with the timestamp authority's token, checked
-// (timestamper), giving up a little after TimestampTimeout, when the
-// checking endpoint has answered pdfsign in any case. A seal still
-// waiting then is abandoned (its goroutine ends with the connection),
-// never waited for.
-func (s *Sealer) sealTimestamped(doc []byte, info Info) ([]byte, error) {
+// timestamped runs sign, which asks the timestamp authority at the URL
+// it is given, with the checking endpoint of the timestamper standing in
+// for the authority (a reply that fails a check never reaches pdfsign).
+// It gives up a little after TimestampTimeout, when the endpoint has
+// answered in any case; a sign still waiting then is abandoned (its
+// goroutine ends with the connection), never waited for.
+func (s *Sealer) timestamped(sign func(tsa string) ([]byte, error)) ([]byte, error) {
 	url, failure, stop, err := s.timestamps.start()
 	if err != nil {
 		return nil, err
@@ -362,7 +400,7 @@ func (s *Sealer) sealTimestamped(doc []byte, info Info) ([]byte, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := s.seal(doc, info, url)
+		out, err := sign(url)
 		done <- result{out, err}
 	}()
 	select {

@@ -28,7 +28,7 @@ import (
 // poppler's pdfsig, with a self-made certificate and with a PKCS#12 file
 // from OpenSSL 3; a changed byte or appended bytes fail.
 func TestSealCheckedByPdfsig(t *testing.T) {
-	self, err := MakeSelfSigned("gateway.example.com", time.Now())
+	self, err := MakeSelfSigned("gateway.example.com", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func openSSLPKCS12(t *testing.T, password string) []byte {
 }
 
 func TestSelfMadeRoundTrip(t *testing.T) {
-	c, err := MakeSelfSigned("gw.example.com", time.Now())
+	c, err := MakeSelfSigned("gw.example.com", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestSelfMadeStored(t *testing.T) {
 // from a certificate not for timestamping or not trusted), leaves the
 // document sealed without one, and valid.
 func TestTimestamp(t *testing.T) {
-	cert, err := MakeSelfSigned("gw.example.com", time.Now())
+	cert, err := MakeSelfSigned("gw.example.com", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,11 +269,11 @@ func TestCopyToPostgres(t *testing.T) {
 // seal; one changed where the seal covers it, one that only quotes the
 // certificate, and one sealed with another key do not.
 func TestSealedBy(t *testing.T) {
-	cert, err := MakeSelfSigned("gw.example.com", time.Now())
+	cert, err := MakeSelfSigned("gw.example.com", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := MakeSelfSigned("gw.example.com", time.Now())
+	other, err := MakeSelfSigned("gw.example.com", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestSealedBy(t *testing.T) {
 // sealedForTest is a document sealed with a fresh self-made certificate.
 func sealedForTest(t testing.TB) (*Certificate, []byte) {
 	t.Helper()
-	cert, err := MakeSelfSigned("gw.example.com", time.Now())
+	cert, err := MakeSelfSigned("gw.example.com", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +436,7 @@ func TestSelfMadeRootTrusted(t *testing.T) {
 	if out, ok := pdftest.SealTrusted(t, sealed, rootPEM); !ok {
 		t.Errorf("pdfsig with the root trusted:\n%s", out)
 	}
-	other, err := MakeSelfSigned("other.example.com", time.Now())
+	other, err := MakeSelfSigned("other.example.com", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -436,7 +436,7 @@ func readOTP(tb testing.TB, db storage.DB, b Backend, signerID string) *OTPRecor
 // testSeal seals completed contracts' documents as the gateway does, with
 // a self-made certificate.
 func testSeal(t testing.TB) func([]byte, *contracts.Contract) ([]byte, error) {
-	cert, err := docseal.MakeSelfSigned("sign.example.com", time.Now())
+	cert, err := docseal.MakeSelfSigned("sign.example.com", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -103,6 +104,19 @@ func Pdfcpu(t testing.TB, doc, anchorPEM []byte) string {
 		return string(out)
 	}
 	run("certificates", "import", anchor)
+	// pdfcpu asks OCSP responders itself, never trusting archived
+	// responses alone; the tests' responders run on loopback, which it
+	// refuses unless allowed.
+	conf := filepath.Join(dir, "config", "pdfcpu", "config.yml")
+	yml, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatalf("pdfcpu's configuration: %v", err)
+	}
+	yml = regexp.MustCompile(`(?m)^allowedRevocationHosts:.*$`).ReplaceAll(yml, []byte("allowedRevocationHosts: [127.0.0.1, localhost]"))
+	yml = regexp.MustCompile(`(?m)^preferredCertRevocationChecker:.*$`).ReplaceAll(yml, []byte("preferredCertRevocationChecker: ocsp"))
+	if err := os.WriteFile(conf, yml, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	return run("signatures", "validate", "--full", f)
 }
 

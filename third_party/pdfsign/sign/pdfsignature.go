@@ -28,7 +28,10 @@ func (context *SignContext) createSignaturePlaceholder() []byte {
 	signature_buffer.WriteString("<<\n")
 	signature_buffer.WriteString(" /Type /Sig\n")
 	signature_buffer.WriteString(" /Filter /Adobe.PPKLite\n")
-	signature_buffer.WriteString(" /SubFilter /adbe.pkcs7.detached\n")
+	// keygate: a PAdES baseline signature (ETSI EN 319 142-1), where
+	// upstream writes adbe.pkcs7.detached; the CMS it carries is made to
+	// match in createSignature.
+	signature_buffer.WriteString(" /SubFilter /ETSI.CAdES.detached\n")
 
 	signature_buffer.WriteString(context.createPropBuild())
 
@@ -176,7 +179,11 @@ func (context *SignContext) createSignaturePlaceholder() []byte {
 	//
 	// A timestamp can be embedded in a CMS binary data object (see 12.8.3.3, "CMS
 	// (PKCS #7) signatures").
-	if context.SignData.TSA.URL == "" && !context.SignData.Signature.Info.Date.IsZero() {
+	//
+	// keygate: written with a timestamp too. A PAdES signature carries no
+	// CMS signing-time, so /M is where its claimed time is (the timestamp
+	// proves the time the signature existed by).
+	if !context.SignData.Signature.Info.Date.IsZero() {
 		signature_buffer.WriteString(" /M ")
 		signature_buffer.WriteString(pdfDateTime(context.SignData.Signature.Info.Date))
 		signature_buffer.WriteString("\n")
@@ -325,14 +332,19 @@ func (context *SignContext) createSignature() ([]byte, error) {
 		return nil, fmt.Errorf("new signed data: %w", err)
 	}
 
+	// keygate: PAdES baseline (ETSI EN 319 142-1, 5.2): no signing-time
+	// attribute, and the signing-certificate-v2 one. Adobe's
+	// revocation-archival attribute only when there is something to
+	// archive; keygate keeps validation data in the /DSS instead.
 	signer_config := pkcs7.SignerInfoConfig{
-		ExtraSignedAttributes: []pkcs7.Attribute{
-			{
-				Type:  asn1.ObjectIdentifier{1, 2, 840, 113583, 1, 1, 8},
-				Value: context.SignData.RevocationData,
-			},
-			*signingCertificate,
-		},
+		ExtraSignedAttributes: []pkcs7.Attribute{*signingCertificate},
+		SkipSigningTime:       true,
+	}
+	if len(context.SignData.RevocationData.CRL) > 0 || len(context.SignData.RevocationData.OCSP) > 0 {
+		signer_config.ExtraSignedAttributes = append(signer_config.ExtraSignedAttributes, pkcs7.Attribute{
+			Type:  asn1.ObjectIdentifier{1, 2, 840, 113583, 1, 1, 8},
+			Value: context.SignData.RevocationData,
+		})
 	}
 
 	// Add the first certificate chain without our own certificate.

@@ -1,0 +1,3 @@
+module github.com/digitorus/pkcs7
+
+go 1.13
