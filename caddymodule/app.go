@@ -25,6 +25,7 @@ import (
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
+	"github.com/keygate/keygate/upstreams/signing"
 )
 
 func init() {
@@ -107,18 +108,21 @@ type App struct {
 	state         *state
 	contractsAPI  http.Handler
 	signingPages  http.Handler
-	shareAPI      http.Handler
-	shareViewer   http.Handler
-	contracts     *contracts.Store
-	shares        *share.Store
-	senders       *senders
-	replaced      *senders // the senders installed before ours
-	sealer        *docseal.Sealer
-	poolKey       string
-	logger        *zap.Logger
-	audit         *auditLog
-	stop          chan struct{}
-	stopped       chan struct{}
+	// signing is the lifecycle behind signingPages, whose completions'
+	// documents are sealed in the background.
+	signing     *signing.Service
+	shareAPI    http.Handler
+	shareViewer http.Handler
+	contracts   *contracts.Store
+	shares      *share.Store
+	senders     *senders
+	replaced    *senders // the senders installed before ours
+	sealer      *docseal.Sealer
+	poolKey     string
+	logger      *zap.Logger
+	audit       *auditLog
+	stop        chan struct{}
+	stopped     chan struct{}
 	// readiness answers /readyz for this config.
 	readiness *readiness
 	// lastExpiryScan is when sweep last looked for keys about to expire
@@ -354,6 +358,18 @@ func (a *App) Cleanup() error {
 	if a.poolKey == "" {
 		return nil
 	}
+	// Documents being sealed are stored before the database may close;
+	// one still waiting on a timestamp authority past sealDrain stays
+	// queued, for the next start.
+	if a.signing != nil {
+		drained := make(chan struct{})
+		go func() { a.signing.WaitSealing(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(sealDrain):
+			a.logger.Warn("documents still being sealed at shutdown stay queued; the next start seals them")
+		}
+	}
 	// Apps stop in no set order, so requests may still have counted share
 	// openings after Stop; every app has stopped by now.
 	if a.shares != nil {
@@ -364,6 +380,10 @@ func (a *App) Cleanup() error {
 	_, err := states.Delete(a.poolKey)
 	return err
 }
+
+// sealDrain bounds how long a stopping config waits for documents being
+// sealed: one timestamp authority's timeout and a little.
+const sealDrain = docseal.TimestampTimeout + 2*time.Second
 
 func (a *App) background(stop <-chan struct{}, stopped chan<- struct{}) {
 	defer close(stopped)
@@ -404,6 +424,9 @@ func (a *App) sweep() {
 	}
 	a.auditUnaudited(time.Now(), false)
 	a.warnSealExpiry(time.Now())
+	// Completions whose documents no instance sealed (a crash, a seal
+	// that failed): in the background, never holding up this tick.
+	a.signing.SealQueued(sweepBatch)
 	if now := time.Now(); now.Sub(a.lastUsagePurge) >= usagePurgeInterval {
 		a.lastUsagePurge = now
 		if err := a.state.stores.Keys.PurgeUsage(now.Add(-keystore.UsageRetention)); err != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/keygate/keygate/internal/testkit/testwait"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -344,4 +346,16 @@ func (g *gateway) auditEntries(t *testing.T, wantRequests int) []map[string]any 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// awaitSealed waits until the contract at url (a GET with header) shows
+// its documents sealed, which happens right after its completion, in the
+// background.
+func awaitSealed(t *testing.T, url string, header ...string) {
+	t.Helper()
+	testwait.For(t, testwait.Generous, "the documents of "+url+" to be sealed", func() bool {
+		var c struct{ DocumentStatus string }
+		do(t, http.MethodGet, url, nil, header...).json(t, &c)
+		return c.DocumentStatus == "sealed"
+	})
 }

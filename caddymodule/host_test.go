@@ -353,6 +353,7 @@ func TestContractFromRedmine(t *testing.T) {
 			FinalizedPDF   struct{ ID string } `json:"finalizedPdf"`
 			CertificatePDF struct{ ID string } `json:"certificatePdf"`
 		}
+		awaitSealed(t, siteURL+ctrURL+"/"+first.ID, bearer(key)...)
 		do(t, "GET", siteURL+ctrURL+"/"+first.ID, nil, bearer(key)...).json(t, &got)
 		attachment := func(id string) string {
 			r := do(t, "GET", siteURL+ctrURL+"/"+first.ID+"/attachments/"+id, nil, bearer(key)...)

@@ -377,6 +377,7 @@ func TestTimestampThroughCaddy(t *testing.T) {
 			if r := do(t, http.MethodPost, created.Signers[0].AccessURL+"/decision", map[string]string{"decision": "signed", "method": "render", "signature": "Tim"}); r.status != http.StatusOK {
 				t.Fatalf("decision: %d %s", r.status, r.body)
 			}
+			awaitSealed(t, siteURL+"/webapi/contracts/"+created.ID, bearer(key.Token)...)
 			if n := metricValue(t, `keygate_document_seals_total{outcome="`+tc.outcome+`"}`); n != before+2 {
 				t.Errorf("%s counted %d times, want 2 more than %d", tc.outcome, n, before)
 			}

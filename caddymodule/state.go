@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/docseal"
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/seal"
@@ -255,11 +256,12 @@ func (s *state) provisionAPIs(a *App) error {
 		Events:           s.webhooks,
 		Idempotency:      s.idempotency,
 	}, signing.Config{
-		Outbox:  s.outbox,
-		Backend: s.stores.Signing,
-		OTPKey:  s.derivedKey("keygate signing one-time password v1"),
-		Seal:    sealFunc(a.sealer, a.logger.Named("documents")),
-		Sealed:  sealedFunc(s.stores.SealedDocuments),
+		Outbox:   s.outbox,
+		Backend:  s.stores.Signing,
+		OTPKey:   s.derivedKey("keygate signing one-time password v1"),
+		Seal:     sealFunc(a.sealer, a.logger.Named("documents")),
+		Sealed:   sealedFunc(s.stores.SealedDocuments),
+		SealWait: docseal.TimestampTimeout,
 	})
 	if err != nil {
 		return err
@@ -282,6 +284,7 @@ func (s *state) provisionAPIs(a *App) error {
 	a.contracts = cs
 	a.contractsAPI = contracts.NewHandler(cs)
 	a.signingPages = lifecycle.Handler()
+	a.signing = lifecycle
 	a.shareAPI = share.NewHandler(ss)
 	a.shareViewer = share.NewViewer(ss, a.host)
 	return nil

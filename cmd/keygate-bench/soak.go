@@ -1006,17 +1006,26 @@ func (c *soakClient) signingFlow() {
 		c.call("signing decision", "POST", mailSigner+"/decision", jsonBody,
 			[]byte(`{"decision":"signed","otp":"`+code+`","method":"draw","signature":"`+signaturePNG+`"}`), 200)
 	}
-	_, gb, ok := c.call("contract get", "GET", "/webapi/contracts/"+created.ID, bearer(d.contractsToken), nil, 200)
-	if !ok {
-		return
-	}
 	var got struct {
-		Status       string
-		FinalizedPdf *struct{ URL string }
+		Status         string
+		DocumentStatus string
+		FinalizedPdf   *struct{ URL string }
 	}
-	if err := json.Unmarshal(gb, &got); err != nil || got.Status != want {
-		s.stats.problem("signing", fmt.Sprintf("contract is %q after the decisions, want %q", got.Status, want))
-		return
+	// A signed contract's documents are sealed right after the last
+	// signature: asked for again while they are being sealed, for at
+	// most 10 s.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, gb, ok := c.call("contract get", "GET", "/webapi/contracts/"+created.ID, bearer(d.contractsToken), nil, 200)
+		if !ok {
+			return
+		}
+		if err := json.Unmarshal(gb, &got); err != nil || got.Status != want {
+			s.stats.problem("signing", fmt.Sprintf("contract is %q after the decisions, want %q", got.Status, want))
+			return
+		}
+		if got.DocumentStatus != "being_sealed" || time.Now().After(deadline) {
+			break
+		}
 	}
 	if want == "signed" {
 		if got.FinalizedPdf == nil || got.FinalizedPdf.URL == "" {

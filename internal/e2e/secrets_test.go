@@ -216,7 +216,11 @@ func testSecrets(t *testing.T, db *database) {
 		Status                       string
 		FinalizedPdf, CertificatePdf struct{ URL string }
 	}
-	api("contract creator", cTok, "GET", "/webapi/contracts/"+contract.ID, "").decode(t, http.StatusOK, &signed)
+	// The documents are sealed right after the last signature.
+	testwait.For(t, testwait.Generous, "the signed contract's documents", func() bool {
+		api("contract creator", cTok, "GET", "/webapi/contracts/"+contract.ID, "").decode(t, http.StatusOK, &signed)
+		return signed.FinalizedPdf.URL != ""
+	})
 	if signed.Status != "signed" || signed.FinalizedPdf.URL == "" {
 		t.Fatalf("contract after both signed: %+v", signed)
 	}

@@ -66,12 +66,16 @@ func (s *Store) emitChanges(tx storage.Tx, before, c *Contract) error {
 			return err
 		}
 	}
+	// Completed once its sealed documents are stored, which a receiver
+	// fetches: right after the last signature, or once the timestamp
+	// authority answered; its time is still the last signature's.
+	if before.FinalizedPDF == nil && c.FinalizedPDF != nil {
+		if err := s.emit(tx, events.ContractCompleted, c, lastDecision(c), ""); err != nil {
+			return err
+		}
+	}
 	if before.Status != c.Status {
 		switch c.Status {
-		case StatusSigned:
-			if err := s.emit(tx, events.ContractCompleted, c, lastDecision(c), ""); err != nil {
-				return err
-			}
 		case StatusExpired:
 			// It expired at its expirationTimestamp, whenever the
 			// sweeper (or another change) comes to write it down.

@@ -203,18 +203,24 @@ func TestContractEvents(t *testing.T) {
 				// reopening writes nothing either), the first signer
 				// signs, then the last two decide in one change (no path
 				// does that, but the events follow the state, in signer
-				// order).
-				steps := []func(c *Contract){
-					func(c *Contract) { c.Signers[1].OpenedTimestamp = later },
-					func(c *Contract) {},
-					func(c *Contract) { sign(c, 0, later) },
-					func(c *Contract) { sign(c, 1, later.Add(time.Minute)); sign(c, 2, later.Add(2*time.Minute)) },
+				// order); completed comes with the sealed documents, when
+				// the finalized PDF is stored.
+				steps := []func(tx storage.Tx, c *Contract) error{
+					func(_ storage.Tx, c *Contract) error { c.Signers[1].OpenedTimestamp = later; return nil },
+					func(storage.Tx, *Contract) error { return nil },
+					func(_ storage.Tx, c *Contract) error { sign(c, 0, later); return nil },
+					func(_ storage.Tx, c *Contract) error {
+						sign(c, 1, later.Add(time.Minute))
+						sign(c, 2, later.Add(2*time.Minute))
+						return nil
+					},
+					func(tx storage.Tx, c *Contract) (err error) {
+						c.FinalizedPDF, err = f.store.PutAttachment(tx, c, "lease-signed.pdf", []byte("%PDF-1.5 sealed"))
+						return err
+					},
 				}
 				for _, step := range steps {
-					if _, err := f.store.Update(ctx(), id, func(_ storage.Tx, c *Contract) error {
-						step(c)
-						return nil
-					}); err != nil {
+					if _, err := f.store.Update(ctx(), id, step); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -162,6 +162,28 @@ func (c *Contract) Placement() Placement {
 	return PlacementArchived
 }
 
+// The states of a completed contract's documents (DocumentStatus).
+const (
+	// DocumentsBeingSealed: every signer signed; the finalized PDF and
+	// the certificate of completion are being made and sealed, a moment
+	// (longer while a timestamp authority does not answer).
+	DocumentsBeingSealed = "being_sealed"
+	// DocumentsSealed: both are stored, sealed.
+	DocumentsSealed = "sealed"
+)
+
+// DocumentStatus is the state of the documents of a completed contract,
+// "" for one not signed by everyone.
+func (c *Contract) DocumentStatus() string {
+	switch {
+	case c.FinalizedPDF != nil:
+		return DocumentsSealed
+	case c.DecidedStatus() == StatusSigned:
+		return DocumentsBeingSealed
+	}
+	return ""
+}
+
 // DecidedStatus is the status the signers' decisions give: rejected if
 // any rejected, signed if all signed, ongoing if some signed, else sent.
 func (c *Contract) DecidedStatus() Status {

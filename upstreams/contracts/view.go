@@ -31,8 +31,11 @@ type contractView struct {
 	Status              Status          `json:"status"`
 	Signers             []signerView    `json:"signers,omitempty"`
 	Watchers            []Watcher       `json:"watchers,omitempty"`
-	FinalizedPDF        *attachmentView `json:"finalizedPdf,omitempty"`
-	CertificatePDF      *attachmentView `json:"certificatePdf,omitempty"`
+	// DocumentStatus is being_sealed, then sealed, once every signer
+	// signed: the attachments appear when it is sealed.
+	DocumentStatus string          `json:"documentStatus,omitempty"`
+	FinalizedPDF   *attachmentView `json:"finalizedPdf,omitempty"`
+	CertificatePDF *attachmentView `json:"certificatePdf,omitempty"`
 }
 
 type signerView struct {
@@ -79,6 +82,7 @@ func (s *Store) view(c *Contract, detail bool, viewer string) (contractView, err
 		SequentialSigning:   c.SequentialSigning,
 		ArchivalTimestamp:   formatTime(c.ArchivalTimestamp),
 		Status:              c.Status,
+		DocumentStatus:      c.DocumentStatus(),
 		FinalizedPDF:        attachmentOf(c, c.FinalizedPDF),
 		CertificatePDF:      attachmentOf(c, c.CertificatePDF),
 	}

@@ -40,6 +40,27 @@ type Backend interface {
 	Trail(tx storage.Tx, contractID string) ([]TrailEvent, error)
 	// DeleteTrail deletes contract's trail: the contract is gone.
 	DeleteTrail(tx storage.Tx, contractID string) error
+
+	// QueueSeal records, in the transaction of a completion, that the
+	// contract's documents wait to be made and sealed, since queued.
+	QueueSeal(tx storage.Tx, contractID string, queued time.Time) error
+	// SealQueue returns at most n of the waiting completions queued
+	// before before, oldest first.
+	SealQueue(tx storage.Tx, before time.Time, n int) ([]QueuedSeal, error)
+	// Sealing reports whether contract's documents still wait, and holds
+	// the entry against every other Sealing call for it until tx ends,
+	// so that of two instances that sealed the same completion one
+	// stores its documents. Call it in a write transaction (Update).
+	Sealing(tx storage.Tx, contractID string) (bool, error)
+	// Sealed removes contract from the queue: its documents are stored,
+	// or it is gone.
+	Sealed(tx storage.Tx, contractID string) error
+}
+
+// QueuedSeal is a completion whose documents wait to be sealed.
+type QueuedSeal struct {
+	ContractID string
+	Queued     time.Time
 }
 
 // OTPRecord is a signer's current one-time password. The code itself is

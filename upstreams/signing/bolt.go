@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -21,7 +23,7 @@ type BoltBackend struct{}
 
 // NewBoltBackend creates the buckets in db.
 func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
-	if err := db.CreateBuckets(bucketOTPs, bucketSignatures, bucketTrail); err != nil {
+	if err := db.CreateBuckets(bucketOTPs, bucketSignatures, bucketTrail, bucketSealQueue); err != nil {
 		return nil, err
 	}
 	return &BoltBackend{}, nil
@@ -170,6 +172,50 @@ func (BoltBackend) DeleteTrail(tx storage.Tx, contractID string) error {
 		return err
 	}
 	return boltdb.DeletePrefix(boltdb.Of(tx).Bucket(bucketTrail), prefix)
+}
+
+// QueueSeal implements Backend.
+func (BoltBackend) QueueSeal(tx storage.Tx, contractID string, queued time.Time) error {
+	key, err := signerKey(contractID)
+	if err != nil {
+		return err
+	}
+	return boltdb.Of(tx).Bucket(bucketSealQueue).Put(key, binary.BigEndian.AppendUint64(nil, uint64(queued.UnixNano())))
+}
+
+// SealQueue implements Backend: the queue is short (completions
+// sealed within seconds), so it is read whole and sorted.
+func (BoltBackend) SealQueue(tx storage.Tx, before time.Time, n int) ([]QueuedSeal, error) {
+	var out []QueuedSeal
+	err := boltdb.Of(tx).Bucket(bucketSealQueue).ForEach(func(k, v []byte) error {
+		if len(k) != 16 || len(v) != 8 {
+			return fmt.Errorf("signing: seal queue entry %x: malformed", k)
+		}
+		if at := time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC(); at.Before(before) {
+			out = append(out, QueuedSeal{ContractID: uuid.UUID(k).String(), Queued: at})
+		}
+		return nil
+	})
+	slices.SortFunc(out, func(a, b QueuedSeal) int { return a.Queued.Compare(b.Queued) })
+	return out[:min(n, len(out))], err
+}
+
+// Sealing implements Backend: bbolt's single writer holds the entry.
+func (BoltBackend) Sealing(tx storage.Tx, contractID string) (bool, error) {
+	key, err := signerKey(contractID)
+	if err != nil {
+		return false, err
+	}
+	return boltdb.Of(tx).Bucket(bucketSealQueue).Get(key) != nil, nil
+}
+
+// Sealed implements Backend.
+func (BoltBackend) Sealed(tx storage.Tx, contractID string) error {
+	key, err := signerKey(contractID)
+	if err != nil {
+		return err
+	}
+	return boltdb.Of(tx).Bucket(bucketSealQueue).Delete(key)
 }
 
 var _ Backend = BoltBackend{}

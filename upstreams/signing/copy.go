@@ -21,7 +21,8 @@ import (
 // (hash, salt, times and failed tries, so that a password sent before the
 // move is accepted after it, under the same master key, and the resend
 // and try limits go on), every stored signature and every contract's
-// trail of events.
+// trail of events, and the completions whose documents wait to be
+// sealed.
 func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied, error) {
 	btx := boltdb.Of(from)
 	otps := pgdb.NewCopier(ctx, to, "signing_otps", "signer_id", "hash", "salt", "sent", "expires", "failures")
@@ -83,7 +84,21 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied,
 	if err := pgdb.AdvanceSequence(ctx, to, "pg_get_serial_sequence('signing_trail', 'id')", last); err != nil {
 		return nil, err
 	}
-	return append(report, storage.Copied{Kind: "trail events", N: n}), nil
+	report = append(report, storage.Copied{Kind: "trail events", N: n})
+
+	// Completions whose documents still wait: the gateway on PostgreSQL
+	// seals them.
+	queue := pgdb.NewCopier(ctx, to, "signing_seal_queue", "contract_id", "queued")
+	n, err = copyEach(btx.Bucket(bucketSealQueue), queue, func(k, v []byte) error {
+		if len(k) != 16 || len(v) != 8 {
+			return fmt.Errorf("seal queue entry %x: malformed", k)
+		}
+		return queue.Add(uuid.UUID(k), time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC())
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(report, storage.Copied{Kind: "queued seals", N: n}), nil
 }
 
 // copyEach calls row for every entry of b (none if b is missing) and

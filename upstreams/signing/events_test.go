@@ -124,6 +124,9 @@ func TestSigningEvents(t *testing.T) {
 					if code := f.act(c, st); code != st.status {
 						t.Fatalf("%s: status %d, want %d", st.name, code, st.status)
 					}
+					// A completion's documents are sealed after it: its
+					// completed event comes with them.
+					f.settle()
 					got := f.events.Take(t)
 					if len(got) != len(st.events) {
 						t.Fatalf("%s: events %v, want %v", st.name, eventstest.Types(got), st.events)
@@ -141,9 +144,15 @@ func TestSigningEvents(t *testing.T) {
 								t.Errorf("%s: %s data holds %q", st.name, e.Type, p)
 							}
 						}
+						// The last signature's event shows the documents being
+						// sealed; completed, sealed and their PDFs.
 						_, pdfs := d["finalizedPdf"]
-						if _, cert := d["certificatePdf"]; pdfs != (w.status == "signed") || cert != pdfs {
-							t.Errorf("%s: %s data with PDFs %v, status %s", st.name, e.Type, pdfs, w.status)
+						wantDocs := map[bool]any{true: contracts.DocumentsSealed, false: contracts.DocumentsBeingSealed}[pdfs]
+						if w.status != "signed" {
+							wantDocs = nil
+						}
+						if _, cert := d["certificatePdf"]; pdfs != (w.typ == events.ContractCompleted) || cert != pdfs || d["documentStatus"] != wantDocs {
+							t.Errorf("%s: %s data with PDFs %v, document status %v, status %s", st.name, e.Type, pdfs, d["documentStatus"], w.status)
 						}
 					}
 					// The step's last event shows the contract as search

@@ -91,6 +91,18 @@ func (h *handler) document(w http.ResponseWriter, r *http.Request, token string,
 		return
 	}
 	c := ss.c
+	if beingSealed(c) {
+		if c, err = h.s.awaitDocuments(r.Context(), c); err != nil {
+			h.fail(w, r, token, err)
+			return
+		}
+		if beingSealed(c) {
+			w.Header().Set("Retry-After", "5")
+			h.fail(w, r, token, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable,
+				"The contract is signed by everyone and its documents are being sealed: try again in a few seconds."))
+			return
+		}
+	}
 	if c.FinalizedPDF == nil || c.Status != contracts.StatusSigned {
 		// The link is good: say why there is nothing to download yet.
 		h.fail(w, r, token, problem.New(http.StatusConflict, problem.CodeConflict, "The contract is not signed by everyone yet: there is no signed document to download."))

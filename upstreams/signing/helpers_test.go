@@ -124,6 +124,7 @@ func (f *fixture) close() {
 		return
 	}
 	f.worker.Stop()
+	f.svc.WaitSealing()
 	f.db.Close()
 	f.closed = true
 }
@@ -133,6 +134,7 @@ func (f *fixture) close() {
 func (f *fixture) restart() {
 	f.t.Helper()
 	f.worker.Stop()
+	f.svc.WaitSealing()
 	f.db = reopen(f.t, f.db)
 	f.open()
 	// After reopen's cleanup, so that it runs first: the worker stops
@@ -260,10 +262,25 @@ func (f *fixture) count(kind storedKind) int {
 	return count(f.t, f.db, kind)
 }
 
-// settle waits until every queued message is delivered.
+// settle waits until every completion's documents are sealed and every
+// queued message is delivered.
 func (f *fixture) settle() {
 	f.t.Helper()
-	testwait.For(f.t, testwait.Generous, "the outbox to drain", f.outboxEmpty)
+	testwait.For(f.t, testwait.Generous, "the completions to be sealed and the outbox to drain", func() bool {
+		return f.count(storedSealQueue) == 0 && f.outboxEmpty()
+	})
+}
+
+// sealed waits until contract id's documents are sealed and returns the
+// contract as the API shows it then.
+func (f *fixture) sealed(id string) map[string]any {
+	f.t.Helper()
+	var got map[string]any
+	testwait.For(f.t, testwait.Generous, "the documents of "+id+" to be sealed", func() bool {
+		got = f.contract(id)
+		return got["documentStatus"] == "sealed"
+	})
+	return got
 }
 
 // digest is storetest.Digest of the fixture's database once the worker

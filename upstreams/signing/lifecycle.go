@@ -2,7 +2,6 @@ package signing
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -134,10 +133,10 @@ func (s *Service) requestOTP(ctx context.Context, token string, by contracts.Ori
 // decide records signer of token's decision with everything it causes,
 // in one transaction: the status move, the watchers' notifications, the
 // next signer's invitation in sequential signing and, when the last signer
-// signs, the PDFs and their delivery; and each step in the trail, with
-// by, the request's origin. The PDFs of a completion are made and sealed
-// before that transaction (prepareCompletion), so no lock waits on them;
-// should the contract change meanwhile, the decision is made again.
+// signs, the completion; and each step in the trail, with by, the
+// request's origin. A completion's documents are made and sealed after
+// that transaction, in the background (sealSoon): the signer is answered
+// at once, and no lock waits on a timestamp authority.
 func (s *Service) decide(ctx context.Context, token string, req *decisionInput, by contracts.Origin) (*session, error) {
 	c, i, doc, err := s.store.SigningPage(ctx, token)
 	if err != nil {
@@ -161,60 +160,44 @@ func (s *Service) decide(ctx context.Context, token string, req *decisionInput, 
 	if in.Method == contracts.MethodRender {
 		data = []byte(in.TypedName)
 	}
-	for attempt := 1; ; attempt++ {
-		var done *completion
-		if in.Decision == contracts.DecisionSigned {
-			if done, err = s.prepareCompletion(ctx, c, doc, i, in.Method, data, now, by); err != nil {
-				return nil, err
-			}
-		}
-		c, err = s.store.Update(ctx, c.ID, func(tx storage.Tx, c *contracts.Contract) error {
-			return s.recordDecision(tx, c, signerID, in, data, done, now, by)
-		})
-		if errors.Is(err, errStaleCompletion) && attempt < maxCompletionAttempts {
-			// Made again from the contract as it is now.
-			if c, i, doc, err = s.store.SigningPage(ctx, token); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if errors.Is(err, errStaleCompletion) {
-			return nil, conflict("the contract changed while it was being completed: send the decision again")
-		}
-		if err != nil {
-			return nil, err
-		}
-		ss := &session{c: c, i: c.SignerByID(signerID), doc: doc}
-		if ss.i < 0 {
-			return nil, problem.NotFound("no signing link with this token")
-		}
-		return ss, nil
+	completed := false
+	c, err = s.store.Update(ctx, c.ID, func(tx storage.Tx, c *contracts.Contract) error {
+		var err error
+		completed, err = s.recordDecision(tx, c, signerID, in, data, now, by)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	if completed {
+		s.sealSoon(c.ID)
+	}
+	ss := &session{c: c, i: c.SignerByID(signerID), doc: doc}
+	if ss.i < 0 {
+		return nil, problem.NotFound("no signing link with this token")
+	}
+	return ss, nil
 }
 
-// maxCompletionAttempts bounds how often a completion's documents are made
-// again for a contract that changed while they were made.
-const maxCompletionAttempts = 3
-
 // recordDecision records in tx the decision of signer signerID of c (in,
-// with its signature data) and what it causes; done is the completion's
-// documents when the decision completes c.
-func (s *Service) recordDecision(tx storage.Tx, c *contracts.Contract, signerID string, in *decision, data []byte, done *completion,
-	now time.Time, by contracts.Origin) error {
+// with its signature data) and what it causes; completed is set when it
+// completes c.
+func (s *Service) recordDecision(tx storage.Tx, c *contracts.Contract, signerID string, in *decision, data []byte,
+	now time.Time, by contracts.Origin) (completed bool, err error) {
 	j := c.SignerByID(signerID)
 	if j < 0 {
-		return problem.NotFound("no signing link with this token")
+		return false, problem.NotFound("no signing link with this token")
 	}
 	if err := mayAct(c, j, now); err != nil {
-		return err
+		return false, err
 	}
 	sg := &c.Signers[j]
 	if sg.OTPMethod != contracts.OTPNone {
 		if err := s.checkOTP(tx, sg.ID, in.OTP, now); err != nil {
-			return err
+			return false, err
 		}
 		if err := s.record(tx, c, sg, by, TrailEvent{At: now, Kind: TrailOTPAccepted}); err != nil {
-			return err
+			return false, err
 		}
 	}
 	sg.Decision = in.Decision
@@ -223,27 +206,27 @@ func (s *Service) recordDecision(tx storage.Tx, c *contracts.Contract, signerID 
 	if in.Decision == contracts.DecisionRejected {
 		sg.DecisionReason = in.Reason
 		if err := s.record(tx, c, sg, by, TrailEvent{At: now, Kind: TrailRejected}); err != nil {
-			return err
+			return false, err
 		}
 		if err := s.notifyWatchers(tx, c, KindRejected, sg, nil); err != nil {
-			return err
+			return false, err
 		}
-		return s.forgetSigners(tx, c)
+		return false, s.forgetSigners(tx, c)
 	}
 	if err := s.backend.PutSignature(tx, sg.ID, in.Method, data); err != nil {
-		return err
+		return false, err
 	}
 	if err := s.record(tx, c, sg, by, TrailEvent{At: now, Kind: TrailSigned, Method: in.Method}); err != nil {
-		return err
+		return false, err
 	}
 	if err := s.notifyWatchers(tx, c, KindSigned, sg, nil); err != nil {
-		return err
+		return false, err
 	}
 	if c.DecidedStatus() == contracts.StatusSigned {
-		return s.complete(tx, c, done, now, by)
+		return true, s.complete(tx, c, now, by)
 	}
 	if c.SequentialSigning && j+1 < len(c.Signers) {
-		return s.invite(tx, c, j+1, now, by)
+		return false, s.invite(tx, c, j+1, now, by)
 	}
-	return nil
+	return false, nil
 }

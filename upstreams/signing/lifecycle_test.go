@@ -2,17 +2,20 @@ package signing
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"github.com/keygate/keygate/internal/testkit/pdftest"
 	"io"
 	"maps"
 	"mime/multipart"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,8 +169,14 @@ func TestParallelSigning(t *testing.T) {
 			t.Fatalf("bob signs: %d %s", w.Code, w.Body)
 		}
 
-		// The contract is signed, with both PDFs listed and downloadable.
-		got := f.contract(c.ID)
+		// The decision is answered at once, the documents being sealed;
+		// then the contract is signed, with both PDFs listed and
+		// downloadable.
+		var answered pageView
+		if err := json.Unmarshal(w.Body.Bytes(), &answered); err != nil || answered.DocumentStatus == "" {
+			t.Errorf("the last decision's answer: %v %s", err, w.Body)
+		}
+		got := f.sealed(c.ID)
 		if got["status"] != "signed" {
 			t.Fatalf("status %v", got["status"])
 		}
@@ -408,15 +417,16 @@ func TestSequentialCompletion(t *testing.T) {
 	})
 }
 
-// TestCompletionSealedOutsideTransaction: the last signature's documents
-// are made and sealed before its transaction, so while a seal waits (a
-// timestamp authority that hangs) other writes go on; a contract that
-// changed meanwhile (its signer's page opened for the first time) is
-// completed with documents made again, which list that step.
-func TestCompletionSealedOutsideTransaction(t *testing.T) {
+// TestCompletionSealedInBackground: the last signer is answered at once
+// while the documents' seal waits (a timestamp authority that hangs),
+// other writes go on, and the contract, the signing page and the
+// signer's download say that the documents are being sealed; once the
+// seal is made they are stored, and the completed-contract mails go.
+func TestCompletionSealedInBackground(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		f := newFixture(t, db)
-		c := f.create(`{"templateId":"PAGE-1","name":"Slow seal","signers":[{"fullName":"Una Url","accessKind":"url","signerSigningMethods":["render"]}]}`)
+		f.svc.sealWait = 50 * time.Millisecond
+		c := f.create(`{"templateId":"PAGE-1","name":"Slow seal","signers":[{"fullName":"Una Url","accessKind":"url","email":"una@example.com","otpMethod":"none","signerSigningMethods":["render"]}]}`)
 		seal := f.svc.seal
 		entered, release := make(chan struct{}, 1), make(chan struct{})
 		var seals atomic.Int32
@@ -427,30 +437,93 @@ func TestCompletionSealedOutsideTransaction(t *testing.T) {
 			}
 			return seal(doc, c)
 		}
-		decided := make(chan *httptest.ResponseRecorder, 1)
-		go func() {
-			decided <- f.decide(c.token(0), map[string]string{"decision": "signed", "method": "render", "signature": "Una Url"})
+		defer func() {
+			select {
+			case <-release:
+			default:
+				close(release)
+			}
 		}()
-		<-entered
-		// While the first seal waits: a write goes through (a create,
-		// which a lock held by the completion would keep waiting), and
-		// the signer's page is opened, a step the documents lack.
-		f.create(`{"templateId":"PAGE-1","name":"Meanwhile","signers":[{"fullName":"Mo","accessKind":"url"}]}`)
-		f.view(c.token(0))
-		close(release)
-		if w := <-decided; w.Code != http.StatusOK {
+		w := f.decide(c.token(0), map[string]string{"decision": "signed", "method": "render", "signature": "Una Url"})
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"documentStatus":"being_sealed"`) {
 			t.Fatalf("decision: %d %s", w.Code, w.Body)
 		}
-		got := f.contract(c.ID)
-		if got["status"] != "signed" || got["certificatePdf"] == nil {
-			t.Fatalf("contract %v", got)
+		<-entered
+		// While the seal waits: a write goes through, and everyone sees
+		// the documents being sealed.
+		f.create(`{"templateId":"PAGE-1","name":"Meanwhile","signers":[{"fullName":"Mo","accessKind":"url"}]}`)
+		if got := f.contract(c.ID); got["status"] != "signed" || got["documentStatus"] != "being_sealed" || got["finalizedPdf"] != nil {
+			t.Errorf("contract while sealing: %v", got)
 		}
-		if n := seals.Load(); n != 4 {
-			t.Errorf("%d seals, want 4: two documents, made twice", n)
+		if html := f.page(http.MethodGet, "/sign/"+c.token(0), "", "").Body.String(); !strings.Contains(html, "are being sealed") {
+			t.Errorf("the page while sealing:\n%s", html)
 		}
-		certificate := pdfText(t, f.download(got["certificatePdf"].(map[string]any)))
-		if !strings.Contains(certificate, "Opened the signing page") {
-			t.Errorf("the certificate lacks the opening made while the documents were sealed:\n%s", certificate)
+		dl := f.page(http.MethodGet, "/sign/"+c.token(0)+"/document", "", "", "Accept", "application/json")
+		decodeProblem(t, dl, http.StatusServiceUnavailable, "unavailable")
+		if dl.Header().Get("Retry-After") == "" || !strings.Contains(dl.Body.String(), "being sealed") {
+			t.Errorf("the download while sealing: %v %s", dl.Header(), dl.Body)
 		}
+		close(release)
+		got := f.sealed(c.ID)
+		if got["certificatePdf"] == nil || seals.Load() != 2 {
+			t.Errorf("after the seal: %v, %d seals", got, seals.Load())
+		}
+		f.settle()
+		if n := len(f.smtp.To("una@example.com", "Your signed contract")); n != 1 {
+			t.Errorf("%d signed contracts mailed", n)
+		}
+		if f.count(storedSignatures) != 0 {
+			t.Error("the signature is kept after the sealed documents hold it")
+		}
+	})
+}
+
+// TestCompletionSealedAfterFailure: a seal that fails (an expired
+// certificate) leaves the completion queued, answered and shown as being
+// sealed; the next process seals it (SealQueued), and of two attempts at
+// once one stores its documents.
+func TestCompletionSealedAfterFailure(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		f := newFixture(t, db)
+		c := f.create(`{"templateId":"PAGE-1","name":"Failing seal","signers":[{"fullName":"Una Url","accessKind":"url","signerSigningMethods":["render"]}]}`)
+		failed := make(chan struct{})
+		f.svc.seal = func([]byte, *contracts.Contract) ([]byte, error) {
+			defer close(failed)
+			return nil, errors.New("the seal certificate expired")
+		}
+		if w := f.decide(c.token(0), map[string]string{"decision": "signed", "method": "render", "signature": "Una Url"}); w.Code != http.StatusOK {
+			t.Fatalf("decision: %d %s", w.Code, w.Body)
+		}
+		<-failed
+		f.svc.WaitSealing()
+		if got := f.contract(c.ID); got["documentStatus"] != "being_sealed" || f.count(storedSealQueue) != 1 || f.count(storedSignatures) != 1 {
+			t.Fatalf("after a failed seal: %v, queued %d", got, f.count(storedSealQueue))
+		}
+		// The next process: two attempts at once, as two instances.
+		f.restart()
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := f.svc.sealDocuments(context.Background(), c.ID); err != nil {
+					t.Errorf("an attempt: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if got := f.contract(c.ID); got["documentStatus"] != "sealed" || f.count(storedAttachments) != 2 || f.count(storedSealQueue) != 0 {
+			t.Errorf("after two attempts: %v, %d attachments", got, f.count(storedAttachments))
+		}
+		// SealQueued picks up what waited: a second completion, queued
+		// while nobody sealed.
+		d := f.create(`{"templateId":"PAGE-1","name":"Queued","signers":[{"fullName":"Quin","accessKind":"url","signerSigningMethods":["render"]}]}`)
+		f.svc.seal = func([]byte, *contracts.Contract) ([]byte, error) { return nil, errors.New("down") }
+		f.decide(d.token(0), map[string]string{"decision": "signed", "method": "render", "signature": "Quin"})
+		f.svc.WaitSealing()
+		f.restart()
+		f.svc.sealRetryAfter = 0
+		f.svc.SealQueued(10)
+		f.sealed(d.ID)
 	})
 }

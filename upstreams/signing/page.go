@@ -116,6 +116,7 @@ canvas{display:block;width:100%;max-width:600px;aspect-ratio:3/1;border:1px dash
 <section class="card">
 <h1>{{.Contract.Name}} <span class="badge {{.Contract.Status}}" id="status">{{.Contract.Status}}</span></h1>
 {{if .DocumentURL}}<p class="sub">For {{.Signer.FullName}} · Signed by everyone · <a href="{{.DocumentURL}}" download>Download the signed document (PDF, sealed)</a> · <a href="{{.CertificateURL}}" download>Download its certificate of completion (PDF, sealed)</a></p>
+{{else if eq .DocumentStatus "being_sealed"}}<p class="sub" role="status">For {{.Signer.FullName}} · Signed by everyone · The signed document and its certificate of completion are being sealed: <a href="">reload this page</a> in a few seconds to download them.</p>
 {{else}}<p class="sub">For {{.Signer.FullName}} · open for signing until {{human .Contract.ExpirationTimestamp}}</p>{{end}}
 </section>
 {{end}}

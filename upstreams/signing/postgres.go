@@ -17,7 +17,8 @@ import (
 
 // PostgresBackend keeps the signing records in the tables signing_otps and
 // signing_signatures (migration 0004_signing.sql) and signing_trail
-// (0011_signing_trail.sql).
+// (0011_signing_trail.sql), and signing_seal_queue
+// (0013_signing_seal_queue.sql).
 //
 // OTP serialises the transactions that read one signer's password, as
 // bbolt's single writer does: it takes a transaction-level advisory lock
@@ -189,6 +190,59 @@ func (PostgresBackend) DeleteTrail(tx storage.Tx, contractID string) error {
 		return err
 	}
 	_, err = pgdb.Of(tx).Exec(context.Background(), "DELETE FROM signing_trail WHERE contract_id = $1", id)
+	return err
+}
+
+// QueueSeal implements Backend.
+func (PostgresBackend) QueueSeal(tx storage.Tx, contractID string, queued time.Time) error {
+	id, err := signerUUID(contractID)
+	if err != nil {
+		return err
+	}
+	_, err = pgdb.Of(tx).Exec(context.Background(), `INSERT INTO signing_seal_queue (contract_id, queued) VALUES ($1, $2)
+		ON CONFLICT (contract_id) DO NOTHING`, id, queued)
+	return err
+}
+
+// SealQueue implements Backend.
+func (PostgresBackend) SealQueue(tx storage.Tx, before time.Time, n int) ([]QueuedSeal, error) {
+	rows, err := pgdb.Of(tx).Query(context.Background(),
+		"SELECT contract_id, queued FROM signing_seal_queue WHERE queued < $1 ORDER BY queued LIMIT $2", before, n)
+	if err != nil {
+		return nil, err
+	}
+	var out []QueuedSeal
+	var id uuid.UUID
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		out = append(out, QueuedSeal{ContractID: id.String(), Queued: at.UTC()})
+		return nil
+	})
+	return out, err
+}
+
+// Sealing implements Backend: the row, read FOR UPDATE, is held until
+// tx ends, and a second reader sees it gone once the first removed it.
+func (PostgresBackend) Sealing(tx storage.Tx, contractID string) (bool, error) {
+	id, err := signerUUID(contractID)
+	if err != nil {
+		return false, err
+	}
+	var one int
+	err = pgdb.Of(tx).QueryRow(context.Background(), "SELECT 1 FROM signing_seal_queue WHERE contract_id = $1 FOR UPDATE", id).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Sealed implements Backend.
+func (PostgresBackend) Sealed(tx storage.Tx, contractID string) error {
+	id, err := signerUUID(contractID)
+	if err != nil {
+		return err
+	}
+	_, err = pgdb.Of(tx).Exec(context.Background(), "DELETE FROM signing_seal_queue WHERE contract_id = $1", id)
 	return err
 }
 

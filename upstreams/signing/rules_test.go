@@ -314,7 +314,7 @@ func TestDelete(t *testing.T) {
 		if w := f.decide(done.token(0), map[string]string{"decision": "signed", "method": "render", "signature": "Dee"}); w.Code != http.StatusOK {
 			t.Fatalf("sign: %d %s", w.Code, w.Body)
 		}
-		got := f.contract(done.ID)
+		got := f.sealed(done.ID)
 		urls := []string{got["finalizedPdf"].(map[string]any)["url"].(string), got["certificatePdf"].(map[string]any)["url"].(string)}
 		if w := f.apiDo(http.MethodDelete, contracts.Prefix+"/"+done.ID, ""); w.Code != http.StatusNoContent {
 			t.Fatalf("delete: %d", w.Code)

@@ -55,6 +55,10 @@ var (
 	// from the bucket's sequence → JSON TrailEvent: each contract's
 	// events in the order they were recorded, kept while it exists.
 	bucketTrail = []byte("signing_trail")
+	// bucketSealQueue: the 16 bytes of a contract id → its completion's
+	// time, big-endian Unix nanoseconds: the completions whose documents
+	// wait to be made and sealed.
+	bucketSealQueue = []byte("signing_seal_queue")
 )
 
 // Config is what the lifecycle needs besides the contract store's config.
@@ -72,13 +76,19 @@ type Config struct {
 	// Seal seals a document of a completed contract (the finalized PDF,
 	// then the certificate of completion) with a PDF digital signature
 	// over the whole file; nil leaves them unsealed. It runs outside any
-	// transaction, before the completion's: it may wait on a timestamp
-	// authority. A seal that fails fails the completion: a contract is
-	// never completed with a document that claims a seal it lacks.
+	// transaction, after the completion's: it may wait on a timestamp
+	// authority. A seal that fails leaves the completion queued, to be
+	// tried again: a contract never carries a document that claims a
+	// seal it lacks.
 	Seal func(doc []byte, c *contracts.Contract) ([]byte, error)
-	// Sealed, if set, runs in the completion's transaction for each
-	// sealed document, to index it (for /verify) with the contract.
+	// Sealed, if set, runs in the transaction that stores a completion's
+	// sealed documents, for each, to index it (for /verify) with the
+	// contract.
 	Sealed func(tx storage.Tx, doc []byte, c *contracts.Contract) error
+	// SealWait bounds how long a signer's download waits for documents
+	// being sealed (DefaultSealWait when zero): the timestamp
+	// authority's timeout, say.
+	SealWait time.Duration
 }
 
 // Service runs the signing lifecycle over a contract store.
@@ -92,6 +102,11 @@ type Service struct {
 	log     *zap.Logger
 	seal    func(doc []byte, c *contracts.Contract) ([]byte, error)
 	sealed  func(tx storage.Tx, doc []byte, c *contracts.Contract) error
+	// sealing is this instance's work on completions' documents.
+	sealing  sealings
+	sealWait time.Duration
+	// sealRetryAfter is DefaultSealRetryAfter; tests shorten it.
+	sealRetryAfter time.Duration
 }
 
 // New makes the contract store of cc with the lifecycle hooked into it:
@@ -115,7 +130,11 @@ func New(cc contracts.Config, cfg Config) (*Service, error) {
 	if cc.Logger == nil {
 		cc.Logger = zap.NewNop()
 	}
-	s := &Service{db: cc.DB, backend: cfg.Backend, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger, seal: cfg.Seal, sealed: cfg.Sealed}
+	s := &Service{db: cc.DB, backend: cfg.Backend, outbox: cfg.Outbox, otpKey: cfg.OTPKey, clock: cc.Now, log: cc.Logger, seal: cfg.Seal, sealed: cfg.Sealed, sealWait: cfg.SealWait,
+		sealRetryAfter: DefaultSealRetryAfter}
+	if s.sealWait <= 0 {
+		s.sealWait = DefaultSealWait
+	}
 	cc.OnCreate = s.onCreate
 	cc.OnDelete = s.onDelete
 	if s.backend == nil {
@@ -176,6 +195,9 @@ func (s *Service) onDelete(tx storage.Tx, c *contracts.Contract) error {
 		return err
 	}
 	if err := s.backend.DeleteTrail(tx, c.ID); err != nil {
+		return err
+	}
+	if err := s.backend.Sealed(tx, c.ID); err != nil {
 		return err
 	}
 	return s.outbox.DropRef(tx, c.ID)

@@ -95,6 +95,7 @@ var (
 	storedSignatures  = storedKind{[][]byte{bucketSignatures}, "signing_signatures"}
 	storedAttachments = storedKind{[][]byte{[]byte("contract_attachments")}, "contract_attachments"}
 	storedMessages    = storedKind{[][]byte{[]byte("notify_outbox"), []byte("msg")}, "outbox"}
+	storedSealQueue   = storedKind{[][]byte{bucketSealQueue}, "signing_seal_queue"}
 )
 
 // count counts the records of kind in db.

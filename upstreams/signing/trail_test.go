@@ -46,7 +46,7 @@ func (f *fixture) createAs(body string) *created {
 // seal holds.
 func (f *fixture) certificateText(id string) string {
 	f.t.Helper()
-	c := f.contract(id)
+	c := f.sealed(id)
 	a, ok := c["certificatePdf"].(map[string]any)
 	if !ok {
 		f.t.Fatalf("contract %s has no certificate: %v", id, c)

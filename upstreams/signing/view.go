@@ -26,6 +26,9 @@ type pageView struct {
 	// CertificateURL is where the signer downloads the certificate of
 	// completion, from the same moment, for as long.
 	CertificateURL string `json:"certificateUrl,omitempty"`
+	// DocumentStatus is being_sealed, then sealed, once every signer
+	// signed: the download links appear when it is sealed.
+	DocumentStatus string `json:"documentStatus,omitempty"`
 	// Blocked says why the signer cannot decide, when they cannot.
 	Blocked string `json:"blockedReason,omitempty"`
 }
@@ -83,6 +86,7 @@ func formatTime(t time.Time) string {
 func newPageView(ss *session, now time.Time) *pageView {
 	c, sg := ss.c, ss.signer()
 	v := &pageView{
+		DocumentStatus: c.DocumentStatus(),
 		Contract: contractInfo{
 			ID: c.ID, Name: c.Name, Status: string(c.EffectiveStatus(now)),
 			CreationTimestamp:   formatTime(c.CreationTimestamp),
