@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"crypto/sha256"
 	"crypto/x509"
+	"sync"
 
 	"errors"
 	"fmt"
@@ -171,7 +172,21 @@ func sealedFunc(index docseal.Index) func(storage.Tx, []byte, *contracts.Contrac
 // relying parties can pin it.
 type Documents struct {
 	app *App
+	// crl is the root's CRL as last signed, kept for crlReuse: each
+	// request signing its own would let a flood of them spend CPU.
+	crl *signedCRL
 }
+
+// signedCRL is a CRL and when it was signed.
+type signedCRL struct {
+	sync.Mutex
+	der  []byte
+	made time.Time
+}
+
+// crlReuse is how long one signed CRL is served: well inside its
+// validity (docseal.CRLValidity).
+const crlReuse = time.Hour
 
 // CaddyModule returns the Caddy module information.
 func (Documents) CaddyModule() caddy.ModuleInfo {
@@ -188,6 +203,7 @@ func (h *Documents) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.app = app
+	h.crl = new(signedCRL)
 	return nil
 }
 
@@ -216,7 +232,7 @@ func (h *Documents) serveCRL(w http.ResponseWriter, r *http.Request) error {
 	if onlyGetHead(w, r) {
 		return nil
 	}
-	crl, err := h.app.sealer.Certificate().CRL(time.Now())
+	crl, err := h.currentCRL(time.Now())
 	if err != nil {
 		problem.Write(w, problem.NotFound("the gateway publishes no CRL for this seal certificate: its CA does"))
 		return nil
@@ -231,6 +247,20 @@ func (h *Documents) serveCRL(w http.ResponseWriter, r *http.Request) error {
 		_, _ = w.Write(crl)
 	}
 	return nil
+}
+
+// currentCRL is the root's CRL, signed again once crlReuse has passed.
+func (h *Documents) currentCRL(now time.Time) ([]byte, error) {
+	h.crl.Lock()
+	defer h.crl.Unlock()
+	if h.crl.der == nil || now.Sub(h.crl.made) >= crlReuse {
+		der, err := h.app.sealer.Certificate().CRL(now)
+		if err != nil {
+			return nil, err
+		}
+		h.crl.der, h.crl.made = der, now
+	}
+	return h.crl.der, nil
 }
 
 // serveCertificate serves the seal's trust anchor, or its chain.

@@ -121,8 +121,9 @@ func sealFigure(be *backend, tmp string) {
 	fmt.Printf("creates while the timestamp authority hangs / while it answers: %.3f   (goal >= 0.90)\n", median(ratios))
 	sides[0].mu.Lock()
 	sides[1].mu.Lock()
-	fmt.Printf("the last signer's answer time while the authority hangs / while it answers: %.2f   (answered at once: about 1)\n",
-		median(sides[1].answers)/median(sides[0].answers))
+	// Before, the last signer waited for the seals: two timeouts.
+	fmt.Printf("the last signer's answer time while the authority hangs / its 5 s timeout: %.3f   (goal <= 0.10: answered at once)\n",
+		median(sides[1].answers)/5000)
 	sides[1].mu.Unlock()
 	sides[0].mu.Unlock()
 }

@@ -254,7 +254,7 @@ func beingSealed(c *contracts.Contract) bool {
 func (s *Service) awaitDocuments(ctx context.Context, c *contracts.Contract) (*contracts.Contract, error) {
 	deadline := time.NewTimer(s.sealWait)
 	defer deadline.Stop()
-	poll := time.NewTicker(250 * time.Millisecond)
+	poll := time.NewTicker(500 * time.Millisecond)
 	defer poll.Stop()
 	for beingSealed(c) {
 		select {
