@@ -149,6 +149,7 @@ func testSigningInBrowser(t *testing.T, b backend) {
 	}
 	browsertest.Axe(t, ctx, "the signed contract's page")
 
+	awaitSealed(t, siteURL+"/webapi/contracts/"+created.ID, bearer(key.Token)...)
 	r = do(t, http.MethodGet, siteURL+"/webapi/contracts/"+created.ID, nil, bearer(key.Token)...)
 	var got struct {
 		Status  string

@@ -342,7 +342,7 @@ var verifyPage = template.Must(template.New("verify").Parse(`<!doctype html>
 <dt>Completed</dt><dd>{{.Completed.Format "2 January 2006, 15:04:05 UTC"}}</dd>
 <dt>Signers</dt><dd>{{range $i, $s := .Signers}}{{if $i}}, {{end}}{{$s}}{{end}}</dd>
 </dl>{{end}}
-{{with .Level}}<p>Seal: PAdES baseline level <strong>{{.}}</strong>{{if eq . "B-LTA"}}, with validation data and a document timestamp: it can be checked after its certificate expires{{else if eq . "B-LT"}}, with validation data{{else if eq . "B-T"}}, timestamped{{end}}.</p>{{end}}
+{{with .Level}}{{if eq . "none"}}<p>Seal: a PDF signature of the kind this gateway made before PAdES (adbe.pkcs7.detached); it proves as well that the document is unchanged, but holds no validation data for after its certificate ends.</p>{{else}}<p>Seal: PAdES baseline level <strong>{{.}}</strong>{{if eq . "B-LTA"}}, with validation data and a document timestamp: it can be checked after its certificate expires{{else if eq . "B-LT"}}, with validation data{{else if eq . "B-T"}}, timestamped{{end}}.</p>{{end}}{{end}}
 <p>SHA-256 of the file: <code>{{.SHA256}}</code></p></section>{{end}}
 </main>
 </body>

@@ -171,6 +171,7 @@ func fill(w *world) *data {
 		none("Ada Able", "ada@example.com"), none("Ben Best", "ben@example.com")}, map[string]any{"sequentialSigning": true})
 	decide(signed[0], render("Ada Able"))
 	decide(signed[1], render("Ben Best"))
+	w.svc.WaitSealing() // its documents, sealed in the background
 	rejected := create("rejected", carl, "PAGE-1", "Rejected offer", []map[string]any{none("Rita Red", "rita@example.com")}, nil)
 	decide(rejected[0], map[string]any{"decision": "rejected", "reason": "The terms are unclear."})
 	create("archived", alice, "PAGE-2", "Archived lease", []map[string]any{none("Arno Arch", "arno@example.com")}, nil)
@@ -515,6 +516,7 @@ func TestCopyToPostgres(t *testing.T) {
 	// certificate lists the steps taken on each.
 	w2.must(http.StatusOK, "", http.MethodPost, "/sign/"+d.lastSigner+"/decision",
 		map[string]any{"decision": "signed", "method": "render", "signature": "Paul Post"}, nil)
+	w2.svc.WaitSealing()
 	var done struct {
 		CertificatePDF struct{ URL string } `json:"certificatePdf"`
 	}

@@ -148,6 +148,9 @@ func TestMigrateBoltToPostgres(t *testing.T) {
 	signed := create("signed", alice, "PAGE-1", "Signed deal", []map[string]any{none("Ada Able", "ada@example.com"), none("Ben Best", "ben@example.com")}, nil)
 	sign(signed[0], "Ada Able")
 	sign(signed[1], "Ben Best")
+	testwait.For(t, testwait.Generous, "the signed deal's documents to be sealed", func() bool {
+		return strings.Contains(migrateGet(t, g.Site+"/webapi/contracts/"+ids["signed"], alice, nil).Body, `"documentStatus":"sealed"`)
+	})
 	rejected := create("rejected", carl, "PAGE-1", "Rejected offer", []map[string]any{none("Rita Red", "rita@example.com")}, nil)
 	crashMust(t, "POST", g.Site+"/sign/"+rejected[0]+"/decision", "", map[string]any{"decision": "rejected", "reason": "Unclear."}, http.StatusOK, nil)
 	create("archived", alice, "PAGE-2", "Archived lease", []map[string]any{none("Arno Arch", "arno@example.com")}, nil)
