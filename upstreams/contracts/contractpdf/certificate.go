@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+
+	"golang.org/x/text/unicode/bidi"
 )
 
 // keyWidth is the width of the label column of the certificate.
@@ -85,10 +87,8 @@ func (d *document) events(es []Event) {
 			d.note(fmt.Sprintf("… %d more events are left out here …", left))
 		}
 		d.ensureSpace(3 * lineHeight)
-		d.f.SetFont(family, "B", smallSize+1)
-		d.f.MultiCell(0, lineHeight-1, timestamp(e.At), "", "L", false)
-		d.f.SetFont(family, "", bodySize-1)
-		d.f.MultiCell(0, lineHeight, oneLine(e.What), "", "L", false)
+		d.block(d.text(timestamp(e.At), "B", smallSize+1), smallSize+1, lineHeight-1, 0)
+		d.block(d.text(oneLine(e.What), "", bodySize-1), bodySize-1, lineHeight, 0)
 		d.origin(e.IP, ClientText(e.UserAgent))
 		d.f.Ln(1.5)
 	}
@@ -114,13 +114,12 @@ func (d *document) origin(ip, userAgent string) {
 	if len(parts) == 0 {
 		return
 	}
-	d.f.SetFont(family, "", originSize)
 	d.f.SetTextColor(90, 90, 90)
-	if line := strings.Join(parts, " · "); d.f.GetStringWidth(line) <= d.width() {
-		d.f.CellFormat(0, originSize*0.5, line, "", 1, "L", false, 0, "")
+	if line := d.text(strings.Join(parts, " · "), "", originSize); width(line) <= d.width() {
+		d.cell(line, originSize, 0, originSize*0.5, "L", 1)
 	} else {
 		for _, p := range parts {
-			d.f.CellFormat(0, originSize*0.5, d.fit(p, d.width()), "", 1, "L", false, 0, "")
+			d.cell(d.fit(d.text(p, "", originSize), d.width(), originSize), originSize, 0, originSize*0.5, "L", 1)
 		}
 	}
 	d.f.SetTextColor(0, 0, 0)
@@ -146,6 +145,10 @@ const singleQuotes = "'‘’‚‛′`´ʹʻʼ׳＇❛❜"
 // look-alikes and the backslash as a visible escape (” as \u201D), so
 // that no value closes the quotes around it or starts a clause that
 // would read as the gateway's words. Ordinary text is unchanged.
+// A value with Hebrew or Arabic letters is isolated (between U+2068 and
+// U+2069, invisible), so that it is ordered right to left within itself
+// and never draws the certificate's own words around it into its order:
+// it stays between its quotes on the page.
 func ClientText(s string) string {
 	var b strings.Builder
 	single := false
@@ -162,18 +165,22 @@ func ClientText(s string) string {
 		}
 		single = strings.ContainsRune(singleQuotes, r)
 	}
-	return oneLine(b.String())
+	out := oneLine(b.String())
+	for _, r := range out {
+		if p, _ := bidi.LookupRune(r); p.Class() == bidi.R || p.Class() == bidi.AL {
+			return "\u2068" + out + "\u2069"
+		}
+	}
+	return out
 }
 
 // field writes one label and value row; long values wrap in their column.
 func (d *document) field(key, value string) {
 	d.ensureSpace(lineHeight)
-	d.f.SetFont(family, "", smallSize+1)
 	d.f.SetTextColor(90, 90, 90)
-	d.f.CellFormat(keyWidth, lineHeight, key, "", 0, "L", false, 0, "")
+	d.cell(d.text(key, "", smallSize+1), smallSize+1, keyWidth, lineHeight, "L", 0)
 	d.f.SetTextColor(0, 0, 0)
-	d.f.SetFont(family, "", bodySize-1)
-	d.f.MultiCell(d.width()-keyWidth, lineHeight, oneLine(value), "", "L", false)
+	d.block(d.text(oneLine(value), "", bodySize-1), bodySize-1, lineHeight, d.width()-keyWidth)
 }
 
 func orDash(s string) string {

@@ -198,6 +198,27 @@ func TestCertificateClientText(t *testing.T) {
 	}
 }
 
+// TestClientTextIsolated: a value with Hebrew or Arabic letters is
+// isolated (U+2068 to U+2069), so that, ordered right to left within
+// itself, it stays between the certificate's words around it; other
+// values are as typed.
+func TestClientTextIsolated(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"Zoë Ångström", "Zoë Ångström"},
+		{"张伟", "张伟"},
+		{"דוד כהן", "\u2068דוד כהן\u2069"},
+		{"محمد علي 2", "\u2068محمد علي 2\u2069"},
+		// isolates of the client's own are dropped first, like any
+		// format character
+		{"\u2069x\u2067", "x"},
+	}
+	for _, tt := range tests {
+		if got := ClientText(tt.in); got != tt.want {
+			t.Errorf("ClientText(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
 // TestFinalizedClientText: the finalized PDF's own lines (the contract
 // line under the title, the footer) print a contract name that imitates
 // their syntax as escapes, as the certificate does.

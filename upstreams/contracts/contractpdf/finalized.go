@@ -75,12 +75,9 @@ func (d *document) signatureBlock(s Signer) {
 	d.f.SetLineWidth(0.3)
 	d.f.Rect(x, y, w, h, "D")
 	d.f.SetXY(x+3, y+2)
-	d.f.SetFont(family, "B", bodySize)
-	d.f.CellFormat(w-6, lineHeight, d.fit(printable(s.FullName), w-6), "", 2, "L", false, 0, "")
-	d.f.SetFont(family, "", smallSize+1)
-	d.f.CellFormat(w-6, lineHeight, timestamp(s.DecisionTime), "", 2, "L", false, 0, "")
-	d.f.SetFont(family, "I", smallSize+1)
-	d.f.CellFormat(w-6, lineHeight, "Signed electronically", "", 2, "L", false, 0, "")
+	d.cell(d.fit(d.text(s.FullName, "B", bodySize), w-6, bodySize), bodySize, w-6, lineHeight, "L", 2)
+	d.cell(d.text(timestamp(s.DecisionTime), "", smallSize+1), smallSize+1, w-6, lineHeight, "L", 2)
+	d.cell(d.text("Signed electronically", "I", smallSize+1), smallSize+1, w-6, lineHeight, "L", 2)
 	d.f.SetXY(x, y+h+4)
 }
 
