@@ -1,6 +1,7 @@
 package contractpdf
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -18,11 +19,13 @@ const keyWidth = 42.0
 // certificate stays a document a person reads.
 const maxEventsShown = 400
 
-// Certificate renders the certificate of completion of a contract: the
-// contract, the SHA-256 of its finalized PDF as sealed (finalizedSHA256,
-// 64 hex digits), the contract's own events (creation, completion) and,
-// for every signer, the name, contact and every recorded step in order
-// with its time, client address and user agent.
+// Certificate renders the certificate of completion of a contract as a
+// PDF of its own: the contract, the SHA-256 of its text and of its
+// finalized PDF as sealed (finalizedSHA256, 64 hex digits), the
+// contract's own events (creation, completion) and, for every signer,
+// the name, contact and every recorded step in order with its time,
+// client address and user agent. The finalized PDF ends with the same
+// pages (Finalized).
 func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	sum := strings.ToLower(finalizedSHA256)
 	if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {
@@ -31,8 +34,18 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	if len(in.Signers) == 0 {
 		return nil, fmt.Errorf("contractpdf: contract has no signers")
 	}
-
 	d := newDocument(&in, "Certificate of completion: "+in.Name, fmt.Sprintf("Certificate · %s", in.ContractID))
+	d.certificate(&in, sum)
+	return d.bytes()
+}
+
+// certificate writes the certificate of completion of in from the
+// current position on: for the certificate's own PDF, naming the
+// finalized PDF by finalizedSHA256; with finalizedSHA256 empty, as the
+// last pages of the finalized PDF, which cannot hold its own hash and
+// are said to be part of it, under its seal. All else is the same in
+// both.
+func (d *document) certificate(in *Input, finalizedSHA256 string) {
 	d.heading("Certificate of completion", 18)
 	d.note("This certificate records how each signer was reached, identified and decided on the contract below, " +
 		"step by step as the gateway recorded each one. Times are UTC; addresses are the client's as the gateway saw it.")
@@ -50,7 +63,12 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	d.field("Created", timestamp(in.Created))
 	d.field("Completed", timestamp(in.completedAt()))
 	d.field("Signers", fmt.Sprint(len(in.Signers)))
-	d.field("Finalized PDF SHA-256", sum)
+	d.field("Text SHA-256", textSHA256(in.Body))
+	if finalizedSHA256 != "" {
+		d.field("Finalized PDF SHA-256", finalizedSHA256)
+	} else {
+		d.field("Finalized PDF", embeddedNote)
+	}
 	d.f.Ln(2)
 	d.events(in.Events)
 	d.f.Ln(4)
@@ -65,7 +83,18 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 		d.events(s.Events)
 		d.f.Ln(4)
 	}
-	return d.bytes()
+}
+
+// embeddedNote is what the certificate's pages in the finalized PDF say
+// in place of its hash.
+const embeddedNote = "this file: these are its last pages, under its one seal"
+
+// textSHA256 is the SHA-256 of the contract's text as copied at its
+// creation (its body, as UTF-8), in hex: anyone with the text (the
+// tracker's page at the version named, the template) can check it.
+func textSHA256(body string) string {
+	sum := sha256.Sum256([]byte(body))
+	return hex.EncodeToString(sum[:])
 }
 
 // events lists es, each as its time and words, then a grey line with the

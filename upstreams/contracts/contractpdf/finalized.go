@@ -11,7 +11,9 @@ const typedSize = 26.0
 // Finalized renders the signed contract: the template title and body, then
 // each signer's signature (image or typed name) with name and date, then,
 // for signers with AppendSignatureMacro, a signature block (name, date,
-// "Signed electronically") at the end. Every signer must have signed.
+// "Signed electronically"), and last, from a new page, the certificate of
+// completion, which a seal of the file then covers with the rest. Every
+// signer must have signed.
 func Finalized(in Input) ([]byte, error) {
 	if err := in.checkSigned(); err != nil {
 		return nil, err
@@ -63,6 +65,8 @@ func Finalized(in Input) ([]byte, error) {
 			d.signatureBlock(s)
 		}
 	}
+	d.f.AddPage()
+	d.certificate(&in, "")
 	return d.bytes()
 }
 
@@ -84,8 +88,9 @@ func (d *document) signatureBlock(s Signer) {
 // sealedNote tells a reader of the finalized PDF what makes it evidence.
 const sealedNote = "This document is sealed with the digital signature of the gateway that collected the signatures: " +
 	"any change to the file breaks the seal (check it with pdfsig or Adobe Reader, or on the gateway's /verify page). " +
-	"Its certificate of completion, a separate PDF sealed the same way (the contract's -certificate.pdf), records how each signer " +
-	"was reached, identified and signed; every signer downloads both from their signing link."
+	"Its last pages are its certificate of completion, which records how each signer was reached, identified and signed; " +
+	"the certificate is also a separate PDF sealed the same way (the contract's -certificate.pdf), which names this file's SHA-256. " +
+	"Every signer downloads both from their signing link."
 
 // MethodWords says a signing method in words, for the documents and the
 // certificate's trail.

@@ -13,7 +13,8 @@ import (
 
 // TestNamesInEveryScript: a signer's name in any of the scripts names are
 // written in prints in the finalized PDF (above the signature, as the
-// typed signature and in the signature block) and in the certificate,
+// typed signature, in the signature block and in the certificate of
+// completion on its last pages) and in the certificate's own PDF,
 // in the face that draws its script, and reads back as written: what
 // pdftotext extracts holds the name, and no character was replaced by
 // "?".
@@ -63,7 +64,7 @@ func TestNamesInEveryScript(t *testing.T) {
 				pdf   []byte
 				count int
 			}{
-				{"finalized PDF", finalized, 3},
+				{"finalized PDF", finalized, 4},
 				{"certificate", certificate, 1},
 			} {
 				text := pdftest.Text(t, doc.pdf)
