@@ -18,19 +18,19 @@ func formatTime(t time.Time) string {
 // contractView is the Contract Object of the API. Absent values are left
 // out, never null.
 type contractView struct {
-	ID                  string          `json:"id"`
-	TemplateID          string          `json:"templateId"`
-	TemplateSource      string          `json:"templateSource,omitempty"`
-	CollectionID        string          `json:"collectionId"`
-	Name                string          `json:"name"`
-	CreatedByID         string          `json:"createdById"`
-	CreationTimestamp   string          `json:"creationTimestamp"`
-	ExpirationTimestamp string          `json:"expirationTimestamp"`
-	SequentialSigning   bool            `json:"sequentialSigning"`
-	ArchivalTimestamp   string          `json:"archivalTimestamp,omitempty"`
-	Status              Status          `json:"status"`
-	Signers             []signerView    `json:"signers,omitempty"`
-	Watchers            []Watcher       `json:"watchers,omitempty"`
+	ID                  string       `json:"id"`
+	TemplateID          string       `json:"templateId"`
+	TemplateSource      string       `json:"templateSource,omitempty"`
+	CollectionID        string       `json:"collectionId"`
+	Name                string       `json:"name"`
+	CreatedByID         string       `json:"createdById"`
+	CreationTimestamp   string       `json:"creationTimestamp"`
+	ExpirationTimestamp string       `json:"expirationTimestamp"`
+	SequentialSigning   bool         `json:"sequentialSigning"`
+	ArchivalTimestamp   string       `json:"archivalTimestamp,omitempty"`
+	Status              Status       `json:"status"`
+	Signers             []signerView `json:"signers,omitempty"`
+	Watchers            []Watcher    `json:"watchers,omitempty"`
 	// DocumentStatus is being_sealed, then sealed, once every signer
 	// signed: the attachments appear when it is sealed.
 	DocumentStatus string          `json:"documentStatus,omitempty"`

@@ -221,6 +221,21 @@ func TestParallelSigning(t *testing.T) {
 				t.Errorf("finalized PDF lacks %q:\n%s", want, ftext)
 			}
 		}
+		// The finalized PDF ends with the certificate of completion, after
+		// the signature blocks, under its one seal: read by pdftotext, the
+		// certificate's heading and the signers' steps follow the blocks.
+		ftext = pdftest.Text(t, finalized)
+		blocks := strings.LastIndex(ftext, "Signed electronically")
+		if i := strings.Index(ftext, "Certificate of completion"); blocks < 0 || i < blocks {
+			t.Errorf("the finalized PDF's certificate does not follow its signature blocks:\n%s", ftext)
+		} else {
+			for _, want := range []string{"ann@example.com", "+14155552671", "Opened the signing page", "One-time password accepted",
+				"signature drawn on the signing page", "uploaded signature image", "IP address 192.0.2.7", "this file: these are its last pages"} {
+				if !strings.Contains(ftext[i:], want) {
+					t.Errorf("the finalized PDF's certificate lacks %q:\n%s", want, ftext[i:])
+				}
+			}
+		}
 		ctext := pdfText(t, certificate)
 		for _, want := range []string{"Certificate of completion", "Ann Email", "ann@example.com", "Bob Phone", "+14155552671", "Cleo None",
 			"cleo@example.com", "typed name", "signature drawn on the signing page", "uploaded signature image", "192.0.2.7", "22 November 2026", hex.EncodeToString(sum[:])} {

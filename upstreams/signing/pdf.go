@@ -19,7 +19,8 @@ type signature struct {
 	data   []byte
 }
 
-// render makes c's finalized PDF and certificate of completion from its
+// render makes c's finalized PDF, which ends with the certificate of
+// completion under its one seal, and the certificate's own PDF from its
 // document, trail and signatures, and seals each (Config.Seal, which may
 // call a timestamp authority: never inside a transaction).
 func (s *Service) render(c *contracts.Contract, doc *contracts.Document, trail []TrailEvent, signatures []signature) (finalized, certificate []byte, err error) {
@@ -47,8 +48,9 @@ func (s *Service) render(c *contracts.Contract, doc *contracts.Document, trail [
 	if finalized, err = s.sealDocument(finalized, c); err != nil {
 		return nil, nil, err
 	}
-	// The certificate names the finalized PDF as sealed: the file a
-	// signer receives and anyone can check.
+	// The certificate's own PDF names the finalized PDF as sealed: the
+	// file a signer receives and anyone can check, whose own pages
+	// cannot hold its hash.
 	sum := sha256.Sum256(finalized)
 	if certificate, err = contractpdf.Certificate(in, hex.EncodeToString(sum[:])); err != nil {
 		return nil, nil, err

@@ -1,10 +1,13 @@
 package contractpdf
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
 	"unicode"
+
+	"golang.org/x/text/unicode/bidi"
 )
 
 // keyWidth is the width of the label column of the certificate.
@@ -16,11 +19,13 @@ const keyWidth = 42.0
 // certificate stays a document a person reads.
 const maxEventsShown = 400
 
-// Certificate renders the certificate of completion of a contract: the
-// contract, the SHA-256 of its finalized PDF as sealed (finalizedSHA256,
-// 64 hex digits), the contract's own events (creation, completion) and,
-// for every signer, the name, contact and every recorded step in order
-// with its time, client address and user agent.
+// Certificate renders the certificate of completion of a contract as a
+// PDF of its own: the contract, the SHA-256 of its text and of its
+// finalized PDF as sealed (finalizedSHA256, 64 hex digits), the
+// contract's own events (creation, completion) and, for every signer,
+// the name, contact and every recorded step in order with its time,
+// client address and user agent. The finalized PDF ends with the same
+// pages (Finalized).
 func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	sum := strings.ToLower(finalizedSHA256)
 	if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {
@@ -29,8 +34,18 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	if len(in.Signers) == 0 {
 		return nil, fmt.Errorf("contractpdf: contract has no signers")
 	}
-
 	d := newDocument(&in, "Certificate of completion: "+in.Name, fmt.Sprintf("Certificate · %s", in.ContractID))
+	d.certificate(&in, sum)
+	return d.bytes()
+}
+
+// certificate writes the certificate of completion of in from the
+// current position on: for the certificate's own PDF, naming the
+// finalized PDF by finalizedSHA256; with finalizedSHA256 empty, as the
+// last pages of the finalized PDF, which cannot hold its own hash and
+// are said to be part of it, under its seal. All else is the same in
+// both.
+func (d *document) certificate(in *Input, finalizedSHA256 string) {
 	d.heading("Certificate of completion", 18)
 	d.note("This certificate records how each signer was reached, identified and decided on the contract below, " +
 		"step by step as the gateway recorded each one. Times are UTC; addresses are the client's as the gateway saw it.")
@@ -48,7 +63,12 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 	d.field("Created", timestamp(in.Created))
 	d.field("Completed", timestamp(in.completedAt()))
 	d.field("Signers", fmt.Sprint(len(in.Signers)))
-	d.field("Finalized PDF SHA-256", sum)
+	d.field("Text SHA-256", textSHA256(in.Body))
+	if finalizedSHA256 != "" {
+		d.field("Finalized PDF SHA-256", finalizedSHA256)
+	} else {
+		d.field("Finalized PDF", embeddedNote)
+	}
 	d.f.Ln(2)
 	d.events(in.Events)
 	d.f.Ln(4)
@@ -63,7 +83,18 @@ func Certificate(in Input, finalizedSHA256 string) ([]byte, error) {
 		d.events(s.Events)
 		d.f.Ln(4)
 	}
-	return d.bytes()
+}
+
+// embeddedNote is what the certificate's pages in the finalized PDF say
+// in place of its hash.
+const embeddedNote = "this file: these are its last pages, under its one seal"
+
+// textSHA256 is the SHA-256 of the contract's text as copied at its
+// creation (its body, as UTF-8), in hex: anyone with the text (the
+// tracker's page at the version named, the template) can check it.
+func textSHA256(body string) string {
+	sum := sha256.Sum256([]byte(body))
+	return hex.EncodeToString(sum[:])
 }
 
 // events lists es, each as its time and words, then a grey line with the
@@ -85,10 +116,8 @@ func (d *document) events(es []Event) {
 			d.note(fmt.Sprintf("… %d more events are left out here …", left))
 		}
 		d.ensureSpace(3 * lineHeight)
-		d.f.SetFont(family, "B", smallSize+1)
-		d.f.MultiCell(0, lineHeight-1, timestamp(e.At), "", "L", false)
-		d.f.SetFont(family, "", bodySize-1)
-		d.f.MultiCell(0, lineHeight, oneLine(e.What), "", "L", false)
+		d.block(d.text(timestamp(e.At), "B", smallSize+1), smallSize+1, lineHeight-1, 0)
+		d.block(d.text(oneLine(e.What), "", bodySize-1), bodySize-1, lineHeight, 0)
 		d.origin(e.IP, ClientText(e.UserAgent))
 		d.f.Ln(1.5)
 	}
@@ -114,13 +143,12 @@ func (d *document) origin(ip, userAgent string) {
 	if len(parts) == 0 {
 		return
 	}
-	d.f.SetFont(family, "", originSize)
 	d.f.SetTextColor(90, 90, 90)
-	if line := strings.Join(parts, " · "); d.f.GetStringWidth(line) <= d.width() {
-		d.f.CellFormat(0, originSize*0.5, line, "", 1, "L", false, 0, "")
+	if line := d.text(strings.Join(parts, " · "), "", originSize); width(line) <= d.width() {
+		d.cell(line, originSize, 0, originSize*0.5, "L", 1)
 	} else {
 		for _, p := range parts {
-			d.f.CellFormat(0, originSize*0.5, d.fit(p, d.width()), "", 1, "L", false, 0, "")
+			d.cell(d.fit(d.text(p, "", originSize), d.width(), originSize), originSize, 0, originSize*0.5, "L", 1)
 		}
 	}
 	d.f.SetTextColor(0, 0, 0)
@@ -146,6 +174,10 @@ const singleQuotes = "'‘’‚‛′`´ʹʻʼ׳＇❛❜"
 // look-alikes and the backslash as a visible escape (” as \u201D), so
 // that no value closes the quotes around it or starts a clause that
 // would read as the gateway's words. Ordinary text is unchanged.
+// A value with Hebrew or Arabic letters is isolated (between U+2068 and
+// U+2069, invisible), so that it is ordered right to left within itself
+// and never draws the certificate's own words around it into its order:
+// it stays between its quotes on the page.
 func ClientText(s string) string {
 	var b strings.Builder
 	single := false
@@ -162,18 +194,22 @@ func ClientText(s string) string {
 		}
 		single = strings.ContainsRune(singleQuotes, r)
 	}
-	return oneLine(b.String())
+	out := oneLine(b.String())
+	for _, r := range out {
+		if p, _ := bidi.LookupRune(r); p.Class() == bidi.R || p.Class() == bidi.AL {
+			return "\u2068" + out + "\u2069"
+		}
+	}
+	return out
 }
 
 // field writes one label and value row; long values wrap in their column.
 func (d *document) field(key, value string) {
 	d.ensureSpace(lineHeight)
-	d.f.SetFont(family, "", smallSize+1)
 	d.f.SetTextColor(90, 90, 90)
-	d.f.CellFormat(keyWidth, lineHeight, key, "", 0, "L", false, 0, "")
+	d.cell(d.text(key, "", smallSize+1), smallSize+1, keyWidth, lineHeight, "L", 0)
 	d.f.SetTextColor(0, 0, 0)
-	d.f.SetFont(family, "", bodySize-1)
-	d.f.MultiCell(d.width()-keyWidth, lineHeight, oneLine(value), "", "L", false)
+	d.block(d.text(oneLine(value), "", bodySize-1), bodySize-1, lineHeight, d.width()-keyWidth)
 }
 
 func orDash(s string) string {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +113,77 @@ func TestCertificate(t *testing.T) {
 	}
 }
 
+// TestCertificateInFinalized: the finalized PDF ends with the
+// certificate of completion, after the signature blocks: the same pages
+// as the certificate's own PDF, but that they say they are part of the
+// file rather than name its hash, which the certificate's own PDF does.
+// Both name the SHA-256 of the contract's text.
+func TestCertificateInFinalized(t *testing.T) {
+	in := sampleInput(t)
+	in.Events = []Event{
+		{At: created, What: "Contract created through the API by alice", IP: "198.51.100.9", UserAgent: "curl/8.5.0"},
+		{At: signed3, What: "Contract completed: every signer has signed", IP: "198.51.100.1"},
+	}
+	in.Signers[0].Events = []Event{{At: signed1, What: "Signed: signature drawn on the signing page", IP: "203.0.113.7", UserAgent: "Firefox/133.0"}}
+	in.Signers[1].Events = []Event{{At: signed2, What: "Signed: typed name", IP: "2001:db8::42"}}
+	finalized, err := Finalized(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sum = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	standalone, err := Certificate(in, sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := sha256.Sum256([]byte(in.Body))
+	textSum := hex.EncodeToString(text[:])
+
+	ftext := lines(pdftest.Text(t, finalized))
+	blocks := strings.LastIndex(ftext, "Signed electronically")
+	cert := strings.Index(ftext, "Certificate of completion\nThis certificate records")
+	if blocks < 0 || cert < blocks {
+		t.Fatalf("the certificate does not follow the signature blocks:\n%s", ftext)
+	}
+	embedded := ftext[cert:]
+	for _, want := range []string{
+		"Contract ID\n" + in.ContractID,
+		"Text SHA-256\n" + textSum,
+		"Finalized PDF\n" + embeddedNote,
+		"20 November 2026, 09:00:00 UTC\nContract created through the API by alice\nIP address 198.51.100.9 · user agent “curl/8.5.0”",
+		"Contract completed: every signer has signed",
+		"Signer 1 of 3\nFull name\nZoë Ångström",
+		"Signed: signature drawn on the signing page\nIP address 203.0.113.7 · user agent “Firefox/133.0”",
+		"Signer 2 of 3", "Signed: typed name\nIP address 2001:db8::42", "Signer 3 of 3",
+	} {
+		if !strings.Contains(embedded, want) {
+			t.Errorf("the finalized PDF's certificate lacks %q:\n%s", want, embedded)
+		}
+	}
+	stext := lines(pdftest.Text(t, standalone))
+	for _, want := range []string{"Text SHA-256\n" + textSum, "Finalized PDF SHA-256\n" + sum} {
+		if !strings.Contains(stext, want) {
+			t.Errorf("the certificate lacks %q:\n%s", want, stext)
+		}
+	}
+	if strings.Contains(stext, embeddedNote) || strings.Contains(embedded, "Finalized PDF SHA-256") {
+		t.Error("a certificate says what the other does")
+	}
+
+	// All else is the same, line for line, but for the footers.
+	same := func(text string, drop ...string) string {
+		var out []string
+		for _, line := range strings.Split(text, "\n") {
+			if !strings.Contains(line, " · page ") && !slices.Contains(drop, line) {
+				out = append(out, line)
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	if a, b := same(embedded, "Finalized PDF", embeddedNote), same(stext, "Finalized PDF SHA-256", sum); a != b {
+		t.Errorf("the two certificates differ:\n%s\n----\n%s", a, b)
+	}
+}
+
 // lines is pdftotext's output without the empty lines it puts between
 // blocks of text.
 func lines(text string) string {
@@ -195,6 +267,27 @@ func TestCertificateClientText(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestClientTextIsolated: a value with Hebrew or Arabic letters is
+// isolated (U+2068 to U+2069), so that, ordered right to left within
+// itself, it stays between the certificate's words around it; other
+// values are as typed.
+func TestClientTextIsolated(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"Zoë Ångström", "Zoë Ångström"},
+		{"张伟", "张伟"},
+		{"דוד כהן", "\u2068דוד כהן\u2069"},
+		{"محمد علي 2", "\u2068محمد علي 2\u2069"},
+		// isolates of the client's own are dropped first, like any
+		// format character
+		{"\u2069x\u2067", "x"},
+	}
+	for _, tt := range tests {
+		if got := ClientText(tt.in); got != tt.want {
+			t.Errorf("ClientText(%q) = %q, want %q", tt.in, got, tt.want)
+		}
 	}
 }
 

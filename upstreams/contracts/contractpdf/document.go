@@ -18,17 +18,22 @@ const (
 	smallSize  = 8.5
 )
 
-// document is an A4 PDF with the Go fonts, a footer naming the contract and
-// the page, and metadata dated by the contract rather than by the clock, so
-// that rendering the same contract twice gives the same file.
+// document is an A4 PDF with the text faces, a footer naming the contract
+// and the page, and metadata dated by the contract rather than by the
+// clock, so that rendering the same contract twice gives the same file.
 type document struct {
 	f *fpdf.Fpdf
-	// hand is set once the handwriting font is added (typed).
-	hand bool
+	// font is the font last selected (setFont; none while zero, as no
+	// text is 0 pt), added the fonts added to the file so far, by fpdf
+	// family and style, widths the widths measured so far (measure).
+	font   fontKey
+	added  map[string]bool
+	widths map[widthKey]float64
 }
 
 func newDocument(in *Input, title, footer string) *document {
 	f := fpdf.New("P", "mm", "A4", "")
+	d := &document{f: f}
 	f.SetCompression(true)
 	f.SetCatalogSort(true)
 	date := in.completedAt()
@@ -40,17 +45,20 @@ func newDocument(in *Input, title, footer string) *document {
 	f.SetMargins(margin, margin, margin)
 	f.SetAutoPageBreak(true, margin)
 	f.AliasNbPages("{nb}")
-	addFonts(f)
-	footer = printable(footer)
+	const footerSize, footerHeight = 7.5, 4
 	f.SetFooterFunc(func() {
+		// After the footer, fpdf selects the font of before it again.
+		font := d.font
 		f.SetY(-margin + 6)
-		f.SetFont(family, "", 7.5)
 		f.SetTextColor(110, 110, 110)
-		f.CellFormat(0, 4, fmt.Sprintf("%s · page %d/{nb}", footer, f.PageNo()), "", 0, "C", false, 0, "")
+		gs := d.text(fmt.Sprintf("%s · page %d/{nb}", footer, f.PageNo()), "", footerSize)
+		x := margin + (d.width()-width(gs))/2
+		d.drawLine(line{gs, paragraphRTL(gs)}, x, f.GetY(), footerHeight, footerSize)
 		f.SetTextColor(0, 0, 0)
+		d.font = font
 	})
 	f.AddPage()
-	return &document{f: f}
+	return d
 }
 
 // width is the usable width of a page.
@@ -70,27 +78,21 @@ func (d *document) ensureSpace(h float64) {
 
 func (d *document) heading(text string, size float64) {
 	d.ensureSpace(size * 0.6 * 3)
-	d.f.SetFont(family, "B", size)
-	d.f.MultiCell(0, size*0.5, printable(text), "", "L", false)
+	d.block(d.text(text, "B", size), size, size*0.5, 0)
 	d.f.Ln(size * 0.2)
 }
 
 // paragraph writes text wrapped to the page width, across pages as needed.
 func (d *document) paragraph(text, style string, size float64) {
-	d.f.SetFont(family, style, size)
-	d.f.MultiCell(0, size*0.5, printable(text), "", "L", false)
+	d.block(d.text(text, style, size), size, size*0.5, 0)
 }
 
 // typed writes a typed signature: in the handwriting font when it has
-// every character, else in the italic face.
+// every character, else in the italic faces.
 func (d *document) typed(name string) {
 	if handDraws(name) {
-		if !d.hand { // embedded only in documents that use it
-			d.f.AddUTF8FontFromBytes(handFamily, "", handTTF)
-			d.hand = true
-		}
-		d.f.SetFont(handFamily, "", typedSize+4)
-		d.f.MultiCell(0, (typedSize+4)*0.5, printable(name), "", "L", false)
+		const size = typedSize + 4
+		d.block(d.glyphs([]span{{name, ""}}, size, true), size, size*0.5, 0)
 		return
 	}
 	d.paragraph(name, "I", typedSize)
@@ -108,19 +110,6 @@ func (d *document) rule(w float64) {
 	x, y := d.f.GetXY()
 	d.f.SetLineWidth(0.2)
 	d.f.Line(x, y, x+w, y)
-}
-
-// fit shortens text with an ellipsis until it fits w in the current font,
-// for cells that cannot wrap.
-func (d *document) fit(text string, w float64) string {
-	if d.f.GetStringWidth(text) <= w {
-		return text
-	}
-	r := []rune(text)
-	for len(r) > 0 && d.f.GetStringWidth(string(r)+"…") > w {
-		r = r[:len(r)-1]
-	}
-	return string(r) + "…"
 }
 
 func (d *document) bytes() ([]byte, error) {

@@ -11,7 +11,9 @@ const typedSize = 26.0
 // Finalized renders the signed contract: the template title and body, then
 // each signer's signature (image or typed name) with name and date, then,
 // for signers with AppendSignatureMacro, a signature block (name, date,
-// "Signed electronically") at the end. Every signer must have signed.
+// "Signed electronically"), and last, from a new page, the certificate of
+// completion, which a seal of the file then covers with the rest. Every
+// signer must have signed.
 func Finalized(in Input) ([]byte, error) {
 	if err := in.checkSigned(); err != nil {
 		return nil, err
@@ -63,6 +65,8 @@ func Finalized(in Input) ([]byte, error) {
 			d.signatureBlock(s)
 		}
 	}
+	d.f.AddPage()
+	d.certificate(&in, "")
 	return d.bytes()
 }
 
@@ -75,20 +79,18 @@ func (d *document) signatureBlock(s Signer) {
 	d.f.SetLineWidth(0.3)
 	d.f.Rect(x, y, w, h, "D")
 	d.f.SetXY(x+3, y+2)
-	d.f.SetFont(family, "B", bodySize)
-	d.f.CellFormat(w-6, lineHeight, d.fit(printable(s.FullName), w-6), "", 2, "L", false, 0, "")
-	d.f.SetFont(family, "", smallSize+1)
-	d.f.CellFormat(w-6, lineHeight, timestamp(s.DecisionTime), "", 2, "L", false, 0, "")
-	d.f.SetFont(family, "I", smallSize+1)
-	d.f.CellFormat(w-6, lineHeight, "Signed electronically", "", 2, "L", false, 0, "")
+	d.cell(d.fit(d.text(s.FullName, "B", bodySize), w-6, bodySize), bodySize, w-6, lineHeight, "L", 2)
+	d.cell(d.text(timestamp(s.DecisionTime), "", smallSize+1), smallSize+1, w-6, lineHeight, "L", 2)
+	d.cell(d.text("Signed electronically", "I", smallSize+1), smallSize+1, w-6, lineHeight, "L", 2)
 	d.f.SetXY(x, y+h+4)
 }
 
 // sealedNote tells a reader of the finalized PDF what makes it evidence.
 const sealedNote = "This document is sealed with the digital signature of the gateway that collected the signatures: " +
 	"any change to the file breaks the seal (check it with pdfsig or Adobe Reader, or on the gateway's /verify page). " +
-	"Its certificate of completion, a separate PDF sealed the same way (the contract's -certificate.pdf), records how each signer " +
-	"was reached, identified and signed; every signer downloads both from their signing link."
+	"Its last pages are its certificate of completion, which records how each signer was reached, identified and signed; " +
+	"the certificate is also a separate PDF sealed the same way (the contract's -certificate.pdf), which names this file's SHA-256. " +
+	"Every signer downloads both from their signing link."
 
 // MethodWords says a signing method in words, for the documents and the
 // certificate's trail.

@@ -241,7 +241,10 @@ func TestPrintable(t *testing.T) {
 		{"a\r\nb\tc", "a\nb    c"},
 		{"no\u00a0break", "no break"},
 		{"zero\u200bwidth\x07bell", "zerowidthbell"},
-		{"山田 😀", "?? ?"},
+		{"山田 😀", "山田 ?"},
+		{"محمد דוד राहुल 김", "محمد דוד राहुल 김"},
+		{"\U00020000 \u0E01", "? ?"},                             // CJK Extension B; Thai, which no face draws
+		{"Nguye\u0302\u0303n Thi\u0323 Minh", "Nguyễn Thị Minh"}, // composed
 		{"bad \xff byte", "bad ? byte"},
 	}
 	for _, tt := range tests {

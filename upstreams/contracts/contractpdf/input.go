@@ -5,8 +5,9 @@
 //
 // The package takes plain data and knows nothing of storage or HTTP, so
 // that rendering can be tested, and changed, apart from the signing flow.
-// Text is set in the embedded Go fonts, which cover Latin, Greek and
-// Cyrillic, so signers' names print as typed.
+// Text is set in embedded faces for Latin, Greek, Cyrillic, Arabic,
+// Hebrew, Devanagari, Chinese, Japanese and Korean (fonts.go), laid out
+// by the package itself (text.go), so signers' names print as typed.
 package contractpdf
 
 import (

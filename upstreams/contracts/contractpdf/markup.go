@@ -3,11 +3,9 @@ package contractpdf
 import (
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/yuin/goldmark/ast"
 	east "github.com/yuin/goldmark/extension/ast"
-	"golang.org/x/image/font/gofont/gobolditalic"
 
 	"github.com/keygate/keygate/internal/richtext"
 )
@@ -39,14 +37,13 @@ func (d *document) contractText(markup, text string) {
 	d.f.SetTextColor(0, 0, 0)
 }
 
-// markupWriter draws a Markdown syntax tree, block by block; inline text
-// is written run by run, each in its face, wrapping as one paragraph.
+// markupWriter draws a Markdown syntax tree, block by block; the inline
+// text of a block is gathered run by run, each in its style, and laid out
+// as one paragraph.
 type markupWriter struct {
-	d   *document
-	src []byte
-	// boldItalic is set once the bold italic face is added: only
-	// documents that use it embed it.
-	boldItalic bool
+	d     *document
+	src   []byte
+	spans []span // the inline text of the block being written
 }
 
 // blocks writes the block children of n at indentation level.
@@ -64,10 +61,12 @@ func (w *markupWriter) block(n ast.Node, level int) {
 		size := headingSizes[min(max(n.Level, 1), len(headingSizes))-1]
 		f.Ln(size * 0.25)
 		w.d.ensureSpace(size * 0.6 * 3)
-		w.runs(n, size, "B")
+		w.runs(n, "B")
+		w.flush(size)
 		f.Ln(size*0.5 + size*0.2)
 	case *ast.Paragraph, *ast.TextBlock:
-		w.runs(n, bodySize, "")
+		w.runs(n, "")
+		w.flush(bodySize)
 		f.Ln(bodySize * 0.5)
 		if _, tight := n.(*ast.TextBlock); !tight {
 			f.Ln(2)
@@ -122,9 +121,8 @@ func (w *markupWriter) list(l *ast.List, level int) {
 			number++
 		}
 		w.d.ensureSpace(lineHeight)
-		f.SetFont(family, "", bodySize)
 		f.SetX(indentOf(level) + margin)
-		f.CellFormat(listIndent, bodySize*0.5, marker, "", 0, "L", false, 0, "")
+		w.d.cell(w.d.text(marker, "", bodySize), bodySize, listIndent, bodySize*0.5, "L", 0)
 		// The item's first block starts on the marker's line.
 		w.indent(level + 1)
 		w.blocks(item, level+1)
@@ -133,17 +131,16 @@ func (w *markupWriter) list(l *ast.List, level int) {
 
 // row writes one table row as its cells' text, separated by bars.
 func (w *markupWriter) row(row ast.Node, style string) {
-	f := w.d.f
-	f.SetFont(family, style, bodySize)
 	first := true
 	for cell := row.FirstChild(); cell != nil; cell = cell.NextSibling() {
 		if !first {
-			f.Write(bodySize*0.5, " | ")
+			w.add(" | ", style)
 		}
 		first = false
-		w.runs(cell, bodySize, style)
+		w.runs(cell, style)
 	}
-	f.Ln(bodySize * 0.5)
+	w.flush(bodySize)
+	w.d.f.Ln(bodySize * 0.5)
 }
 
 // indent sets the left margin of level and moves to it when at the start
@@ -163,39 +160,38 @@ func indentOf(level int) float64 {
 	return float64(min(level, maxIndentLevels)) * listIndent
 }
 
-// runs writes the inline nodes below n, each run of text in the face its
-// emphasis gives on top of style.
-func (w *markupWriter) runs(n ast.Node, size float64, style string) {
-	f := w.d.f
+// runs gathers the inline nodes below n, each run of text in the style
+// its emphasis gives on top of style.
+func (w *markupWriter) runs(n ast.Node, style string) {
 	for c := n.FirstChild(); c != nil; c = c.NextSibling() {
 		switch c := c.(type) {
 		case *ast.Text:
-			w.write(string(c.Segment.Value(w.src)), size, style)
+			w.add(string(c.Segment.Value(w.src)), style)
 			switch {
 			case c.HardLineBreak():
-				f.Ln(size * 0.5)
+				w.add("\n", style)
 			case c.SoftLineBreak():
-				w.write(" ", size, style)
+				w.add(" ", style)
 			}
 		case *ast.String:
-			w.write(string(c.Value), size, style)
+			w.add(string(c.Value), style)
 		case *ast.CodeSpan:
-			w.runs(c, size, style)
+			w.runs(c, style)
 		case *ast.Emphasis:
-			w.runs(c, size, addStyle(style, c.Level))
+			w.runs(c, addStyle(style, c.Level))
 		case *ast.Link:
-			w.runs(c, size, style)
+			w.runs(c, style)
 			if dest := string(c.Destination); dest != "" && dest != w.text(c) {
-				w.write(" ("+dest+")", size, style)
+				w.add(" ("+dest+")", style)
 			}
 		case *ast.AutoLink:
-			w.write(string(c.URL(w.src)), size, style)
+			w.add(string(c.URL(w.src)), style)
 		case *ast.Image:
-			w.runs(c, size, style) // its alternative text
+			w.runs(c, style) // its alternative text
 		case *ast.RawHTML:
 			// left out, as on the pages
 		default:
-			w.runs(c, size, style)
+			w.runs(c, style)
 		}
 	}
 }
@@ -228,41 +224,17 @@ func addStyle(style string, level int) string {
 	return "BI"
 }
 
-// write writes s in style at size, wrapping at the right margin and back
-// to the left margin of the current indentation.
-func (w *markupWriter) write(s string, size float64, style string) {
-	if s == "" {
-		return
-	}
-	if style == "BI" && !w.boldItalic {
-		w.d.f.AddUTF8FontFromBytes(family, "BI", gobolditalic.TTF)
-		w.boldItalic = true
-	}
-	w.d.f.SetFont(family, style, size)
-	for s = printable(s); s != ""; {
-		n := runLength(s)
-		w.d.f.Write(size*0.5, s[:n])
-		s = s[n:]
+// add adds s in style to the block's text.
+func (w *markupWriter) add(s, style string) {
+	if s != "" {
+		w.spans = append(w.spans, span{s, style})
 	}
 }
 
-// maxRun bounds the text one fpdf Write gets: Write measures its whole
-// string again for each line it breaks, so one long paragraph would cost
-// the square of its length (a 100 KB paragraph took 26 s).
-const maxRun = 64
-
-// runLength is how much of s to write at once: up to and including its
-// first space, or maxRun bytes (cut on a character) of a longer word.
-func runLength(s string) int {
-	if i := strings.IndexByte(s[:min(len(s), maxRun)], ' '); i >= 0 {
-		return i + 1
-	}
-	if len(s) <= maxRun {
-		return len(s)
-	}
-	n := maxRun
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return n
+// flush writes the block's text at size from the current position,
+// wrapping at the right margin and back to the left margin of the current
+// indentation.
+func (w *markupWriter) flush(size float64) {
+	w.d.flow(w.d.glyphs(w.spans, size, false), size, size*0.5)
+	w.spans = w.spans[:0]
 }

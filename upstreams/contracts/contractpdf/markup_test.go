@@ -1,6 +1,7 @@
 package contractpdf
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,9 +25,11 @@ func TestMarkdownBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := pdftest.Read(t, out)
+	// A run is the text of one line in one face: the word's run holds
+	// it as a word of its own.
 	face := func(text string) pdftest.Run {
 		for _, r := range doc.Runs {
-			if strings.TrimSpace(r.Text) == text {
+			if slices.Contains(strings.Fields(r.Text), text) {
 				return r
 			}
 		}
