@@ -172,8 +172,12 @@ func readUpload(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if err != nil {
 		return nil, fileErr("required", "send the PDF as multipart/form-data in the field file")
 	}
+	var doc []byte
 	for {
 		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) && doc != nil {
+			return doc, nil
+		}
 		if errors.Is(err, io.EOF) {
 			return nil, fileErr("required", "send the PDF in the field file")
 		}
@@ -187,7 +191,11 @@ func readUpload(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		if part.FormName() != "file" {
 			continue
 		}
-		doc, err := io.ReadAll(io.LimitReader(part, maxVerifyUpload+1))
+		if doc != nil {
+			// Which of two files was checked would be a guess.
+			return nil, fileErr("invalid", "send one file in the field file")
+		}
+		doc, err = io.ReadAll(io.LimitReader(part, maxVerifyUpload+1))
 		switch {
 		case errors.As(err, &tooLarge) || len(doc) > maxVerifyUpload:
 			return nil, problem.New(http.StatusRequestEntityTooLarge, problem.CodePayloadTooLarge, "the file is larger than 10 MiB")
@@ -198,7 +206,6 @@ func readUpload(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		case !bytes.HasPrefix(doc, []byte("%PDF-")):
 			return nil, fileErr("not_pdf", "the file is not a PDF")
 		}
-		return doc, nil
 	}
 }
 

@@ -82,13 +82,22 @@ func verifyHandler(t *testing.T, checks int) (*Verify, []byte) {
 // postVerify posts doc to h as the form does, from its own address.
 func postVerify(t *testing.T, h *Verify, doc []byte, accept string) *httptest.ResponseRecorder {
 	t.Helper()
+	return postVerifyFiles(t, h, accept, doc)
+}
+
+// postVerifyFiles posts each of docs in a part of its own, all named
+// file.
+func postVerifyFiles(t *testing.T, h *Verify, accept string, docs ...[]byte) *httptest.ResponseRecorder {
+	t.Helper()
 	var b bytes.Buffer
 	mw := multipart.NewWriter(&b)
-	fw, err := mw.CreateFormFile("file", "document.pdf")
-	if err != nil {
-		t.Fatal(err)
+	for _, doc := range docs {
+		fw, err := mw.CreateFormFile("file", "document.pdf")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fw.Write(doc)
 	}
-	fw.Write(doc)
 	if err := mw.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -175,5 +184,18 @@ func TestVerifyEmptyFile(t *testing.T) {
 	h, _ := verifyHandler(t, 1)
 	if w := postVerify(t, h, nil, "application/json"); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"file"`) {
 		t.Errorf("an empty file: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestVerifyTwoFiles: two files in the field file are a 400, whatever
+// they are: which one was checked would be a guess.
+func TestVerifyTwoFiles(t *testing.T) {
+	h, sealed := verifyHandler(t, 1)
+	stranger := []byte("%PDF-1.4\n% a stranger's document\n%%EOF\n")
+	if w := postVerifyFiles(t, h, "application/json", sealed, stranger); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "send one file") {
+		t.Errorf("two files: %d %s", w.Code, w.Body)
+	}
+	if w := postVerifyFiles(t, h, "application/json", sealed); w.Code != http.StatusOK {
+		t.Errorf("one file: %d %s", w.Code, w.Body)
 	}
 }
