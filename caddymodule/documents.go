@@ -147,7 +147,7 @@ func sealFunc(sealer *docseal.Sealer, logger *zap.Logger) func([]byte, *contract
 			logger.Error("sealing a completed contract's document", zap.String("contract", c.ID), zap.Error(err))
 			return nil, err
 		case outcome == docseal.SealedWithoutValidationData:
-			logger.Warn("document sealed with a timestamp but without long-term validation data (B-T, not B-LTA): the revocation status or the document timestamp failed", zap.String("contract", c.ID), zap.Error(err))
+			logger.Warn("document sealed short of B-LTA: the revocation status (B-T) or the document timestamp (B-LT) failed", zap.String("contract", c.ID), zap.Error(err))
 		case outcome == docseal.TimestampFailed:
 			logger.Warn("document sealed without a timestamp: the timestamp authority's reply was refused", zap.String("contract", c.ID), zap.Error(err))
 		case err != nil:

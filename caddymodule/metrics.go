@@ -92,7 +92,7 @@ var metrics = struct {
 	}),
 	documentSeals: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_document_seals_total",
-		Help: "Seals of completed contracts' documents, by outcome: sealed, sealed_with_timestamp, sealed_without_timestamp (the timestamp authority failed), timestamp_failed (its reply failed a check), sealed_without_validation_data (timestamped, but the revocation status or the document timestamp failed: B-T, not B-LTA), failed.",
+		Help: "Seals of completed contracts' documents, by outcome: sealed, sealed_with_timestamp, sealed_without_timestamp (the timestamp authority failed), timestamp_failed (its reply failed a check), sealed_without_validation_data (timestamped, but the revocation status (B-T) or the document timestamp (B-LT) failed, short of B-LTA), failed.",
 	}, []string{"outcome"}),
 }
 

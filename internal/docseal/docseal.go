@@ -350,11 +350,14 @@ func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
 		out, err := s.timestamped(func(tsa string) ([]byte, error) { return s.seal(doc, info, tsa) })
 		if err == nil && s.Level() == LevelBLTA {
 			long, err := s.longTerm(out)
+			if long == nil {
+				long = out // B-T
+			}
 			switch {
 			case errors.Is(err, ErrTimestampRejected):
-				return out, TimestampFailed, err
+				return long, TimestampFailed, err
 			case err != nil:
-				return out, SealedWithoutValidationData, err
+				return long, SealedWithoutValidationData, err
 			}
 			return long, SealedWithTimestamp, nil
 		}

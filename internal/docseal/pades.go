@@ -40,9 +40,9 @@ const (
 	LevelBLTA Level = "B-LTA"
 )
 
-// SealedWithoutValidationData: the seal is timestamped (B-T), but the
-// chain's OCSP responses or CRLs could not be had, or the document
-// timestamp failed, so it stops short of B-LT or B-LTA.
+// SealedWithoutValidationData: the seal is timestamped, but the chain's
+// OCSP responses or CRLs could not be had (B-T), or the document
+// timestamp failed (B-LT), so it stops short of B-LTA.
 const SealedWithoutValidationData Outcome = "sealed_without_validation_data"
 
 // oidTimestampToken is the id-aa-timeStampToken unsigned attribute.
@@ -89,6 +89,8 @@ const maxRevocationReply = 8 << 20
 // longTerm lifts doc, sealed with a checked timestamp (B-T), to B-LTA: a
 // /DSS with the chain, the authority's certificates and the chain's
 // revocation status fetched now, then a document timestamp over it all.
+// When the document timestamp fails it returns the document at B-LT
+// with the error; when the revocation status fails, nil.
 // It calls OCSP responders, CRL locations and the timestamp authority:
 // never inside a transaction.
 func (s *Sealer) longTerm(doc []byte) ([]byte, error) {
@@ -151,7 +153,8 @@ func (s *Sealer) longTerm(doc []byte) ([]byte, error) {
 	}
 	out, err := s.timestamped(func(tsa string) ([]byte, error) { return documentTimestamp(withDSS.Bytes(), tsa) })
 	if err != nil {
-		return nil, fmt.Errorf("the document timestamp: %w", err)
+		// B-LT: the validation data holds without the archive timestamp.
+		return withDSS.Bytes(), fmt.Errorf("the document timestamp: %w", err)
 	}
 	return out, nil
 }

@@ -67,6 +67,7 @@ func TestPAdESLevels(t *testing.T) {
 		{"operator's, no authority", operator, -1, false, LevelBB, LevelBB, Sealed},
 		{"operator's with an authority and a responder", operator, openssltest.TSAAnswer, false, LevelBLTA, LevelBLTA, SealedWithTimestamp},
 		{"the responder down", operator, openssltest.TSAAnswer, true, LevelBLTA, LevelBT, SealedWithoutValidationData},
+		{"the document timestamp fails", operator, openssltest.TSAOnce, false, LevelBLTA, LevelBLT, SealedWithoutValidationData},
 		{"the authority fails", operator, openssltest.TSAFail, false, LevelBLTA, LevelBB, SealedWithoutTimestamp},
 		{"the authority hangs", operator, openssltest.TSAHang, false, LevelBLTA, LevelBB, SealedWithoutTimestamp},
 		{"the authority answers over another hash", operator, openssltest.TSAWrongHash, false, LevelBLTA, LevelBB, TimestampFailed},

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -222,6 +223,7 @@ const (
 	TSAFail                     // 500
 	TSAHang                     // no answer until the test ends
 	TSAWrongHash                // a valid token over another hash
+	TSAOnce                     // a token for the first request, then 500
 )
 
 // TSA starts a timestamp authority of mode on loopback until the test
@@ -249,8 +251,13 @@ ess_cert_id_chain = yes
 		ca.write("other.txt", "not what was asked for")
 	}
 	hang := make(chan struct{})
+	var asked atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch mode {
+		m := mode
+		if m == TSAOnce && asked.Add(1) > 1 {
+			m = TSAFail
+		}
+		switch m {
 		case TSAFail:
 			http.Error(w, "failing", http.StatusInternalServerError)
 			return
@@ -262,7 +269,7 @@ ess_cert_id_chain = yes
 			return
 		}
 		query, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-		reply, err := ca.reply(query, mode == TSAWrongHash)
+		reply, err := ca.reply(query, m == TSAWrongHash)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
