@@ -362,6 +362,7 @@ func (a *App) Cleanup() error {
 	// one still waiting on a timestamp authority past sealDrain stays
 	// queued, for the next start.
 	if a.signing != nil {
+		a.signing.StopSealing()
 		drained := make(chan struct{})
 		go func() { a.signing.WaitSealing(); close(drained) }()
 		select {
@@ -381,8 +382,9 @@ func (a *App) Cleanup() error {
 	return err
 }
 
-// sealDrain bounds how long a stopping config waits for documents being
-// sealed: one timestamp authority's timeout and a little.
+// sealDrain bounds how long a stopping config waits for the seals under
+// way to end (each stops at its next step once StopSealing ran; one may
+// still wait on its timestamp authority).
 const sealDrain = docseal.TimestampTimeout + 2*time.Second
 
 func (a *App) background(stop <-chan struct{}, stopped chan<- struct{}) {

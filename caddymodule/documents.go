@@ -100,6 +100,13 @@ func (s *state) buildSealer(a *App) (*docseal.Sealer, error) {
 		if err := docseal.CheckCertificate(cert.Cert, time.Now()); err != nil {
 			return nil, fmt.Errorf("document_seal: the self-made certificate kept in the database: %w; configure a pkcs12_file", err)
 		}
+		// The leaf names the CRL where the gateway was reached when it
+		// was made; a relying party that checks online asks there.
+		crl := strings.TrimSuffix(a.PublicBaseURL, "/") + sealCRLPath
+		if dp := cert.Cert.CRLDistributionPoints; len(dp) > 0 && dp[0] != crl {
+			a.logger.Warn("the self-made seal certificate names its CRL at another address than public_base_url: relying parties that check revocation online ask there; keep the gateway reachable there too",
+				zap.String("crl", dp[0]), zap.String("public_base_url", a.PublicBaseURL))
+		}
 	}
 	metrics.sealExpiry.Set(float64(cert.Cert.NotAfter.Unix()))
 	sealer := docseal.NewSealer(cert, cfg.TimestampURL)
@@ -126,7 +133,7 @@ func (a *App) warnSealExpiry(now time.Time) {
 	end := a.sealer.Certificate().Cert.NotAfter
 	if left := end.Sub(now); left < docseal.ExpiryWarning {
 		a.lastSealWarning = now
-		a.logger.Warn("the document seal certificate expires soon: renew it (document_seal pkcs12_file) before completions fail",
+		a.logger.Warn("the document seal certificate expires soon: renew it (document_seal pkcs12_file) before completed contracts' documents wait unsealed",
 			zap.Time("not_after", end), zap.Duration("left", left.Round(time.Minute)))
 	}
 }
@@ -149,7 +156,7 @@ func sealFunc(sealer *docseal.Sealer, logger *zap.Logger) func([]byte, *contract
 		case outcome == docseal.SealedWithoutValidationData:
 			logger.Warn("document sealed short of B-LTA: the revocation status (B-T) or the document timestamp (B-LT) failed", zap.String("contract", c.ID), zap.Error(err))
 		case outcome == docseal.TimestampFailed:
-			logger.Warn("document sealed without a timestamp: the timestamp authority's reply was refused", zap.String("contract", c.ID), zap.Error(err))
+			logger.Warn("a timestamp authority's reply was refused: the document is sealed without that timestamp", zap.String("contract", c.ID), zap.Error(err))
 		case err != nil:
 			logger.Warn("document sealed without a timestamp: the timestamp authority failed", zap.String("contract", c.ID), zap.Error(err))
 		}
@@ -157,8 +164,9 @@ func sealFunc(sealer *docseal.Sealer, logger *zap.Logger) func([]byte, *contract
 	}
 }
 
-// sealedFunc records, in the completion's transaction, each sealed
-// document under its hash: /verify finds the contract by it.
+// sealedFunc records, in the transaction that stores a completion's
+// sealed documents, each one under its hash: /verify finds the contract
+// by it.
 func sealedFunc(index docseal.Index) func(storage.Tx, []byte, *contracts.Contract) error {
 	return func(tx storage.Tx, doc []byte, c *contracts.Contract) error {
 		return index.Record(tx, sha256.Sum256(doc), c.ID)

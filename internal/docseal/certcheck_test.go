@@ -1,7 +1,11 @@
 package docseal
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"strings"
 	"testing"
 	"time"
@@ -56,5 +60,55 @@ func TestSealRefusesExpired(t *testing.T) {
 	out, outcome, err := NewSealer(c, "").Seal(minimalPDF("x"), Info{Name: "keygate", Time: time.Now()})
 	if out != nil || outcome != Failed || err == nil || !strings.Contains(err.Error(), "expired") {
 		t.Errorf("sealing with an expired certificate: %v %v", outcome, err)
+	}
+}
+
+// TestOrderChain: a PKCS#12 file may list its chain root first; each
+// certificate is put before its issuer, and one that issued none of them
+// goes last.
+func TestOrderChain(t *testing.T) {
+	self, err := MakeSelfSigned("a.example.com", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := self.Chain[0]
+	// An intermediate under the root, with a key of its own, and a leaf
+	// under the intermediate.
+	midKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid, err := issue(&x509.Certificate{Subject: pkix.Name{CommonName: "mid"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		BasicConstraintsValid: true, IsCA: true, KeyUsage: x509.KeyUsageCertSign}, root, midKey.Public(), self.rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := issue(&x509.Certificate{Subject: pkix.Name{CommonName: "leaf"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)},
+		mid, self.Key.Public(), midKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger := self.Cert
+	for _, tc := range []struct {
+		name string
+		in   []*x509.Certificate
+		want []*x509.Certificate
+	}{
+		{"in order", []*x509.Certificate{mid, root}, []*x509.Certificate{mid, root}},
+		{"root first", []*x509.Certificate{root, mid}, []*x509.Certificate{mid, root}},
+		{"a stranger among them", []*x509.Certificate{stranger, root, mid}, []*x509.Certificate{mid, root, stranger}},
+		{"none", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := orderChain(leaf, tc.in)
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d certificates, want %d", len(got), len(tc.want))
+			}
+			for i := range got {
+				if !got[i].Equal(tc.want[i]) {
+					t.Errorf("%d: %s, want %s", i, got[i].Subject.CommonName, tc.want[i].Subject.CommonName)
+				}
+			}
+		})
 	}
 }

@@ -1,7 +1,8 @@
-// Package docseal seals PDFs with a PDF digital signature over the whole
-// file (an incremental update, adbe.pkcs7.detached, made by
-// digitorus/pdfsign), with the operator's PKCS#12 certificate or one the
-// gateway makes once. It knows nothing of Caddy or of contracts.
+// Package docseal seals PDFs with a PAdES baseline signature (an
+// incremental update, ETSI.CAdES.detached, made by copies of
+// digitorus/pdfsign and digitorus/pkcs7 in third_party), up to B-LTA
+// (pades.go), with the operator's PKCS#12 certificate or one the gateway
+// makes once. It knows nothing of Caddy or of contracts.
 package docseal
 
 import (
@@ -24,6 +25,7 @@ import (
 	"math/big"
 	"net/url"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/digitorus/pdf"
@@ -80,10 +82,31 @@ func LoadPKCS12(data []byte, password string) (*Certificate, error) {
 	if !publicKeysMatch(cert.PublicKey, signer.Public()) {
 		return nil, errors.New("the PKCS#12 file's key is not the key of its certificate")
 	}
+	// The file may list its chain in any order (root first is common):
+	// each certificate is followed by its issuer from here on.
+	chain = orderChain(cert, chain)
 	if err := CheckCertificate(cert, time.Now()); err != nil {
 		return nil, err
 	}
 	return &Certificate{Cert: cert, Chain: chain, Key: signer}, nil
+}
+
+// orderChain is certs ordered from leaf's issuer up, each followed by
+// its own issuer; certificates that issued none of them come last.
+func orderChain(leaf *x509.Certificate, certs []*x509.Certificate) []*x509.Certificate {
+	rest := slices.Clone(certs)
+	var out []*x509.Certificate
+	for at := leaf; ; {
+		i := slices.IndexFunc(rest, func(c *x509.Certificate) bool {
+			return !c.Equal(at) && at.CheckSignatureFrom(c) == nil
+		})
+		if i < 0 {
+			return append(out, rest...)
+		}
+		at = rest[i]
+		out = append(out, at)
+		rest = slices.Delete(rest, i, i+1)
+	}
 }
 
 // CheckCertificate tells what keeps cert from sealing at now: outside its
@@ -125,8 +148,8 @@ const SelfMadeValidity = 10 * 365 * 24 * time.Hour
 // ECDSA P-256, with host (the public base URL's) as organizational unit.
 // A relying party trusts the root once as an anchor (pdfsig, pdfcpu and
 // Adobe refuse a self-signed leaf without CA rights as one). With crlURL
-// the leaf names it as where the root's CRL is (SealCRLPath, served by
-// the gateway from CRL), so that a relying party can learn that the leaf
+// the leaf names it as where the root's CRL is (the gateway serves it,
+// from CRL), so that a relying party can learn that the leaf
 // is not revoked, and seals can reach B-LT.
 func MakeSelfSigned(host, crlURL string, now time.Time) (*Certificate, error) {
 	rootKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -194,8 +217,8 @@ const CRLValidity = 7 * 24 * time.Hour
 
 // CRL is the self-made root's certificate revocation list at now, in
 // DER: empty (the gateway revokes no leaf of its own), signed by the root,
-// current for CRLValidity. Nil for a certificate whose root's key the
-// gateway does not hold (the operator's).
+// current for CRLValidity. An error for a certificate whose root's key
+// the gateway does not hold (the operator's).
 func (c *Certificate) CRL(now time.Time) ([]byte, error) {
 	if c.rootKey == nil || len(c.Chain) == 0 {
 		return nil, errors.New("the gateway holds no root key to sign a CRL with")
@@ -339,7 +362,8 @@ type Info struct {
 }
 
 // Seal returns doc with a certification signature over the whole file
-// (no change allowed after it), and the outcome. With a timestamp
+// as it was given (no change allowed after it; at B-LT and B-LTA the
+// /DSS and the document timestamp follow it), and the outcome. With a timestamp
 // authority that fails, the document is sealed without a timestamp
 // (SealedWithoutTimestamp) and err says why the timestamp failed.
 func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
@@ -403,6 +427,13 @@ func (s *Sealer) timestamped(sign func(tsa string) ([]byte, error)) ([]byte, err
 	}
 	done := make(chan result, 1)
 	go func() {
+		defer func() {
+			// pdfsign and the PDF reader run on this goroutine: a panic
+			// of theirs is a failed seal, not the end of the process.
+			if p := recover(); p != nil {
+				done <- result{nil, fmt.Errorf("sealing the PDF: panic: %v", p)}
+			}
+		}()
 		out, err := sign(url)
 		done <- result{out, err}
 	}()
@@ -466,7 +497,8 @@ var sealContents = regexp.MustCompile(`/ByteRange\s*\[\s*(\d+)\s+(\d+)\s+(\d+)\s
 
 const (
 	// maxSignatures is how many signatures SealedBy examines, the first
-	// in the file: a document this gateway sealed carries one, and each
+	// in the file: a document this gateway sealed carries one (two at
+	// B-LTA, the document timestamp's not its key's), and each
 	// examined may cost a hash of the file.
 	maxSignatures = 4
 	// hashBudget is how many times the file's length SealedBy hashes at

@@ -124,22 +124,14 @@ func (s *Sealer) longTerm(doc []byte) ([]byte, error) {
 			dss.CRLs = append(dss.CRLs, raw)
 		}
 	}
-	// The timestamp authority's certificates, so that its token can be
-	// checked from the file alone, and their revocation status where
-	// they name it (not needed for B-LT: the token's time is what it
-	// proves).
-	tsaCerts := seal.tokenCerts()
-	for _, c := range tsaCerts {
+	// The timestamp authority's chain, so that its token can be checked
+	// from the file alone: the signer and the issuers above it among the
+	// token's certificates, no other (the set is not signed, and what
+	// else it holds is not the gateway's to vouch for). Its revocation
+	// status is not fetched: B-LT does not need it, and the token names
+	// the locations.
+	for _, c := range seal.tokenChain() {
 		addCert(c)
-		issuer := issuerIn(c, tsaCerts)
-		if issuer == nil || len(c.OCSPServer)+len(c.CRLDistributionPoints) == 0 {
-			continue
-		}
-		if kind, raw, err := s.revocation.status(ctx, c, issuer); err == nil && kind == "ocsp" {
-			dss.OCSPs = append(dss.OCSPs, raw)
-		} else if err == nil {
-			dss.CRLs = append(dss.CRLs, raw)
-		}
 	}
 
 	var withDSS bytes.Buffer
@@ -380,9 +372,14 @@ func (s *signature) token() *timestamp.Timestamp {
 	return nil
 }
 
-// tokenCerts are the certificates the signature's timestamp token
-// carries: the authority's.
-func (s *signature) tokenCerts() []*x509.Certificate {
+// maxTokenChain bounds the timestamp authority's chain copied into the
+// /DSS.
+const maxTokenChain = 4
+
+// tokenChain is the chain of the signature's timestamp token: its
+// signer's certificate and each issuer above it that the token carries,
+// at most maxTokenChain.
+func (s *signature) tokenChain() []*x509.Certificate {
 	ts := s.token()
 	if ts == nil {
 		return nil
@@ -391,7 +388,13 @@ func (s *signature) tokenCerts() []*x509.Certificate {
 	if err != nil {
 		return nil
 	}
-	return p7.Certificates
+	at := p7.GetOnlySigner()
+	var chain []*x509.Certificate
+	for at != nil && len(chain) < maxTokenChain {
+		chain = append(chain, at)
+		at = issuerIn(at, p7.Certificates)
+	}
+	return chain
 }
 
 // coversAll reports whether the signature's byte range covers doc but
@@ -417,9 +420,16 @@ func (s *signature) hashedRanges(doc []byte) []byte {
 // sealed (found by its hash: the reader is not meant for hostile
 // files), from the file alone: its first ETSI.CAdES.detached signature
 // without signing-time (B-B); with a timestamp over its value (B-T); a
-// /DSS entry for it in /VRI with revocation data (B-LT); a document
-// timestamp over the whole file, over the bytes it covers (B-LTA).
-func LevelOf(doc []byte) Level {
+// /DSS holding the revocation status of its certificate (B-LT); a
+// document timestamp over the whole file, over the bytes it covers
+// (B-LTA). A file the reader cannot read is LevelNone.
+func LevelOf(doc []byte) (level Level) {
+	defer func() {
+		// The reader reads streams lazily, after signatures returned.
+		if p := recover(); p != nil {
+			level = LevelNone
+		}
+	}()
 	sigs, root, err := signatures(doc)
 	if err != nil {
 		return LevelNone

@@ -12,3 +12,7 @@ require (
 	golang.org/x/crypto v0.41.0
 	golang.org/x/text v0.28.0
 )
+
+// keygate: the copy of digitorus/pkcs7 beside this one, as the main
+// module uses it (SkipSigningTime).
+replace github.com/digitorus/pkcs7 => ../pkcs7

@@ -3,6 +3,7 @@ package signing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -38,6 +39,9 @@ const minSealBackoff = 30 * time.Second
 // completion whose sealing keeps failing (an expired seal certificate).
 const maxSealBackoff = 15 * time.Minute
 
+// errSignatureMissing: a signer's signature is not stored.
+var errSignatureMissing = errors.New("signing: a signature is missing")
+
 // errSealedElsewhere ends a sealing whose completion another attempt
 // stored first (or whose contract is gone).
 var errSealedElsewhere = errors.New("signing: the documents were stored by another attempt")
@@ -54,7 +58,18 @@ type sealings struct {
 	sweeping bool
 	// wg counts the goroutines that seal.
 	wg sync.WaitGroup
+	// ctx ends this instance's sealing (StopSealing): what is not
+	// stored by then stays queued for whoever comes next.
+	ctx  context.Context
+	stop context.CancelFunc
+	// slots bounds the seals that render at once: each draws two PDFs,
+	// and a burst of completions must not take every CPU and the memory
+	// of as many renderings.
+	slots chan struct{}
 }
+
+// maxSealing is how many completions this instance seals at once.
+const maxSealing = 4
 
 type sealRetry struct {
 	at      time.Time
@@ -99,6 +114,22 @@ func (sl *sealings) waiting(id string) chan struct{} {
 	return sl.running[id]
 }
 
+// forgetBut drops the failures of completions no longer queued (stored
+// by another instance, or deleted).
+func (sl *sealings) forgetBut(queued []QueuedSeal) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	keep := make(map[string]bool, len(queued))
+	for _, q := range queued {
+		keep[q.ContractID] = true
+	}
+	for id := range sl.retry {
+		if !keep[id] {
+			delete(sl.retry, id)
+		}
+	}
+}
+
 // due reports whether this instance may try id now.
 func (sl *sealings) due(id string, now time.Time) bool {
 	sl.mu.Lock()
@@ -120,15 +151,41 @@ func (s *Service) sealSoon(id string) {
 	}()
 }
 
+// StopSealing ends this instance's sealing: no new attempt starts, and
+// the ones running stop at their next step (a seal under way finishes:
+// it waits at most on its timestamp authority). What is not stored
+// stays queued. The gateway calls it when a config stops.
+func (s *Service) StopSealing() { s.sealing.stop() }
+
 // WaitSealing waits until this instance's sealing in flight has ended:
 // at shutdown, before the database closes. What it abandons stays
 // queued.
 func (s *Service) WaitSealing() { s.sealing.wg.Wait() }
 
-// sealAttempt runs one attempt at id's documents and records how it went.
+// sealAttempt runs one attempt at id's documents, one of at most
+// maxSealing at once, and records how it went. A panic (rendering a
+// client's text, reading a PDF) is a failed attempt, tried again later,
+// not the end of the process.
 func (s *Service) sealAttempt(id string, done chan struct{}) {
-	err := s.sealDocuments(context.Background(), id)
-	if err != nil {
+	var err error
+	select {
+	case s.sealing.slots <- struct{}{}:
+		func() {
+			defer func() { <-s.sealing.slots }()
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panic: %v", p)
+				}
+			}()
+			err = s.sealDocuments(s.sealing.ctx, id)
+		}()
+	case <-s.sealing.ctx.Done():
+		err = s.sealing.ctx.Err()
+	}
+	switch {
+	case s.sealing.ctx.Err() != nil:
+		// Stopped: whoever comes next seals it.
+	case err != nil:
 		s.log.Error("sealing a completed contract's documents: it stays queued and is tried again", zap.String("contract", id), zap.Error(err))
 	}
 	s.sealing.end(id, done, err != nil, time.Now())
@@ -157,7 +214,7 @@ func (s *Service) SealQueued(batch int) {
 		}()
 		now := time.Now()
 		var queued []QueuedSeal
-		err := s.db.View(context.Background(), func(tx storage.Tx) (err error) {
+		err := s.db.View(s.sealing.ctx, func(tx storage.Tx) (err error) {
 			queued, err = s.backend.SealQueue(tx, now.Add(-s.sealRetryAfter), batch)
 			return err
 		})
@@ -165,7 +222,11 @@ func (s *Service) SealQueued(batch int) {
 			s.log.Error("reading the completions waiting to be sealed", zap.Error(err))
 			return
 		}
+		s.sealing.forgetBut(queued)
 		for _, q := range queued {
+			if s.sealing.ctx.Err() != nil {
+				return
+			}
 			if !s.sealing.due(q.ContractID, now) {
 				continue
 			}
@@ -208,12 +269,20 @@ func (s *Service) sealDocuments(ctx context.Context, id string) error {
 				return err
 			}
 			if !ok {
-				return errors.New("signing: the signature of signer " + c.Signers[j].ID + " is missing")
+				return errSignatureMissing
 			}
 			signatures[j] = signature{method: m, data: d}
 		}
 		return nil
 	})
+	if errors.Is(err, errSignatureMissing) {
+		// Another instance stored the documents (and dropped the
+		// signatures) since c was read; else the record is damaged.
+		if now, err := s.store.Get(ctx, id); err == nil && now.FinalizedPDF != nil || problem.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("signing: a signature of contract %s is missing", id)
+	}
 	if err != nil {
 		return err
 	}

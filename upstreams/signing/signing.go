@@ -16,6 +16,7 @@
 package signing
 
 import (
+	"context"
 	"errors"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
@@ -135,6 +136,8 @@ func New(cc contracts.Config, cfg Config) (*Service, error) {
 	if s.sealWait <= 0 {
 		s.sealWait = DefaultSealWait
 	}
+	s.sealing.ctx, s.sealing.stop = context.WithCancel(context.Background())
+	s.sealing.slots = make(chan struct{}, maxSealing)
 	cc.OnCreate = s.onCreate
 	cc.OnDelete = s.onDelete
 	if s.backend == nil {
