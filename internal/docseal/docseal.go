@@ -15,7 +15,6 @@ import (
 	"crypto/sha512"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/asn1"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -50,7 +49,12 @@ type Certificate struct {
 func (c *Certificate) Fingerprint() string { return FingerprintOf(c.Cert) }
 
 // PEM is the certificate and its chain in PEM.
-func (c *Certificate) PEM() []byte { return PEMOf(append([]*x509.Certificate{c.Cert}, c.Chain...)...) }
+func (c *Certificate) PEM() []byte { return PEMOf(c.chain()...) }
+
+// chain is the certificate followed by its chain, up to the anchor.
+func (c *Certificate) chain() []*x509.Certificate {
+	return append([]*x509.Certificate{c.Cert}, c.Chain...)
+}
 
 // FingerprintOf is the SHA-256 of cert's DER, in hex.
 func FingerprintOf(cert *x509.Certificate) string {
@@ -96,17 +100,11 @@ func LoadPKCS12(data []byte, password string) (*Certificate, error) {
 func orderChain(leaf *x509.Certificate, certs []*x509.Certificate) []*x509.Certificate {
 	rest := slices.Clone(certs)
 	var out []*x509.Certificate
-	for at := leaf; ; {
-		i := slices.IndexFunc(rest, func(c *x509.Certificate) bool {
-			return !c.Equal(at) && at.CheckSignatureFrom(c) == nil
-		})
-		if i < 0 {
-			return append(out, rest...)
-		}
-		at = rest[i]
+	for at := issuerIn(leaf, rest); at != nil; at = issuerIn(at, rest) {
 		out = append(out, at)
-		rest = slices.Delete(rest, i, i+1)
+		rest = slices.DeleteFunc(rest, at.Equal)
 	}
+	return append(out, rest...)
 }
 
 // CheckCertificate tells what keeps cert from sealing at now: outside its
@@ -458,7 +456,7 @@ func (s *Sealer) seal(doc []byte, info Info, tsa string) ([]byte, error) {
 	}
 	var chains [][]*x509.Certificate
 	if len(s.cert.Chain) > 0 {
-		chains = [][]*x509.Certificate{append([]*x509.Certificate{s.cert.Cert}, s.cert.Chain...)}
+		chains = [][]*x509.Certificate{s.cert.chain()}
 	}
 	var out bytes.Buffer
 	err = sign.Sign(rd, &out, r, int64(len(doc)), sign.SignData{
@@ -603,11 +601,11 @@ func parseSeal(hexDigits []byte) *pkcs7.PKCS7 {
 	if _, err := hex.Decode(der, hexDigits[:2*len(der)]); err != nil {
 		return nil
 	}
-	var first asn1.RawValue
-	if _, err := asn1.Unmarshal(der, &first); err != nil {
+	first := firstDER(der)
+	if first == nil {
 		return nil
 	}
-	p7, err := pkcs7.Parse(first.FullBytes)
+	p7, err := pkcs7.Parse(first)
 	if err != nil {
 		return nil
 	}

@@ -78,7 +78,7 @@ func namesRevocation(c *Certificate) bool {
 // revocable is c's chain without its anchor: the certificates a relying
 // party needs the revocation status of, each followed by its issuer.
 func revocable(c *Certificate) []*x509.Certificate {
-	chain := append([]*x509.Certificate{c.Cert}, c.Chain...)
+	chain := c.chain()
 	return chain[:len(chain)-1]
 }
 
@@ -109,7 +109,7 @@ func (s *Sealer) longTerm(doc []byte) ([]byte, error) {
 		}
 		dss.Certs = append(dss.Certs, c.Raw)
 	}
-	chain := append([]*x509.Certificate{s.cert.Cert}, s.cert.Chain...)
+	chain := s.cert.chain()
 	for _, c := range chain {
 		addCert(c)
 	}
@@ -503,9 +503,13 @@ func holdsStatusOf(dss pdf.Value, cert *x509.Certificate) bool {
 
 // firstDER is the DER element the /Contents starts with (the rest is
 // padding).
-func (s *signature) firstDER() []byte {
+func (s *signature) firstDER() []byte { return firstDER(s.contents) }
+
+// firstDER is the first DER element of b, nil if there is none: a
+// signature is padded with zeros to its reserved room.
+func firstDER(b []byte) []byte {
 	var first asn1.RawValue
-	if _, err := asn1.Unmarshal(s.contents, &first); err != nil {
+	if _, err := asn1.Unmarshal(b, &first); err != nil {
 		return nil
 	}
 	return first.FullBytes

@@ -169,3 +169,27 @@ func TestPAdESLevels(t *testing.T) {
 		})
 	}
 }
+
+// TestRevokedSealCertificate: a seal certificate its CA's responder
+// calls revoked gets no validation data saying otherwise: the seal stays
+// at B-T, counted, with the responder's word in the error.
+func TestRevokedSealCertificate(t *testing.T) {
+	ca := openssltest.NewCA(t)
+	p12, leaf := ca.Leaf("Revoked Seal", "s3cret")
+	cert, err := LoadPKCS12(p12, "s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca.Revoke(leaf)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Root)
+	sealer := NewSealer(cert, ca.TSA(openssltest.TSAAnswer))
+	sealer.TrustTimestampRoots(roots)
+	sealed, outcome, err := sealer.Seal(minimalPDF("revoked"), Info{Name: "keygate", Time: time.Now()})
+	if outcome != SealedWithoutValidationData || err == nil || !strings.Contains(err.Error(), "not good") {
+		t.Fatalf("outcome %s, %v", outcome, err)
+	}
+	if got := LevelOf(sealed); got != LevelBT {
+		t.Errorf("LevelOf: %s, want B-T", got)
+	}
+}

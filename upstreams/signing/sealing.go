@@ -80,9 +80,6 @@ type sealRetry struct {
 func (sl *sealings) start(id string) (chan struct{}, bool) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
-	if sl.running == nil {
-		sl.running, sl.retry = map[string]chan struct{}{}, map[string]sealRetry{}
-	}
 	if _, ok := sl.running[id]; ok {
 		return nil, false
 	}

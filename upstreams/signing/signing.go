@@ -138,6 +138,7 @@ func New(cc contracts.Config, cfg Config) (*Service, error) {
 	}
 	s.sealing.ctx, s.sealing.stop = context.WithCancel(context.Background())
 	s.sealing.slots = make(chan struct{}, maxSealing)
+	s.sealing.running, s.sealing.retry = map[string]chan struct{}{}, map[string]sealRetry{}
 	cc.OnCreate = s.onCreate
 	cc.OnDelete = s.onDelete
 	if s.backend == nil {

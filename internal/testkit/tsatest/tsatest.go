@@ -40,14 +40,8 @@ type Authority struct {
 	Cert *x509.Certificate
 }
 
-// Start runs an authority of mode on loopback until the test ends and
-// returns its URL.
-func Start(t testing.TB, mode Mode) string {
-	t.Helper()
-	return StartAuthority(t, mode).URL
-}
-
-// StartAuthority is Start, with the authority's certificate.
+// StartAuthority runs an authority of mode on loopback until the test
+// ends.
 func StartAuthority(t testing.TB, mode Mode) *Authority {
 	t.Helper()
 	a, stop, err := Serve(mode)

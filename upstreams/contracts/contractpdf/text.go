@@ -168,11 +168,6 @@ func width(gs []glyph) float64 {
 	return w
 }
 
-// widthOf is the width of s in style at size.
-func (d *document) widthOf(s, style string, size float64) float64 {
-	return width(d.text(s, style, size))
-}
-
 // fit shortens gs with an ellipsis until it fits w, for cells that cannot
 // wrap.
 func (d *document) fit(gs []glyph, w float64, size float64) []glyph {
