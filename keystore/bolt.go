@@ -65,6 +65,29 @@ type Backend interface {
 	ReturnQuota(id string, span QuotaSpan, n int64) error
 	// QuotaUsed reads what instances have taken of the period's quota.
 	QuotaUsed(id string, span QuotaSpan) (int64, error)
+
+	// Plans and consumers. A key's or consumer's quota, rate-limit
+	// counts and hours are stored under its own id, by the methods above.
+	// Put and PutMany refuse a key that names a plan or consumer that is
+	// gone (a 400 naming planId or consumerId), in their transaction.
+
+	// LoadScopes calls plan for every stored plan, then consumer for
+	// every consumer.
+	LoadScopes(plan func(*Plan) error, consumer func(*Consumer) error) error
+	// Plan and Consumer read one back; nil when there is none.
+	Plan(id string) (*Plan, error)
+	Consumer(id string) (*Consumer, error)
+	// PutPlan stores p; ErrPlanNameTaken when another plan has its name.
+	PutPlan(p *Plan) error
+	// PutConsumer stores c; ErrExternalIDTaken when another consumer has
+	// its externalId, a 400 naming planId when its plan is gone.
+	PutConsumer(c *Consumer) error
+	// DeletePlan removes plan id; ErrPlanInUse while a key or consumer
+	// takes it.
+	DeletePlan(id string) error
+	// DeleteConsumer removes consumer id with its traffic;
+	// ErrConsumerHasKeys while keys belong to it.
+	DeleteConsumer(id string) error
 }
 
 // Watcher is a Backend that other gateway instances write to as well:
@@ -81,7 +104,8 @@ type BoltBackend struct{ db *bbolt.DB }
 
 // NewBoltBackend creates the key buckets in db.
 func NewBoltBackend(db *bbolt.DB) (*BoltBackend, error) {
-	if err := boltdb.New(db).CreateBuckets(bucketKeys, bucketKeyUsage, bucketKeyQuota, bucketKeyHours); err != nil {
+	if err := boltdb.New(db).CreateBuckets(bucketKeys, bucketKeyUsage, bucketKeyQuota, bucketKeyHours,
+		bucketPlans, bucketPlanNames, bucketConsumers, bucketConsumerExternal, bucketScopeHolders); err != nil {
 		return nil, err
 	}
 	return &BoltBackend{db: db}, nil
@@ -125,7 +149,7 @@ func (b *BoltBackend) Put(rec *record, emit func(storage.Tx) error) error {
 		return err
 	}
 	return b.db.Batch(func(tx *bbolt.Tx) error {
-		if err := tx.Bucket(bucketKeys).Put(k, v); err != nil {
+		if err := putKey(tx, k, v, rec); err != nil {
 			return err
 		}
 		if emit != nil {
@@ -147,14 +171,27 @@ func (b *BoltBackend) PutMany(recs []*record) error {
 		keys[i], vals[i] = k, v
 	}
 	return b.db.Update(func(tx *bbolt.Tx) error {
-		bkt := tx.Bucket(bucketKeys)
 		for i := range keys {
-			if err := bkt.Put(keys[i], vals[i]); err != nil {
+			if err := putKey(tx, keys[i], vals[i], recs[i]); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// putKey stores key k's record v, and its plan's and consumer's index
+// entries, refusing a plan or consumer that is gone.
+func putKey(tx *bbolt.Tx, k, v []byte, rec *record) error {
+	bkt := tx.Bucket(bucketKeys)
+	old, err := refsOf(bkt.Get(k))
+	if err != nil {
+		return err
+	}
+	if err := setHolder(tx, k, old, scopeRefs{ConsumerID: rec.ConsumerID, PlanID: rec.PlanID}); err != nil {
+		return err
+	}
+	return bkt.Put(k, v)
 }
 
 // MarkExpiryWarned implements Backend.
@@ -212,6 +249,13 @@ func (b *BoltBackend) Delete(id string) error {
 		return err
 	}
 	return b.db.Update(func(tx *bbolt.Tx) error {
+		old, err := refsOf(tx.Bucket(bucketKeys).Get(k))
+		if err != nil {
+			return err
+		}
+		if err := setHolder(tx, k, old, scopeRefs{}); err != nil {
+			return err
+		}
 		if err := tx.Bucket(bucketKeys).Delete(k); err != nil {
 			return err
 		}
@@ -265,6 +309,12 @@ func (b *BoltBackend) AddUsage(batch []Usage) error {
 			k, err := idBytes(u.KeyID)
 			if err != nil || keys.Get(k) == nil {
 				batch[i] = Usage{KeyID: u.KeyID, Hours: u.Hours}
+				if err == nil && tx.Bucket(bucketConsumers).Get(k) != nil {
+					// A consumer's hours: it has no count of its own.
+					if err := addHours(tx.Bucket(bucketKeyHours), k, u.Hours); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			sum := boltUsage(u.KeyID, usage.Get(k))

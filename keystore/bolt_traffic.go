@@ -155,7 +155,7 @@ func (b *BoltBackend) LeaseQuota(id string, span QuotaSpan, limit, want int64, e
 	}
 	var l QuotaLease
 	err = b.db.Update(func(tx *bbolt.Tx) error {
-		if tx.Bucket(bucketKeys).Get(k) == nil {
+		if !holderExists(tx, k) {
 			l = QuotaLease{}
 			return nil // deleted meanwhile: nothing to spend
 		}

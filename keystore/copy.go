@@ -31,10 +31,15 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *seal.Seale
 		return []storage.Copied{{Kind: "keys"}}, nil
 	}
 	usage := btx.Bucket(bucketKeyUsage)
-	out := pgdb.NewCopier(ctx, to, "keys", "id", "service", "token_hash", "record", "usage_count", "last_usage")
+	// Plans, then consumers, then the keys that name them.
+	plans, consumers, err := copyScopes(ctx, btx, to)
+	if err != nil {
+		return nil, err
+	}
+	out := pgdb.NewCopier(ctx, to, "keys", "id", "service", "token_hash", "record", "usage_count", "last_usage", "consumer_id", "plan_id")
 	perService := map[Service]int{}
 	used := 0
-	err := keys.ForEach(func(k, v []byte) error {
+	err = keys.ForEach(func(k, v []byte) error {
 		rec := new(record)
 		if err := json.Unmarshal(v, rec); err != nil {
 			return fmt.Errorf("key %x: the stored record does not decode: %w", k, err)
@@ -67,7 +72,11 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *seal.Seale
 		}
 		// The record as stored; jsonb keeps its meaning, not its bytes,
 		// as PostgresBackend.Put stores it too.
-		return out.Add(id, string(rec.Service), rec.TokenHash, v, int64(count), last)
+		consumer, plan, err := keyRefs(rec)
+		if err != nil {
+			return fmt.Errorf("key %s: %w", rec.ID, err)
+		}
+		return out.Add(id, string(rec.Service), rec.TokenHash, v, int64(count), last, consumer, plan)
 	})
 	if err != nil {
 		return nil, err
@@ -90,7 +99,49 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *seal.Seale
 		return nil, err
 	}
 	note := fmt.Sprintf("%d contracts, %d share; %d used; %d hourly usage rows, %d quota periods", perService[ServiceContracts], perService[ServiceShare], used, hours, quotas)
-	return []storage.Copied{{Kind: "keys", N: n, Note: note}}, nil
+	return []storage.Copied{{Kind: "keys", N: n, Note: note}, {Kind: "plans", N: plans}, {Kind: "consumers", N: consumers}}, nil
+}
+
+// copyScopes copies every plan and consumer, each record as stored with
+// the columns PostgresBackend keeps beside it.
+func copyScopes(ctx context.Context, btx *bbolt.Tx, to storage.Tx) (plans, consumers int64, err error) {
+	if b := btx.Bucket(bucketPlans); b != nil {
+		out := pgdb.NewCopier(ctx, to, "plans", "id", "name", "record")
+		err := b.ForEach(func(k, v []byte) error {
+			var p Plan
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("plan %x: the stored record does not decode: %w", k, err)
+			}
+			return out.Add(k, p.Name, v)
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		if plans, err = out.Close(); err != nil {
+			return 0, 0, err
+		}
+	}
+	if b := btx.Bucket(bucketConsumers); b != nil {
+		out := pgdb.NewCopier(ctx, to, "consumers", "id", "external_id", "plan_id", "record")
+		err := b.ForEach(func(k, v []byte) error {
+			var c Consumer
+			if err := json.Unmarshal(v, &c); err != nil {
+				return fmt.Errorf("consumer %x: the stored record does not decode: %w", k, err)
+			}
+			plan, err := optionalUUID(c.PlanID)
+			if err != nil {
+				return fmt.Errorf("consumer %s: %w", c.ID, err)
+			}
+			return out.Add(k, c.ExternalID, plan, v)
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		if consumers, err = out.Close(); err != nil {
+			return 0, 0, err
+		}
+	}
+	return plans, consumers, nil
 }
 
 // copyTraffic copies what keys spent: the hourly usage and the quota

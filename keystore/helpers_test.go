@@ -473,3 +473,15 @@ func (m *memBackend) QuotaUsed(id string, span QuotaSpan) (int64, error) {
 	}
 	return 0, m.fail
 }
+
+// memBackend keeps no plans or consumers: the tests that use it are of
+// keys alone; plans and consumers run on the real backends (scopes_test.go).
+var errMemScopes = errors.New("memBackend keeps no plans or consumers")
+
+func (m *memBackend) LoadScopes(func(*Plan) error, func(*Consumer) error) error { return nil }
+func (m *memBackend) Plan(string) (*Plan, error)                                { return nil, nil }
+func (m *memBackend) Consumer(string) (*Consumer, error)                        { return nil, nil }
+func (m *memBackend) PutPlan(*Plan) error                                       { return errMemScopes }
+func (m *memBackend) PutConsumer(*Consumer) error                               { return errMemScopes }
+func (m *memBackend) DeletePlan(string) error                                   { return errMemScopes }
+func (m *memBackend) DeleteConsumer(string) error                               { return errMemScopes }

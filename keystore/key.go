@@ -43,6 +43,11 @@ type Key struct {
 	// QuotaResetsAt when the next period begins; shown, never stored.
 	QuotaUsed     *int64     `json:"quotaUsed"`
 	QuotaResetsAt *time.Time `json:"quotaResetsAt"`
+	// ConsumerID names the consumer the key belongs to: the consumer's
+	// limits bind all its keys together. Nil: none.
+	ConsumerID *string `json:"consumerId"`
+	// PlanID names the plan whose policies the key counts as its own.
+	PlanID *string `json:"planId"`
 	// Token is set only in the reply to a create.
 	Token string `json:"token,omitempty"`
 }
@@ -117,8 +122,15 @@ type compiled struct {
 	// identities holds one Identity per operation name, made on first use,
 	// so an authorized request allocates none.
 	identities sync.Map
-	// policyHeader is the RateLimit-Policy value, empty without rate
-	// limits and quota.
+	// limits and quota are what the key counts: its own policies and its
+	// plan's, its own quota or its plan's.
+	limits []RateLimit
+	quota  *Quota
+	// consumer is the consumer the key belongs to, nil for none: its
+	// meter is shared by all its keys.
+	consumer *consumerEntry
+	// policyHeader is the RateLimit-Policy value of every policy the key
+	// is held to, its consumer's included; empty without any.
 	policyHeader string
 }
 
@@ -140,8 +152,22 @@ func privBit(p Privilege) uint8 {
 	return 0
 }
 
-func compile(rec *record) *compiled {
+// compile is rec in the form the key check reads, with its plan and its
+// consumer as they are in memory now.
+func (k *Keys) compile(rec *record) *compiled {
 	c := &compiled{key: rec.Key, sealed: rec.SealedToken, warnedFor: rec.ExpiryWarnedFor}
+	var plan *Plan
+	if k != nil {
+		k.scopeMu.RLock()
+		if rec.PlanID != nil {
+			plan = k.plans[*rec.PlanID]
+		}
+		if rec.ConsumerID != nil {
+			c.consumer = k.consumers[*rec.ConsumerID]
+		}
+		k.scopeMu.RUnlock()
+	}
+	c.limits, c.quota = effective(rec.RateLimits, rec.Quota, plan)
 	copy(c.hash[:], rec.TokenHash)
 	if len(rec.PreviousTokenHash) == len(c.prevHash) && rec.PreviousTokenExpiry != nil {
 		copy(c.prevHash[:], rec.PreviousTokenHash)
@@ -149,7 +175,10 @@ func compile(rec *record) *compiled {
 	}
 	c.key.Token = ""
 	c.key.QuotaUsed, c.key.QuotaResetsAt = nil, nil
-	c.policyHeader = policyHeader(rec.RateLimits, rec.Quota)
+	c.policyHeader = policyHeader("", c.limits, c.quota)
+	if c.consumer != nil {
+		c.policyHeader = joinHeader(c.policyHeader, c.consumer.snap.Load().header)
+	}
 	for _, p := range rec.Privileges {
 		c.privs |= privBit(p)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,13 @@ type Keys struct {
 	// instance that stops syncing still counts; claimsUntil is when the
 	// claims of the last successful sync stop holding (unix ns).
 	lastRateSync, claimsUntil atomic.Int64
+
+	// scopeMu guards plans and consumers, which compile reads. A change
+	// of a plan or consumer takes writeMu as a key change does, and then
+	// compiles its keys anew. Lock order: mu before scopeMu.
+	scopeMu   sync.RWMutex
+	plans     map[string]*Plan
+	consumers map[string]*consumerEntry
 }
 
 // EmitTo makes sink receive the events of key changes from now on, in
@@ -134,11 +142,9 @@ type Entry struct {
 	flushedT int64        // lastUse already written; guarded by Keys.flushMu
 	born     uint64       // Keys.resyncs when this entry was made
 
-	// limits, quota and hourly are the key's traffic on this instance:
-	// rate-limit windows, its quota block, and its requests per hour.
-	limits limiter
-	quota  quotaState
-	hourly hourly
+	// meter is the key's traffic on this instance: rate-limit windows,
+	// its quota block, and its requests per hour.
+	meter
 	// lastLimitAudit is when a rate-limit or quota refusal of the key
 	// was last audited (unix ns), and unaudited how many were not since:
 	// a flood writes one entry a second.
@@ -151,7 +157,8 @@ type Entry struct {
 // newEntry is rec in memory with its stored usage u.
 func (k *Keys) newEntry(rec *record, u Usage) *Entry {
 	e := &Entry{keys: k}
-	e.setSnap(compile(rec))
+	e.holder = e
+	e.setSnap(k.compile(rec))
 	e.setStored(u)
 	return e
 }
@@ -160,9 +167,9 @@ func (k *Keys) newEntry(rec *record, u Usage) *Entry {
 // their counts.
 func (e *Entry) setSnap(c *compiled) {
 	old := e.snap.Swap(c)
-	e.limits.adopt(c.key.RateLimits)
+	e.limits.adopt(c.limits)
 	if old != nil {
-		e.quota.changed(old.key.Quota, c.key.Quota, func(span QuotaSpan, n int64) {
+		e.quota.changed(old.quota, c.quota, func(span QuotaSpan, n int64) {
 			// Given back apart from the locks of the change; until it
 			// lands the period counts the units as spent, never less.
 			go e.keys.giveBack(c.key.ID, span, n)
@@ -208,6 +215,9 @@ func Open(backend Backend, sealer *seal.Sealer, now func() time.Time) (*Keys, er
 	k := &Keys{backend: backend, sealer: sealer, now: now, instance: uuid.NewString(),
 		byHash: make(map[TokenHash]*Entry), byID: make(map[string]*Entry)}
 	k.instances.Store(1)
+	if err := k.loadScopes(); err != nil {
+		return nil, err
+	}
 	err := backend.Load(func(rec *record, u Usage) error {
 		e := k.newEntry(rec, u)
 		for _, h := range e.snap.Load().hashes() {
@@ -239,6 +249,9 @@ func (k *Keys) Use(e *Entry, now time.Time) {
 	e.uses.Add(1)
 	e.laterUse(ns)
 	e.hourly.add(0, ns)
+	if c := e.snap.Load().consumer; c != nil {
+		c.hourly.add(0, ns)
+	}
 }
 
 // Refused counts a refused request of e at now, for usage over time; it
@@ -246,6 +259,9 @@ func (k *Keys) Use(e *Entry, now time.Time) {
 func (k *Keys) Refused(e *Entry, reason string, now time.Time) {
 	if i := outcomeIndex(reason); i > 0 {
 		e.hourly.add(i, now.UnixNano())
+		if c := e.snap.Load().consumer; c != nil {
+			c.hourly.add(i, now.UnixNano())
+		}
 	}
 }
 
@@ -301,6 +317,9 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	if err != nil {
 		return Key{}, err
 	}
+	if err := k.checkKeyScopes(&key, in); err != nil {
+		return Key{}, err
+	}
 	now := k.now().UTC().Truncate(time.Millisecond)
 	key.ID = uuid.NewString()
 	key.CreationTime, key.LastModificationTime = now, now
@@ -340,6 +359,9 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 	if err != nil {
 		return Key{}, err
 	}
+	if err := k.checkKeyScopes(&key, in); err != nil {
+		return Key{}, err
+	}
 	key.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
 	rec := &record{Key: key, TokenHash: old.hash[:], SealedToken: old.sealed, ExpiryWarnedFor: old.warnedFor}
 	if old.hasPrev {
@@ -348,7 +370,7 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 	if err := k.backend.Put(rec, k.emitFor(&old.key, &key, key.LastModificationTime)); err != nil {
 		return Key{}, err
 	}
-	e.setSnap(compile(rec))
+	e.setSnap(k.compile(rec))
 	return k.view(e), nil
 }
 
@@ -431,7 +453,7 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 	if err := k.backend.Put(rec, k.emitKey(events.KeyRolled, &rec.Key, now)); err != nil {
 		return Key{}, err
 	}
-	next := compile(rec)
+	next := k.compile(rec)
 	k.mu.Lock()
 	e.setSnap(next)
 	k.rehash(e, old, next)
@@ -554,14 +576,25 @@ func (k *Keys) view(e *Entry) Key {
 	if key.Quota != nil {
 		q := *key.Quota
 		key.Quota = &q
-		e.quotaView(&key, k.now())
 	}
+	// The quota the key is held to: its own, or its plan's.
+	key.QuotaUsed, key.QuotaResetsAt = e.quotaView(k.now())
+	key.ConsumerID, key.PlanID = cloneID(key.ConsumerID), cloneID(key.PlanID)
 	key.UsageCount = e.stored.Load() + e.uses.Load()
 	if ns := e.lastUse.Load(); ns != 0 {
 		t := time.Unix(0, ns).UTC().Truncate(time.Millisecond)
 		key.LastUsageTime = &t
 	}
 	return key
+}
+
+// cloneID is a copy of an optional id.
+func cloneID(id *string) *string {
+	if id == nil {
+		return nil
+	}
+	v := *id
+	return &v
 }
 
 // FlushUsage adds the uses of every key used since the last flush to the
@@ -592,6 +625,16 @@ func (k *Keys) FlushUsage() (int, error) {
 		batch = append(batch, u)
 	}
 	k.mu.RUnlock()
+	// A consumer's hours, after its keys': only hours, under its id.
+	var consumers []*consumerEntry
+	k.scopeMu.RLock()
+	for id, c := range k.consumers {
+		if hours := c.hourly.take(); len(hours) > 0 {
+			consumers = append(consumers, c)
+			batch = append(batch, Usage{KeyID: id, Hours: hours})
+		}
+	}
+	k.scopeMu.RUnlock()
 	if len(batch) == 0 {
 		return 0, nil
 	}
@@ -599,8 +642,12 @@ func (k *Keys) FlushUsage() (int, error) {
 		for i, d := range dirty {
 			d.e.hourly.giveBack(batch[i].Hours)
 		}
+		for i, c := range consumers {
+			c.hourly.giveBack(batch[len(dirty)+i].Hours)
+		}
 		return 0, err
 	}
+	batch = batch[:len(dirty)]
 	for i, d := range dirty {
 		// Uses counted while the flush ran stay for the next one.
 		d.e.uses.Add(-d.uses)
@@ -657,6 +704,9 @@ func (k *Keys) Sync(id string) error {
 // Refresh reads key id back from the backend after another instance
 // changed it: a key gone there is gone here, at once.
 func (k *Keys) Refresh(id string) error {
+	if strings.HasPrefix(id, planTopic) || strings.HasPrefix(id, consumerTopic) {
+		return k.refreshScope(id)
+	}
 	// flushMu before the read: a flush between the read and apply would
 	// make the stored count read here stale.
 	k.writeMu.Lock()
@@ -681,6 +731,11 @@ func (k *Keys) Resync() error {
 	k.flushMu.Lock()
 	defer k.flushMu.Unlock()
 	gen := k.resyncs.Add(1)
+	// Plans and consumers first, then every key compiled anew with them:
+	// a lost notification of a plan change shows at the next resync.
+	if err := k.loadScopes(); err != nil {
+		return err
+	}
 	type stored struct {
 		rec *record
 		u   Usage
@@ -700,7 +755,9 @@ func (k *Keys) Resync() error {
 		}
 	}
 	for id, s := range all {
-		k.apply(id, s.rec, s.u, false)
+		// A key of a plan or consumer is compiled anew: what they hold
+		// may have changed without the key's modification time.
+		k.apply(id, s.rec, s.u, s.rec.PlanID != nil || s.rec.ConsumerID != nil)
 	}
 	return nil
 }
@@ -731,7 +788,7 @@ func (k *Keys) apply(id string, rec *record, u Usage, force bool) {
 		return
 	}
 	if old := e.snap.Load(); force || !old.key.LastModificationTime.Equal(rec.LastModificationTime) {
-		next := compile(rec)
+		next := k.compile(rec)
 		e.setSnap(next)
 		k.rehash(e, old, next)
 	}

@@ -106,12 +106,16 @@ func (b *PostgresBackend) Put(rec *record, emit func(storage.Tx) error) error {
 	if err != nil {
 		return err
 	}
+	consumer, plan, err := keyRefs(rec)
+	if err != nil {
+		return err
+	}
 	ctx := context.Background()
-	return b.db.Batch(ctx, func(tx storage.Tx) error {
-		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO keys (id, service, token_hash, record) VALUES ($1, $2, $3, $4)
+	return scopeError(b.db.Batch(ctx, func(tx storage.Tx) error {
+		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (id) DO UPDATE SET service = excluded.service, token_hash = excluded.token_hash,
-				record = excluded.record, updated_at = now()`,
-			id, string(rec.Service), rec.TokenHash, v)
+				record = excluded.record, consumer_id = excluded.consumer_id, plan_id = excluded.plan_id, updated_at = now()`,
+			id, string(rec.Service), rec.TokenHash, v, consumer, plan)
 		if err != nil {
 			return err
 		}
@@ -121,7 +125,27 @@ func (b *PostgresBackend) Put(rec *record, emit func(storage.Tx) error) error {
 			}
 		}
 		return b.notify(ctx, tx, rec.ID)
-	})
+	}))
+}
+
+// keyRefs are the consumer_id and plan_id columns of rec.
+func keyRefs(rec *record) (consumer, plan any, err error) {
+	if consumer, err = optionalUUID(rec.ConsumerID); err != nil {
+		return nil, nil, unknownRef("consumerId", "consumer")
+	}
+	if plan, err = optionalUUID(rec.PlanID); err != nil {
+		return nil, nil, unknownRef("planId", "plan")
+	}
+	return consumer, plan, nil
+}
+
+// refColumn is an optional id as PutMany's text array holds it: "" for
+// none.
+func refColumn(id *string) string {
+	if id == nil {
+		return ""
+	}
+	return *id
 }
 
 // putManyChunk is how many keys one INSERT of PutMany writes.
@@ -136,12 +160,17 @@ func (b *PostgresBackend) PutMany(recs []*record) error {
 	services := make([]string, len(recs))
 	hashes := make([][]byte, len(recs))
 	vals := make([]string, len(recs))
+	consumers, plans := make([]string, len(recs)), make([]string, len(recs))
 	for i, rec := range recs {
 		id, v, err := encodeRecord(rec)
 		if err != nil {
 			return err
 		}
+		if _, _, err := keyRefs(rec); err != nil {
+			return err
+		}
 		ids[i], services[i], hashes[i], vals[i] = [16]byte(id), string(rec.Service), rec.TokenHash, string(v)
+		consumers[i], plans[i] = refColumn(rec.ConsumerID), refColumn(rec.PlanID)
 	}
 	ctx := context.Background()
 	err := b.db.Update(ctx, func(tx storage.Tx) error {
@@ -157,9 +186,10 @@ func (b *PostgresBackend) PutMany(recs []*record) error {
 		batch := &pgx.Batch{}
 		for start := 0; start < len(recs); start += putManyChunk {
 			end := min(start+putManyChunk, len(recs))
-			batch.Queue(`INSERT INTO keys (id, service, token_hash, record)
-				SELECT u.id, u.service, u.hash, u.record::jsonb FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::text[]) AS u(id, service, hash, record)`,
-				ids[start:end], services[start:end], hashes[start:end], vals[start:end])
+			batch.Queue(`INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id)
+				SELECT u.id, u.service, u.hash, u.record::jsonb, NULLIF(u.consumer, '')::uuid, NULLIF(u.plan, '')::uuid
+				FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[]) AS u(id, service, hash, record, consumer, plan)`,
+				ids[start:end], services[start:end], hashes[start:end], vals[start:end], consumers[start:end], plans[start:end])
 		}
 		batch.Queue("SELECT pg_notify($1, $2)", b.channel, resyncAll)
 		return pgdb.Of(tx).SendBatch(ctx, batch).Close()
@@ -168,7 +198,7 @@ func (b *PostgresBackend) PutMany(recs []*record) error {
 	if errors.As(err, &pe) && pe.Code == "23505" {
 		return ErrTokenTaken
 	}
-	return err
+	return scopeError(err)
 }
 
 // MarkExpiryWarned implements Backend: the key's row is locked while it
@@ -223,6 +253,9 @@ func (b *PostgresBackend) Delete(id string) error {
 	ctx := context.Background()
 	return b.db.Update(ctx, func(tx storage.Tx) error {
 		if _, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM keys WHERE id = $1", k); err != nil {
+			return err
+		}
+		if err := deleteTraffic(ctx, tx, k); err != nil {
 			return err
 		}
 		return b.notify(ctx, tx, id)

@@ -20,7 +20,7 @@ import (
 func queueHours(q *pgx.Batch, k []byte, hours []HourCount) {
 	for _, h := range hours {
 		q.Queue(`INSERT INTO key_usage_hourly (key_id, hour, outcome, count)
-				SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
+				SELECT $1, $2, $3, $4 WHERE `+holderExistsSQL+`
 			ON CONFLICT (key_id, hour, outcome) DO UPDATE SET count = key_usage_hourly.count + excluded.count`,
 			k, h.Hour.UTC(), h.Outcome, int64(h.Count))
 	}
@@ -82,7 +82,7 @@ func (b *PostgresBackend) LeaseQuota(id string, span QuotaSpan, limit, want int6
 		l = QuotaLease{}
 		db := pgdb.Of(tx)
 		_, err := db.Exec(ctx, `INSERT INTO key_quota (key_id, period, period_start, used)
-				SELECT $1, $2, $3, 0 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
+				SELECT $1, $2, $3, 0 WHERE `+holderExistsSQL+`
 			ON CONFLICT (key_id, period, period_start) DO NOTHING`, k, string(span.Period), span.Start.UTC())
 		if err != nil {
 			return err
@@ -172,7 +172,7 @@ func (b *PostgresBackend) ShareRates(now time.Time, instance string, live time.D
 		for _, d := range demand {
 			if k, err := idBytes(d.KeyID); err == nil {
 				q.Queue(`INSERT INTO rate_demand (key_id, policy, window_seconds, instance, asked, seen_at)
-						SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
+						SELECT $1, $2, $3, $4, $5, $6 WHERE `+holderExistsSQL+`
 					ON CONFLICT (key_id, policy, window_seconds, instance) DO UPDATE SET asked = excluded.asked, seen_at = excluded.seen_at`,
 					k, d.Policy, d.WindowSeconds, self, d.Count, ms)
 			}
@@ -249,7 +249,7 @@ func queueRateCounts(q *pgx.Batch, list []RateCount) {
 			continue
 		}
 		q.Queue(`INSERT INTO key_rate_counts (key_id, policy, window_seconds, window_index, count, window_end)
-				SELECT $1, $2, $3, $4, greatest($5::bigint, 0), $6 WHERE EXISTS (SELECT 1 FROM keys WHERE id = $1)
+				SELECT $1, $2, $3, $4, greatest($5::bigint, 0), $6 WHERE `+holderExistsSQL+`
 			ON CONFLICT (key_id, policy, window_seconds, window_index)
 				DO UPDATE SET count = greatest(key_rate_counts.count + $5::bigint, 0)`,
 			k, d.Policy, d.WindowSeconds, d.Index, d.Count, (d.Index+1)*d.WindowSeconds)

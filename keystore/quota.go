@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 )
 
@@ -157,10 +156,10 @@ func quotaBlock(limit, used int64) int64 {
 // errQuotaSpent is the quota of the period used up.
 var errQuotaSpent = errors.New("quota spent")
 
-// spendQuota takes one unit of e's quota q at now: from the block this
+// spendQuota takes one unit of m's quota q at now: from the block this
 // instance holds, or, when it is empty, from a new block it leases.
-func (k *Keys) spendQuota(e *Entry, s *compiled, q *Quota, now time.Time) error {
-	qs := &e.quota
+func (k *Keys) spendQuota(m *meter, q *Quota, now time.Time) error {
+	qs := &m.quota
 	span := q.Period.span(now)
 	if cur := qs.period.Load(); span.Start.Unix() < cur {
 		// A request that began before the period turned spends from the
@@ -175,7 +174,7 @@ func (k *Keys) spendQuota(e *Entry, s *compiled, q *Quota, now time.Time) error 
 					defer qs.prefetch.Store(false)
 					qs.mu.Lock()
 					defer qs.mu.Unlock()
-					_ = k.lease(e, s, q, span, now) // a failure shows when the block is empty
+					_ = k.lease(m, q, span, now) // a failure shows when the block is empty
 				}()
 			}
 			return err
@@ -191,7 +190,7 @@ func (k *Keys) spendQuota(e *Entry, s *compiled, q *Quota, now time.Time) error 
 		} else if now.UnixNano() < qs.failedUntil.Load() {
 			return ErrQuotaUnavailable
 		}
-		granted, err := k.leaseGranted(e, s, q, span, now)
+		granted, err := k.leaseGranted(m, q, span, now)
 		if err != nil {
 			qs.failedUntil.Store(time.Now().Add(quotaRetry).UnixNano())
 			return fmt.Errorf("%w: %w", ErrQuotaUnavailable, err)
@@ -250,12 +249,12 @@ func (qs *quotaState) changed(old, q *Quota, give func(span QuotaSpan, n int64))
 }
 
 // leaseGranted is lease returning what it granted.
-func (k *Keys) leaseGranted(e *Entry, s *compiled, q *Quota, span QuotaSpan, now time.Time) (int64, error) {
-	before := e.quota.block.Load()
-	if err := k.lease(e, s, q, span, now); err != nil {
+func (k *Keys) leaseGranted(m *meter, q *Quota, span QuotaSpan, now time.Time) (int64, error) {
+	before := m.quota.block.Load()
+	if err := k.lease(m, q, span, now); err != nil {
 		return 0, err
 	}
-	return max(e.quota.block.Load()-before, 0), nil
+	return max(m.quota.block.Load()-before, 0), nil
 }
 
 // quotaRetry is how long an instance counts a period as spent after the
@@ -263,10 +262,10 @@ func (k *Keys) leaseGranted(e *Entry, s *compiled, q *Quota, span QuotaSpan, now
 // instance gave back on its stop).
 const quotaRetry = time.Second
 
-// lease takes a new block of e's quota for the period span. The caller
-// holds e.quota.mu.
-func (k *Keys) lease(e *Entry, s *compiled, q *Quota, span QuotaSpan, now time.Time) error {
-	qs := &e.quota
+// lease takes a new block of m's quota for the period span. The caller
+// holds m.quota.mu.
+func (k *Keys) lease(m *meter, q *Quota, span QuotaSpan, now time.Time) error {
+	qs := &m.quota
 	if p := span.Start.Unix(); qs.period.Load() != p {
 		// A block of a period that has ended is worth nothing.
 		qs.block.Store(0)
@@ -274,13 +273,13 @@ func (k *Keys) lease(e *Entry, s *compiled, q *Quota, span QuotaSpan, now time.T
 		qs.spentUntil.Store(0)
 		qs.period.Store(p)
 	}
-	// The key's quota as it is now: a request (or a prefetch) that began
+	// The quota as it is now: a request (or a prefetch) that began
 	// before a change leases under the new limit.
-	if cur := e.snap.Load(); cur.key.Quota != nil && cur.key.Quota.Period == q.Period {
-		q = cur.key.Quota
+	if _, cur := m.holder.policies(); cur != nil && cur.Period == q.Period {
+		q = cur
 	}
 	want := quotaBlock(q.Limit, qs.used.Load())
-	l, err := k.backend.LeaseQuota(s.key.ID, span, q.Limit, want, k.emitKey(events.KeyQuotaExhausted, &s.key, now))
+	l, err := k.backend.LeaseQuota(m.holder.holderID(), span, q.Limit, want, m.holder.quotaExhausted(now))
 	if err != nil {
 		return err
 	}
@@ -293,36 +292,37 @@ func (k *Keys) lease(e *Entry, s *compiled, q *Quota, span QuotaSpan, now time.T
 	return nil
 }
 
-// giveBack returns n unspent units of key id's quota period span, taken
-// back from this instance's block when the limit was lowered. On an
-// error they stay counted as spent: a quota is never overspent.
+// giveBack returns n unspent units of the quota period span of holder
+// id (a key or a consumer), taken back from this instance's block when
+// the limit was lowered. On an error they stay counted as spent: a quota
+// is never overspent.
 func (k *Keys) giveBack(id string, span QuotaSpan, n int64) {
 	if err := k.backend.ReturnQuota(id, span, n); err == nil {
 		return
 	}
-	if e := k.entry(id); e != nil && e.quota.period.Load() == span.Start.Unix() {
-		e.quota.used.Add(n)
+	if m := k.meterOf(id); m != nil && m.quota.period.Load() == span.Start.Unix() {
+		m.quota.used.Add(n)
 	}
 }
 
 // ReturnQuota gives back, on a clean stop, the unspent blocks of the
-// current period that this instance holds, so that other instances can
-// spend them. It returns how many units it gave back.
+// current period that this instance holds, keys' and consumers', so that
+// other instances can spend them. It returns how many units it gave back.
 func (k *Keys) ReturnQuota() (int64, error) {
 	now := k.now()
 	var total int64
 	var errs []error
-	for _, e := range k.entries() {
-		key := e.snap.Load().key
-		if key.Quota == nil {
+	for _, m := range k.meters() {
+		_, q := m.holder.policies()
+		if q == nil {
 			continue
 		}
-		qs := &e.quota
+		qs := &m.quota
 		qs.mu.Lock()
-		span := key.Quota.Period.span(now)
+		span := q.Period.span(now)
 		if qs.period.Load() == span.Start.Unix() {
 			if n := qs.block.Swap(0); n > 0 {
-				if err := k.backend.ReturnQuota(key.ID, span, n); err != nil {
+				if err := k.backend.ReturnQuota(m.holder.holderID(), span, n); err != nil {
 					qs.block.Add(n)
 					errs = append(errs, err)
 				} else {
@@ -347,50 +347,80 @@ func (k *Keys) entries() []*Entry {
 	return out
 }
 
-// quotaView fills key's quotaUsed and quotaResetsAt from what e knows.
-func (e *Entry) quotaView(key *Key, now time.Time) {
-	if key.Quota == nil {
-		return
+// meters returns every meter in memory: each key's and each consumer's.
+func (k *Keys) meters() []*meter {
+	k.mu.RLock()
+	out := make([]*meter, 0, len(k.byID))
+	for _, e := range k.byID {
+		out = append(out, &e.meter)
 	}
-	used, reset := e.quotaUsed(key.Quota, now)
-	key.QuotaUsed, key.QuotaResetsAt = &used, &reset
+	k.mu.RUnlock()
+	k.scopeMu.RLock()
+	for _, c := range k.consumers {
+		out = append(out, &c.meter)
+	}
+	k.scopeMu.RUnlock()
+	return out
+}
+
+// meterOf is the meter of holder id, a key or a consumer; nil if none.
+func (k *Keys) meterOf(id string) *meter {
+	if e := k.entry(id); e != nil {
+		return &e.meter
+	}
+	k.scopeMu.RLock()
+	defer k.scopeMu.RUnlock()
+	if c := k.consumers[id]; c != nil {
+		return &c.meter
+	}
+	return nil
 }
 
 // quotaUsed is what instances have taken of q in the period of now, less
 // this instance's unspent block, and when the next period begins.
-func (e *Entry) quotaUsed(q *Quota, now time.Time) (int64, time.Time) {
+func (m *meter) quotaUsed(q *Quota, now time.Time) (int64, time.Time) {
 	start := q.Period.start(now)
 	used := int64(0)
-	if e.quota.period.Load() == start.Unix() {
-		used = max(e.quota.used.Load()-max(e.quota.block.Load(), 0), 0)
+	if m.quota.period.Load() == start.Unix() {
+		used = max(m.quota.used.Load()-max(m.quota.block.Load(), 0), 0)
 	}
 	return used, q.Period.next(start)
 }
 
+// quotaView is what the holder of m has used of its quota (its own or
+// its plan's) this period and when it resets; nil without a quota.
+func (m *meter) quotaView(now time.Time) (*int64, *time.Time) {
+	_, q := m.holder.policies()
+	if q == nil {
+		return nil, nil
+	}
+	used, reset := m.quotaUsed(q, now)
+	return &used, &reset
+}
+
 // ReadQuotas reads the quota use of the current period back from the
 // backend (what other instances, or this one before a restart, took) for
-// key id, or every key with a quota when id is empty: for an
-// administrator's view.
+// holder id (a key or a consumer), or every holder with a quota when id
+// is empty: for an administrator's view.
 func (k *Keys) ReadQuotas(id string) error {
-	list := k.entries()
-	if id != "" {
-		list = list[:0]
-		if e := k.entry(id); e != nil {
-			list = append(list, e)
-		}
+	var list []*meter
+	if id == "" {
+		list = k.meters()
+	} else if m := k.meterOf(id); m != nil {
+		list = append(list, m)
 	}
 	now := k.now()
-	for _, e := range list {
-		key := e.snap.Load().key
-		if key.Quota == nil {
+	for _, m := range list {
+		_, q := m.holder.policies()
+		if q == nil {
 			continue
 		}
-		span := key.Quota.Period.span(now)
-		used, err := k.backend.QuotaUsed(key.ID, span)
+		span := q.Period.span(now)
+		used, err := k.backend.QuotaUsed(m.holder.holderID(), span)
 		if err != nil {
 			return err
 		}
-		qs := &e.quota
+		qs := &m.quota
 		qs.mu.Lock()
 		if qs.period.Load() != span.Start.Unix() {
 			qs.block.Store(0)

@@ -36,7 +36,7 @@ const (
 func checkRateLimits(f *problem.Fields, list []json.RawMessage) []RateLimit {
 	bad := len(f.List())
 	if len(list) > MaxRateLimits {
-		f.Add("rateLimits", "too_many", fmt.Sprintf("a key carries at most %d rate-limit policies", MaxRateLimits))
+		f.Add("rateLimits", "too_many", fmt.Sprintf("at most %d rate-limit policies", MaxRateLimits))
 	}
 	out := make([]RateLimit, 0, len(list))
 	seen := map[string]bool{}
@@ -53,9 +53,9 @@ func checkRateLimits(f *problem.Fields, list []json.RawMessage) []RateLimit {
 		case !validPolicyName(name):
 			f.Add(at+".name", "invalid", "name must be 1 to 20 characters of a-z, 0-9, _ and -")
 		case name == quotaPolicy:
-			f.Add(at+".name", "reserved", `"quota" names the key's quota in the RateLimit headers`)
+			f.Add(at+".name", "reserved", `"quota" names the quota in the RateLimit headers`)
 		case seen[name]:
-			f.Add(at+".name", "duplicate", fmt.Sprintf("%q names two policies of the key", name))
+			f.Add(at+".name", "duplicate", fmt.Sprintf("%q names two policies", name))
 		default:
 			seen[name] = true
 			p.Name = name
@@ -662,39 +662,47 @@ func (l *limiter) apply(rows []RateCount, ns int64) {
 	}
 }
 
-// policyHeader is the RateLimit-Policy value of a key's policies and
-// quota (draft-ietf-httpapi-ratelimit-headers-10), empty without.
-func policyHeader(policies []RateLimit, q *Quota) string {
+// policyHeader is the RateLimit-Policy value of a holder's policies and
+// quota (draft-ietf-httpapi-ratelimit-headers-10), each name after
+// prefix; empty without any.
+func policyHeader(prefix string, policies []RateLimit, q *Quota) string {
 	var b []byte
 	for _, p := range policies {
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = appendPolicy(b, p.Name, p.Limit, p.WindowSeconds)
+		b = appendItem(b, prefix, p.Name, ";q=", p.Limit, ";w=", p.WindowSeconds)
 	}
 	if q != nil {
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = appendPolicy(b, quotaPolicy, q.Limit, q.Period.nominalSeconds())
+		b = appendItem(b, prefix, quotaPolicy, ";q=", q.Limit, ";w=", q.Period.nominalSeconds())
 	}
 	return string(b)
 }
 
-// appendPolicy appends the RateLimit-Policy item of one policy.
-func appendPolicy(b []byte, name string, q, w int64) []byte {
-	return appendItem(b, name, ";q=", q, ";w=", w)
+// joinHeader joins two lists of structured-field items.
+func joinHeader(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + ", " + b
 }
 
 // appendRateLimit appends the RateLimit item of one policy.
-func appendRateLimit(b []byte, name string, r, t int64) []byte {
-	return appendItem(b, name, ";r=", r, ";t=", t)
+func appendRateLimit(b []byte, prefix, name string, r, t int64) []byte {
+	return appendItem(b, prefix, name, ";r=", r, ";t=", t)
 }
 
 // appendItem appends a structured-field item: the policy's name as a
 // string with two integer parameters.
-func appendItem(b []byte, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
+func appendItem(b []byte, prefix, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
 	b = append(b, '"')
+	b = append(b, prefix...)
 	b = append(b, name...)
 	b = append(b, '"')
 	b = append(b, k1...)

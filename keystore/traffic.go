@@ -47,39 +47,87 @@ const maxAhead = 100 * time.Millisecond
 // holds the others to their shares for that long.
 const minInstanceLive = 3 * time.Second
 
-// spend runs step 4½ of the key check, what the key may spend: its rate
-// limits, then its quota. Nothing of it asks the database but a quota
-// whose block is empty.
+// spend runs step 4½ of the key check, what the key may spend: the
+// rate limits of the key's scope (its own and its plan's) and of its
+// consumer's (the consumer's own and its plan's), then the key's quota
+// and the consumer's. A request passes only if every scope lets it; one
+// refused gives back what the scopes before took. Nothing of it asks
+// the database but a quota whose block is empty.
 func (e *Entry) spend(d Decision, s *compiled, now time.Time) Decision {
 	ns := now.UnixNano()
-	if len(s.key.RateLimits) > 0 {
-		if r := e.limits.take(ns, e.sharing(ns)); r.violated != 0 {
-			d.RetryAfter = r.retryAfter
-			for i, p := range s.key.RateLimits {
-				if r.violated&(1<<i) != 0 {
-					d.Violated = append(d.Violated, p.Name)
-				}
-			}
-			return d.refuse(http.StatusTooManyRequests, problem.CodeRateLimited)
+	sh := e.sharing(ns)
+	var cs *consumerSnap
+	if s.consumer != nil {
+		cs = s.consumer.snap.Load()
+	}
+	keyTook := len(s.limits) > 0
+	if keyTook {
+		if r := e.limits.take(ns, sh); r.violated != 0 {
+			return d.rateLimited(r, s.limits, nil)
 		}
 	}
-	if q := s.key.Quota; q != nil && e.keys != nil {
-		err := e.keys.spendQuota(e, s, q, now)
-		if err != nil && len(s.key.RateLimits) > 0 {
+	consumerTook := cs != nil && len(cs.limits) > 0
+	if consumerTook {
+		if r := s.consumer.limits.take(ns, sh); r.violated != 0 {
+			if keyTook {
+				e.limits.untake(ns)
+			}
+			return d.rateLimited(r, cs.limits, cs.names)
+		}
+	}
+	untake := func() {
+		if keyTook {
 			e.limits.untake(ns)
 		}
-		switch {
-		case errors.Is(err, errQuotaSpent):
-			reset := q.Period.next(q.Period.start(now))
-			d.RetryAfter = max(int64(reset.Sub(now)+time.Second-1)/int64(time.Second), 1)
-			d.Violated = []string{quotaPolicy}
-			return d.refuse(http.StatusTooManyRequests, problem.CodeQuotaExceeded)
-		case err != nil:
-			d.RetryAfter = 1
-			return d.refuse(http.StatusServiceUnavailable, problem.CodeUnavailable)
+		if consumerTook {
+			s.consumer.limits.untake(ns)
+		}
+	}
+	if q := s.quota; q != nil && e.keys != nil {
+		if err := e.keys.spendQuota(&e.meter, q, now); err != nil {
+			untake()
+			return d.quotaRefused(err, q, quotaPolicy, now)
+		}
+	}
+	if cs != nil && cs.quota != nil && e.keys != nil {
+		if err := e.keys.spendQuota(&s.consumer.meter, cs.quota, now); err != nil {
+			untake()
+			if s.quota != nil {
+				e.quota.block.Add(1) // the key's unit was not spent after all
+			}
+			return d.quotaRefused(err, cs.quota, consumerPolicy+quotaPolicy, now)
 		}
 	}
 	return d
+}
+
+// rateLimited is the 429 of the policies of limits that r says refused,
+// named by names when set (a consumer's) or by their own names.
+func (d Decision) rateLimited(r rateResult, limits []RateLimit, names []string) Decision {
+	d.RetryAfter = r.retryAfter
+	for i, p := range limits {
+		if r.violated&(1<<i) != 0 {
+			if names != nil {
+				d.Violated = append(d.Violated, names[i])
+			} else {
+				d.Violated = append(d.Violated, p.Name)
+			}
+		}
+	}
+	return d.refuse(http.StatusTooManyRequests, problem.CodeRateLimited)
+}
+
+// quotaRefused is the refusal of quota q, named name, that spendQuota
+// answered err: 429 when its period is spent, else 503.
+func (d Decision) quotaRefused(err error, q *Quota, name string, now time.Time) Decision {
+	if errors.Is(err, errQuotaSpent) {
+		reset := q.Period.next(q.Period.start(now))
+		d.RetryAfter = max(int64(reset.Sub(now)+time.Second-1)/int64(time.Second), 1)
+		d.Violated = []string{name}
+		return d.refuse(http.StatusTooManyRequests, problem.CodeQuotaExceeded)
+	}
+	d.RetryAfter = 1
+	return d.refuse(http.StatusServiceUnavailable, problem.CodeUnavailable)
 }
 
 // sharing is how e's instance stands with the others at ns: how many
@@ -103,15 +151,15 @@ func (k *Keys) SyncRates(now time.Time) error {
 		return nil
 	}
 	var deltas, demand []RateCount
-	limited := false
-	for _, e := range k.entries() {
-		if s := e.snap.Load(); len(s.key.RateLimits) > 0 {
-			limited = true
-			deltas, demand = e.limits.pending(s.key.ID, deltas, demand)
+	var limited []*meter
+	for _, m := range k.meters() {
+		if l, _ := m.holder.policies(); len(l) > 0 {
+			limited = append(limited, m)
+			deltas, demand = m.limits.pending(m.holder.holderID(), deltas, demand)
 		}
 	}
-	if !limited {
-		return nil // no key has a policy: nothing to share
+	if len(limited) == 0 {
+		return nil // no key or consumer has a policy: nothing to share
 	}
 	// An instance counts while it syncs; three missed syncs and it is gone.
 	ns := now.UnixNano()
@@ -129,29 +177,28 @@ func (k *Keys) SyncRates(now time.Time) error {
 		k.instances.Store(n)
 		counts, demands := byKey(share.Counts), byKey(share.Demand)
 		var claims []RateCount
-		for _, e := range k.entries() {
-			if s := e.snap.Load(); len(s.key.RateLimits) > 0 {
-				e.limits.apply(counts[s.key.ID], ns)
-				claims = e.limits.reclaim(s.key.ID, ns, sharing{instances: n, claims: n > 1, ahead: ahead}, demands[s.key.ID], claims)
-			}
+		for _, m := range limited {
+			id := m.holder.holderID()
+			m.limits.apply(counts[id], ns)
+			claims = m.limits.reclaim(id, ns, sharing{instances: n, claims: n > 1, ahead: ahead}, demands[id], claims)
 		}
 		return claims
 	})
 	if err != nil {
 		for _, d := range deltas {
-			if e := k.entry(d.KeyID); e != nil {
-				e.limits.unsent(d)
+			if m := k.meterOf(d.KeyID); m != nil {
+				m.limits.unsent(d)
 			}
 		}
-		for _, e := range k.entries() {
-			e.limits.dropClaims()
+		for _, m := range limited {
+			m.limits.dropClaims()
 		}
 		return err
 	}
 	// The claims hold from here: the transaction that made them (once or
 	// run again) has committed.
-	for _, e := range k.entries() {
-		e.limits.commitClaims()
+	for _, m := range limited {
+		m.limits.commitClaims()
 	}
 	// Claims hold a while without a sync: an instance that falls back
 	// to its share while the others still claim could spend what they
@@ -172,8 +219,9 @@ func byKey(list []RateCount) map[string][]RateCount {
 
 // RateLimitHeaders returns the RateLimit-Policy and RateLimit values for
 // the decided key at now (draft-ietf-httpapi-ratelimit-headers-10), both
-// empty for a key without rate limits or quota. RateLimit names the
-// policy closest to being exhausted.
+// empty for a key held to no rate limit or quota. RateLimit names the
+// policy closest to being exhausted, of the key's scope or its
+// consumer's.
 func (d *Decision) RateLimitHeaders(now time.Time) (policy, current string) {
 	if d.Entry == nil {
 		return "", ""
@@ -183,19 +231,37 @@ func (d *Decision) RateLimitHeaders(now time.Time) (policy, current string) {
 		return "", ""
 	}
 	ns := now.UnixNano()
-	i, r, t, frac := d.Entry.limits.closest(ns, d.Entry.sharing(ns))
-	name := ""
-	if i >= 0 {
-		name = s.key.RateLimits[i].Name
+	sh := d.Entry.sharing(ns)
+	var c closest
+	c.meter(&d.Entry.meter, "", s.limits, s.quota, ns, sh, now)
+	if s.consumer != nil {
+		cs := s.consumer.snap.Load()
+		c.meter(&s.consumer.meter, consumerPolicy, cs.limits, cs.quota, ns, sh, now)
 	}
-	if q := s.key.Quota; q != nil {
-		used, reset := d.Entry.quotaUsed(q, now)
-		qr := max(q.Limit-used, 0)
-		if f := float64(qr) / float64(q.Limit); name == "" || f < frac {
-			name, r = quotaPolicy, qr
-			t = max(int64(reset.Sub(now)+time.Second-1)/int64(time.Second), 0)
+	var buf [112]byte
+	return s.policyHeader, string(appendRateLimit(buf[:0], c.prefix, c.name, c.r, c.t))
+}
+
+// closest is the policy closest to exhaustion among those seen so far.
+type closest struct {
+	prefix, name string
+	r, t         int64
+	frac         float64
+}
+
+// meter takes m's policies and quota into account, named after prefix.
+func (c *closest) meter(m *meter, prefix string, limits []RateLimit, q *Quota, ns int64, sh sharing, now time.Time) {
+	if len(limits) > 0 {
+		if i, r, t, frac := m.limits.closest(ns, sh); i >= 0 && i < len(limits) && (c.name == "" || frac < c.frac) {
+			*c = closest{prefix, limits[i].Name, r, t, frac}
 		}
 	}
-	var buf [96]byte
-	return s.policyHeader, string(appendRateLimit(buf[:0], name, r, t))
+	if q != nil {
+		used, reset := m.quotaUsed(q, now)
+		qr := max(q.Limit-used, 0)
+		if f := float64(qr) / float64(q.Limit); c.name == "" || f < c.frac {
+			t := max(int64(reset.Sub(now)+time.Second-1)/int64(time.Second), 0)
+			*c = closest{prefix, quotaPolicy, qr, t, f}
+		}
+	}
 }

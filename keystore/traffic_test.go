@@ -120,14 +120,14 @@ func TestSlidingWindow(t *testing.T) {
 		}
 		i, r, reset, _ := l.closest(sec(0.5), alone)
 		var b []byte
-		b = appendRateLimit(b, l.policies[i].Name, r, reset)
+		b = appendRateLimit(b, "", l.policies[i].Name, r, reset)
 		if string(b) != `"burst";r=5;t=2` {
 			t.Errorf("RateLimit %s", b)
 		}
-		if h := policyHeader(nil, nil); h != "" {
+		if h := policyHeader("", nil, nil); h != "" {
 			t.Errorf("no policies: %q", h)
 		}
-		if h := policyHeader([]RateLimit{{"burst", 20, 1}, {"minute", 600, 60}}, &Quota{100000, QuotaMonth}); h != `"burst";q=20;w=1, "minute";q=600;w=60, "quota";q=100000;w=2592000` {
+		if h := policyHeader("", []RateLimit{{"burst", 20, 1}, {"minute", 600, 60}}, &Quota{100000, QuotaMonth}); h != `"burst";q=20;w=1, "minute";q=600;w=60, "quota";q=100000;w=2592000` {
 			t.Errorf("RateLimit-Policy %s", h)
 		}
 	})

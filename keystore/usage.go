@@ -113,7 +113,8 @@ func (h *hourly) giveBack(list []HourCount) {
 // UsageSeries is a key's requests over time, as GET /webapi/keys/{id}/usage
 // returns them.
 type UsageSeries struct {
-	KeyID      string        `json:"keyId"`
+	KeyID      string        `json:"keyId,omitempty"`
+	ConsumerID string        `json:"consumerId,omitempty"`
 	Resolution string        `json:"resolution"`
 	From       time.Time     `json:"from"`
 	To         time.Time     `json:"to"`
@@ -136,6 +137,11 @@ func (k *Keys) UsageOver(id string, from, to time.Time, byDay bool) (UsageSeries
 	if e == nil {
 		return UsageSeries{}, ErrNotFound
 	}
+	return k.usageOver(&e.meter, id, from, to, byDay)
+}
+
+// usageOver is the series of holder id, whose meter is m.
+func (k *Keys) usageOver(m *meter, id string, from, to time.Time, byDay bool) (UsageSeries, error) {
 	step, res := time.Hour, "hour"
 	if byDay {
 		step, res = 24*time.Hour, "day"
@@ -148,7 +154,7 @@ func (k *Keys) UsageOver(id string, from, to time.Time, byDay bool) (UsageSeries
 	// them, and would otherwise be missing from both reads.
 	k.flushMu.Lock()
 	stored, err := k.backend.UsageHours(id, from, to)
-	pending := e.hourly.peek()
+	pending := m.hourly.peek()
 	k.flushMu.Unlock()
 	if err != nil {
 		return UsageSeries{}, err

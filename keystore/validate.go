@@ -34,6 +34,10 @@ type KeyInput struct {
 	RateLimits patch.Field[[]json.RawMessage] `json:"rateLimits"`
 	// Quota replaces the key's quota; null removes it.
 	Quota patch.Field[json.RawMessage] `json:"quota"`
+	// ConsumerID puts the key under a consumer; null takes it out.
+	ConsumerID patch.Field[string] `json:"consumerId"`
+	// PlanID gives the key a plan; null takes it away.
+	PlanID patch.Field[string] `json:"planId"`
 }
 
 const (
@@ -145,6 +149,12 @@ func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 			k.Quota = checkQuota(f, in.Quota.Value)
 		}
 	}
+	if in.ConsumerID.Set {
+		k.ConsumerID = optionalID(in.ConsumerID)
+	}
+	if in.PlanID.Set {
+		k.PlanID = optionalID(in.PlanID)
+	}
 	if in.Enabled.Set {
 		if in.Enabled.Null {
 			f.Add("enabled", "invalid", "enabled must be true or false")
@@ -243,4 +253,13 @@ func checkAdminProjects(f *problem.Fields, s Service, list []string) []string {
 		return nil
 	}
 	return out
+}
+
+// optionalID is the id a reference field sets: nil for null.
+func optionalID(f patch.Field[string]) *string {
+	if f.Null {
+		return nil
+	}
+	v := f.Value
+	return &v
 }

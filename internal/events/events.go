@@ -45,6 +45,9 @@ const (
 	// KeyQuotaExhausted is an API key whose quota for the current period
 	// is spent, once per period.
 	KeyQuotaExhausted = "key.quota_exhausted"
+	// ConsumerQuotaExhausted is a consumer whose quota for the current
+	// period is spent over all its keys, once per period.
+	ConsumerQuotaExhausted = "consumer.quota_exhausted"
 	// WebhookTest is queued by the admin API's test call for one
 	// subscription; no store emits it.
 	WebhookTest = "webhook.test"
@@ -56,6 +59,7 @@ var Types = []string{
 	ContractCompleted, ContractExpired, ContractArchived, ContractDeleted,
 	ShareCreated, ShareUpdated, ShareDeleted, ShareViewed, ShareCommented, ShareEdited,
 	KeyRolled, KeyDisabled, KeyExpiring, KeyQuotaExhausted,
+	ConsumerQuotaExhausted,
 }
 
 // Event is one thing that happened, as a webhook delivers it.

@@ -1,0 +1,488 @@
+package keystore
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// Notification payloads of plan and consumer changes on the keys channel,
+// beside key ids: every instance reads the plan or consumer back and
+// compiles its holders anew.
+const (
+	planTopic     = "plan:"
+	consumerTopic = "consumer:"
+)
+
+// loadScopes reads every plan and consumer of the backend into memory,
+// before the keys that name them.
+func (k *Keys) loadScopes() error {
+	plans := make(map[string]*Plan)
+	var consumers []*Consumer
+	err := k.backend.LoadScopes(func(p *Plan) error {
+		plans[p.ID] = p
+		return nil
+	}, func(c *Consumer) error {
+		consumers = append(consumers, c)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	k.scopeMu.Lock()
+	defer k.scopeMu.Unlock()
+	k.plans = plans
+	seen := make(map[string]bool, len(consumers))
+	if k.consumers == nil {
+		k.consumers = make(map[string]*consumerEntry)
+	}
+	for _, c := range consumers {
+		seen[c.ID] = true
+		k.setConsumer(c)
+	}
+	for id := range k.consumers {
+		if !seen[id] {
+			delete(k.consumers, id)
+		}
+	}
+	return nil
+}
+
+// setConsumer makes c the consumer in memory, its meter kept when it
+// was there before. The caller holds scopeMu.
+func (k *Keys) setConsumer(c *Consumer) {
+	var plan *Plan
+	if c.PlanID != nil {
+		plan = k.plans[*c.PlanID]
+	}
+	ce := k.consumers[c.ID]
+	if ce == nil {
+		ce = &consumerEntry{keys: k}
+		ce.holder = ce
+		k.consumers[c.ID] = ce
+	}
+	ce.set(newConsumerSnap(*c, plan))
+}
+
+// recompile compiles anew every key that match selects, after a plan or
+// consumer it names changed. The caller holds writeMu.
+func (k *Keys) recompile(match func(*Key) bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.byID {
+		old := e.snap.Load()
+		if !match(&old.key) {
+			continue
+		}
+		rec := &record{Key: old.key, TokenHash: old.hash[:], SealedToken: old.sealed, ExpiryWarnedFor: old.warnedFor}
+		if old.hasPrev {
+			rec.PreviousTokenHash = old.prevHash[:]
+			t := old.prevUntil
+			rec.PreviousTokenExpiry = &t
+		}
+		next := k.compile(rec)
+		e.setSnap(next)
+		k.rehash(e, old, next)
+	}
+}
+
+// holdsPlan and holdsConsumer select the keys of a plan and of a consumer.
+func holdsPlan(id string) func(*Key) bool {
+	return func(key *Key) bool { return key.PlanID != nil && *key.PlanID == id }
+}
+
+func holdsConsumer(id string) func(*Key) bool {
+	return func(key *Key) bool { return key.ConsumerID != nil && *key.ConsumerID == id }
+}
+
+// refreshScope reads the plan or consumer of a notification payload back
+// after another instance changed it, and compiles its holders anew.
+func (k *Keys) refreshScope(payload string) error {
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	if id, ok := strings.CutPrefix(payload, planTopic); ok {
+		p, err := k.backend.Plan(id)
+		if err != nil {
+			return err
+		}
+		k.scopeMu.Lock()
+		if p == nil {
+			delete(k.plans, id)
+		} else {
+			k.plans[id] = p
+		}
+		k.recompileConsumersOf(id)
+		k.scopeMu.Unlock()
+		k.recompile(func(key *Key) bool {
+			return holdsPlan(id)(key) || key.ConsumerID != nil && k.consumerHasPlan(*key.ConsumerID, id)
+		})
+		return nil
+	}
+	id, _ := strings.CutPrefix(payload, consumerTopic)
+	c, err := k.backend.Consumer(id)
+	if err != nil {
+		return err
+	}
+	k.scopeMu.Lock()
+	if c == nil {
+		delete(k.consumers, id)
+	} else {
+		k.setConsumer(c)
+	}
+	k.scopeMu.Unlock()
+	k.recompile(holdsConsumer(id))
+	return nil
+}
+
+// recompileConsumersOf takes plan id's change into its consumers. The
+// caller holds scopeMu.
+func (k *Keys) recompileConsumersOf(id string) {
+	for _, ce := range k.consumers {
+		if c := ce.snap.Load().consumer; c.PlanID != nil && *c.PlanID == id {
+			k.setConsumer(&c)
+		}
+	}
+}
+
+// consumerHasPlan reports whether consumer cid takes plan pid.
+func (k *Keys) consumerHasPlan(cid, pid string) bool {
+	k.scopeMu.RLock()
+	defer k.scopeMu.RUnlock()
+	ce := k.consumers[cid]
+	if ce == nil {
+		return false
+	}
+	p := ce.snap.Load().consumer.PlanID
+	return p != nil && *p == pid
+}
+
+// plan returns plan id, nil if none.
+func (k *Keys) plan(id string) *Plan {
+	k.scopeMu.RLock()
+	defer k.scopeMu.RUnlock()
+	return k.plans[id]
+}
+
+// consumer returns consumer id, nil if none.
+func (k *Keys) consumer(id string) *consumerEntry {
+	k.scopeMu.RLock()
+	defer k.scopeMu.RUnlock()
+	return k.consumers[id]
+}
+
+// CreatePlan validates in and stores a new plan.
+func (k *Keys) CreatePlan(in *PlanInput) (Plan, error) {
+	p, err := applyPlan(Plan{}, in)
+	if err != nil {
+		return Plan{}, err
+	}
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	now := k.now().UTC().Truncate(time.Millisecond)
+	p.ID = uuid.NewString()
+	p.CreationTime, p.LastModificationTime = now, now
+	if err := k.backend.PutPlan(&p); err != nil {
+		return Plan{}, err
+	}
+	k.scopeMu.Lock()
+	k.plans[p.ID] = &p
+	k.scopeMu.Unlock()
+	return planView(&p), nil
+}
+
+// UpdatePlan applies in to plan id; every key and consumer that takes it
+// is held to the change at once (on other instances, once the backend's
+// notification reaches them).
+func (k *Keys) UpdatePlan(id string, in *PlanInput) (Plan, error) {
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	old := k.plan(id)
+	if old == nil {
+		return Plan{}, ErrPlanNotFound
+	}
+	p, err := applyPlan(*old, in)
+	if err != nil {
+		return Plan{}, err
+	}
+	if err := k.checkPlanHolders(&p, in); err != nil {
+		return Plan{}, err
+	}
+	p.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
+	if err := k.backend.PutPlan(&p); err != nil {
+		return Plan{}, err
+	}
+	k.scopeMu.Lock()
+	k.plans[id] = &p
+	k.recompileConsumersOf(id)
+	k.scopeMu.Unlock()
+	k.recompile(func(key *Key) bool {
+		return holdsPlan(id)(key) || key.ConsumerID != nil && k.consumerHasPlan(*key.ConsumerID, id)
+	})
+	return planView(&p), nil
+}
+
+// checkPlanHolders refuses a plan change that would give a holder two
+// policies of one name, or two quotas, naming the plan's field.
+func (k *Keys) checkPlanHolders(p *Plan, in *PlanInput) error {
+	var f problem.Fields
+	clash := func(what, name string, limits []RateLimit, quota *Quota) {
+		for i, l := range p.RateLimits {
+			if in.RateLimits.Set && slices.ContainsFunc(limits, func(o RateLimit) bool { return o.Name == l.Name }) {
+				f.Add(fmt.Sprintf("rateLimits[%d].name", i), "clashes", what+" "+name+" has a policy named "+l.Name+" of its own")
+			}
+		}
+		if in.Quota.Set && p.Quota != nil && quota != nil {
+			f.Add("quota", "clashes", what+" "+name+" has a quota of its own")
+		}
+	}
+	for _, e := range k.entries() {
+		if key := e.snap.Load().key; key.PlanID != nil && *key.PlanID == p.ID {
+			clash("key", key.ID, key.RateLimits, key.Quota)
+		}
+	}
+	k.scopeMu.RLock()
+	for _, ce := range k.consumers {
+		if c := ce.snap.Load().consumer; c.PlanID != nil && *c.PlanID == p.ID {
+			clash("consumer", c.ID, c.RateLimits, c.Quota)
+		}
+	}
+	k.scopeMu.RUnlock()
+	if len(f.List()) > 0 {
+		d := problem.New(http.StatusConflict, problem.CodeConflict, "the change would give a holder of the plan two policies of one name, or two quotas")
+		d.Errors = f.List()
+		return d
+	}
+	return nil
+}
+
+// DeletePlan removes plan id, unless keys or consumers take it (409).
+func (k *Keys) DeletePlan(id string) error {
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	if k.plan(id) == nil {
+		return ErrPlanNotFound
+	}
+	if err := k.backend.DeletePlan(id); err != nil {
+		return err
+	}
+	k.scopeMu.Lock()
+	delete(k.plans, id)
+	k.scopeMu.Unlock()
+	return nil
+}
+
+// GetPlan returns plan id.
+func (k *Keys) GetPlan(id string) (Plan, error) {
+	p := k.plan(id)
+	if p == nil {
+		return Plan{}, ErrPlanNotFound
+	}
+	return planView(p), nil
+}
+
+// ListPlans returns every plan, oldest first.
+func (k *Keys) ListPlans() []Plan {
+	k.scopeMu.RLock()
+	out := make([]Plan, 0, len(k.plans))
+	for _, p := range k.plans {
+		out = append(out, planView(p))
+	}
+	k.scopeMu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreationTime.Equal(out[j].CreationTime) {
+			return out[i].CreationTime.Before(out[j].CreationTime)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// planView is a copy of p that shares nothing with memory.
+func planView(p *Plan) Plan {
+	out := *p
+	out.RateLimits = slices.Clone(p.RateLimits)
+	if out.RateLimits == nil {
+		out.RateLimits = []RateLimit{}
+	}
+	if p.Quota != nil {
+		q := *p.Quota
+		out.Quota = &q
+	}
+	return out
+}
+
+// CreateConsumer validates in and stores a new consumer.
+func (k *Keys) CreateConsumer(in *ConsumerInput) (Consumer, error) {
+	c, err := applyConsumer(Consumer{}, in)
+	if err != nil {
+		return Consumer{}, err
+	}
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	if err := k.checkConsumer(&c, in); err != nil {
+		return Consumer{}, err
+	}
+	now := k.now().UTC().Truncate(time.Millisecond)
+	c.ID = uuid.NewString()
+	c.CreationTime, c.LastModificationTime = now, now
+	if err := k.backend.PutConsumer(&c); err != nil {
+		return Consumer{}, err
+	}
+	k.scopeMu.Lock()
+	k.setConsumer(&c)
+	k.scopeMu.Unlock()
+	return k.consumerView(k.consumer(c.ID)), nil
+}
+
+// UpdateConsumer applies in to consumer id; all its keys are held to the
+// change at once.
+func (k *Keys) UpdateConsumer(id string, in *ConsumerInput) (Consumer, error) {
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	ce := k.consumer(id)
+	if ce == nil {
+		return Consumer{}, ErrConsumerNotFound
+	}
+	c, err := applyConsumer(ce.snap.Load().consumer, in)
+	if err != nil {
+		return Consumer{}, err
+	}
+	if err := k.checkConsumer(&c, in); err != nil {
+		return Consumer{}, err
+	}
+	c.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
+	if err := k.backend.PutConsumer(&c); err != nil {
+		return Consumer{}, err
+	}
+	k.scopeMu.Lock()
+	k.setConsumer(&c)
+	k.scopeMu.Unlock()
+	k.recompile(holdsConsumer(id))
+	return k.consumerView(ce), nil
+}
+
+// checkConsumer checks c's plan: that it exists, and that it names none
+// of c's policies.
+func (k *Keys) checkConsumer(c *Consumer, in *ConsumerInput) error {
+	if c.PlanID == nil {
+		return nil
+	}
+	p := k.plan(*c.PlanID)
+	if p == nil {
+		return unknownRef("planId", "plan")
+	}
+	var f problem.Fields
+	checkClash(&f, c.RateLimits, c.Quota, p, in.RateLimits.Set, in.Quota.Set)
+	return f.Err()
+}
+
+// DeleteConsumer removes consumer id, unless it holds keys (409).
+func (k *Keys) DeleteConsumer(id string) error {
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	if k.consumer(id) == nil {
+		return ErrConsumerNotFound
+	}
+	if err := k.backend.DeleteConsumer(id); err != nil {
+		return err
+	}
+	k.scopeMu.Lock()
+	delete(k.consumers, id)
+	k.scopeMu.Unlock()
+	return nil
+}
+
+// GetConsumer returns consumer id with its quota use and key count.
+func (k *Keys) GetConsumer(id string) (Consumer, error) {
+	ce := k.consumer(id)
+	if ce == nil {
+		return Consumer{}, ErrConsumerNotFound
+	}
+	return k.consumerView(ce), nil
+}
+
+// ListConsumers returns every consumer, oldest first.
+func (k *Keys) ListConsumers() []Consumer {
+	k.scopeMu.RLock()
+	list := make([]*consumerEntry, 0, len(k.consumers))
+	for _, ce := range k.consumers {
+		list = append(list, ce)
+	}
+	k.scopeMu.RUnlock()
+	out := make([]Consumer, 0, len(list))
+	for _, ce := range list {
+		out = append(out, k.consumerView(ce))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreationTime.Equal(out[j].CreationTime) {
+			return out[i].CreationTime.Before(out[j].CreationTime)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// consumerView is ce's consumer as administrators see it.
+func (k *Keys) consumerView(ce *consumerEntry) Consumer {
+	c := ce.snap.Load().consumer
+	c.RateLimits = slices.Clone(c.RateLimits)
+	if c.RateLimits == nil {
+		c.RateLimits = []RateLimit{}
+	}
+	if c.Quota != nil {
+		q := *c.Quota
+		c.Quota = &q
+	}
+	c.QuotaUsed, c.QuotaResetsAt = ce.quotaView(k.now())
+	c.KeyCount = len(k.keysOf(c.ID))
+	return c
+}
+
+// keysOf returns the ids of consumer id's keys.
+func (k *Keys) keysOf(id string) []string {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	var out []string
+	for kid, e := range k.byID {
+		if holdsConsumer(id)(&e.snap.Load().key) {
+			out = append(out, kid)
+		}
+	}
+	return out
+}
+
+// ConsumerUsageOver returns consumer id's requests over time, all its
+// keys' together, as UsageOver does for a key.
+func (k *Keys) ConsumerUsageOver(id string, from, to time.Time, byDay bool) (UsageSeries, error) {
+	ce := k.consumer(id)
+	if ce == nil {
+		return UsageSeries{}, ErrConsumerNotFound
+	}
+	s, err := k.usageOver(&ce.meter, id, from, to, byDay)
+	s.KeyID, s.ConsumerID = "", id
+	return s, err
+}
+
+// checkKeyScopes checks the consumerId and planId of key: that each
+// names one, and that the plan names none of the key's own policies.
+func (k *Keys) checkKeyScopes(key *Key, in *KeyInput) error {
+	var f problem.Fields
+	if key.ConsumerID != nil && k.consumer(*key.ConsumerID) == nil {
+		f.Add("consumerId", "unknown", "no consumer has this id")
+	}
+	if key.PlanID != nil {
+		if p := k.plan(*key.PlanID); p == nil {
+			f.Add("planId", "unknown", "no plan has this id")
+		} else {
+			checkClash(&f, key.RateLimits, key.Quota, p, in.RateLimits.Set, in.Quota.Set)
+		}
+	}
+	return f.Err()
+}

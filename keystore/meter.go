@@ -1,0 +1,135 @@
+package keystore
+
+import (
+	"encoding/json"
+	"sync/atomic"
+	"time"
+
+	"github.com/keygate/keygate/internal/events"
+	"github.com/keygate/keygate/internal/storage"
+)
+
+// meter is what one scope spends on this instance: a key (its own
+// policies and its plan's), or a consumer (its own and its plan's,
+// shared by all its keys). Its rows in storage are under its holder's id;
+// key and consumer ids are both UUIDs and never meet.
+type meter struct {
+	// limits, quota and hourly are the scope's rate-limit windows, its
+	// quota block, and its requests per hour.
+	limits limiter
+	quota  quotaState
+	hourly hourly
+	holder holder
+}
+
+// holder is what a meter spends for.
+type holder interface {
+	// holderID is the id the meter's rows are stored under.
+	holderID() string
+	// policies are the scope's rate limits and quota as they are now.
+	policies() ([]RateLimit, *Quota)
+	// quotaExhausted is what the lease that spends the period's last unit
+	// runs in its transaction: the event, if any.
+	quotaExhausted(now time.Time) func(storage.Tx) error
+}
+
+// holderID implements holder.
+func (e *Entry) holderID() string { return e.snap.Load().key.ID }
+
+// policies implements holder.
+func (e *Entry) policies() ([]RateLimit, *Quota) {
+	s := e.snap.Load()
+	return s.limits, s.quota
+}
+
+// quotaExhausted implements holder: key.quota_exhausted with the quota
+// the key spent, its own or its plan's.
+func (e *Entry) quotaExhausted(now time.Time) func(storage.Tx) error {
+	s := e.snap.Load()
+	key := s.key
+	key.Quota = s.quota
+	return e.keys.emitKey(events.KeyQuotaExhausted, &key, now)
+}
+
+// consumerEntry is one consumer in memory: an immutable snapshot swapped
+// on change, and the meter its keys spend together.
+type consumerEntry struct {
+	meter
+	snap atomic.Pointer[consumerSnap]
+	keys *Keys
+}
+
+// consumerSnap is a consumer in the form the key check reads.
+type consumerSnap struct {
+	consumer Consumer
+	// limits and quota are what the consumer counts: its own and its
+	// plan's. names are the limits' names as refusals report them
+	// (consumer:NAME), header their RateLimit-Policy items.
+	limits []RateLimit
+	quota  *Quota
+	names  []string
+	header string
+}
+
+func newConsumerSnap(c Consumer, p *Plan) *consumerSnap {
+	s := &consumerSnap{consumer: c}
+	s.consumer.QuotaUsed, s.consumer.QuotaResetsAt, s.consumer.KeyCount = nil, nil, 0
+	s.limits, s.quota = effective(c.RateLimits, c.Quota, p)
+	for _, l := range s.limits {
+		s.names = append(s.names, consumerPolicy+l.Name)
+	}
+	s.header = policyHeader(consumerPolicy, s.limits, s.quota)
+	return s
+}
+
+// set makes s the consumer's snapshot; policies that stay keep their
+// counts.
+func (c *consumerEntry) set(s *consumerSnap) {
+	old := c.snap.Swap(s)
+	c.limits.adopt(s.limits)
+	if old != nil {
+		c.quota.changed(old.quota, s.quota, func(span QuotaSpan, n int64) {
+			go c.keys.giveBack(s.consumer.ID, span, n)
+		})
+	}
+}
+
+// holderID implements holder.
+func (c *consumerEntry) holderID() string { return c.snap.Load().consumer.ID }
+
+// policies implements holder.
+func (c *consumerEntry) policies() ([]RateLimit, *Quota) {
+	s := c.snap.Load()
+	return s.limits, s.quota
+}
+
+// consumerEvent is the data of consumer.quota_exhausted.
+type consumerEvent struct {
+	ID          string     `json:"id"`
+	Name        string     `json:"name"`
+	ExternalID  *string    `json:"externalId"`
+	Time        time.Time  `json:"time"`
+	Quota       *Quota     `json:"quota"`
+	PeriodStart *time.Time `json:"periodStart"`
+}
+
+// quotaExhausted implements holder: consumer.quota_exhausted.
+func (c *consumerEntry) quotaExhausted(now time.Time) func(storage.Tx) error {
+	k := c.keys
+	if k == nil || k.events == nil {
+		return nil
+	}
+	s := c.snap.Load()
+	ev := consumerEvent{ID: s.consumer.ID, Name: s.consumer.Name, ExternalID: s.consumer.ExternalID, Time: now, Quota: s.quota}
+	if s.quota != nil {
+		start := s.quota.Period.start(now)
+		ev.PeriodStart = &start
+	}
+	data, err := json.Marshal(ev)
+	return func(tx storage.Tx) error {
+		if err != nil {
+			return err
+		}
+		return k.events.Emit(tx, events.Event{Type: events.ConsumerQuotaExhausted, At: now, Data: data})
+	}
+}

@@ -1,0 +1,226 @@
+package keystore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+)
+
+// holderExistsSQL is the SQL condition that $1 is a key's or a consumer's
+// id: what spends quota and counts hours.
+const holderExistsSQL = "(EXISTS (SELECT 1 FROM keys WHERE id = $1) OR EXISTS (SELECT 1 FROM consumers WHERE id = $1))"
+
+// scopeError is the error of a write of a key, plan or consumer as the
+// store's problem: a unique name or externalId taken, or a plan or
+// consumer named that is gone.
+func scopeError(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch {
+	case pe.Code == "23505" && pe.ConstraintName == "plans_name_key":
+		return ErrPlanNameTaken
+	case pe.Code == "23505" && pe.ConstraintName == "consumers_external_id_key":
+		return ErrExternalIDTaken
+	case pe.Code == "23503" && pe.ConstraintName == "keys_consumer_id_fkey":
+		return unknownRef("consumerId", "consumer")
+	case pe.Code == "23503":
+		return unknownRef("planId", "plan")
+	}
+	return err
+}
+
+// LoadScopes implements Backend.
+func (b *PostgresBackend) LoadScopes(plan func(*Plan) error, consumer func(*Consumer) error) error {
+	ctx := context.Background()
+	return b.db.View(ctx, func(tx storage.Tx) error {
+		if err := eachRecord(ctx, tx, "SELECT record FROM plans ORDER BY id", func(raw []byte) error {
+			p := new(Plan)
+			if err := json.Unmarshal(raw, p); err != nil {
+				return fmt.Errorf("a stored plan does not decode: %w", err)
+			}
+			return plan(p)
+		}); err != nil {
+			return err
+		}
+		return eachRecord(ctx, tx, "SELECT record FROM consumers ORDER BY id", func(raw []byte) error {
+			c := new(Consumer)
+			if err := json.Unmarshal(raw, c); err != nil {
+				return fmt.Errorf("a stored consumer does not decode: %w", err)
+			}
+			return consumer(c)
+		})
+	})
+}
+
+// eachRecord calls fn with the one column of every row of query.
+func eachRecord(ctx context.Context, tx storage.Tx, query string, fn func([]byte) error) error {
+	rows, err := pgdb.Of(tx).Query(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return err
+		}
+		if err := fn(raw); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// Plan implements Backend.
+func (b *PostgresBackend) Plan(id string) (*Plan, error) {
+	var p *Plan
+	return p, b.getRecord("SELECT record FROM plans WHERE id = $1", id, func(raw []byte) error {
+		p = new(Plan)
+		return json.Unmarshal(raw, p)
+	})
+}
+
+// Consumer implements Backend.
+func (b *PostgresBackend) Consumer(id string) (*Consumer, error) {
+	var c *Consumer
+	return c, b.getRecord("SELECT record FROM consumers WHERE id = $1", id, func(raw []byte) error {
+		c = new(Consumer)
+		return json.Unmarshal(raw, c)
+	})
+}
+
+// getRecord calls fn with the record query finds for id, if any.
+func (b *PostgresBackend) getRecord(query, id string, fn func([]byte) error) error {
+	k, err := idBytes(id)
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pgdb.DefaultTimeout)
+	defer cancel()
+	var raw []byte
+	err = b.db.Pool.QueryRow(ctx, query, k).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return b.db.Wrap("reading a plan or consumer", err)
+	}
+	return fn(raw)
+}
+
+// PutPlan implements Backend.
+func (b *PostgresBackend) PutPlan(p *Plan) error {
+	k, err := idBytes(p.ID)
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	return scopeError(b.db.Update(ctx, func(tx storage.Tx) error {
+		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO plans (id, name, record) VALUES ($1, $2, $3)
+			ON CONFLICT (id) DO UPDATE SET name = excluded.name, record = excluded.record, updated_at = now()`, k, p.Name, v)
+		if err != nil {
+			return err
+		}
+		return b.notify(ctx, tx, planTopic+p.ID)
+	}))
+}
+
+// DeletePlan implements Backend.
+func (b *PostgresBackend) DeletePlan(id string) error {
+	return b.deleteScope("plans", planTopic, id, ErrPlanNotFound, ErrPlanInUse)
+}
+
+// PutConsumer implements Backend.
+func (b *PostgresBackend) PutConsumer(c *Consumer) error {
+	k, err := idBytes(c.ID)
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	plan, err := optionalUUID(c.PlanID)
+	if err != nil {
+		return unknownRef("planId", "plan")
+	}
+	ctx := context.Background()
+	return scopeError(b.db.Update(ctx, func(tx storage.Tx) error {
+		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO consumers (id, external_id, plan_id, record) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (id) DO UPDATE SET external_id = excluded.external_id, plan_id = excluded.plan_id,
+				record = excluded.record, updated_at = now()`, k, c.ExternalID, plan, v)
+		if err != nil {
+			return err
+		}
+		return b.notify(ctx, tx, consumerTopic+c.ID)
+	}))
+}
+
+// DeleteConsumer implements Backend: the consumer and its traffic go
+// together.
+func (b *PostgresBackend) DeleteConsumer(id string) error {
+	return b.deleteScope("consumers", consumerTopic, id, ErrConsumerNotFound, ErrConsumerHasKeys)
+}
+
+// deleteScope deletes row id of table (plans or consumers) with the
+// traffic stored under its id, and tells every instance; inUse while a
+// key or consumer still names it (the foreign keys refuse the delete).
+func (b *PostgresBackend) deleteScope(table, topic, id string, notFound, inUse error) error {
+	k, err := idBytes(id)
+	if err != nil {
+		return notFound
+	}
+	ctx := context.Background()
+	err = b.db.Update(ctx, func(tx storage.Tx) error {
+		tag, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM "+table+" WHERE id = $1", k)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return notFound
+		}
+		if err := deleteTraffic(ctx, tx, k); err != nil {
+			return err
+		}
+		return b.notify(ctx, tx, topic+id)
+	})
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23503" {
+		return inUse
+	}
+	return err
+}
+
+// deleteTraffic deletes what holder k (a key or consumer) spent.
+func deleteTraffic(ctx context.Context, tx storage.Tx, k []byte) error {
+	for _, table := range []string{"key_quota", "key_rate_counts", "key_usage_hourly", "rate_demand"} {
+		if _, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM "+table+" WHERE key_id = $1", k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// optionalUUID is an optional id as a column value: nil for none.
+func optionalUUID(id *string) (any, error) {
+	if id == nil {
+		return nil, nil
+	}
+	k, err := idBytes(*id)
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
