@@ -63,6 +63,17 @@ func (a *Admin) routes(webhooks bool) *http.ServeMux {
 	mux.HandleFunc("POST /webapi/keys/{id}/reveal", a.revealKey)
 	mux.HandleFunc("POST /webapi/keys/{id}/roll", a.rollKey)
 	mux.HandleFunc("GET /webapi/keys/{id}/usage", a.keyUsage)
+	mux.HandleFunc("POST /webapi/plans", a.createPlan)
+	mux.HandleFunc("GET /webapi/plans", a.listPlans)
+	mux.HandleFunc("GET /webapi/plans/{id}", a.getPlan)
+	mux.HandleFunc("PATCH /webapi/plans/{id}", a.updatePlan)
+	mux.HandleFunc("DELETE /webapi/plans/{id}", a.deletePlan)
+	mux.HandleFunc("POST /webapi/consumers", a.createConsumer)
+	mux.HandleFunc("GET /webapi/consumers", a.listConsumers)
+	mux.HandleFunc("GET /webapi/consumers/{id}", a.getConsumer)
+	mux.HandleFunc("PATCH /webapi/consumers/{id}", a.updateConsumer)
+	mux.HandleFunc("DELETE /webapi/consumers/{id}", a.deleteConsumer)
+	mux.HandleFunc("GET /webapi/consumers/{id}/usage", a.consumerUsage)
 	mux.HandleFunc("GET /webapi/seal", a.showSeal)
 	mux.HandleFunc("GET /webapi/host", a.checkHost)
 	mux.HandleFunc("POST /webapi/templates", a.addTemplate)
@@ -210,6 +221,7 @@ func auditPath(r *http.Request) string {
 func (a *Admin) auditAdmin(r *http.Request, msg string, k keystore.Key, status int) {
 	rec := adminAudit(r, msg, string(k.Service), status)
 	rec.keyID, rec.keyName, rec.owner = k.ID, k.Name, k.Owner
+	rec.consumerID, rec.planID = k.Scopes()
 	appOf(r).audit.record(rec)
 }
 
@@ -245,8 +257,8 @@ func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	var f problem.Fields
 	for name := range query {
-		if name != "service" {
-			f.Add(name, "unknown_parameter", name+" is not a parameter of this list")
+		if name != "service" && name != "consumerId" {
+			f.Add(name, "unknown_parameter", name+" is not a parameter of this list: service, consumerId")
 		}
 	}
 	svc := keystore.Service(query.Get("service"))
@@ -258,7 +270,13 @@ func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.sync(r, "")
-	writeJSON(w, http.StatusOK, appOf(r).state.keys.List(svc))
+	list := appOf(r).state.keys.List(svc)
+	if _, ok := query["consumerId"]; ok {
+		// The keys of one consumer: the Consumers view of the keys page.
+		consumer := query.Get("consumerId")
+		list = slices.DeleteFunc(list, func(k keystore.Key) bool { c, _ := k.Scopes(); return c != consumer })
+	}
+	writeJSON(w, http.StatusOK, list)
 }
 
 // sync brings key id (every key when empty) up to date with the other
@@ -509,10 +527,25 @@ func (a *Admin) keyUsage(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	query, err := problem.DecodeQuery(r.URL.RawQuery)
+	from, to, byDay, err := usageQuery(r)
 	if err != nil {
 		a.fail(w, r, err)
 		return
+	}
+	series, err := appOf(r).state.keys.UsageOver(id, from, to, byDay)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, series)
+}
+
+// usageQuery reads the bounds and resolution of a usage series from r's
+// query, naming every bad parameter.
+func usageQuery(r *http.Request) (from, to time.Time, byDay bool, err error) {
+	query, err := problem.DecodeQuery(r.URL.RawQuery)
+	if err != nil {
+		return from, to, false, err
 	}
 	var f problem.Fields
 	for _, name := range slices.Sorted(maps.Keys(query)) {
@@ -524,7 +557,6 @@ func (a *Admin) keyUsage(w http.ResponseWriter, r *http.Request) {
 			f.Add(name, "duplicate", name+" is given more than once")
 		}
 	}
-	byDay := false
 	switch query.Get("resolution") {
 	case "", "hour":
 	case "day":
@@ -564,14 +596,5 @@ func (a *Admin) keyUsage(w http.ResponseWriter, r *http.Request) {
 	case to.After(now.Add(24 * time.Hour)):
 		f.Add("to", "out_of_range", "to must be at most a day from now")
 	}
-	if err := f.Err(); err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	series, err := appOf(r).state.keys.UsageOver(id, from, to, byDay)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, series)
+	return from, to, byDay, f.Err()
 }

@@ -443,18 +443,21 @@ func (a *App) sweep() {
 // request's method, path or address, which differ among them.
 func (a *App) auditUnaudited(now time.Time, force bool) {
 	a.state.keys.UnauditedRefusals(now, force, func(k *keystore.Key, reason string, n uint64) {
+		consumer, plan := k.Scopes()
 		a.audit.record(auditRecord{
-			at:        now,
-			msg:       "key refused",
-			keyID:     k.ID,
-			keyName:   k.Name,
-			owner:     k.Owner,
-			service:   string(k.Service),
-			operation: "none",
-			status:    http.StatusTooManyRequests,
-			reason:    reason,
-			duration:  -1,
-			refusals:  n,
+			consumerID: consumer,
+			planID:     plan,
+			at:         now,
+			msg:        "key refused",
+			keyID:      k.ID,
+			keyName:    k.Name,
+			owner:      k.Owner,
+			service:    string(k.Service),
+			operation:  "none",
+			status:     http.StatusTooManyRequests,
+			reason:     reason,
+			duration:   -1,
+			refusals:   n,
 		})
 	})
 }

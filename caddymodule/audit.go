@@ -22,10 +22,14 @@ import (
 // no encoding and no allocation of its own. The writer turns it into a
 // zap entry of the `webapi.audit` logger with the request's own time.
 type auditRecord struct {
-	at         time.Time
-	msg        string
-	keyID      string
-	keyName    string
+	at      time.Time
+	msg     string
+	keyID   string
+	keyName string
+	// consumerID and planID are the key's consumer and plan, or the
+	// consumer or plan an administration action changed.
+	consumerID string
+	planID     string
 	webhookID  string // administration of a webhook subscription
 	templateID string // administration of a contract template
 	user       string // the Web API Keys page's authenticated user
@@ -203,6 +207,12 @@ func (rec *auditRecord) encode(e auditEncoder) {
 		e.str("key_id", rec.keyID)
 		e.str("key_name", rec.keyName)
 		e.str("owner", rec.owner)
+	}
+	if rec.consumerID != "" {
+		e.str("consumer_id", rec.consumerID)
+	}
+	if rec.planID != "" {
+		e.str("plan_id", rec.planID)
 	}
 	if rec.webhookID != "" {
 		e.str("webhook_id", rec.webhookID)

@@ -188,18 +188,20 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	m.count(status)
 	m.duration.Observe(elapsed.Seconds())
 	h.audit.record(auditRecord{
-		at:        start,
-		msg:       "key used",
-		keyID:     id.KeyID,
-		keyName:   id.KeyName,
-		owner:     id.Owner,
-		service:   h.Service,
-		operation: id.Operation,
-		method:    r.Method,
-		path:      r.URL.Path,
-		clientIP:  ip,
-		status:    status,
-		duration:  elapsed,
+		at:         start,
+		msg:        "key used",
+		keyID:      id.KeyID,
+		keyName:    id.KeyName,
+		owner:      id.Owner,
+		consumerID: id.ConsumerID,
+		planID:     id.PlanID,
+		service:    h.Service,
+		operation:  id.Operation,
+		method:     r.Method,
+		path:       r.URL.Path,
+		clientIP:   ip,
+		status:     status,
+		duration:   elapsed,
 		// A use of the token a roll replaced, in its grace period.
 		previousToken: d.PreviousToken,
 	})
@@ -292,6 +294,7 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 	}
 	if k := d.Key(); k != nil {
 		rec.keyID, rec.keyName, rec.owner = k.ID, k.Name, k.Owner
+		rec.consumerID, rec.planID = k.Scopes()
 	}
 	if d.Reason == problem.CodeRateLimited || d.Reason == problem.CodeQuotaExceeded {
 		// A flood writes one entry a second a key, with the count of

@@ -169,7 +169,10 @@ func (d *Decision) Identity() *Identity {
 	if id, ok := s.identities.Load(op); ok {
 		return id.(*Identity)
 	}
+	consumer, plan := s.key.Scopes()
 	id, _ := s.identities.LoadOrStore(op, &Identity{
+		ConsumerID:    consumer,
+		PlanID:        plan,
 		KeyID:         s.key.ID,
 		KeyName:       s.key.Name,
 		Owner:         s.key.Owner,

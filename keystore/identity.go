@@ -13,6 +13,9 @@ type Identity struct {
 	Privileges    []Privilege
 	AdminProjects []string
 	Operation     string
+	// ConsumerID and PlanID are the key's consumer and plan, "" for none:
+	// for the audit log.
+	ConsumerID, PlanID string
 }
 
 // AdminOf reports whether the owner has admin rights in project

@@ -52,6 +52,17 @@ type Key struct {
 	Token string `json:"token,omitempty"`
 }
 
+// Scopes returns the ids of the key's consumer and plan, "" for none.
+func (k *Key) Scopes() (consumerID, planID string) {
+	if k.ConsumerID != nil {
+		consumerID = *k.ConsumerID
+	}
+	if k.PlanID != nil {
+		planID = *k.PlanID
+	}
+	return consumerID, planID
+}
+
 // record is a key as it is persisted: the administrators' view plus the
 // token's lookup hash and its sealed form. Usage lives apart (Usage), since
 // it changes far more often than the key.
