@@ -373,6 +373,24 @@ func testWebhookEventsThroughGateway(t *testing.T, b backend) {
 	}
 	want = append(want, wantEvent{"key.quota_exhausted", spent.ID, "", ""})
 	personal = append(personal, spent.Token)
+	// Two keys of a consumer that spend its quota of 3 together:
+	// consumer.quota_exhausted, once, and no key.quota_exhausted.
+	r = do(t, "POST", adminURL+"/webapi/consumers", map[string]any{"name": "acme", "quota": map[string]any{"limit": 3, "period": "month"}})
+	var consumer keystore.Consumer
+	r.json(t, &consumer)
+	var members []keystore.Key
+	for range 2 {
+		members = append(members, createKey(t, map[string]any{"service": "share", "name": "member", "owner": "alice",
+			"privileges": []string{"get"}, "consumerId": consumer.ID}))
+	}
+	for i := range 5 {
+		r := do(t, "GET", siteURL+"/webapi/share/"+sh.UUID, nil, bearer(members[i%2].Token)...)
+		if (i < 3) == (r.status == http.StatusTooManyRequests) {
+			t.Fatalf("request %d of a consumer quota of 3: %d %s", i+1, r.status, r.body)
+		}
+	}
+	want = append(want, wantEvent{"consumer.quota_exhausted", consumer.ID, "", ""})
+	personal = append(personal, members[0].Token, members[1].Token)
 
 	// On a failure, what came.
 	defer func() {
