@@ -50,7 +50,7 @@ var usage = `{"keyId":"` + keyID + `","resolution":"hour","from":"2026-11-22T10:
 var adminKey = `{"id":"` + keyID + `","service":"contracts","name":"k","description":"","owner":"alice","privileges":["get"],
 "notValidBefore":null,"notValidAfter":null,"allowedIps":[],"creationTime":"2026-11-22T10:15:00Z","lastModificationTime":"2026-11-22T10:15:00Z",
 "lastUsageTime":null,"usageCount":0,"tokenPrefix":"kg_AAAAAAAAA","enabled":true,"previousTokenExpiry":null,
-"rateLimits":[{"name":"burst","limit":1,"windowSeconds":60}],"quota":{"limit":100,"period":"month"},"quotaUsed":0,"quotaResetsAt":"2026-12-01T00:00:00Z"}`
+"rateLimits":[{"name":"burst","limit":1,"windowSeconds":60}],"quota":{"limit":100,"period":"month"},"quotaUsed":0,"quotaResetsAt":"2026-12-01T00:00:00Z","consumerId":null,"planId":null}`
 
 func secure(h http.Header) http.Header {
 	h.Set("X-Content-Type-Options", "nosniff")
