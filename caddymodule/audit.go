@@ -48,9 +48,11 @@ type auditRecord struct {
 	// for (0: not such a refusal).
 	refusals uint64
 	// imported and importFormat describe a key import: how many keys, from
-	// which format (jsonl, kong).
-	imported     int
-	importFormat string
+	// which format (jsonl, kong); newConsumers and newPlans how many
+	// consumers and plans it created (kong).
+	imported               int
+	importFormat           string
+	newConsumers, newPlans int
 }
 
 const (
@@ -244,6 +246,10 @@ func (rec *auditRecord) encode(e auditEncoder) {
 	if rec.importFormat != "" {
 		e.int("imported", rec.imported)
 		e.str("format", rec.importFormat)
+		if rec.importFormat == "kong" {
+			e.int("consumers", rec.newConsumers)
+			e.int("plans", rec.newPlans)
+		}
 	}
 }
 

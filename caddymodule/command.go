@@ -187,7 +187,7 @@ func splitList(s string) []string {
 func importCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "import FILE [--format jsonl|kong] [--service S] [--privileges-map F] [--dry-run] [--json]",
-		Short: "Imports keys with the tokens they have (JSON Lines, or a Kong decK dump), all or none",
+		Short: "Imports keys with the tokens they have (JSON Lines, or a Kong decK dump with its consumers and consumer groups), all or none",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			data, err := readInput(c, args[0])
@@ -224,6 +224,7 @@ func importCommand() *cobra.Command {
 			}
 			fmt.Fprintf(c.OutOrStdout(), "%s %d %s: %d keep the token they came with, %d get a new one\n",
 				verb, report.Imported, plural(report.Imported, "key", "keys"), report.Kept, report.Imported-report.Kept)
+			printImportScopes(c, &report)
 			if !report.DryRun {
 				for _, k := range report.Keys {
 					if k.NewToken {
@@ -243,6 +244,34 @@ func importCommand() *cobra.Command {
 	cmd.Flags().Bool("dry-run", false, "check everything, store nothing")
 	cmd.Flags().Bool("json", false, "print the report as JSON")
 	return cmd
+}
+
+// printImportScopes prints the consumers and plans of a decK import: how
+// many are new, each plan, and what the import made of a consumer that
+// the dump did not say outright (--json has each consumer).
+func printImportScopes(c *cobra.Command, report *keystore.ImportReport) {
+	out := c.OutOrStdout()
+	if n := len(report.Consumers); n > 0 {
+		existing := 0
+		for _, ic := range report.Consumers {
+			if ic.Existing {
+				existing++
+			}
+		}
+		fmt.Fprintf(out, "  %d %s: %d new, %d existing\n", n, plural(n, "consumer", "consumers"), n-existing, existing)
+	}
+	for _, p := range report.Plans {
+		state := "new"
+		if p.Existing {
+			state = "existing"
+		}
+		fmt.Fprintf(out, "  line %d: plan %s (%s), taken by %d %s\n", p.Line, p.Name, state, p.Consumers, plural(p.Consumers, "consumer", "consumers"))
+	}
+	for _, ic := range report.Consumers {
+		if ic.Note != "" {
+			fmt.Fprintf(out, "  line %d: consumer %s: %s\n", ic.Line, ic.Name, ic.Note)
+		}
+	}
 }
 
 // readInput reads the file at path, or stdin for -.

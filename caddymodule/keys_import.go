@@ -30,8 +30,9 @@ type importRequest struct {
 	DryRun bool `json:"dryRun"`
 }
 
-// importKeys imports keys with their tokens, all or none, and audits it
-// once: `keys imported` with the count and the format, never a token.
+// importKeys imports keys with their tokens and, from a decK dump, their
+// consumers and plans, all or none, and audits it once: `keys imported`
+// with the count and the format, never a token.
 func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 	var in importRequest
 	if err := problem.DecodeJSONBody(w, r, &in, maxImportBody); err != nil {
@@ -42,20 +43,19 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, problem.Invalid([]problem.FieldError{{Field: "service", Code: "invalid", Message: "service must be contracts or share"}}))
 		return
 	}
-	var keys []keystore.ImportKey
-	var skipped []keystore.SkippedConsumer
+	var set keystore.ImportSet
 	var err error
 	switch in.Format {
 	case "", "jsonl":
 		in.Format = "jsonl"
-		keys, err = keystore.ParseJSONL([]byte(in.Data), in.Service)
+		set.Keys, err = keystore.ParseJSONL([]byte(in.Data), in.Service)
 	case "kong":
 		if len(in.PrivilegesMap) == 0 {
 			err = problem.Invalid([]problem.FieldError{{Field: "privilegesMap", Code: "required",
 				Message: "a kong import needs the map of ACL groups to a service and privileges"}})
 			break
 		}
-		keys, skipped, err = keystore.ParseKong([]byte(in.Data), in.PrivilegesMap, in.Service, time.Now())
+		set, err = keystore.ParseKong([]byte(in.Data), in.PrivilegesMap, in.Service, time.Now())
 	default:
 		err = problem.Invalid([]problem.FieldError{{Field: "format", Code: "invalid", Message: "format must be jsonl or kong"}})
 	}
@@ -66,16 +66,25 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	app := appOf(r)
 	// The file's problems and the keys' are reported together.
-	report, err := app.state.keys.Import(keys, in.DryRun, err)
+	report, err := app.state.keys.Import(set, in.DryRun, err)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	report.Skipped = append(report.Skipped, skipped...)
 	if !in.DryRun {
 		app.state.updateKeyGauges()
 		rec := adminAudit(r, "keys imported", in.Service, http.StatusOK)
 		rec.imported, rec.importFormat = report.Imported, in.Format
+		for _, c := range report.Consumers {
+			if !c.Existing {
+				rec.newConsumers++
+			}
+		}
+		for _, p := range report.Plans {
+			if !p.Existing {
+				rec.newPlans++
+			}
+		}
 		app.audit.record(rec)
 	}
 	writeJSON(w, http.StatusOK, report)

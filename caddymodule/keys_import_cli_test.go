@@ -29,7 +29,7 @@ func TestImportCommand(t *testing.T) {
 	}
 	grants := write("groups.yaml", "readers: {service: contracts, privileges: [get, search]}\nwriters: {service: contracts, privileges: [create]}\nshare-readers: {service: share, privileges: [get, list]}\n")
 	out, _, err = runCLI(t, "keys", "import", "../keystore/testdata/kong.yaml", "--format", "kong", "--privileges-map", grants, "--json")
-	if err != nil || !strings.Contains(out, `"imported": 3`) || !strings.Contains(out, `"owner": "cust-42"`) {
+	if err != nil || !strings.Contains(out, `"imported": 3`) || !strings.Contains(out, `"owner": "cust-42"`) || !strings.Contains(out, `"externalId": "cust-42"`) {
 		t.Fatalf("kong import: %v\n%s", err, out)
 	}
 	list, _, err := runCLI(t, "keys", "list")
@@ -79,7 +79,7 @@ func TestImportCommandKong(t *testing.T) {
 			name: "every problem at once",
 			args: []string{"../keystore/testdata/kong-every-problem.yaml", "--format", "kong", "--privileges-map", groups},
 			wantErr: []string{"privilegesMap.writers.privileges[0]: group writers", "lines[6].plugins:", "lines[8].key:",
-				"lines[14].acls:", "lines[16].rateLimits[0].limit:", "lines[24].key:", "lines[25].key:"},
+				"lines[14].acls:", "lines[14].rateLimits[0].limit:", "lines[24].key:", "lines[25].key:"},
 			lines: 7,
 		},
 		{
@@ -100,9 +100,30 @@ func TestImportCommandKong(t *testing.T) {
 			lines:   1,
 		},
 		{
-			name:    "a consumer without credentials, dry run",
-			args:    []string{"../keystore/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--dry-run"},
-			wantOut: []string{"would import (dry run, nothing stored) 3 keys", "line 27: consumer no-key has no key-auth credential: not imported"},
+			name: "a consumer without credentials, dry run",
+			args: []string{"../keystore/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--dry-run"},
+			wantOut: []string{"would import (dry run, nothing stored) 3 keys", "  2 consumers: 2 new, 0 existing\n",
+				"line 27: consumer no-key has no key-auth credential: not imported"},
+		},
+		{
+			name: "a consumer group, and a consumer whose own limit overrides it, dry run",
+			args: []string{write("groups-dump.yaml", `consumer_groups:
+- name: gold
+  plugins: [{name: rate-limiting, config: {minute: 10}}]
+consumers:
+- username: alpha
+  groups: [{name: gold}]
+  keyauth_credentials: [{key: alpha-token-0123456789abcdef}]
+  acls: [{group: readers}]
+- username: beta
+  groups: [{name: gold}]
+  keyauth_credentials: [{key: beta-token-0123456789abcdef}]
+  acls: [{group: readers}]
+  plugins: [{name: rate-limiting, config: {minute: 100}}]
+`), "--format", "kong", "--privileges-map", good, "--dry-run"},
+			wantOut: []string{"would import (dry run, nothing stored) 2 keys", "  2 consumers: 2 new, 0 existing\n",
+				"  line 2: plan gold (new), taken by 1 consumer\n",
+				"  line 9: consumer beta: its own rate-limiting overrides consumer group gold's, as on Kong: it takes no plan\n"},
 		},
 		{
 			name:    "a consumer without credentials, as JSON",

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestImportKeys imports keys through the admin API on each backend: from
@@ -75,9 +76,44 @@ func testImportKeys(t *testing.T, b backend) {
 	if r.status != http.StatusOK || count() != 6 {
 		t.Fatalf("kong import: %d %s, %d keys", r.status, r.body, count())
 	}
-	if got := do(t, http.MethodGet, siteURL+"/webapi/contracts?page-size=1", nil, bearer("billing-live-key-0123456789abcdef")...); got.status != http.StatusOK ||
-		got.header.Get("RateLimit-Policy") == "" {
-		t.Errorf("a Kong token, with its rate limits: %d %v %s", got.status, got.header, got.body)
+	// billing is one consumer holding its two credentials' keys.
+	var kong struct {
+		Keys []struct {
+			Name       string
+			ConsumerID *string
+		}
+		Consumers []struct {
+			ID, Name   string
+			ExternalID *string
+			Keys       int
+		}
+	}
+	r.json(t, &kong)
+	if len(kong.Consumers) != 2 || kong.Consumers[0].Name != "billing" || kong.Consumers[0].ExternalID == nil ||
+		*kong.Consumers[0].ExternalID != "cust-42" || kong.Consumers[0].Keys != 2 {
+		t.Fatalf("kong import's consumers: %s", r.body)
+	}
+	for _, k := range kong.Keys {
+		if strings.HasPrefix(k.Name, "billing") && (k.ConsumerID == nil || *k.ConsumerID != kong.Consumers[0].ID) {
+			t.Errorf("key %s is not billing's: %s", k.Name, r.body)
+		}
+	}
+	got := do(t, http.MethodGet, siteURL+"/webapi/contracts?page-size=1", nil, bearer("billing-live-key-0123456789abcdef")...)
+	if got.status != http.StatusOK || !strings.Contains(got.header.Get("RateLimit-Policy"), `"consumer:second";q=5;w=1`) {
+		t.Errorf("a Kong token, with its consumer's rate limits: %d %v %s", got.status, got.header, got.body)
+	}
+	// Its two tokens alternated share the consumer's 5 a second, as on
+	// Kong: not 5 each. A sliding window may let a sixth through across
+	// a second's edge, never ten.
+	start, through := time.Now(), 0
+	for i := range 14 {
+		token := []string{"billing-live-key-0123456789abcdef", "billing-backup-key-fedcba9876543210"}[i%2]
+		if do(t, http.MethodGet, siteURL+"/webapi/contracts?page-size=1", nil, bearer(token)...).status == http.StatusOK {
+			through++
+		}
+	}
+	if elapsed := time.Since(start); elapsed < 900*time.Millisecond && (through < 4 || through > 6) {
+		t.Errorf("%d of 14 let through in %v alternating billing's two tokens, want the consumer's 5", through, elapsed)
 	}
 
 	// Refused: every bad line named, nothing stored.
@@ -117,8 +153,9 @@ var testGroups = map[string]any{
 // every problem of every kind in one reply, a YAML syntax error at its
 // line and column, a decK dump sent as JSON Lines named as such in one
 // problem, a group an acl plugin denies, a top-level plugin naming no
-// consumer or two; and the consumers without credentials named in the
-// summary, dry run included. Nothing is stored by a refused import.
+// consumer or two (whose custom_id is twice in the dump); and the
+// consumers without credentials named in the summary, dry run included.
+// Nothing is stored by a refused import.
 func TestImportKongReplies(t *testing.T) {
 	startGateway(t, bolt, defaultSite)
 	post := func(body map[string]any) response {
@@ -150,7 +187,7 @@ func TestImportKongReplies(t *testing.T) {
 			name: "every problem in one reply",
 			body: map[string]any{"format": "kong", "data": read("kong-every-problem.yaml"), "privilegesMap": testGroups},
 			fields: []string{"privilegesMap.writers.privileges[0]", "lines[6].plugins", "lines[8].key",
-				"lines[14].acls", "lines[16].rateLimits[0].limit", "lines[24].key", "lines[25].key"},
+				"lines[14].acls", "lines[14].rateLimits[0].limit", "lines[24].key", "lines[25].key"},
 			messages: []string{"group writers", "request-transformer", "nobody-maps-this", "the same token as line 16", "exists already"},
 		},
 		{
@@ -204,8 +241,10 @@ plugins:
   consumer: nobody
   config: {minute: 5}
 `},
-			fields:   []string{"lines[15].consumer", "lines[18].consumer"},
-			messages: []string{"crm", "nobody"},
+			// Kong keeps a custom_id unique; a dump with one twice gives
+			// two consumers one externalId, a problem too.
+			fields:   []string{"lines[8].externalId", "lines[15].consumer", "lines[18].consumer"},
+			messages: []string{"crm", "nobody", "the same externalId as the consumer at line 2"},
 		},
 		{
 			name:    "a consumer without credentials, dry run",

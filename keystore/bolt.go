@@ -34,10 +34,11 @@ type Backend interface {
 	// Put stores rec; emit, when set, runs in the same transaction (the
 	// events of the change, into the webhook outbox).
 	Put(rec *record, emit func(storage.Tx) error) error
-	// PutMany stores new keys, all in one transaction or none (an
-	// import); where instances share the database, they read them again
-	// once, not once per key.
-	PutMany(recs []*record) error
+	// PutMany stores an import's new plans, consumers and keys, all in
+	// one transaction or none; where instances share the database, they
+	// read them again once, not once per key. It refuses a plan name or
+	// an externalId taken meanwhile as PutPlan and PutConsumer do.
+	PutMany(batch *Batch) error
 	// MarkExpiryWarned records, in one transaction with emit, that
 	// key.expiring was sent for key id ending at notValidAfter, unless
 	// it was already (or the key ends otherwise now): false then, and
@@ -88,6 +89,14 @@ type Backend interface {
 	// DeleteConsumer removes consumer id with its traffic;
 	// ErrConsumerHasKeys while keys belong to it.
 	DeleteConsumer(id string) error
+}
+
+// Batch is what one PutMany stores: new plans, new consumers (which may
+// take those plans) and new keys (which may belong to those consumers).
+type Batch struct {
+	Plans     []*Plan
+	Consumers []*Consumer
+	Keys      []*record
 }
 
 // Watcher is a Backend that other gateway instances write to as well:
@@ -159,20 +168,35 @@ func (b *BoltBackend) Put(rec *record, emit func(storage.Tx) error) error {
 	})
 }
 
-// PutMany implements Backend: one write transaction.
-func (b *BoltBackend) PutMany(recs []*record) error {
-	keys := make([][]byte, len(recs))
-	vals := make([][]byte, len(recs))
-	for i, rec := range recs {
+// PutMany implements Backend: one write transaction, the plans first,
+// then the consumers that may take them, then the keys that may belong
+// to those.
+func (b *BoltBackend) PutMany(batch *Batch) error {
+	puts := make([]func(*bbolt.Tx) error, 0, len(batch.Plans)+len(batch.Consumers)+len(batch.Keys))
+	for _, p := range batch.Plans {
+		k, v, err := encodeScope(p.ID, p)
+		if err != nil {
+			return err
+		}
+		puts = append(puts, func(tx *bbolt.Tx) error { return putPlan(tx, k, v, p) })
+	}
+	for _, c := range batch.Consumers {
+		k, v, err := encodeScope(c.ID, c)
+		if err != nil {
+			return err
+		}
+		puts = append(puts, func(tx *bbolt.Tx) error { return putConsumer(tx, k, v, c) })
+	}
+	for _, rec := range batch.Keys {
 		k, v, err := encodeRecord(rec)
 		if err != nil {
 			return err
 		}
-		keys[i], vals[i] = k, v
+		puts = append(puts, func(tx *bbolt.Tx) error { return putKey(tx, k, v, rec) })
 	}
 	return b.db.Update(func(tx *bbolt.Tx) error {
-		for i := range keys {
-			if err := putKey(tx, keys[i], vals[i], recs[i]); err != nil {
+		for _, put := range puts {
+			if err := put(tx); err != nil {
 				return err
 			}
 		}

@@ -142,33 +142,42 @@ func (b *BoltBackend) get(bucket []byte, id string, fn func([]byte) error) error
 
 // PutPlan implements Backend.
 func (b *BoltBackend) PutPlan(p *Plan) error {
-	k, err := idBytes(p.ID)
+	k, v, err := encodeScope(p.ID, p)
 	if err != nil {
 		return err
 	}
-	v, err := json.Marshal(p)
-	if err != nil {
-		return err
+	return b.db.Update(func(tx *bbolt.Tx) error { return putPlan(tx, k, v, p) })
+}
+
+// encodeScope is a plan or consumer as stored: its id's 16 bytes and its
+// JSON.
+func encodeScope(id string, scope any) (k, v []byte, err error) {
+	if k, err = idBytes(id); err != nil {
+		return nil, nil, err
 	}
-	return b.db.Update(func(tx *bbolt.Tx) error {
-		names := tx.Bucket(bucketPlanNames)
-		if other := names.Get([]byte(p.Name)); other != nil && !bytes.Equal(other, k) {
-			return ErrPlanNameTaken
-		}
-		if old := tx.Bucket(bucketPlans).Get(k); old != nil {
-			var o Plan
-			if err := json.Unmarshal(old, &o); err != nil {
-				return err
-			}
-			if err := names.Delete([]byte(o.Name)); err != nil {
-				return err
-			}
-		}
-		if err := names.Put([]byte(p.Name), k); err != nil {
+	v, err = json.Marshal(scope)
+	return k, v, err
+}
+
+// putPlan stores plan k's record v, refusing a name another plan has.
+func putPlan(tx *bbolt.Tx, k, v []byte, p *Plan) error {
+	names := tx.Bucket(bucketPlanNames)
+	if other := names.Get([]byte(p.Name)); other != nil && !bytes.Equal(other, k) {
+		return ErrPlanNameTaken
+	}
+	if old := tx.Bucket(bucketPlans).Get(k); old != nil {
+		var o Plan
+		if err := json.Unmarshal(old, &o); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketPlans).Put(k, v)
-	})
+		if err := names.Delete([]byte(o.Name)); err != nil {
+			return err
+		}
+	}
+	if err := names.Put([]byte(p.Name), k); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketPlans).Put(k, v)
 }
 
 // DeletePlan implements Backend.
@@ -198,47 +207,47 @@ func (b *BoltBackend) DeletePlan(id string) error {
 
 // PutConsumer implements Backend.
 func (b *BoltBackend) PutConsumer(c *Consumer) error {
-	k, err := idBytes(c.ID)
+	k, v, err := encodeScope(c.ID, c)
 	if err != nil {
 		return err
 	}
-	v, err := json.Marshal(c)
+	return b.db.Update(func(tx *bbolt.Tx) error { return putConsumer(tx, k, v, c) })
+}
+
+// putConsumer stores consumer k's record v and its plan's index entry,
+// refusing an externalId another consumer has and a plan that is gone.
+func putConsumer(tx *bbolt.Tx, k, v []byte, c *Consumer) error {
+	ext := tx.Bucket(bucketConsumerExternal)
+	if c.ExternalID != nil {
+		if other := ext.Get([]byte(*c.ExternalID)); other != nil && !bytes.Equal(other, k) {
+			return ErrExternalIDTaken
+		}
+	}
+	stored := tx.Bucket(bucketConsumers).Get(k)
+	if stored != nil {
+		var o Consumer
+		if err := json.Unmarshal(stored, &o); err != nil {
+			return err
+		}
+		if o.ExternalID != nil {
+			if err := ext.Delete([]byte(*o.ExternalID)); err != nil {
+				return err
+			}
+		}
+	}
+	old, err := refsOf(stored)
 	if err != nil {
 		return err
 	}
-	return b.db.Update(func(tx *bbolt.Tx) error {
-		ext := tx.Bucket(bucketConsumerExternal)
-		if c.ExternalID != nil {
-			if other := ext.Get([]byte(*c.ExternalID)); other != nil && !bytes.Equal(other, k) {
-				return ErrExternalIDTaken
-			}
-		}
-		stored := tx.Bucket(bucketConsumers).Get(k)
-		if stored != nil {
-			var o Consumer
-			if err := json.Unmarshal(stored, &o); err != nil {
-				return err
-			}
-			if o.ExternalID != nil {
-				if err := ext.Delete([]byte(*o.ExternalID)); err != nil {
-					return err
-				}
-			}
-		}
-		old, err := refsOf(stored)
-		if err != nil {
+	if err := setHolder(tx, k, old, scopeRefs{PlanID: c.PlanID}); err != nil {
+		return err
+	}
+	if c.ExternalID != nil {
+		if err := ext.Put([]byte(*c.ExternalID), k); err != nil {
 			return err
 		}
-		if err := setHolder(tx, k, old, scopeRefs{PlanID: c.PlanID}); err != nil {
-			return err
-		}
-		if c.ExternalID != nil {
-			if err := ext.Put([]byte(*c.ExternalID), k); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bucketConsumers).Put(k, v)
-	})
+	}
+	return tx.Bucket(bucketConsumers).Put(k, v)
 }
 
 // DeleteConsumer implements Backend: the consumer and its traffic go

@@ -292,8 +292,13 @@ func (m *memBackend) Put(rec *record, emit func(storage.Tx) error) error {
 	return nil
 }
 
-// PutMany stores every record or, failing, none.
-func (m *memBackend) PutMany(recs []*record) error {
+// PutMany stores every record or, failing, none; it keeps no plans or
+// consumers.
+func (m *memBackend) PutMany(batch *Batch) error {
+	if len(batch.Plans) > 0 || len(batch.Consumers) > 0 {
+		return errMemScopes
+	}
+	recs := batch.Keys
 	vals := make([][]byte, len(recs))
 	for i, rec := range recs {
 		v, err := json.Marshal(rec)

@@ -17,10 +17,13 @@ import (
 
 // Importing keys: many keys in one call, each with the fields of a create
 // and, when it has one, the token it already has on another gateway, so
-// that a client keeps its secret when an operator moves to keygate. An
-// import is all or nothing: every key is checked first, every problem is
-// reported with the line it came from, and the keys are stored in one
-// transaction (Backend.PutMany) only when none has one.
+// that a client keeps its secret when an operator moves to keygate. A
+// decK dump brings its consumers along, as consumers whose limits bind
+// all their keys together, and the consumer groups that limit them, as
+// plans. An import is all or nothing: everything is checked first, every
+// problem is reported with the line it came from, and the plans,
+// consumers and keys are stored in one transaction (Backend.PutMany)
+// only when none has one.
 
 // MaxImport bounds the keys of one import.
 const MaxImport = 20000
@@ -33,12 +36,46 @@ const (
 	maxForeignToken = 512
 )
 
+// ImportSet is what one import brings: keys and, from a decK dump, the
+// consumers they belong to and the plans those take.
+type ImportSet struct {
+	Plans     []ImportPlan
+	Consumers []ImportConsumer
+	Keys      []ImportKey
+	// Skipped are the consumers of a decK dump that gave no key.
+	Skipped []SkippedConsumer
+}
+
+// ImportPlan is a plan of an import (a consumer group of Kong's).
+type ImportPlan struct {
+	// Line is where it is in its source, for problems and the report.
+	Line  int
+	Input PlanInput
+}
+
+// ImportConsumer is a consumer of an import (a consumer of Kong's).
+type ImportConsumer struct {
+	Line int
+	// Input holds the fields of a create but planId: Plan names the plan.
+	Input ConsumerInput
+	// Plan is the index in ImportSet.Plans of the plan the consumer
+	// takes, plus one; 0: none.
+	Plan int
+	// Note says, for the report, what the import made of the consumer
+	// that its source did not say outright.
+	Note string
+}
+
 // ImportKey is one key of an import.
 type ImportKey struct {
 	// Line is where the key is in its source (1-based), for the report.
 	Line int
 	// Input holds the fields of a create.
 	Input KeyInput
+	// Consumer is the index in ImportSet.Consumers of the consumer the
+	// key belongs to, plus one; 0: none of the import's (a line of JSON
+	// Lines may name a stored consumer by consumerId).
+	Consumer int
 	// Token is the token the key already has; empty for a new token.
 	Token string
 	// TokenField names the token in the source's words, for problems:
@@ -52,7 +89,8 @@ type ImportKey struct {
 }
 
 // ImportReport says what an import stored, or would store (DryRun). It
-// never holds a token.
+// never holds a token. On a dry run the ids are those the new plans,
+// consumers and keys would get; nothing has them.
 type ImportReport struct {
 	Imported int  `json:"imported"`
 	DryRun   bool `json:"dryRun"`
@@ -60,6 +98,10 @@ type ImportReport struct {
 	// got a new one, which `reveal` shows.
 	Kept int           `json:"keptTokens"`
 	Keys []ImportedKey `json:"keys"`
+	// Consumers and Plans are those the keys belong to and take, new or
+	// found (Existing); empty for JSON Lines.
+	Consumers []ImportedConsumer `json:"consumers"`
+	Plans     []ImportedPlan     `json:"plans"`
 	// Skipped are the consumers of a decK dump that gave no key.
 	Skipped []SkippedConsumer `json:"skipped"`
 }
@@ -79,9 +121,39 @@ type ImportedKey struct {
 	Service Service `json:"service"`
 	Name    string  `json:"name"`
 	Owner   string  `json:"owner"`
+	// ConsumerID is the consumer the key belongs to, if any.
+	ConsumerID *string `json:"consumerId"`
 	// NewToken marks a key that came without a token and got one of
 	// keygate's, which `reveal` shows.
 	NewToken bool `json:"newToken,omitempty"`
+}
+
+// ImportedConsumer is a consumer of the report.
+type ImportedConsumer struct {
+	Line       int     `json:"line"`
+	ID         string  `json:"id"`
+	Name       string  `json:"name"`
+	ExternalID *string `json:"externalId"`
+	PlanID     *string `json:"planId"`
+	// Keys counts the import's keys that belong to it.
+	Keys int `json:"keys"`
+	// Existing marks a consumer stored before, with the externalId, rate
+	// limits, quota and plan the import gives it: it gets the keys, and
+	// nothing of it changes.
+	Existing bool   `json:"existing"`
+	Note     string `json:"note,omitempty"`
+}
+
+// ImportedPlan is a plan of the report.
+type ImportedPlan struct {
+	Line int    `json:"line"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Consumers counts the import's consumers that take it.
+	Consumers int `json:"consumers"`
+	// Existing marks a plan stored before, of the same name, rate limits
+	// and quota: the import's consumers take it, and it does not change.
+	Existing bool `json:"existing"`
 }
 
 // ErrTokenTaken is an import whose token another instance stored while
@@ -111,14 +183,34 @@ func hasTokenPrefix(token string) bool {
 // is wrong throughout says so in a readable reply.
 const maxImportProblems = 1000
 
-// Import checks keys and, unless dryRun, stores them all at once. A key
-// with a problem makes the whole import a 400 that lists every problem
-// as lines[N].field, after the problems of reading the file (prior, as
-// the parsers return them); nothing is stored then. Imports run one at a
-// time, so that two cannot give one token to two keys.
-func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport, error) {
+// lineAt is the field of a problem at line n of the source.
+func lineAt(n int) string { return "lines[" + strconv.Itoa(n) + "]" }
+
+// addProblems adds the field problems of err, a check's, at where; any
+// other error is returned.
+func addProblems(f *problem.Fields, where string, err error) error {
+	var d *problem.Details
+	if !errors.As(err, &d) {
+		return err
+	}
+	for _, e := range d.Errors {
+		f.Add(where+"."+e.Field, e.Code, quietValues(e.Message))
+	}
+	return nil
+}
+
+// Import checks set and, unless dryRun, stores it all at once: its plans,
+// its consumers, its keys. Anything with a problem makes the whole
+// import a 400 that lists every problem as lines[N].field, after the
+// problems of reading the file (prior, as the parsers return them);
+// nothing is stored then. Imports run one at a time, so that two cannot
+// give one token to two keys, and hold writeMu, so that a resync cannot
+// miss the plans and consumers between their commit and memory.
+func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, error) {
 	k.importMu.Lock()
 	defer k.importMu.Unlock()
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
 	var f problem.Fields
 	var pd *problem.Details
 	if errors.As(prior, &pd) {
@@ -128,6 +220,7 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport,
 	} else if prior != nil {
 		return ImportReport{}, prior
 	}
+	keys := set.Keys
 	if len(keys) == 0 && prior == nil {
 		f.Add("keys", "required", "the import holds no key")
 		return ImportReport{}, f.Err()
@@ -137,6 +230,18 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport,
 		return ImportReport{}, f.Err()
 	}
 	now := k.now().UTC().Truncate(time.Millisecond)
+	report := ImportReport{DryRun: dryRun, Consumers: []ImportedConsumer{}, Plans: []ImportedPlan{}, Skipped: set.Skipped}
+	if report.Skipped == nil {
+		report.Skipped = []SkippedConsumer{}
+	}
+	plans, newPlans, err := k.importPlans(&f, set.Plans, now, &report)
+	if err != nil {
+		return ImportReport{}, err
+	}
+	consumers, newConsumers, err := k.importConsumers(&f, set.Consumers, plans, now, &report)
+	if err != nil {
+		return ImportReport{}, err
+	}
 	recs := make([]*record, 0, len(keys))
 	tokens := make([]string, 0, len(keys))
 	lines := make([]int, 0, len(keys))
@@ -144,7 +249,7 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport,
 	k.mu.RLock()
 	for i := range keys {
 		in := &keys[i]
-		where := "lines[" + strconv.Itoa(in.Line) + "]"
+		where := lineAt(in.Line)
 		tokenAt := where + ".token"
 		if in.TokenField != "" {
 			tokenAt = where + "." + in.TokenField
@@ -159,6 +264,16 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport,
 				f.Add(where+"."+e.Field, e.Code, quietValues(e.Message))
 			}
 		} else if err != nil {
+			k.mu.RUnlock()
+			return ImportReport{}, err
+		}
+		if in.Consumer > 0 {
+			// The import's own consumer, checked above; stored with the key.
+			if c := consumers[in.Consumer-1]; c != nil {
+				key.ConsumerID = &c.ID
+				report.Consumers[in.Consumer-1].Keys++
+			}
+		} else if err := addProblems(&f, where, k.checkKeyScopes(&key, &in.Input)); err != nil {
 			k.mu.RUnlock()
 			return ImportReport{}, err
 		}
@@ -194,19 +309,31 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport,
 	if err := f.Err(); err != nil {
 		return ImportReport{}, capProblems(err)
 	}
-	report := ImportReport{Imported: len(recs), DryRun: dryRun, Keys: make([]ImportedKey, 0, len(recs)), Skipped: []SkippedConsumer{}}
+	report.Imported = len(recs)
+	report.Keys = make([]ImportedKey, 0, len(recs))
 	for i, rec := range recs {
 		if tokens[i] != "" {
 			report.Kept++
 		}
-		report.Keys = append(report.Keys, ImportedKey{Line: lines[i], ID: rec.ID, Service: rec.Service, Name: rec.Name, Owner: rec.Owner, NewToken: tokens[i] == ""})
+		report.Keys = append(report.Keys, ImportedKey{Line: lines[i], ID: rec.ID, Service: rec.Service, Name: rec.Name, Owner: rec.Owner,
+			ConsumerID: cloneID(rec.ConsumerID), NewToken: tokens[i] == ""})
 	}
 	if dryRun {
 		return report, nil
 	}
-	if err := k.backend.PutMany(recs); err != nil {
+	if err := k.backend.PutMany(&Batch{Plans: newPlans, Consumers: newConsumers, Keys: recs}); err != nil {
 		return ImportReport{}, err
 	}
+	// Plans before the consumers that take them, consumers before the
+	// keys that belong to them: each is compiled with what it names.
+	k.scopeMu.Lock()
+	for _, p := range newPlans {
+		k.plans[p.ID] = p
+	}
+	for _, c := range newConsumers {
+		k.setConsumer(c)
+	}
+	k.scopeMu.Unlock()
 	born := k.resyncs.Load()
 	k.mu.Lock()
 	for _, rec := range recs {
@@ -219,6 +346,156 @@ func (k *Keys) Import(keys []ImportKey, dryRun bool, prior error) (ImportReport,
 	}
 	k.mu.Unlock()
 	return report, nil
+}
+
+// importPlans checks the plans of an import. A plan of the same name
+// stored before is taken as it is when its rate limits and quota are the
+// import's, so that the parts of a dump split in several imports share
+// their plans; with other limits it is a problem, never changed. It
+// returns each plan (nil for one with a problem) and the new ones, and
+// adds them to the report.
+func (k *Keys) importPlans(f *problem.Fields, in []ImportPlan, now time.Time, report *ImportReport) (plans []*Plan, fresh []*Plan, err error) {
+	plans = make([]*Plan, len(in))
+	byName := map[string]int{}
+	k.scopeMu.RLock()
+	stored := make(map[string]*Plan, len(k.plans))
+	for _, p := range k.plans {
+		stored[p.Name] = p
+	}
+	k.scopeMu.RUnlock()
+	for i := range in {
+		where := lineAt(in[i].Line)
+		p, err := applyPlan(Plan{}, &in[i].Input)
+		if err := addProblems(f, where, err); err != nil {
+			return nil, nil, err
+		}
+		if err != nil {
+			continue
+		}
+		if first, dup := byName[p.Name]; dup {
+			f.Add(where+".name", "duplicate", fmt.Sprintf("plan %s is in the import twice (line %d)", p.Name, in[first].Line))
+			continue
+		}
+		byName[p.Name] = i
+		if old := stored[p.Name]; old != nil {
+			if !samePolicies(old.RateLimits, old.Quota, p.RateLimits, p.Quota) {
+				f.Add(where+".name", "exists", fmt.Sprintf("plan %s exists already with other rate limits or quota: rename one of them, or give them the same limits", p.Name))
+				continue
+			}
+			plans[i] = old
+			report.Plans = append(report.Plans, ImportedPlan{Line: in[i].Line, ID: old.ID, Name: old.Name, Existing: true})
+			continue
+		}
+		p.ID = uuid.NewString()
+		p.CreationTime, p.LastModificationTime = now, now
+		plans[i] = &p
+		fresh = append(fresh, &p)
+		report.Plans = append(report.Plans, ImportedPlan{Line: in[i].Line, ID: p.ID, Name: p.Name})
+	}
+	return plans, fresh, nil
+}
+
+// importConsumers checks the consumers of an import with their plans
+// (plans, as importPlans returned them). A consumer stored before with
+// the same externalId is given the keys when its rate limits, quota and
+// plan are the import's; with others it is a problem, never changed.
+// It returns each consumer (nil for one with a problem) and the new
+// ones, and adds each to the report, in order.
+func (k *Keys) importConsumers(f *problem.Fields, in []ImportConsumer, plans []*Plan, now time.Time, report *ImportReport) (consumers []*Consumer, fresh []*Consumer, err error) {
+	consumers = make([]*Consumer, len(in))
+	byExternal := map[string]int{}
+	k.scopeMu.RLock()
+	stored := make(map[string]Consumer)
+	for _, ce := range k.consumers {
+		if c := ce.snap.Load().consumer; c.ExternalID != nil {
+			stored[*c.ExternalID] = c
+		}
+	}
+	k.scopeMu.RUnlock()
+	for i := range in {
+		where := lineAt(in[i].Line)
+		report.Consumers = append(report.Consumers, ImportedConsumer{Line: in[i].Line, Note: in[i].Note})
+		before := len(f.List())
+		c, err := applyConsumer(Consumer{}, &in[i].Input)
+		if err := addProblems(f, where, err); err != nil {
+			return nil, nil, err
+		}
+		var plan *Plan
+		if n := in[i].Plan; n > 0 {
+			if plan = plans[n-1]; plan == nil {
+				continue // the plan's problem is reported
+			}
+			c.PlanID = &plan.ID
+			// Never stored: the holder of a plan counts its policies and
+			// the plan's under one name each.
+			var clash problem.Fields
+			checkClash(&clash, c.RateLimits, c.Quota, plan, true, true)
+			if err := addProblems(f, where, clash.Err()); err != nil {
+				return nil, nil, err
+			}
+		}
+		if len(f.List()) > before {
+			continue
+		}
+		rep := &report.Consumers[i]
+		if c.ExternalID != nil {
+			ext := *c.ExternalID
+			if first, dup := byExternal[ext]; dup {
+				f.Add(where+".externalId", "duplicate", fmt.Sprintf("the same externalId as the consumer at line %d", in[first].Line))
+				continue
+			}
+			byExternal[ext] = i
+			if old, ok := stored[ext]; ok {
+				if !samePolicies(old.RateLimits, old.Quota, c.RateLimits, c.Quota) || !sameID(old.PlanID, c.PlanID) {
+					f.Add(where+".externalId", "exists", fmt.Sprintf("consumer %s (%s) has this externalId already, with other rate limits, quota or plan: make them the same, or give it the keys by hand", old.Name, old.ID))
+					continue
+				}
+				consumers[i] = &old
+				rep.ID, rep.Name, rep.ExternalID, rep.PlanID, rep.Existing = old.ID, old.Name, cloneID(old.ExternalID), cloneID(old.PlanID), true
+				countHolder(report, plan)
+				continue
+			}
+		}
+		c.ID = uuid.NewString()
+		c.CreationTime, c.LastModificationTime = now, now
+		consumers[i] = &c
+		fresh = append(fresh, &c)
+		rep.ID, rep.Name, rep.ExternalID, rep.PlanID = c.ID, c.Name, cloneID(c.ExternalID), cloneID(c.PlanID)
+		countHolder(report, plan)
+	}
+	return consumers, fresh, nil
+}
+
+// countHolder counts one more consumer of plan in the report.
+func countHolder(report *ImportReport, plan *Plan) {
+	if plan == nil {
+		return
+	}
+	for i := range report.Plans {
+		if report.Plans[i].ID == plan.ID {
+			report.Plans[i].Consumers++
+			return
+		}
+	}
+}
+
+// samePolicies reports whether two holders' rate limits (in any order)
+// and quotas are the same.
+func samePolicies(la []RateLimit, qa *Quota, lb []RateLimit, qb *Quota) bool {
+	if len(la) != len(lb) || (qa == nil) != (qb == nil) || qa != nil && *qa != *qb {
+		return false
+	}
+	for _, l := range la {
+		if !slices.Contains(lb, l) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameID reports whether two optional ids are the same.
+func sameID(a, b *string) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
 // quotedValue is a quoted value in a problem's message: one of 16

@@ -56,7 +56,7 @@ func TestImport(t *testing.T) {
 
 		// A dry run checks and stores nothing.
 		before := len(e.stored(t))
-		report, err := e.keys.Import(keys, true, nil)
+		report, err := e.keys.Import(ImportSet{Keys: keys}, true, nil)
 		if err != nil || report.Imported != 3 || report.Kept != 2 || !report.DryRun || len(e.stored(t)) != before {
 			t.Fatalf("dry run: %+v %v, %d stored (was %d)", report, err, len(e.stored(t)), before)
 		}
@@ -64,7 +64,7 @@ func TestImport(t *testing.T) {
 			t.Fatal("a dry run's token works")
 		}
 
-		report, err = e.keys.Import(keys, false, nil)
+		report, err = e.keys.Import(ImportSet{Keys: keys}, false, nil)
 		if err != nil || report.Imported != 3 || report.Kept != 2 {
 			t.Fatalf("import: %+v %v", report, err)
 		}
@@ -108,7 +108,7 @@ func TestImport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = e.keys.Import(keys, false, nil)
+		_, err = e.keys.Import(ImportSet{Keys: keys}, false, nil)
 		want := []string{"lines[2].token:exists", "lines[3].token:duplicate", "lines[4].token:exists", "lines[5].token:invalid",
 			"lines[6].token:invalid", "lines[7].token:invalid", "lines[8].service:invalid", "lines[8].name:invalid"}
 		if got := fieldErrors(t, err); !slices.Equal(got, want) {
@@ -157,43 +157,58 @@ var testGrants = map[string]Grant{
 	"share-readers": {Service: "share", Privileges: []string{"get", "list"}},
 }
 
-// TestParseKong maps a decK dump: owners, names, the union of a
-// consumer's groups, the ttl, the rate limits nested and top-level; and
-// reports per consumer what cannot be mapped.
+// TestParseKong maps a decK dump: a consumer a consumer, with its
+// custom_id as externalId and its rate limits nested and top-level; each
+// credential a key of it with the owner, name, the union of the
+// consumer's groups and the ttl, and no copy of the limits; and reports
+// per consumer what cannot be mapped.
 func TestParseKong(t *testing.T) {
 	raw, err := os.ReadFile("testdata/kong.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, skipped, err := ParseKong(raw, testGrants, "", t0)
+	set, err := ParseKong(raw, testGrants, "", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	keys, skipped := set.Keys, set.Skipped
 	if len(keys) != 3 || len(skipped) != 1 || skipped[0] != (SkippedConsumer{Line: 27, Consumer: "no-key", Reason: "no key-auth credential"}) {
 		t.Fatalf("%d keys, skipped %+v; want 3, and no-key (no credential)", len(keys), skipped)
+	}
+	if len(set.Consumers) != 2 || len(set.Plans) != 0 {
+		t.Fatalf("%d consumers, %d plans; want 2 and none", len(set.Consumers), len(set.Plans))
+	}
+	billing, reporting := set.Consumers[0], set.Consumers[1]
+	if billing.Line != 6 || billing.Input.Name.Value != "billing" || billing.Input.ExternalID.Value != "cust-42" || billing.Plan != 0 ||
+		len(billing.Input.RateLimits.Value) != 2 || !strings.Contains(string(billing.Input.RateLimits.Value[0]), `"windowSeconds":1`) ||
+		!strings.Contains(string(billing.Input.Quota.Value), `"period":"month"`) {
+		t.Errorf("billing: %+v, limits %s, quota %s", billing, billing.Input.RateLimits.Value, billing.Input.Quota.Value)
+	}
+	if reporting.Input.Name.Value != "reporting" || reporting.Input.ExternalID.Set || len(reporting.Input.RateLimits.Value) != 1 ||
+		!strings.Contains(string(reporting.Input.RateLimits.Value[0]), `"hour"`) || reporting.Input.Quota.Set {
+		t.Errorf("reporting (a top-level plugin): %+v %s", reporting, reporting.Input.RateLimits.Value)
 	}
 	got := map[string]ImportKey{}
 	for _, k := range keys {
 		got[k.Token] = k
+		if k.Input.RateLimits.Set || k.Input.Quota.Set {
+			t.Errorf("key at line %d carries limits of its own: %s %s", k.Line, k.Input.RateLimits.Value, k.Input.Quota.Value)
+		}
 	}
-	live := got["billing-live-key-0123456789abcdef"].Input
-	if live.Service.Value != "contracts" || live.Owner.Value != "cust-42" || live.Name.Value != "billing #1" ||
-		!slices.Equal(live.Privileges.Value, []string{"create", "get", "search"}) || live.NotValidAfter.Set {
-		t.Errorf("billing's first key: %+v", live)
-	}
-	if len(live.RateLimits.Value) != 2 || !strings.Contains(string(live.RateLimits.Value[0]), `"windowSeconds":1`) ||
-		!strings.Contains(string(live.Quota.Value), `"period":"month"`) {
-		t.Errorf("billing's limits: %s, quota %s", live.RateLimits.Value, live.Quota.Value)
+	live := got["billing-live-key-0123456789abcdef"]
+	if in := live.Input; in.Service.Value != "contracts" || in.Owner.Value != "cust-42" || in.Name.Value != "billing #1" ||
+		!slices.Equal(in.Privileges.Value, []string{"create", "get", "search"}) || in.NotValidAfter.Set || live.Consumer != 1 {
+		t.Errorf("billing's first key: %+v, consumer %d", in, live.Consumer)
 	}
 	backup := got["billing-backup-key-fedcba9876543210"]
-	if backup.Input.NotValidAfter.Value != t0.Add(24*time.Hour).Format(time.RFC3339) || backup.Input.Name.Value != "billing #2" || backup.Line != 10 {
-		t.Errorf("billing's second key: %+v, line %d", backup.Input, backup.Line)
+	if backup.Input.NotValidAfter.Value != t0.Add(24*time.Hour).Format(time.RFC3339) || backup.Input.Name.Value != "billing #2" || backup.Line != 10 || backup.Consumer != 1 {
+		t.Errorf("billing's second key: %+v, line %d, consumer %d", backup.Input, backup.Line, backup.Consumer)
 	}
-	rep := got["reporting-0000-1111-2222-3333"].Input
-	if rep.Service.Value != "share" || rep.Owner.Value != "reporting" || len(rep.RateLimits.Value) != 1 || !strings.Contains(string(rep.RateLimits.Value[0]), `"hour"`) {
-		t.Errorf("reporting's key (a top-level plugin): %+v %s", rep, rep.RateLimits.Value)
+	rep := got["reporting-0000-1111-2222-3333"]
+	if rep.Input.Service.Value != "share" || rep.Input.Owner.Value != "reporting" || rep.Consumer != 2 {
+		t.Errorf("reporting's key: %+v, consumer %d", rep.Input, rep.Consumer)
 	}
-	if _, _, err := ParseKong(raw, testGrants, "share", t0); err == nil || !slices.Equal(fieldErrors(t, err), []string{"lines[6].acls:other_service"}) {
+	if _, err := ParseKong(raw, testGrants, "share", t0); err == nil || !slices.Equal(fieldErrors(t, err), []string{"lines[6].acls:other_service"}) {
 		t.Errorf("--service share: %v", err)
 	}
 
@@ -201,7 +216,7 @@ func TestParseKong(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = ParseKong(raw, testGrants, "", t0)
+	_, err = ParseKong(raw, testGrants, "", t0)
 	want := []string{"lines[3].acls:unmapped", "lines[8].acls:two_services", "lines[14].plugins:unmapped"}
 	if got := fieldErrors(t, err); !slices.Equal(got, want) {
 		t.Errorf("errors %v, want %v", got, want)
@@ -209,7 +224,7 @@ func TestParseKong(t *testing.T) {
 	if strings.Contains(err.Error(), "key-0123") {
 		t.Error("the problem quotes a token")
 	}
-	if _, _, err := ParseKong([]byte("- not a dump"), testGrants, "", t0); err == nil {
+	if _, err := ParseKong([]byte("- not a dump"), testGrants, "", t0); err == nil {
 		t.Error("a YAML list parsed as a dump")
 	}
 }
@@ -232,7 +247,7 @@ func TestImportReachesOtherInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := e.keys.Import(keys, false, nil); err != nil {
+	if _, err := e.keys.Import(ImportSet{Keys: keys}, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	testwait.For(t, time.Second, "the imported keys on the other instance", func() bool {
@@ -253,13 +268,13 @@ func TestImportRace(t *testing.T) {
 		}
 		return keys
 	}
-	if _, err := other.Import(one("there", "raced-token-0123456789"), false, nil); err != nil {
+	if _, err := other.Import(ImportSet{Keys: one("there", "raced-token-0123456789")}, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	before := len(e.stored(t))
 	keys := append(one("fine", "fine-token-0123456789"), one("raced", "raced-token-0123456789")...)
 	keys[1].Line = 2
-	if _, err := e.keys.Import(keys, false, nil); err != ErrTokenTaken {
+	if _, err := e.keys.Import(ImportSet{Keys: keys}, false, nil); err != ErrTokenTaken {
 		t.Fatalf("import of a token stored meanwhile: %v", err)
 	}
 	if n := len(e.stored(t)); n != before || works(e.reopen(t), ServiceShare, "fine-token-0123456789") {
@@ -277,28 +292,36 @@ func TestParseKongPlugins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, _, err := ParseKong(raw, testGrants, "", t0)
+	set, err := ParseKong(raw, testGrants, "", t0)
 	want := []string{"lines[14].ttl:out_of_range", "lines[22].plugins:unmapped", "lines[30].plugins:unmapped"}
 	if got := fieldErrors(t, err); !slices.Equal(got, want) {
 		t.Errorf("errors %v, want %v", got, want)
 	}
-	got := map[string]ImportKey{}
-	for _, k := range keys {
-		got[k.Token] = k
+	consumers := map[string]ImportConsumer{}
+	for _, c := range set.Consumers {
+		consumers[c.Input.Name.Value] = c
 	}
-	cid := got["custom-id-only-key-0123456789"].Input
-	if cid.Owner.Value != "only-custom-id" || len(cid.RateLimits.Value) != 1 || !strings.Contains(string(cid.RateLimits.Value[0]), `"second"`) {
+	cid := consumers["only-custom-id"].Input
+	if cid.ExternalID.Value != "only-custom-id" || len(cid.RateLimits.Value) != 1 || !strings.Contains(string(cid.RateLimits.Value[0]), `"second"`) {
 		t.Errorf("the consumer named by id: %+v %s", cid, cid.RateLimits.Value)
 	}
-	office := got["office-only-key-0123456789abc"].Input
-	if !slices.Equal(office.AllowedIPs.Value, []string{"10.1.0.0/16", "192.0.2.7"}) || len(office.RateLimits.Value) != 1 ||
-		!strings.Contains(string(office.RateLimits.Value[0]), `"hour"`) {
-		t.Errorf("office: allowed %v, limits %s (the global hour limit)", office.AllowedIPs.Value, office.RateLimits.Value)
+	if office := consumers["office"].Input; len(office.RateLimits.Value) != 1 || !strings.Contains(string(office.RateLimits.Value[0]), `"hour"`) {
+		t.Errorf("office: limits %s, want the global hour limit", office.RateLimits.Value)
+	}
+	got := map[string]ImportKey{}
+	for _, k := range set.Keys {
+		got[k.Token] = k
+	}
+	if cid := got["custom-id-only-key-0123456789"].Input; cid.Owner.Value != "only-custom-id" || cid.RateLimits.Set {
+		t.Errorf("the key of the consumer named by id: %+v", cid)
+	}
+	if office := got["office-only-key-0123456789abc"].Input; !slices.Equal(office.AllowedIPs.Value, []string{"10.1.0.0/16", "192.0.2.7"}) || office.RateLimits.Set {
+		t.Errorf("office's key: allowed %v, limits %s", office.AllowedIPs.Value, office.RateLimits.Value)
 	}
 
 	// A bad privileges map is named by group, and the dump's problems
 	// come with it; a consumer of a bad group is not also unmapped.
-	_, _, err = ParseKong(raw, map[string]Grant{"readers": {Service: "contract", Privileges: []string{"get"}}, "x": {Service: "share"}}, "", t0)
+	_, err = ParseKong(raw, map[string]Grant{"readers": {Service: "contract", Privileges: []string{"get"}}, "x": {Service: "share"}}, "", t0)
 	if got := fieldErrors(t, err); !slices.Equal(got, append([]string{"privilegesMap.readers.service:invalid", "privilegesMap.x.privileges:required"}, want...)) {
 		t.Errorf("a bad map: %v", got)
 	}
@@ -315,7 +338,7 @@ func TestImportReportsEverything(t *testing.T) {
 		`{"service":"share","name":"x","owner":"o","privileges":["` + secret + `"]}` + "\n" +
 		`{"` + secret + `":1}`
 	keys, perr := ParseJSONL([]byte(file), "")
-	_, err := e.keys.Import(keys, false, perr)
+	_, err := e.keys.Import(ImportSet{Keys: keys}, false, perr)
 	got := fieldErrors(t, err)
 	if want := []string{"lines[1]:invalid_json", "lines[2].privileges[0]:unknown_privilege", "lines[3]:invalid_json"}; !slices.Equal(got, want) {
 		t.Errorf("errors %v, want %v", got, want)
@@ -329,7 +352,7 @@ func TestImportReportsEverything(t *testing.T) {
 		lines = append(lines, fmt.Sprintf(`{"service":"share","name":"k%d","owner":"o","privileges":["fly"]}`, i))
 	}
 	keys, perr = ParseJSONL([]byte(strings.Join(lines, "\n")), "")
-	_, err = e.keys.Import(keys, false, perr)
+	_, err = e.keys.Import(ImportSet{Keys: keys}, false, perr)
 	if got := fieldErrors(t, err); len(got) != maxImportProblems+1 || got[maxImportProblems] != "lines:too_many" {
 		t.Errorf("%d problems, the last %q", len(got), got[len(got)-1])
 	}
@@ -357,7 +380,7 @@ func TestImportsOneAtATime(t *testing.T) {
 					errs <- err
 					return
 				}
-				_, err = e.keys.Import(keys, false, nil)
+				_, err = e.keys.Import(ImportSet{Keys: keys}, false, nil)
 				errs <- err
 			}()
 		}
@@ -387,7 +410,7 @@ func TestImportsOneAtATime(t *testing.T) {
 func TestRedactPath(t *testing.T) {
 	e := newEnv(t, storetest.OpenBolt(t))
 	keys, _ := ParseJSONL([]byte(`{"service":"share","name":"x","owner":"o","privileges":["get"],"token":"foreign-token-in-a-path"}`), "")
-	if _, err := e.keys.Import(keys, false, nil); err != nil {
+	if _, err := e.keys.Import(ImportSet{Keys: keys}, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	mine := mustCreate(t, e.keys, `{`+validContracts+`}`)
@@ -415,7 +438,7 @@ func TestImportKongEveryProblem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.keys.Import(stored, false, nil); err != nil {
+		if _, err := e.keys.Import(ImportSet{Keys: stored}, false, nil); err != nil {
 			t.Fatal(err)
 		}
 		raw, err := os.ReadFile("testdata/kong-every-problem.yaml")
@@ -424,21 +447,22 @@ func TestImportKongEveryProblem(t *testing.T) {
 		}
 		grants := map[string]Grant{"readers": testGrants["readers"], "writers": {Service: "contracts", Privileges: []string{"fly"}}}
 		before := len(e.stored(t))
-		keys, _, perr := ParseKong(raw, grants, "", t0)
-		_, err = e.keys.Import(keys, false, perr)
+		set, perr := ParseKong(raw, grants, "", t0)
+		_, err = e.keys.Import(set, false, perr)
 		want := []string{
 			"privilegesMap.writers.privileges[0]:unknown_privilege", // the map
 			"lines[6].plugins:unmapped",                             // a plugin
 			"lines[8].key:invalid",                                  // a short token
 			"lines[14].acls:unmapped",                               // a group
-			"lines[16].rateLimits[0].limit:out_of_range",            // a limit
+			"lines[14].rateLimits[0].limit:out_of_range",            // a limit, the consumer's
 			"lines[24].key:duplicate",                               // twice in the file
 			"lines[25].key:exists",                                  // stored before
 		}
 		if got := fieldErrors(t, err); !slices.Equal(got, want) {
 			t.Errorf("errors\n%v, want\n%v", got, want)
 		}
-		if n := len(e.stored(t)); n != before || works(e.keys, ServiceContracts, "twice-in-this-file-0123456789") {
+		if n := len(e.stored(t)); n != before || works(e.keys, ServiceContracts, "twice-in-this-file-0123456789") ||
+			len(e.reopen(t).ListConsumers()) != 0 {
 			t.Errorf("a refused import stored something: %d records, was %d", n, before)
 		}
 		if msg := problemText(err); strings.Contains(msg, "twice-in-this") || strings.Contains(msg, "stored-before") {
@@ -491,7 +515,7 @@ func TestParseKongReferences(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			keys, _, err := ParseKong([]byte(fmt.Sprintf(kongRefDump, tt.ref)), testGrants, "", t0)
+			set, err := ParseKong([]byte(fmt.Sprintf(kongRefDump, tt.ref)), testGrants, "", t0)
 			if tt.errs != nil {
 				if got := fieldErrors(t, err); !slices.Equal(got, tt.errs) {
 					t.Errorf("errors %v, want %v", got, tt.errs)
@@ -504,7 +528,7 @@ func TestParseKongReferences(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, k := range keys {
+			for _, k := range set.Keys {
 				owner := strings.TrimPrefix(k.Input.Description.Value, "imported from Kong consumer ")
 				if got := k.Input.AllowedIPs.Value; (owner == tt.restricted) != slices.Equal(got, []string{"192.0.2.7"}) {
 					t.Errorf("consumer %s: allowedIps %v (the plugin is %s's)", owner, got, tt.restricted)
@@ -518,7 +542,7 @@ func TestParseKongReferences(t *testing.T) {
 		strings.Replace(fmt.Sprintf(kongRefDump, "crm"), "custom_id: beta", "custom_id: crm", 1),
 		strings.Replace(fmt.Sprintf(kongRefDump, "gamma"), "username: alpha", "username: gamma", 1),
 	} {
-		if _, _, err := ParseKong([]byte(dump), testGrants, "", t0); !slices.Equal(fieldErrors(t, err), []string{"lines[18].consumer:ambiguous"}) {
+		if _, err := ParseKong([]byte(dump), testGrants, "", t0); !slices.Equal(fieldErrors(t, err), []string{"lines[18].consumer:ambiguous"}) {
 			t.Errorf("a name of two consumers: %v", err)
 		}
 	}
@@ -548,10 +572,10 @@ func TestParseKongDenied(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			keys, _, err := ParseKong([]byte(consumer+tt.rest), testGrants, "", t0)
+			set, err := ParseKong([]byte(consumer+tt.rest), testGrants, "", t0)
 			if tt.errs == nil {
-				if err != nil || len(keys) != 1 {
-					t.Errorf("%d keys, %v", len(keys), err)
+				if err != nil || len(set.Keys) != 1 {
+					t.Errorf("%d keys, %v", len(set.Keys), err)
 				}
 				return
 			}
@@ -601,7 +625,7 @@ func TestImportFileProblems(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var err error
 			if tt.format == "kong" {
-				_, _, err = ParseKong([]byte(tt.data), testGrants, "", t0)
+				_, err = ParseKong([]byte(tt.data), testGrants, "", t0)
 			} else {
 				_, err = ParseJSONL([]byte(tt.data), "")
 			}
@@ -646,7 +670,7 @@ consumers:
   - name: rate-limiting
     config: {minute: 10, year: 1000, limit_by: ip}
 `
-	_, _, err := ParseKong([]byte(dump), testGrants, "", t0)
+	_, err := ParseKong([]byte(dump), testGrants, "", t0)
 	var msgs []string
 	var pe *problem.Details
 	if errors.As(err, &pe) {
@@ -657,7 +681,7 @@ consumers:
 	if len(msgs) != 2 || !strings.Contains(msgs[0], "limits by ip") || !strings.Contains(msgs[1], "yearly") {
 		t.Errorf("problems %q, want the limit by IP and the yearly limit", msgs)
 	}
-	_, _, err = ParseKong([]byte("consumers:\n- username: [a\n"), testGrants, "", t0)
+	_, err = ParseKong([]byte("consumers:\n- username: [a\n"), testGrants, "", t0)
 	if err == nil || strings.Contains(err.Error(), "not a decK dump") {
 		t.Errorf("a syntax error: %v", err)
 	}

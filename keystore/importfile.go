@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -205,12 +207,13 @@ type kongConsumer struct {
 }
 
 type kongPlugin struct {
-	Name     string         `yaml:"name"`
-	Consumer any            `yaml:"consumer"`
-	Route    any            `yaml:"route"`
-	Service  any            `yaml:"service"`
-	Enabled  *bool          `yaml:"enabled"`
-	Config   map[string]any `yaml:"config"`
+	Name          string         `yaml:"name"`
+	Consumer      any            `yaml:"consumer"`
+	ConsumerGroup any            `yaml:"consumer_group"`
+	Route         any            `yaml:"route"`
+	Service       any            `yaml:"service"`
+	Enabled       *bool          `yaml:"enabled"`
+	Config        map[string]any `yaml:"config"`
 }
 
 // enabled reports whether the plugin applies.
@@ -223,54 +226,83 @@ func (p *kongPlugin) scoped() bool { return p.Route != nil || p.Service != nil }
 // maxKongTTL bounds a credential's ttl: a hundred years.
 const maxKongTTL = 100 * 365 * 24 * 3600
 
-// kongRateWindows are the rate-limiting plugin's limits that become
-// policies of the key, by the name the policy gets; "month" becomes the
-// key's quota, and "year" cannot be mapped.
-var kongRateWindows = []struct {
-	field  string
-	window int64
-}{{"second", 1}, {"minute", 60}, {"hour", 3600}, {"day", 86400}}
-
-// ParseKong reads a decK dump (`deck gateway dump`, YAML): each
-// key-auth credential of a consumer becomes a key with the credential's
-// token, owned by the consumer's custom_id (its username when it has
-// none), with the service and privileges its ACL groups map to in
-// grants (the union of its groups within one service), a notValidAfter
-// of now plus the credential's ttl, and the consumer's rate-limiting
-// plugin as rate-limit policies (second, minute, hour, day) and a
-// monthly quota. It returns the keys, the consumers that gave none (no
-// credential), and a 400 naming every problem of the map and the dump:
-// a consumer with one is still read to the end, and its keys returned
-// (NoGrant when its groups do not map), so that Import adds the
-// problems of their fields and tokens to the same reply.
-func ParseKong(data []byte, grants map[string]Grant, service string, now time.Time) ([]ImportKey, []SkippedConsumer, error) {
+// ParseKong reads a decK dump (`deck gateway dump`, YAML). Each consumer
+// with key-auth credentials becomes a consumer: its username (else its
+// custom_id, else its id) as name, its custom_id as externalId, and the
+// rate limits Kong holds it to by consumer (kongPolicies: its own
+// plugins, else its consumer group's, which become a plan, else the
+// global ones) as its rate limits and quota, which all its keys share as
+// Kong's count does. Each credential becomes a key of that consumer with
+// the credential's token, owned by the consumer's custom_id (its
+// username when it has none), with the service and privileges its ACL
+// groups map to in grants (the union of its groups within one service),
+// a notValidAfter of now plus the credential's ttl, the allow list, and
+// the limits by credential. A consumer group with rate limits becomes a
+// plan of the group's name that its consumers take (kongScope). It
+// returns the set, with the consumers that gave no key (no credential),
+// and a 400 naming every problem of the map and the dump: a consumer
+// with one is still read to the end, and its keys returned (NoGrant
+// when its groups do not map), so that Import adds the problems of their
+// fields and tokens to the same reply.
+func ParseKong(data []byte, grants map[string]Grant, service string, now time.Time) (ImportSet, error) {
 	var doc yaml.Node
 	var f problem.Fields
+	var set ImportSet
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		line, msg := yamlSyntax(data, err)
-		f.Add("lines["+strconv.Itoa(line)+"]", "invalid_yaml", msg)
-		return nil, nil, f.Err()
+		f.Add(lineAt(line), "invalid_yaml", msg)
+		return set, f.Err()
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
 		f.Add("lines[1]", "invalid_yaml", orJSONLines(data, "not a decK dump: a YAML document with consumers"))
-		return nil, nil, f.Err()
+		return set, f.Err()
 	}
 	root := doc.Content[0]
 	consumers := mapValue(root, "consumers")
 	if consumers == nil || consumers.Kind != yaml.SequenceNode {
 		f.Add("lines[1]", "no_consumers", orJSONLines(data, "the dump has no consumers"))
-		return nil, nil, f.Err()
+		return set, f.Err()
 	}
 	if len(consumers.Content) > MaxImport {
 		f.Add("consumers", "too_many", "an import holds at most "+strconv.Itoa(MaxImport)+" keys; split the dump")
-		return nil, nil, f.Err()
+		return set, f.Err()
 	}
 	badGroups := checkGrants(&f, grants)
-	attached, global, denied := kongPlugins(&f, root, consumers)
-	var out []ImportKey
-	var skipped []SkippedConsumer
+	idx := newKongIndex(consumers)
+	top := kongPlugins(&f, root, idx, len(consumers.Content))
+	groups, memberOf := kongGroups(&f, root, consumers, idx, top.grouped)
+	for _, g := range groups {
+		// Kong holds a group's acl plugin to its members only; a key
+		// cannot be held to it, so it denies everywhere.
+		for _, p := range g.Plugins {
+			addDenied(top.denied, p, "the acl plugin of consumer group "+g.Name)
+		}
+	}
+	// A group's plugins are checked once, when a consumer of the import
+	// is in it; a group with rate limits becomes a plan when one takes it.
+	groupLimits := make([]*kongLimits, len(groups))
+	planOf := make([]int, len(groups))
+	limitsOf := func(g int) *kongLimits {
+		if groupLimits[g] == nil {
+			gr := groups[g]
+			where, who := lineAt(gr.line), "consumer group "+gr.Name
+			own := map[string]bool{}
+			for _, p := range gr.Plugins {
+				own[p.Name] = true
+			}
+			lim, allowed := kongPolicies(&f, where, who, gr.Plugins, own)
+			if len(lim.perCredential) > 0 || lim.credentialQuota != nil {
+				f.Add(where+".plugins", "unmapped", who+": a limit by credential, which a plan of consumers cannot carry: import it by hand, or change the plugin first")
+			}
+			if len(allowed) > 0 {
+				f.Add(where+".plugins", "unmapped", who+": an ip-restriction plugin, which a plan cannot carry: import it by hand, or change the plugin first")
+			}
+			groupLimits[g] = &lim
+		}
+		return groupLimits[g]
+	}
 	for i, node := range consumers.Content {
-		where := "lines[" + strconv.Itoa(node.Line) + "]"
+		where := lineAt(node.Line)
 		var c kongConsumer
 		if err := node.Decode(&c); err != nil {
 			f.Add(where, "invalid_yaml", yamlProblem(err))
@@ -283,32 +315,108 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 				}
 			}
 		}
-		who := c.Username
-		for _, alt := range []string{c.CustomID, c.ID, "at line " + strconv.Itoa(node.Line)} {
-			if who == "" {
-				who = alt
+		name := c.Username
+		for _, alt := range []string{c.CustomID, c.ID} {
+			if name == "" {
+				name = alt
 			}
+		}
+		who := name
+		if who == "" {
+			who = "at line " + strconv.Itoa(node.Line)
+			name = "Kong consumer " + who
 		}
 		owner := c.CustomID
 		if owner == "" {
 			owner = c.Username
 		}
 		if len(c.Credentials) == 0 {
-			skipped = append(skipped, SkippedConsumer{Line: node.Line, Consumer: who, Reason: "no key-auth credential"})
+			set.Skipped = append(set.Skipped, SkippedConsumer{Line: node.Line, Consumer: who, Reason: "no key-auth credential"})
 			continue
 		}
 		svc, privileges, noGrant := kongGrant(&f, where, who, &c, grants, badGroups, service)
-		plugins := append(c.Plugins[:len(c.Plugins):len(c.Plugins)], attached[i]...)
-		kongDenied(&f, where, who, &c, plugins, denied)
-		limits, quota, allowed := kongPolicies(&f, where, who, plugins, global)
+		own := append(c.Plugins[:len(c.Plugins):len(c.Plugins)], top.attached[i]...)
+		kongDenied(&f, where, who, &c, own, top.denied)
+
+		// Kong's precedence, plugin by plugin: the consumer's own, else
+		// its group's, else the global one.
+		ownNames := map[string]bool{}
+		for _, p := range own {
+			if p.enabled() {
+				ownNames[p.Name] = true
+			}
+		}
+		var group *kongGroup
+		var limited []string
+		for _, g := range memberOf[i] {
+			limitsOf(g)
+			if len(groups[g].limits) > 0 {
+				limited = append(limited, groups[g].Name)
+				group = groups[g]
+			}
+		}
+		if len(limited) > 1 {
+			f.Add(where+".groups", "two_groups", fmt.Sprintf("consumer %s is in consumer groups with rate limits %s, and a consumer takes one plan: leave it in one, or import it by hand", who, strings.Join(limited, ", ")))
+			group = nil
+		}
+		shadowed := maps.Clone(ownNames)
+		if group != nil {
+			for _, p := range group.Plugins {
+				if p.enabled() {
+					shadowed[p.Name] = true
+				}
+			}
+		}
+		plugins := own
+		for _, p := range top.global {
+			if !shadowed[p.Name] {
+				plugins = append(plugins, p)
+			}
+		}
+		lim, allowed := kongPolicies(&f, where, "consumer "+who, plugins, ownNames)
+		plan, note := kongScope(&f, where, "consumer "+who, group, ownNames)
+		ci := ImportConsumer{Line: node.Line, Note: note, Input: ConsumerInput{
+			Name:        patch.Some(cutRunes(name, maxScopeNameLen)),
+			Description: patch.Some("imported from Kong consumer " + who),
+		}}
+		if c.CustomID != "" {
+			ci.Input.ExternalID = patch.Some(c.CustomID)
+		}
+		if len(lim.perConsumer) > 0 {
+			ci.Input.RateLimits = patch.Some(lim.perConsumer)
+		}
+		if lim.consumerQuota != nil {
+			ci.Input.Quota = patch.Some(lim.consumerQuota)
+		}
+		if plan != nil {
+			g := slices.Index(groups, plan)
+			if planOf[g] == 0 {
+				gl := limitsOf(g)
+				pi := ImportPlan{Line: plan.line, Input: PlanInput{
+					Name:        patch.Some(plan.Name),
+					Description: patch.Some("imported from Kong consumer group " + plan.Name),
+				}}
+				if len(gl.perConsumer) > 0 {
+					pi.Input.RateLimits = patch.Some(gl.perConsumer)
+				}
+				if gl.consumerQuota != nil {
+					pi.Input.Quota = patch.Some(gl.consumerQuota)
+				}
+				set.Plans = append(set.Plans, pi)
+				planOf[g] = len(set.Plans)
+			}
+			ci.Plan = planOf[g]
+		}
+		set.Consumers = append(set.Consumers, ci)
+		consumer := len(set.Consumers)
 		for j, cred := range c.Credentials {
-			name := cutRunes(who, maxNameLen)
+			keyName := cutRunes(who, maxNameLen)
 			if len(c.Credentials) > 1 {
 				suffix := " #" + strconv.Itoa(j+1)
-				name = cutRunes(who, maxNameLen-len(suffix)) + suffix
+				keyName = cutRunes(who, maxNameLen-len(suffix)) + suffix
 			}
 			in := KeyInput{
-				Name:        patch.Some(name),
+				Name:        patch.Some(keyName),
 				Description: patch.Some("imported from Kong consumer " + who),
 				Owner:       patch.Some(owner),
 			}
@@ -322,30 +430,31 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 			switch {
 			case cred.TTL < 0 || cred.TTL > maxKongTTL:
 				// Reported; the key is still checked for the same reply.
-				f.Add("lines["+strconv.Itoa(line)+"].ttl", "out_of_range", "consumer "+who+": a credential's ttl is 0 to 100 years of seconds")
+				f.Add(lineAt(line)+".ttl", "out_of_range", "consumer "+who+": a credential's ttl is 0 to 100 years of seconds")
 			case cred.TTL > 0:
 				in.NotValidAfter = patch.Some(now.Add(time.Duration(cred.TTL) * time.Second).UTC().Format(time.RFC3339))
 			}
 			if len(allowed) > 0 {
 				in.AllowedIPs = patch.Some(allowed)
 			}
-			if len(limits) > 0 {
-				in.RateLimits = patch.Some(limits)
+			// Kong's limit_by credential: each key its own count.
+			if len(lim.perCredential) > 0 {
+				in.RateLimits = patch.Some(lim.perCredential)
 			}
-			if quota != nil {
-				in.Quota = patch.Some(quota)
+			if lim.credentialQuota != nil {
+				in.Quota = patch.Some(lim.credentialQuota)
 			}
 			if cred.Key == "" {
-				f.Add("lines["+strconv.Itoa(line)+"].key", "required", "consumer "+who+" has a key-auth credential without a key")
+				f.Add(lineAt(line)+".key", "required", "consumer "+who+" has a key-auth credential without a key")
 				continue
 			}
-			out = append(out, ImportKey{Line: line, Input: in, Token: cred.Key, TokenField: "key", NoGrant: noGrant})
+			set.Keys = append(set.Keys, ImportKey{Line: line, Input: in, Consumer: consumer, Token: cred.Key, TokenField: "key", NoGrant: noGrant})
 		}
 	}
-	if len(out) == 0 && len(skipped) > 0 && len(f.List()) == 0 {
-		f.Add("consumers", "no_credentials", fmt.Sprintf("no consumer of the dump has a key-auth credential (%d without)", len(skipped)))
+	if len(set.Keys) == 0 && len(set.Skipped) > 0 && len(f.List()) == 0 {
+		f.Add("consumers", "no_credentials", fmt.Sprintf("no consumer of the dump has a key-auth credential (%d without)", len(set.Skipped)))
 	}
-	return out, skipped, f.Err()
+	return set, f.Err()
 }
 
 // kongGrant is the service and privileges a consumer's ACL groups map
@@ -395,57 +504,53 @@ func kongGrant(f *problem.Fields, where, who string, c *kongConsumer, grants map
 	return svc, privileges, false
 }
 
+// kongTop is what the plugins outside the consumers say: by consumer,
+// the top-level plugins naming it; those naming a consumer group; the
+// global ones; and, by ACL group, which enabled acl plugin outside the
+// consumers (global, of a service, of a route, and, once ParseKong has
+// read the groups, of a consumer group) denies the group.
+type kongTop struct {
+	attached [][]kongPlugin
+	grouped  []groupPlugin
+	global   []kongPlugin
+	denied   map[string]string
+}
+
 // kongPlugins reads the plugins outside the consumers. A top-level one
-// naming a consumer goes to it, found as decK finds it: by username or
-// id, else by custom_id where one consumer alone has it; a name that
-// fits no consumer, or several, is reported, not guessed. A top-level
-// one naming none and scoped to no route or service is global. denied
-// holds, by group, which enabled acl plugin outside the consumers
-// (global, of a service, of a route) denies the group.
-func kongPlugins(f *problem.Fields, root, consumers *yaml.Node) (attached [][]kongPlugin, global []kongPlugin, denied map[string]string) {
-	attached = make([][]kongPlugin, len(consumers.Content))
-	denied = map[string]string{}
-	byName, byCustomID := map[string][]int{}, map[string][]int{}
-	for i, node := range consumers.Content {
-		username, id := scalar(mapValue(node, "username")), scalar(mapValue(node, "id"))
-		if username != "" {
-			byName[username] = append(byName[username], i)
-		}
-		if id != "" && id != username {
-			byName[id] = append(byName[id], i)
-		}
-		if cid := scalar(mapValue(node, "custom_id")); cid != "" {
-			byCustomID[cid] = append(byCustomID[cid], i)
-		}
-	}
+// naming a consumer goes to it, found as decK finds it (idx); a name
+// that fits no consumer, or several, is reported, not guessed. One
+// naming a consumer group goes to the group. A top-level one naming
+// neither and scoped to no route or service is global.
+func kongPlugins(f *problem.Fields, root *yaml.Node, idx kongIndex, consumers int) kongTop {
+	top := kongTop{attached: make([][]kongPlugin, consumers), denied: map[string]string{}}
 	if plugins := mapValue(root, "plugins"); plugins != nil && plugins.Kind != yaml.SequenceNode {
-		f.Add("lines["+strconv.Itoa(plugins.Line)+"].plugins", "invalid_yaml", "the top-level plugins are not a list of plugins")
+		f.Add(lineAt(plugins.Line)+".plugins", "invalid_yaml", "the top-level plugins are not a list of plugins")
 	} else if plugins != nil {
 		for _, pn := range plugins.Content {
-			at := "lines[" + strconv.Itoa(pn.Line) + "]"
+			at := lineAt(pn.Line)
 			var p kongPlugin
 			if err := pn.Decode(&p); err != nil {
-				f.Add(at, "invalid_yaml", "a top-level plugin whose fields do not decode (name, consumer, route, service, enabled, config)")
+				f.Add(at, "invalid_yaml", "a top-level plugin whose fields do not decode (name, consumer, consumer_group, route, service, enabled, config)")
 				continue
 			}
-			ref, named := consumerRef(p.Consumer)
+			ref, named := entityRef(p.Consumer, "id", "username")
+			if group, ofGroup := entityRef(p.ConsumerGroup, "id", "name"); ofGroup && !named {
+				top.grouped = append(top.grouped, groupPlugin{ref: group, line: pn.Line, plugin: p})
+				continue
+			}
 			if !named {
 				where := "a global acl plugin"
 				if p.scoped() {
 					where = "an acl plugin of a route or service"
 				} else {
-					global = append(global, p)
+					top.global = append(top.global, p)
 				}
-				addDenied(denied, p, where)
+				addDenied(top.denied, p, where)
 				continue
 			}
-			match := byName[ref]
-			if len(match) == 0 {
-				match = byCustomID[ref]
-			}
-			switch len(match) {
+			switch match := idx.find(ref); len(match) {
 			case 1:
-				attached[match[0]] = append(attached[match[0]], p)
+				top.attached[match[0]] = append(top.attached[match[0]], p)
 			case 0:
 				f.Add(at+".consumer", "unknown_consumer", fmt.Sprintf("plugin %s names consumer %s, which no consumer of the dump has as username, id or custom_id", p.Name, shown(ref)))
 			default:
@@ -454,15 +559,15 @@ func kongPlugins(f *problem.Fields, root, consumers *yaml.Node) (attached [][]ko
 		}
 	}
 	for _, svc := range seqOf(mapValue(root, "services")) {
-		addDeniedIn(denied, mapValue(svc, "plugins"), "the acl plugin of service "+scalar(mapValue(svc, "name")))
+		addDeniedIn(top.denied, mapValue(svc, "plugins"), "the acl plugin of service "+scalar(mapValue(svc, "name")))
 		for _, r := range seqOf(mapValue(svc, "routes")) {
-			addDeniedIn(denied, mapValue(r, "plugins"), "the acl plugin of route "+scalar(mapValue(r, "name")))
+			addDeniedIn(top.denied, mapValue(r, "plugins"), "the acl plugin of route "+scalar(mapValue(r, "name")))
 		}
 	}
 	for _, r := range seqOf(mapValue(root, "routes")) {
-		addDeniedIn(denied, mapValue(r, "plugins"), "the acl plugin of route "+scalar(mapValue(r, "name")))
+		addDeniedIn(top.denied, mapValue(r, "plugins"), "the acl plugin of route "+scalar(mapValue(r, "name")))
 	}
-	return attached, global, denied
+	return top
 }
 
 // addDenied notes the groups an enabled acl plugin denies, by where.
@@ -512,76 +617,6 @@ func kongDenied(f *problem.Fields, where, who string, c *kongConsumer, own []kon
 	}
 }
 
-// kongPolicies maps what a consumer's plugins say of its keys: the
-// rate-limiting plugin (its own, else a global one) as policies and a
-// monthly quota, ip-restriction's allow list as allowedIps. What keys
-// cannot carry is reported: a limit by IP or by route, a yearly limit,
-// a deny list of addresses, a plugin of the consumer's of another kind.
-func kongPolicies(f *problem.Fields, where, who string, own, global []kongPlugin) (limits []json.RawMessage, quota json.RawMessage, allowed []string) {
-	unmapped := func(msg string) {
-		f.Add(where+".plugins", "unmapped", "consumer "+who+": "+msg+": import it by hand, or change the plugin first")
-	}
-	hasOwn := map[string]bool{}
-	for _, p := range own {
-		if p.enabled() {
-			hasOwn[p.Name] = true
-		}
-	}
-	plugins := own
-	for _, p := range global {
-		if !hasOwn[p.Name] {
-			plugins = append(plugins, p)
-		}
-	}
-	for _, p := range plugins {
-		if !p.enabled() {
-			continue
-		}
-		if p.scoped() {
-			unmapped(p.Name + " applies to a route or service only, which a key cannot say")
-			continue
-		}
-		switch p.Name {
-		case "rate-limiting":
-			// Every problem of the plugin at once; its limits are mapped
-			// only when they are the consumer's.
-			by, _ := p.Config["limit_by"].(string)
-			if by != "" && by != "consumer" && by != "credential" {
-				unmapped("rate-limiting limits by " + by + ", not by consumer")
-			}
-			if _, set := wholeConfig(p.Config["year"]); set {
-				unmapped("a yearly rate limit, which keys cannot carry")
-			}
-			if by != "" && by != "consumer" && by != "credential" {
-				continue
-			}
-			for _, w := range kongRateWindows {
-				if n, set := wholeConfig(p.Config[w.field]); set {
-					raw, _ := json.Marshal(map[string]any{"name": w.field, "limit": n, "windowSeconds": w.window})
-					limits = append(limits, raw)
-				}
-			}
-			if n, set := wholeConfig(p.Config["month"]); set {
-				quota, _ = json.Marshal(map[string]any{"limit": n, "period": "month"})
-			}
-		case "ip-restriction":
-			if deny, _ := p.Config["deny"].([]any); len(deny) > 0 {
-				unmapped("ip-restriction denies addresses, and a key can only allow some")
-			}
-			for _, a := range asList(p.Config["allow"]) {
-				allowed = append(allowed, a)
-			}
-		case "acl", "key-auth":
-			// acl deny lists: kongDenied; acl groups: the privileges map.
-		default:
-			if hasOwn[p.Name] {
-				unmapped("plugin " + p.Name + ", which keygate keys have no equivalent of")
-			}
-		}
-	}
-	return limits, quota, allowed
-}
-
 // asList reads a plugin's list of strings.
 func asList(v any) []string {
 	var out []string
@@ -620,16 +655,16 @@ func wholeConfig(v any) (int64, bool) {
 	return 0, false
 }
 
-// consumerRef is the consumer a top-level plugin names (its username,
-// id or custom_id), and whether it names one.
-func consumerRef(v any) (string, bool) {
+// entityRef is the entity a top-level plugin's field names (a string,
+// or a mapping with one of keys), and whether it names one.
+func entityRef(v any, keys ...string) (string, bool) {
 	switch c := v.(type) {
 	case nil:
 		return "", false
 	case string:
 		return c, true
 	case map[string]any:
-		for _, k := range []string{"id", "username"} {
+		for _, k := range keys {
 			if s, ok := c[k].(string); ok {
 				return s, true
 			}

@@ -152,10 +152,14 @@ func refColumn(id *string) string {
 const putManyChunk = 1000
 
 // PutMany implements Backend: one transaction of multi-row INSERTs,
-// pipelined, and one notification that makes other instances read the
-// keys again once. A token that exists already (stored by another
-// instance meanwhile) fails the whole transaction: ErrTokenTaken.
-func (b *PostgresBackend) PutMany(recs []*record) error {
+// pipelined (the plans, the consumers, then the keys, so that the
+// foreign keys find what they name), and one notification that makes
+// other instances read plans, consumers and keys again once. A token
+// that exists already (stored by another instance meanwhile) fails the
+// whole transaction: ErrTokenTaken; a plan name or externalId taken
+// meanwhile: ErrPlanNameTaken, ErrExternalIDTaken.
+func (b *PostgresBackend) PutMany(batch *Batch) error {
+	recs := batch.Keys
 	ids := make([][16]byte, len(recs))
 	services := make([]string, len(recs))
 	hashes := make([][]byte, len(recs))
@@ -172,6 +176,20 @@ func (b *PostgresBackend) PutMany(recs []*record) error {
 		ids[i], services[i], hashes[i], vals[i] = [16]byte(id), string(rec.Service), rec.TokenHash, string(v)
 		consumers[i], plans[i] = refColumn(rec.ConsumerID), refColumn(rec.PlanID)
 	}
+	var planRows, consumerRows scopeRows
+	for _, p := range batch.Plans {
+		if err := planRows.add(p.ID, p.Name, nil, p); err != nil {
+			return err
+		}
+	}
+	for _, c := range batch.Consumers {
+		if _, err := optionalUUID(c.PlanID); err != nil {
+			return unknownRef("planId", "plan")
+		}
+		if err := consumerRows.add(c.ID, refColumn(c.ExternalID), c.PlanID, c); err != nil {
+			return err
+		}
+	}
 	ctx := context.Background()
 	err := b.db.Update(ctx, func(tx storage.Tx) error {
 		// A token stored meanwhile is found first: the unique index would
@@ -183,22 +201,55 @@ func (b *PostgresBackend) PutMany(recs []*record) error {
 		if taken {
 			return ErrTokenTaken
 		}
-		batch := &pgx.Batch{}
+		q := &pgx.Batch{}
+		if len(planRows.ids) > 0 {
+			q.Queue(`INSERT INTO plans (id, name, record)
+				SELECT u.id, u.name, u.record::jsonb FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(id, name, record)`,
+				planRows.ids, planRows.texts, planRows.records)
+		}
+		for start := 0; start < len(consumerRows.ids); start += putManyChunk {
+			end := min(start+putManyChunk, len(consumerRows.ids))
+			q.Queue(`INSERT INTO consumers (id, external_id, plan_id, record)
+				SELECT u.id, NULLIF(u.ext, ''), NULLIF(u.plan, '')::uuid, u.record::jsonb
+				FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS u(id, ext, plan, record)`,
+				consumerRows.ids[start:end], consumerRows.texts[start:end], consumerRows.plans[start:end], consumerRows.records[start:end])
+		}
 		for start := 0; start < len(recs); start += putManyChunk {
 			end := min(start+putManyChunk, len(recs))
-			batch.Queue(`INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id)
+			q.Queue(`INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id)
 				SELECT u.id, u.service, u.hash, u.record::jsonb, NULLIF(u.consumer, '')::uuid, NULLIF(u.plan, '')::uuid
 				FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[]) AS u(id, service, hash, record, consumer, plan)`,
 				ids[start:end], services[start:end], hashes[start:end], vals[start:end], consumers[start:end], plans[start:end])
 		}
-		batch.Queue("SELECT pg_notify($1, $2)", b.channel, resyncAll)
-		return pgdb.Of(tx).SendBatch(ctx, batch).Close()
+		q.Queue("SELECT pg_notify($1, $2)", b.channel, resyncAll)
+		return pgdb.Of(tx).SendBatch(ctx, q).Close()
 	})
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" {
+	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName != "plans_name_key" && pe.ConstraintName != "consumers_external_id_key" {
 		return ErrTokenTaken
 	}
 	return scopeError(err)
+}
+
+// scopeRows are the columns of plans or consumers for one multi-row
+// INSERT: texts holds a plan's name or a consumer's externalId ("" for
+// none), plans a consumer's plan id ("" for none).
+type scopeRows struct {
+	ids            [][16]byte
+	texts, records []string
+	plans          []string
+}
+
+func (r *scopeRows) add(id, text string, plan *string, scope any) error {
+	k, v, err := encodeScope(id, scope)
+	if err != nil {
+		return err
+	}
+	r.ids = append(r.ids, [16]byte(k))
+	r.texts = append(r.texts, text)
+	r.records = append(r.records, string(v))
+	r.plans = append(r.plans, refColumn(plan))
+	return nil
 }
 
 // MarkExpiryWarned implements Backend: the key's row is locked while it
