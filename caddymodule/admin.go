@@ -522,8 +522,17 @@ const (
 // ?from=&to=&resolution=hour|day (RFC 3339 bounds; by default the last
 // 48 hours by hour, or the last 30 days by day).
 func (a *Admin) keyUsage(w http.ResponseWriter, r *http.Request) {
+	keys := appOf(r).state.keys
+	a.serveUsage(w, r, func(id string) error { _, err := keys.Get(id); return err }, keys.UsageOver)
+}
+
+// serveUsage answers the usage series of the key or consumer of r's
+// path: 404 when exists says it is not there, then the query's bounds,
+// then the series.
+func (a *Admin) serveUsage(w http.ResponseWriter, r *http.Request, exists func(id string) error,
+	series func(id string, from, to time.Time, byDay bool) (keystore.UsageSeries, error)) {
 	id := r.PathValue("id")
-	if _, err := appOf(r).state.keys.Get(id); err != nil {
+	if err := exists(id); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -532,12 +541,12 @@ func (a *Admin) keyUsage(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	series, err := appOf(r).state.keys.UsageOver(id, from, to, byDay)
+	s, err := series(id, from, to, byDay)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, series)
+	writeJSON(w, http.StatusOK, s)
 }
 
 // usageQuery reads the bounds and resolution of a usage series from r's

@@ -169,20 +169,6 @@ func (a *Admin) deleteConsumer(w http.ResponseWriter, r *http.Request) {
 // consumerUsage returns a consumer's requests over time, all its keys'
 // together, with the parameters of a key's series.
 func (a *Admin) consumerUsage(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if _, err := appOf(r).state.keys.GetConsumer(id); err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	from, to, byDay, err := usageQuery(r)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	series, err := appOf(r).state.keys.ConsumerUsageOver(id, from, to, byDay)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, series)
+	keys := appOf(r).state.keys
+	a.serveUsage(w, r, func(id string) error { _, err := keys.GetConsumer(id); return err }, keys.ConsumerUsageOver)
 }

@@ -166,15 +166,11 @@ func (k *Keys) newEntry(rec *record, u Usage) *Entry {
 // setSnap makes c the key's snapshot; rate-limit policies that stay keep
 // their counts.
 func (e *Entry) setSnap(c *compiled) {
-	old := e.snap.Swap(c)
-	e.limits.adopt(c.limits)
-	if old != nil {
-		e.quota.changed(old.quota, c.quota, func(span QuotaSpan, n int64) {
-			// Given back apart from the locks of the change; until it
-			// lands the period counts the units as spent, never less.
-			go e.keys.giveBack(c.key.ID, span, n)
-		})
+	var old *Quota
+	if o := e.snap.Swap(c); o != nil {
+		old = o.quota
 	}
+	e.follow(e.keys, c.key.ID, c.limits, old, c.quota)
 }
 
 // setStored takes the stored usage u: its count, and its last use when

@@ -33,6 +33,19 @@ type holder interface {
 	quotaExhausted(now time.Time) func(storage.Tx) error
 }
 
+// follow makes the meter of holder id count limits and quota q (old the
+// quota before, nil at first): policies that stay (same name and window)
+// keep their counts, and a lowered quota gives back the block leased
+// under the higher one.
+func (m *meter) follow(k *Keys, id string, limits []RateLimit, old, q *Quota) {
+	m.limits.adopt(limits)
+	m.quota.changed(old, q, func(span QuotaSpan, n int64) {
+		// Given back apart from the locks of the change; until it lands
+		// the period counts the units as spent, never less.
+		go k.giveBack(id, span, n)
+	})
+}
+
 // holderID implements holder.
 func (e *Entry) holderID() string { return e.snap.Load().key.ID }
 
@@ -85,13 +98,11 @@ func newConsumerSnap(c Consumer, p *Plan) *consumerSnap {
 // set makes s the consumer's snapshot; policies that stay keep their
 // counts.
 func (c *consumerEntry) set(s *consumerSnap) {
-	old := c.snap.Swap(s)
-	c.limits.adopt(s.limits)
-	if old != nil {
-		c.quota.changed(old.quota, s.quota, func(span QuotaSpan, n int64) {
-			go c.keys.giveBack(s.consumer.ID, span, n)
-		})
+	var old *Quota
+	if o := c.snap.Swap(s); o != nil {
+		old = o.quota
 	}
+	c.follow(c.keys, s.consumer.ID, s.limits, old, s.quota)
 }
 
 // holderID implements holder.

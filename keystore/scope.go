@@ -113,18 +113,7 @@ func applyPlan(p Plan, in *PlanInput) (Plan, error) {
 	create := p.ID == ""
 	checkScopeName(&f, in.Name, create, &p.Name)
 	checkScopeDescription(&f, in.Description, &p.Description)
-	if in.RateLimits.Set {
-		p.RateLimits = nil
-		if !in.RateLimits.Null {
-			p.RateLimits = checkRateLimits(&f, in.RateLimits.Value)
-		}
-	}
-	if in.Quota.Set {
-		p.Quota = nil
-		if !in.Quota.Null {
-			p.Quota = checkQuota(&f, in.Quota.Value)
-		}
-	}
+	applyLimits(&f, in.RateLimits, in.Quota, &p.RateLimits, &p.Quota)
 	return p, f.Err()
 }
 
@@ -146,18 +135,7 @@ func applyConsumer(c Consumer, in *ConsumerInput) (Consumer, error) {
 			c.ExternalID = &v
 		}
 	}
-	if in.RateLimits.Set {
-		c.RateLimits = nil
-		if !in.RateLimits.Null {
-			c.RateLimits = checkRateLimits(&f, in.RateLimits.Value)
-		}
-	}
-	if in.Quota.Set {
-		c.Quota = nil
-		if !in.Quota.Null {
-			c.Quota = checkQuota(&f, in.Quota.Value)
-		}
-	}
+	applyLimits(&f, in.RateLimits, in.Quota, &c.RateLimits, &c.Quota)
 	if in.PlanID.Set {
 		c.PlanID = optionalID(in.PlanID)
 	}
@@ -226,4 +204,21 @@ func effective(limits []RateLimit, quota *Quota, p *Plan) ([]RateLimit, *Quota) 
 		quota = p.Quota
 	}
 	return out, quota
+}
+
+// applyLimits checks and applies the rateLimits and quota fields of a
+// key's, plan's or consumer's input: null (or []) removes them.
+func applyLimits(f *problem.Fields, rl patch.Field[[]json.RawMessage], q patch.Field[json.RawMessage], limits *[]RateLimit, quota **Quota) {
+	if rl.Set {
+		*limits = nil
+		if !rl.Null {
+			*limits = checkRateLimits(f, rl.Value)
+		}
+	}
+	if q.Set {
+		*quota = nil
+		if !q.Null {
+			*quota = checkQuota(f, q.Value)
+		}
+	}
 }

@@ -137,18 +137,7 @@ func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 	if in.AdminProjects.Set {
 		k.AdminProjects = checkAdminProjects(f, k.Service, in.AdminProjects.Value)
 	}
-	if in.RateLimits.Set {
-		k.RateLimits = nil
-		if !in.RateLimits.Null {
-			k.RateLimits = checkRateLimits(f, in.RateLimits.Value)
-		}
-	}
-	if in.Quota.Set {
-		k.Quota = nil
-		if !in.Quota.Null {
-			k.Quota = checkQuota(f, in.Quota.Value)
-		}
-	}
+	applyLimits(f, in.RateLimits, in.Quota, &k.RateLimits, &k.Quota)
 	if in.ConsumerID.Set {
 		k.ConsumerID = optionalID(in.ConsumerID)
 	}
