@@ -33,19 +33,21 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "webapi",
-		Usage: "keys|templates|webhooks|migrate|openapi|seal <command> [flags]",
-		Short: "Manages keygate API keys, contract templates and webhooks; moves data to PostgreSQL; prints the OpenAPI documents",
+		Usage: "keys|consumers|plans|templates|webhooks|migrate|openapi|seal|host <command> [flags]",
+		Short: "Manages keygate API keys, consumers, plans, contract templates and webhooks; moves data to PostgreSQL; prints the OpenAPI documents",
 		Long: `
-Manages keygate API keys, contract templates and webhook subscriptions
-through the admin endpoint of a running gateway (--address, default
-localhost:2019, as caddy reload). "migrate" copies a stopped gateway's bbolt
-data into PostgreSQL. "openapi" prints the OpenAPI 3.1 document of the Web
-APIs (--admin: of the administration API), without a running gateway.
+Manages keygate API keys, consumers, plans, contract templates and
+webhook subscriptions through the admin endpoint of a running gateway
+(--address, default localhost:2019, as caddy reload). "migrate" copies a
+stopped gateway's bbolt data into PostgreSQL. "openapi" prints the
+OpenAPI 3.1 document of the Web APIs (--admin: of the administration
+API), without a running gateway.
 
 "keys create" and "keys reveal" print the token alone on standard output,
 so TOKEN=$(caddy webapi keys create ...) works; so do "webhooks add" and
-"webhooks rotate-secret" with the secret; --json prints the whole
-object. Errors go to standard error with a non-zero exit status.`,
+"webhooks rotate-secret" with the secret, and "consumers create" and
+"plans create" with the new id; --json prints the whole object. Errors
+go to standard error with a non-zero exit status.`,
 		CobraFunc: setupWebapiCommand,
 	})
 }
@@ -53,7 +55,7 @@ object. Errors go to standard error with a non-zero exit status.`,
 // setupWebapiCommand adds the subcommands and the --address flag.
 func setupWebapiCommand(cmd *cobra.Command) {
 	cmd.PersistentFlags().String("address", "", "The address of the admin endpoint (default localhost:2019)")
-	cmd.AddCommand(keysCommand(), templatesCommand(), webhooksCommand(), migrateCommand(), openapiCommand(), sealCommand(), hostCommand())
+	cmd.AddCommand(keysCommand(), consumersCommand(), plansCommand(), templatesCommand(), webhooksCommand(), migrateCommand(), openapiCommand(), sealCommand(), hostCommand())
 }
 
 // keyFlags are the flags of keys create and keys update.
@@ -70,9 +72,17 @@ func keyFlags(c *cobra.Command, create bool) {
 	f.String("not-valid-after", "", "RFC 3339 time the key stops working ('none' clears)")
 	f.String("allowed-ips", "", "comma-separated addresses and CIDR ranges ('none': any address)")
 	f.String("admin-projects", "", "share keys: comma-separated project ids with admin rights, * for all")
+	f.String("consumer", "", "id of the consumer that holds the key, whose limits bind all its keys together ('none' clears)")
+	f.String("plan", "", "id of a plan whose rate limits and quota the key counts besides its own ('none' clears)")
+	limitFlags(c)
+	f.Bool("json", false, "print the whole key as JSON")
+}
+
+// limitFlags are --rate-limit and --quota, of keys, consumers and plans.
+func limitFlags(c *cobra.Command) {
+	f := c.Flags()
 	f.StringArray("rate-limit", nil, "a rate-limit policy NAME=LIMIT/WINDOW, e.g. burst=20/1s, minute=600/1m or day=10000/1d; repeat for up to 4 ('none' removes them all)")
 	f.String("quota", "", "LIMIT/PERIOD with PERIOD hour, day or month, e.g. 100000/month ('none' removes it)")
-	f.Bool("json", false, "print the whole key as JSON")
 }
 
 // rateLimitFlags reads --rate-limit values: NAME=LIMIT/WINDOW, WINDOW a
@@ -114,59 +124,79 @@ func quotaFlag(v string) (any, error) {
 	return map[string]any{"limit": n, "period": period}, nil
 }
 
-// keyBody builds the JSON body from the flags the user set, so an update
-// sends only what changes.
-func keyBody(c *cobra.Command) (map[string]any, error) {
-	body := map[string]any{}
-	f := c.Flags()
-	str := func(flag, field string) {
-		if f.Changed(flag) {
-			v, _ := f.GetString(flag)
-			body[field] = v
+// flagBody builds a JSON body from the flags the user set, so that an
+// update sends only what changes.
+type flagBody struct {
+	c    *cobra.Command
+	body map[string]any
+}
+
+func newFlagBody(c *cobra.Command) flagBody { return flagBody{c: c, body: map[string]any{}} }
+
+// str sets field to the flag's value as given.
+func (b flagBody) str(flag, field string) {
+	if b.c.Flags().Changed(flag) {
+		b.body[field], _ = b.c.Flags().GetString(flag)
+	}
+}
+
+// list sets field to the flag's comma-separated values ('none': []).
+func (b flagBody) list(flag, field string) {
+	if b.c.Flags().Changed(flag) {
+		v, _ := b.c.Flags().GetString(flag)
+		b.body[field] = splitList(v)
+	}
+}
+
+// nullable sets field to the flag's value, null for 'none' or "".
+func (b flagBody) nullable(flag, field string) {
+	if b.c.Flags().Changed(flag) {
+		v, _ := b.c.Flags().GetString(flag)
+		if v == "none" || v == "" {
+			b.body[field] = nil
+		} else {
+			b.body[field] = v
 		}
 	}
-	list := func(flag, field string) {
-		if f.Changed(flag) {
-			v, _ := f.GetString(flag)
-			body[field] = splitList(v)
-		}
-	}
-	nullable := func(flag, field string) {
-		if f.Changed(flag) {
-			v, _ := f.GetString(flag)
-			if v == "none" || v == "" {
-				body[field] = nil
-			} else {
-				body[field] = v
-			}
-		}
-	}
-	str("service", "service")
-	str("owner", "owner")
-	str("name", "name")
-	str("description", "description")
-	list("privileges", "privileges")
-	list("allowed-ips", "allowedIps")
-	list("admin-projects", "adminProjects")
-	nullable("not-valid-before", "notValidBefore")
-	nullable("not-valid-after", "notValidAfter")
+}
+
+// limits sets rateLimits and quota from --rate-limit and --quota.
+func (b flagBody) limits() error {
+	f := b.c.Flags()
 	if f.Changed("rate-limit") {
 		v, _ := f.GetStringArray("rate-limit")
 		policies, err := rateLimitFlags(v)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		body["rateLimits"] = policies
+		b.body["rateLimits"] = policies
 	}
 	if f.Changed("quota") {
 		v, _ := f.GetString("quota")
 		q, err := quotaFlag(v)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		body["quota"] = q
+		b.body["quota"] = q
 	}
-	return body, nil
+	return nil
+}
+
+// keyBody is a key's JSON body from the flags the user set.
+func keyBody(c *cobra.Command) (map[string]any, error) {
+	b := newFlagBody(c)
+	b.str("service", "service")
+	b.str("owner", "owner")
+	b.str("name", "name")
+	b.str("description", "description")
+	b.list("privileges", "privileges")
+	b.list("allowed-ips", "allowedIps")
+	b.list("admin-projects", "adminProjects")
+	b.nullable("not-valid-before", "notValidBefore")
+	b.nullable("not-valid-after", "notValidAfter")
+	b.nullable("consumer", "consumerId")
+	b.nullable("plan", "planId")
+	return b.body, b.limits()
 }
 
 func splitList(s string) []string {
@@ -282,6 +312,9 @@ func readInput(c *cobra.Command, path string) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
+// keyPath is key id's path on the admin endpoint.
+func keyPath(id string) string { return "/webapi/keys/" + url.PathEscape(id) }
+
 func keysCommand() *cobra.Command {
 	keys := &cobra.Command{Use: "keys", Short: "Manages API keys"}
 
@@ -304,14 +337,20 @@ func keysCommand() *cobra.Command {
 	keyFlags(create, true)
 
 	list := &cobra.Command{
-		Use:   "list [--service S] [--json]",
+		Use:   "list [--service S] [--consumer ID] [--json]",
 		Short: "Lists keys, without tokens",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			svc, _ := c.Flags().GetString("service")
+			q := url.Values{}
+			if svc, _ := c.Flags().GetString("service"); svc != "" {
+				q.Set("service", svc)
+			}
+			if consumer, _ := c.Flags().GetString("consumer"); consumer != "" {
+				q.Set("consumerId", consumer)
+			}
 			uri := "/webapi/keys"
-			if svc != "" {
-				uri += "?" + url.Values{"service": {svc}}.Encode()
+			if len(q) > 0 {
+				uri += "?" + q.Encode()
 			}
 			var ks []keystore.Key
 			if err := adminCall(c, http.MethodGet, uri, nil, &ks); err != nil {
@@ -329,21 +368,10 @@ func keysCommand() *cobra.Command {
 		},
 	}
 	list.Flags().String("service", "", "only keys of this service")
+	list.Flags().String("consumer", "", "only keys of this consumer")
 	list.Flags().Bool("json", false, "print JSON")
 
-	show := &cobra.Command{
-		Use:   "show ID [--json]",
-		Short: "Shows one key, without token",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			var k keystore.Key
-			if err := adminCall(c, http.MethodGet, "/webapi/keys/"+args[0], nil, &k); err != nil {
-				return err
-			}
-			return printKeyOr(c, k, "")
-		},
-	}
-	show.Flags().Bool("json", false, "print JSON")
+	show := showCommand("Shows one key, without token", keyPath, func(c *cobra.Command, k keystore.Key) error { return printKeyOr(c, k, "") })
 
 	update := &cobra.Command{
 		Use:   "update ID [flags]",
@@ -355,7 +383,7 @@ func keysCommand() *cobra.Command {
 				return err
 			}
 			var k keystore.Key
-			if err := adminCall(c, http.MethodPatch, "/webapi/keys/"+args[0], body, &k); err != nil {
+			if err := adminCall(c, http.MethodPatch, keyPath(args[0]), body, &k); err != nil {
 				return err
 			}
 			return printKeyOr(c, k, "")
@@ -371,7 +399,7 @@ func keysCommand() *cobra.Command {
 			var out struct {
 				Token string `json:"token"`
 			}
-			if err := adminCall(c, http.MethodPost, "/webapi/keys/"+args[0]+"/reveal", nil, &out); err != nil {
+			if err := adminCall(c, http.MethodPost, keyPath(args[0])+"/reveal", nil, &out); err != nil {
 				return err
 			}
 			fmt.Fprintln(c.OutOrStdout(), out.Token)
@@ -379,18 +407,7 @@ func keysCommand() *cobra.Command {
 		},
 	}
 
-	del := &cobra.Command{
-		Use:   "delete ID",
-		Short: "Deletes a key; it stops working at once",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			if err := adminCall(c, http.MethodDelete, "/webapi/keys/"+args[0], nil, nil); err != nil {
-				return err
-			}
-			fmt.Fprintf(c.ErrOrStderr(), "key %s deleted\n", args[0])
-			return nil
-		},
-	}
+	del := deleteCommand("delete", "key", "Deletes a key; it stops working at once", keyPath)
 
 	// disable and enable switch a key off and on: PATCH enabled.
 	switchKey := func(use, short string, enabled bool) *cobra.Command {
@@ -400,7 +417,7 @@ func keysCommand() *cobra.Command {
 			Args:  cobra.ExactArgs(1),
 			RunE: func(c *cobra.Command, args []string) error {
 				var k keystore.Key
-				if err := adminCall(c, http.MethodPatch, "/webapi/keys/"+url.PathEscape(args[0]), map[string]any{"enabled": enabled}, &k); err != nil {
+				if err := adminCall(c, http.MethodPatch, keyPath(args[0]), map[string]any{"enabled": enabled}, &k); err != nil {
 					return err
 				}
 				fmt.Fprintf(c.ErrOrStderr(), "key %s %sd\n", args[0], use)
@@ -426,7 +443,7 @@ func keysCommand() *cobra.Command {
 			}
 			var k keystore.Key
 			body := map[string]any{"graceSeconds": int64(grace / time.Second)}
-			if err := adminCall(c, http.MethodPost, "/webapi/keys/"+url.PathEscape(args[0])+"/roll", body, &k); err != nil {
+			if err := adminCall(c, http.MethodPost, keyPath(args[0])+"/roll", body, &k); err != nil {
 				return err
 			}
 			return printKeyOr(c, k, k.Token)
@@ -438,9 +455,17 @@ func keysCommand() *cobra.Command {
 	disable := switchKey("disable", "Switches a key off: refused 401 key_disabled at once, everything else kept", false)
 	enable := switchKey("enable", "Switches a disabled key on again", true)
 
+	keys.AddCommand(create, list, show, update, reveal, roll, del, disable, enable, usageCommand("keys", "a key's requests"), importCommand())
+	return keys
+}
+
+// usageCommand is `keys usage ID` and `consumers usage ID`: GET
+// /webapi/{collection}/{id}/usage, the requests (what: "a key's
+// requests") over time as a table or JSON.
+func usageCommand(collection, what string) *cobra.Command {
 	usage := &cobra.Command{
 		Use:   "usage ID [--resolution hour|day] [--from T] [--to T] [--json]",
-		Short: "Prints a key's requests over time: let through, and refused by reason",
+		Short: "Prints " + what + " over time: let through, and refused by reason",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			q := url.Values{}
@@ -456,7 +481,7 @@ func keysCommand() *cobra.Command {
 					q.Set(name, v)
 				}
 			}
-			uri := "/webapi/keys/" + url.PathEscape(args[0]) + "/usage"
+			uri := "/webapi/" + collection + "/" + url.PathEscape(args[0]) + "/usage"
 			if len(q) > 0 {
 				uri += "?" + q.Encode()
 			}
@@ -474,9 +499,7 @@ func keysCommand() *cobra.Command {
 	usage.Flags().String("from", "", "start: a date (2026-11-27: from 00:00 UTC) or an RFC 3339 time, within the last 90 days")
 	usage.Flags().String("to", "", "end: a date (2026-11-27: that whole day included, to 00:00 UTC the day after) or an RFC 3339 time (default now)")
 	usage.Flags().Bool("json", false, "print JSON")
-
-	keys.AddCommand(create, list, show, update, reveal, roll, del, disable, enable, usage, importCommand())
-	return keys
+	return usage
 }
 
 // usageBound is the admin API's form of --from or --to (flag): an RFC 3339
@@ -676,32 +699,92 @@ func printJSON(c *cobra.Command, v any) error {
 	return enc.Encode(v)
 }
 
+// showCommand is `show ID [--json]`: GET path(id), printed by print.
+func showCommand[T any](short string, path func(id string) string, print func(c *cobra.Command, v T) error) *cobra.Command {
+	show := &cobra.Command{
+		Use:   "show ID [--json]",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var v T
+			if err := adminCall(c, http.MethodGet, path(args[0]), nil, &v); err != nil {
+				return err
+			}
+			return print(c, v)
+		},
+	}
+	show.Flags().Bool("json", false, "print JSON")
+	return show
+}
+
+// deleteCommand is `VERB ID` (delete or remove): DELETE path(id), then
+// "NOUN ID VERBd" on standard error.
+func deleteCommand(verb, noun, short string, path func(id string) string) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " ID",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := adminCall(c, http.MethodDelete, path(args[0]), nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.ErrOrStderr(), "%s %s %sd\n", noun, args[0], verb)
+			return nil
+		},
+	}
+}
+
 // printKeyOr prints k as JSON with --json, else line (the token) when
 // set, else k as readable lines.
 func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
+	return printObjectOr(c, k, line, func() [][2]string {
+		return [][2]string{
+			{"id", k.ID}, {"service", string(k.Service)}, {"name", k.Name}, {"owner", k.Owner},
+			{"description", k.Description}, {"privileges", joinPrivs(k.Privileges)},
+			{"not valid before", timeOrDash(k.NotValidBefore)}, {"not valid after", timeOrDash(k.NotValidAfter)},
+			{"allowed ips", orDash(strings.Join(k.AllowedIPs, ","))}, {"admin projects", orDash(strings.Join(k.AdminProjects, ","))},
+			{"token prefix", k.TokenPrefix}, {"created", k.CreationTime.Format(time.RFC3339)},
+			{"modified", k.LastModificationTime.Format(time.RFC3339)}, {"last used", timeOrDash(k.LastUsageTime)},
+			{"uses", fmt.Sprint(k.UsageCount)}, {"enabled", fmt.Sprint(k.Enabled)},
+			{"previous token until", timeOrDash(k.PreviousTokenExpiry)},
+			{"rate limits", rateLimitsText(k.RateLimits)}, {"quota", quotaText(k.Quota, k.QuotaUsed, k.QuotaResetsAt)},
+			{"consumer", scopeRef(c, "consumers", k.ConsumerID)}, {"plan", scopeRef(c, "plans", k.PlanID)},
+		}
+	})
+}
+
+// printObjectOr prints v as JSON with --json, else line when set (a
+// token, secret or id alone, for scripts), else rows as "name: value"
+// lines.
+func printObjectOr(c *cobra.Command, v any, line string, rows func() [][2]string) error {
 	if asJSON(c) {
-		return printJSON(c, k)
+		return printJSON(c, v)
 	}
 	if line != "" {
 		fmt.Fprintln(c.OutOrStdout(), line)
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
-	rows := [][2]string{
-		{"id", k.ID}, {"service", string(k.Service)}, {"name", k.Name}, {"owner", k.Owner},
-		{"description", k.Description}, {"privileges", joinPrivs(k.Privileges)},
-		{"not valid before", timeOrDash(k.NotValidBefore)}, {"not valid after", timeOrDash(k.NotValidAfter)},
-		{"allowed ips", orDash(strings.Join(k.AllowedIPs, ","))}, {"admin projects", orDash(strings.Join(k.AdminProjects, ","))},
-		{"token prefix", k.TokenPrefix}, {"created", k.CreationTime.Format(time.RFC3339)},
-		{"modified", k.LastModificationTime.Format(time.RFC3339)}, {"last used", timeOrDash(k.LastUsageTime)},
-		{"uses", fmt.Sprint(k.UsageCount)}, {"enabled", fmt.Sprint(k.Enabled)},
-		{"previous token until", timeOrDash(k.PreviousTokenExpiry)},
-		{"rate limits", rateLimitsText(k.RateLimits)}, {"quota", quotaText(k)},
-	}
-	for _, r := range rows {
+	for _, r := range rows() {
 		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
 	}
 	return tw.Flush()
+}
+
+// scopeRef is a key's or consumer's consumer or plan (collection
+// "consumers" or "plans"): its id with its name, the id alone when the
+// gateway has none by it, "-" for nil.
+func scopeRef(c *cobra.Command, collection string, id *string) string {
+	if id == nil {
+		return "-"
+	}
+	var named struct {
+		Name string `json:"name"`
+	}
+	if adminCall(c, http.MethodGet, "/webapi/"+collection+"/"+url.PathEscape(*id), nil, &named) != nil || named.Name == "" {
+		return *id
+	}
+	return fmt.Sprintf("%s (%s)", *id, named.Name)
 }
 
 // rateLimitsText is a key's policies as --rate-limit takes them.
@@ -722,14 +805,19 @@ func rateLimitsText(list []keystore.RateLimit) string {
 	return orDash(strings.Join(out, " "))
 }
 
-// quotaText is a key's quota, what is used of it and when it resets.
-func quotaText(k keystore.Key) string {
-	if k.Quota == nil {
-		return "-"
+// quotaText is a quota as --quota takes it, with what is used of it and
+// when it resets where the gateway says (a key's and a consumer's: of
+// the quota of its own, or else of its plan's).
+func quotaText(q *keystore.Quota, used *int64, resets *time.Time) string {
+	s := "-"
+	if q != nil {
+		s = fmt.Sprintf("%d/%s", q.Limit, q.Period)
 	}
-	s := fmt.Sprintf("%d/%s", k.Quota.Limit, k.Quota.Period)
-	if k.QuotaUsed != nil && k.QuotaResetsAt != nil {
-		s += fmt.Sprintf(", %d used, resets %s", *k.QuotaUsed, k.QuotaResetsAt.Format(time.RFC3339))
+	if used != nil && resets != nil {
+		if q == nil {
+			s = "the plan's"
+		}
+		s += fmt.Sprintf(", %d used, resets %s", *used, resets.Format(time.RFC3339))
 	}
 	return s
 }
@@ -831,36 +919,23 @@ func replyError(status int, raw []byte) error {
 // webhookBody builds a subscription's JSON body from the flags the user
 // set, so that an update sends only what changes.
 func webhookBody(c *cobra.Command) (map[string]any, error) {
-	body := map[string]any{}
-	f := c.Flags()
-	if f.Changed("url") {
-		v, _ := f.GetString("url")
-		body["url"] = v
-	}
-	if f.Changed("description") {
-		v, _ := f.GetString("description")
-		body["description"] = v
-	}
-	if f.Changed("events") {
-		v, _ := f.GetString("events")
-		body["events"] = splitList(v)
-	}
-	if f.Changed("owners") {
-		v, _ := f.GetString("owners")
-		body["owners"] = splitList(v)
-	}
-	if f.Lookup("enabled") != nil && f.Changed("enabled") {
+	b := newFlagBody(c)
+	b.str("url", "url")
+	b.str("description", "description")
+	b.list("events", "events")
+	b.list("owners", "owners")
+	if f := c.Flags(); f.Lookup("enabled") != nil && f.Changed("enabled") {
 		v, _ := f.GetString("enabled")
 		switch v {
 		case "true":
-			body["enabled"] = true
+			b.body["enabled"] = true
 		case "false":
-			body["enabled"] = false
+			b.body["enabled"] = false
 		default:
 			return nil, fmt.Errorf("--enabled must be true or false, not %q", v)
 		}
 	}
-	return body, nil
+	return b.body, nil
 }
 
 // webhookFlags are the flags of webhooks add and webhooks update.
@@ -922,19 +997,8 @@ func webhooksCommand() *cobra.Command {
 	}
 	list.Flags().Bool("json", false, "print JSON")
 
-	show := &cobra.Command{
-		Use:   "show ID [--json]",
-		Short: "Shows one webhook subscription, without secret",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			var s webhook.Subscription
-			if err := adminCall(c, http.MethodGet, path(args[0]), nil, &s); err != nil {
-				return err
-			}
-			return printWebhookOr(c, s, "")
-		},
-	}
-	show.Flags().Bool("json", false, "print JSON")
+	show := showCommand("Shows one webhook subscription, without secret", func(id string) string { return path(id) },
+		func(c *cobra.Command, s webhook.Subscription) error { return printWebhookOr(c, s, "") })
 
 	update := &cobra.Command{
 		Use:   "update ID [--url U] [--events E,E] [--owners O,O] [--description D] [--enabled true|false]",
@@ -1020,18 +1084,7 @@ func webhooksCommand() *cobra.Command {
 	deliveries.Flags().Int("offset", 0, "skip this many of the newest attempts")
 	deliveries.Flags().Bool("json", false, "print JSON")
 
-	remove := &cobra.Command{
-		Use:   "remove ID",
-		Short: "Deletes a webhook subscription with its pending deliveries and log",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			if err := adminCall(c, http.MethodDelete, path(args[0]), nil, nil); err != nil {
-				return err
-			}
-			fmt.Fprintf(c.ErrOrStderr(), "webhook %s removed\n", args[0])
-			return nil
-		},
-	}
+	remove := deleteCommand("remove", "webhook", "Deletes a webhook subscription with its pending deliveries and log", func(id string) string { return path(id) })
 
 	wh.AddCommand(add, list, show, update, rotate, test, deliveries, remove)
 	return wh
@@ -1040,24 +1093,14 @@ func webhooksCommand() *cobra.Command {
 // printWebhookOr prints s as JSON with --json, else line (the secret) when
 // set, else s as readable lines.
 func printWebhookOr(c *cobra.Command, s webhook.Subscription, line string) error {
-	if asJSON(c) {
-		return printJSON(c, s)
-	}
-	if line != "" {
-		fmt.Fprintln(c.OutOrStdout(), line)
-		return nil
-	}
-	tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
-	rows := [][2]string{
-		{"id", s.ID}, {"url", s.URL}, {"events", strings.Join(s.Events, ",")}, {"owners", orDash(strings.Join(s.Owners, ","))},
-		{"description", orDash(s.Description)}, {"enabled", fmt.Sprint(s.Enabled)},
-		{"created", s.CreationTime.Format(time.RFC3339)}, {"modified", s.LastModificationTime.Format(time.RFC3339)},
-		{"previous secret signs until", timeOrDash(s.PreviousSecretExpiry)},
-	}
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
-	}
-	return tw.Flush()
+	return printObjectOr(c, s, line, func() [][2]string {
+		return [][2]string{
+			{"id", s.ID}, {"url", s.URL}, {"events", strings.Join(s.Events, ",")}, {"owners", orDash(strings.Join(s.Owners, ","))},
+			{"description", orDash(s.Description)}, {"enabled", fmt.Sprint(s.Enabled)},
+			{"created", s.CreationTime.Format(time.RFC3339)}, {"modified", s.LastModificationTime.Format(time.RFC3339)},
+			{"previous secret signs until", timeOrDash(s.PreviousSecretExpiry)},
+		}
+	})
 }
 
 // openapiCommand prints an OpenAPI document: the Web APIs', or with

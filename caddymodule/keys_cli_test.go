@@ -118,19 +118,8 @@ func TestKeysCommandLineUnits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// One use today, for the series to show where it falls; the reply
-		// is the test site's "ok", not the API's, so this client's own
-		// transport keeps it from the OpenAPI check.
-		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://localhost:%d/webapi/contracts/x", TestSitePort), nil)
-		req.Header.Set("Authorization", "Bearer "+k.Token)
-		resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("the key's use: %d", resp.StatusCode)
-		}
+		// One use today, for the series to show where it falls.
+		useKey(t, k.Token)
 
 		today := time.Now().UTC().Truncate(24 * time.Hour)
 		day := func(n int) string { return today.AddDate(0, 0, n).Format(time.DateOnly) }
@@ -183,4 +172,21 @@ func TestKeysCommandLineUnits(t *testing.T) {
 			})
 		}
 	})
+}
+
+// useKey makes one request with token through cliGateway's site, which
+// must let it through; the reply is the test site's, not the API's, so
+// this client's own transport keeps it from the OpenAPI check.
+func useKey(t *testing.T, token string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://localhost:%d/webapi/contracts/x", TestSitePort), nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the key's use: %d", resp.StatusCode)
+	}
 }
