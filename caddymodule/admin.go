@@ -49,9 +49,9 @@ func (a *Admin) Provision(caddy.Context) error {
 	return nil
 }
 
-// routes is the admin API's mux: keys and templates, and with webhooks
-// the webhook subscriptions. The Web API Keys page (webapi_admin) serves
-// the keys and templates part of it.
+// routes is the admin API's mux: keys, consumers, plans and templates,
+// and with webhooks the webhook subscriptions. The Web API Keys page
+// (webapi_admin) serves its keys, consumers, plans and templates part.
 func (a *Admin) routes(webhooks bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webapi/keys", a.createKey)

@@ -47,8 +47,8 @@ func (AdminPage) CaddyModule() caddy.ModuleInfo {
 }
 
 // Provision takes the stores from the webapi app and serves the admin
-// API's key and template routes for the page (not the webhooks: the page
-// manages keys and templates).
+// API's key, consumer, plan and template routes for the page (not the
+// webhooks: the page manages keys, consumers, plans and templates).
 func (h *AdminPage) Provision(ctx caddy.Context) error {
 	app, err := webapiApp(ctx)
 	if err != nil {
@@ -63,7 +63,7 @@ func (h *AdminPage) Provision(ctx caddy.Context) error {
 			zap.String("user_header", h.UserHeader))
 	}
 	h.api = &Admin{}
-	h.api.mux = h.api.routes(false) // keys and templates; webhooks stay on the admin endpoint
+	h.api.mux = h.api.routes(false) // keys, consumers, plans, templates; webhooks stay on the admin endpoint
 	h.page = adminpage.Handler{
 		API: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.api.serveFor(w, r, h.app) }),
 		Refused: func(r *http.Request, user string, status int, reason string) {

@@ -2,6 +2,7 @@ package caddymodule_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -43,35 +44,8 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	must(t, "log in", browsertest.BasicAuth(ctx, pageUser, pagePassword))
 	must(t, "downloads", browsertest.DownloadsTo(ctx, downloads))
 	must(t, "clipboard", browsertest.AllowClipboard(ctx))
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		must(t, "read "+sel, err)
-		return s
-	}
-	value := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Value(chromedp.CSS(sel)))
-		must(t, "read "+sel, err)
-		return s
-	}
-	// choose picks value in the select id, as a user's pick does (its
-	// change event too).
-	choose := func(id, value string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			_, err := chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById(%q); s.value = %q;
-				s.dispatchEvent(new Event("change", { bubbles: true })); return s.value === %[2]q; })()`, id, value))(ctx, tg)
-			return err
-		})
-	}
-	waitStatus := func(holding string) {
-		t.Helper()
-		_, err := chromedp.Run(ctx, chromedp.Poll[bool](
-			fmt.Sprintf(`document.getElementById("status").textContent.includes(%q)`, holding), chromedp.WithPollingTimeout(testwait.Generous)))
-		if err != nil {
-			t.Fatalf("the status line %q does not say %q: %v", text("#status"), holding, err)
-		}
-	}
+	pg := keysPage{t, ctx}
+	text, value, waitStatus := pg.text, pg.value, pg.waitStatus
 
 	must(t, "open the page", chromedp.Do(ctx,
 		chromedp.Navigate(siteURL+"/admin/"),
@@ -100,8 +74,8 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	))
 	// Two rate-limit policies and a quota: the fields are there to fill.
 	must(t, "two policies and a quota", chromedp.Do(ctx,
-		chromedp.Click(chromedp.ID("add-policy")),
-		chromedp.Click(chromedp.ID("add-policy")),
+		chromedp.Click(chromedp.ID("f-add-policy")),
+		chromedp.Click(chromedp.ID("f-add-policy")),
 		chromedp.WaitVisible(chromedp.ID("f-rateLimits-1-windowSeconds")),
 		choose("f-quota-period", "month"),
 		chromedp.WaitEnabled(chromedp.ID("f-quota-limit")),
@@ -221,37 +195,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 
 	// Its usage: 3 let through and 1 refused, by day and by hour, as bars
 	// and as text.
-	usageSummary := func(holding string) string {
-		t.Helper()
-		_, err := chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf(`document.getElementById("usage-summary").textContent.includes(%q) &&
-			document.querySelector("#usage-chart svg") !== null && !document.getElementById("usage-figure").hasAttribute("aria-busy")`, holding),
-			chromedp.WithPollingTimeout(testwait.Generous)))
-		if err != nil {
-			t.Fatalf("the usage summary %q does not say %q: %v", text("#usage-summary"), holding, err)
-		}
-		return text("#usage-summary")
-	}
-	type chart struct {
-		OK, Refused, Rows, Labels int
-		Title, Role               string
-		TableOK, TableRefused     int
-		TableText                 string
-	}
-	readChart := func() chart {
-		t.Helper()
-		c, err := chromedp.Run(ctx, chromedp.Evaluate[chart](`(() => {
-			const svg = document.querySelector("#usage-chart svg");
-			const sum = (col) => Array.from(document.querySelectorAll("#usage-table tbody tr")).reduce((a, r) => a + Number(r.cells[col].textContent.replace(/\D/g, "")), 0);
-			return {
-				ok: svg.querySelectorAll("rect.bar-ok").length, refused: svg.querySelectorAll("rect.bar-refused").length,
-				rows: document.querySelectorAll("#usage-table tbody tr").length, labels: svg.querySelectorAll("text.tick").length,
-				title: svg.querySelector("title").textContent, role: svg.getAttribute("role"),
-				tableOK: sum(1), tableRefused: sum(2), tableText: document.getElementById("usage-table").textContent,
-			};
-		})()`))
-		must(t, "read the chart", err)
-		return c
-	}
+	usageSummary, readChart := pg.usageSummary, pg.readChart
 	must(t, "open the usage", chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(rowSel+` button.usage`)),
 		chromedp.WaitVisible(chromedp.ID("usage-dialog")),
@@ -308,11 +252,8 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		chromedp.Click(chromedp.ID("key-save")),
 		chromedp.WaitVisible(chromedp.ID("e-rateLimits-0-limit")),
 	))
-	if msg := text("#e-rateLimits-0-limit"); !strings.Contains(msg, "limit") {
+	if msg := pg.fieldError("f-rateLimits-0-limit", "e-rateLimits-0-limit"); !strings.Contains(msg, "limit") {
 		t.Errorf("beside the policy's limit: %q", msg)
-	}
-	if inv, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("f-rateLimits-0-limit").getAttribute("aria-invalid")`)); err != nil || inv != "true" {
-		t.Errorf("the policy's limit not marked invalid: %q %v", inv, err)
 	}
 	if general, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("key-form-error").hidden && document.getElementById("e-rateLimits-1-limit").hidden`)); err != nil || !general {
 		t.Errorf("the error is told elsewhere than beside its field (%v)", err)
@@ -353,7 +294,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		chromedp.SendKeys(chromedp.ID("f-allowedIps"), "10.0.0.300"),
 		// A policy whose name and window are wrong, and a quota without
 		// its limit.
-		chromedp.Click(chromedp.ID("add-policy")),
+		chromedp.Click(chromedp.ID("f-add-policy")),
 		chromedp.SendKeys(chromedp.ID("f-rateLimits-0-name"), "Bad Name"),
 		chromedp.SendKeys(chromedp.ID("f-rateLimits-0-limit"), "5"),
 		chromedp.SendKeys(chromedp.ID("f-rateLimits-0-windowSeconds"), "90000"),
@@ -375,9 +316,7 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	if msg := text("#e-rateLimits-0-limit"); msg != "" {
 		t.Errorf("an error beside the valid limit: %q", msg)
 	}
-	if inv, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("f-allowedIps").getAttribute("aria-invalid")`)); err != nil || inv != "true" {
-		t.Errorf("Allowed IPs not marked invalid: %q %v", inv, err)
-	}
+	pg.fieldError("f-allowedIps", "e-allowedIps")
 	browsertest.Axe(t, ctx, "the create form with errors")
 	must(t, "cancel", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#key-form .cancel`)), chromedp.WaitNotVisible(chromedp.ID("key-dialog"))))
 	do(t, http.MethodGet, adminURL+"/webapi/keys?service=share", nil).json(t, &keys)
@@ -552,6 +491,468 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 		t.Errorf("on the phone the usage dialog is %v px wide in %v px, its chart %v px with %v bars", layout[0], layout[1], layout[2], layout[3])
 	}
 	browsertest.Axe(t, phone, "the usage chart on a phone, dark")
+}
+
+// TestAdminPageConsumersInBrowser is an administrator's session on the
+// Consumers view of the Web API Keys page in headless Chromium: create a
+// plan and a consumer that takes it (a second consumer of the same
+// external ID is refused beside its field), give a share key the
+// consumer and the plan on the key's form, use the key, and see in the
+// consumer's row and its details its keys, its limits with its plan's by
+// name, what is left of its quota and when it resets, and its requests
+// drawn as bars; deleting the consumer while it holds keys, or the plan
+// while it is taken, is refused with the problem's message; edit the
+// consumer, take the key out of it and delete both. axe-core checks every
+// state, on a laptop and on a phone in the dark.
+func TestAdminPageConsumersInBrowser(t *testing.T) {
+	eachBackend(t, testAdminPageConsumersInBrowser)
+}
+
+func testAdminPageConsumersInBrowser(t *testing.T, b backend) {
+	browsertest.Chromium(t)
+	startGateway(t, b, adminPageSite(t, ssoProxy(t)))
+	key := createKey(t, map[string]any{"service": "share", "name": "acme key", "owner": "bob", "privileges": []string{"get", "list"}})
+	use := func() response {
+		return do(t, http.MethodGet, siteURL+"/webapi/share?userId=bob", nil, bearer(key.Token)...)
+	}
+
+	ctx := browsertest.New(t)
+	must(t, "log in", browsertest.BasicAuth(ctx, pageUser, pagePassword))
+	pg := keysPage{t, ctx}
+	text, value, waitStatus := pg.text, pg.value, pg.waitStatus
+	// rowHolding waits until the row sel holds every one of want, and
+	// returns its text.
+	rowHolding := func(sel string, want ...string) string {
+		t.Helper()
+		js := fmt.Sprintf(`(() => { const r = document.querySelector(%q); return r !== null && %s.every((w) => r.textContent.includes(w)); })()`,
+			sel, jsStrings(want))
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(testwait.Generous))); err != nil {
+			row, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || "(none)"`, sel)))
+			t.Fatalf("the row %s does not hold %q: %q", sel, want, row)
+		}
+		return text(sel)
+	}
+	must(t, "open the Consumers view", chromedp.Do(ctx,
+		chromedp.Navigate(siteURL+"/admin/#consumers"),
+		chromedp.WaitVisible(chromedp.CSS(`#consumers .empty`)),
+		chromedp.WaitVisible(chromedp.CSS(`#plans .empty`)),
+	))
+	if sel, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("tab-consumers").getAttribute("aria-selected")`)); err != nil || sel != "true" {
+		t.Errorf("the Consumers tab is not selected: %q %v", sel, err)
+	}
+	browsertest.Axe(t, ctx, "the Consumers view, empty")
+
+	// A plan: a policy per holder and a daily quota.
+	must(t, "the plan form", chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("create-plan")),
+		chromedp.WaitVisible(chromedp.ID("plan-form")),
+		chromedp.SendKeys(chromedp.ID("pl-name"), "gold"),
+		chromedp.SendKeys(chromedp.ID("pl-description"), "for paying clients"),
+		chromedp.Click(chromedp.ID("pl-add-policy")),
+		chromedp.SendKeys(chromedp.ID("pl-rateLimits-0-name"), "hourly"),
+		chromedp.SendKeys(chromedp.ID("pl-rateLimits-0-limit"), "100"),
+		chromedp.SendKeys(chromedp.ID("pl-rateLimits-0-windowSeconds"), "3600"),
+		choose("pl-quota-period", "day"),
+		chromedp.SendKeys(chromedp.ID("pl-quota-limit"), "1000"),
+	))
+	browsertest.Axe(t, ctx, "the plan form")
+	must(t, "create the plan", chromedp.Do(ctx, chromedp.Click(chromedp.ID("plan-save")), chromedp.WaitNotVisible(chromedp.ID("plan-dialog"))))
+	waitStatus("Created plan gold")
+	var plans []keystore.Plan
+	do(t, http.MethodGet, adminURL+"/webapi/plans", nil).json(t, &plans)
+	if len(plans) != 1 || plans[0].Name != "gold" || plans[0].Description != "for paying clients" ||
+		!slices.Equal(plans[0].RateLimits, []keystore.RateLimit{{Name: "hourly", Limit: 100, WindowSeconds: 3600}}) ||
+		plans[0].Quota == nil || *plans[0].Quota != (keystore.Quota{Limit: 1000, Period: keystore.QuotaDay}) {
+		t.Fatalf("the plans: %+v", plans)
+	}
+	plan := plans[0]
+	planRow := `#plans tr[data-id="` + plan.ID + `"]`
+	rowHolding(planRow, "gold", "for paying clients", "hourly: 100 / 1 h", "quota: 1,000 a day")
+	const planLine = "plan gold: hourly: 100 / 1 h, quota: 1,000 a day"
+
+	// A consumer that takes it, with a policy of its own.
+	must(t, "the consumer form", chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("create-consumer")),
+		chromedp.WaitVisible(chromedp.ID("consumer-form")),
+		chromedp.SendKeys(chromedp.ID("c-name"), "ACME"),
+		chromedp.SendKeys(chromedp.ID("c-externalId"), "acme-1"),
+		chromedp.SendKeys(chromedp.ID("c-description"), "the ACME integration"),
+		choose("c-planId", plan.ID),
+		chromedp.Click(chromedp.ID("c-add-policy")),
+		chromedp.SendKeys(chromedp.ID("c-rateLimits-0-name"), "minute"),
+		chromedp.SendKeys(chromedp.ID("c-rateLimits-0-limit"), "50"),
+		chromedp.SendKeys(chromedp.ID("c-rateLimits-0-windowSeconds"), "60"),
+	))
+	labels := text("#consumer-form")
+	for _, want := range []string{"Name", "External ID", "Description", "Plan", "Rate limits", "Policy 1", "Limit", "Window (seconds)", "Quota", "Period", "Requests per period"} {
+		if !strings.Contains(labels, want) {
+			t.Errorf("the consumer form lacks the label %q", want)
+		}
+	}
+	browsertest.Axe(t, ctx, "the consumer form")
+	must(t, "create the consumer", chromedp.Do(ctx, chromedp.Click(chromedp.ID("consumer-save")), chromedp.WaitNotVisible(chromedp.ID("consumer-dialog"))))
+	waitStatus("Created consumer ACME")
+	var consumers []keystore.Consumer
+	do(t, http.MethodGet, adminURL+"/webapi/consumers", nil).json(t, &consumers)
+	if len(consumers) != 1 || consumers[0].Name != "ACME" || consumers[0].ExternalID == nil || *consumers[0].ExternalID != "acme-1" ||
+		consumers[0].Description != "the ACME integration" || consumers[0].PlanID == nil || *consumers[0].PlanID != plan.ID ||
+		!slices.Equal(consumers[0].RateLimits, []keystore.RateLimit{{Name: "minute", Limit: 50, WindowSeconds: 60}}) || consumers[0].Quota != nil {
+		t.Fatalf("the consumers: %+v", consumers)
+	}
+	consumer := consumers[0]
+	consumerRow := `#consumers tr[data-id="` + consumer.ID + `"]`
+	rowHolding(consumerRow, "ACME", "acme-1", "the ACME integration", "minute: 50 / 1 min", planLine, "quota: 1,000 of 1,000 left today, resets ")
+	browsertest.Axe(t, ctx, "the Consumers view")
+
+	// A second consumer of the same external ID: refused beside the field.
+	must(t, "a second acme-1", chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("create-consumer")),
+		chromedp.WaitVisible(chromedp.ID("consumer-form")),
+		chromedp.SendKeys(chromedp.ID("c-name"), "ACME again"),
+		chromedp.SendKeys(chromedp.ID("c-externalId"), "acme-1"),
+		chromedp.Click(chromedp.ID("consumer-save")),
+		chromedp.WaitVisible(chromedp.ID("ce-externalId")),
+	))
+	if msg := pg.fieldError("c-externalId", "ce-externalId"); !strings.Contains(msg, "externalId") {
+		t.Errorf("beside the external ID: %q", msg)
+	}
+	browsertest.Axe(t, ctx, "the consumer form with an error")
+	must(t, "cancel", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#consumer-form .cancel`)), chromedp.WaitNotVisible(chromedp.ID("consumer-dialog"))))
+	do(t, http.MethodGet, adminURL+"/webapi/consumers", nil).json(t, &consumers)
+	if len(consumers) != 1 {
+		t.Fatalf("the refused create made a consumer: %+v", consumers)
+	}
+
+	// The key's form offers the consumer and the plan.
+	keyRow := `#panel-share tr[data-id="` + key.ID + `"]`
+	editKey := func() {
+		t.Helper()
+		must(t, "the key's form", chromedp.Do(ctx,
+			showTab("share"),
+			chromedp.WaitVisible(chromedp.CSS(keyRow)),
+			chromedp.Click(chromedp.CSS(keyRow+` button.edit`)),
+			chromedp.WaitVisible(chromedp.ID("key-form")),
+		))
+	}
+	editKey()
+	if got := text("#f-consumerId"); !strings.Contains(got, "None") || !strings.Contains(got, "ACME (acme-1)") {
+		t.Errorf("the consumers offered: %q", got)
+	}
+	if got := text("#f-planId"); !strings.Contains(got, "None") || !strings.Contains(got, "gold") {
+		t.Errorf("the plans offered: %q", got)
+	}
+	if c, p := value("#f-consumerId"), value("#f-planId"); c != "" || p != "" {
+		t.Errorf("a key without consumer or plan shows %q and %q", c, p)
+	}
+	must(t, "choose them", chromedp.Do(ctx, choose("f-consumerId", consumer.ID), choose("f-planId", plan.ID)))
+	browsertest.Axe(t, ctx, "the key form with a consumer and a plan")
+	must(t, "save the key", chromedp.Do(ctx, chromedp.Click(chromedp.ID("key-save")), chromedp.WaitNotVisible(chromedp.ID("key-dialog"))))
+	waitStatus("Saved key acme key")
+	var k keystore.Key
+	do(t, http.MethodGet, adminURL+"/webapi/keys/"+key.ID, nil).json(t, &k)
+	if k.ConsumerID == nil || *k.ConsumerID != consumer.ID || k.PlanID == nil || *k.PlanID != plan.ID {
+		t.Fatalf("the key's consumer %v and plan %v", k.ConsumerID, k.PlanID)
+	}
+	rowHolding(keyRow, planLine, "consumer ACME (acme-1)", "quota: 1,000 of 1,000 left today")
+
+	// Three requests of the key, counted under the consumer.
+	for i := range 3 {
+		if r := use(); r.status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i+1, r.status, r.body)
+		}
+	}
+	var used keystore.Consumer
+	do(t, http.MethodGet, adminURL+"/webapi/consumers/"+consumer.ID, nil).json(t, &used)
+	if used.QuotaUsed == nil || *used.QuotaUsed != 3 || used.QuotaResetsAt == nil || used.KeyCount != 1 {
+		t.Fatalf("the consumer after three requests: used %v, resets %v, %d keys", used.QuotaUsed, used.QuotaResetsAt, used.KeyCount)
+	}
+	quotaLine := "quota: 997 of 1,000 left today, resets " + used.QuotaResetsAt.UTC().Format("2006-01-02 15:04") + " UTC"
+	must(t, "back to the consumers", chromedp.Do(ctx, showTab("consumers")))
+	rowHolding(consumerRow, quotaLine, "1 key")
+
+	// Neither the consumer, which holds the key, nor the plan, which both
+	// take, can be deleted: the problem says why.
+	must(t, "delete the consumer", chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(consumerRow+` button.delete`)),
+		chromedp.WaitVisible(chromedp.ID("confirm-yes")),
+	))
+	if q := text("#confirm-dialog"); !strings.Contains(q, "Delete consumer ACME?") {
+		t.Errorf("the confirmation says %q", q)
+	}
+	must(t, "confirm", chromedp.Do(ctx, chromedp.Click(chromedp.ID("confirm-yes"))))
+	waitStatus("Could not delete consumer ACME: the consumer still holds keys")
+	if bad, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("status").classList.contains("bad")`)); err != nil || !bad {
+		t.Errorf("the refusal is not shown as an error (%v)", err)
+	}
+	browsertest.Axe(t, ctx, "a refused delete")
+	if r := do(t, http.MethodGet, adminURL+"/webapi/consumers/"+consumer.ID, nil); r.status != http.StatusOK {
+		t.Fatalf("the consumer after the refused delete: %d", r.status)
+	}
+	must(t, "delete the plan", chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(planRow+` button.delete`)),
+		chromedp.WaitVisible(chromedp.ID("confirm-yes")),
+		chromedp.Click(chromedp.ID("confirm-yes")),
+	))
+	waitStatus("Could not delete plan gold: the plan is assigned to keys or consumers")
+
+	// The consumer's details: its keys, its limits, and its requests as
+	// bars.
+	must(t, "the consumer's details", chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(consumerRow+` button.details`)),
+		chromedp.WaitVisible(chromedp.ID("usage-dialog")),
+		chromedp.WaitVisible(chromedp.CSS(`#usage-keys tr[data-id="`+key.ID+`"]`)),
+	))
+	if got := text("#usage-title"); got != "Consumer ACME" {
+		t.Errorf("the details' title %q", got)
+	}
+	if keys := text("#usage-keys"); !strings.Contains(keys, "acme key") || !strings.Contains(keys, "share") || !strings.Contains(keys, key.TokenPrefix+"…") {
+		t.Errorf("the consumer's keys: %q", keys)
+	}
+	if limits := text("#usage-limits"); !strings.Contains(limits, "minute: 50 / 1 min") || !strings.Contains(limits, planLine) || !strings.Contains(limits, quotaLine) {
+		t.Errorf("the consumer's limits: %q", limits)
+	}
+	if got, want := pg.usageSummary("in the last 30 days"), "3 requests in the last 30 days, none refused."; got != want {
+		t.Errorf("the consumer's usage by day says %q, want %q", got, want)
+	}
+	if c := pg.readChart(); c.OK != 1 || c.Refused != 0 || c.Rows < 30 || c.Role != "img" || !strings.Contains(c.Title, "consumer ACME") || c.TableOK != 3 {
+		t.Errorf("the consumer's chart by day: %+v", c)
+	}
+	must(t, "by hour", chromedp.Do(ctx, chromedp.Click(chromedp.ID("usage-hour"))))
+	if got, want := pg.usageSummary("in the last 48 hours"), "3 requests in the last 48 hours, none refused."; got != want {
+		t.Errorf("the consumer's usage by hour says %q, want %q", got, want)
+	}
+	if c := pg.readChart(); c.OK != 1 || c.Rows < 48 || c.TableOK != 3 {
+		t.Errorf("the consumer's chart by hour: %+v", c)
+	}
+	browsertest.Axe(t, ctx, "the consumer's details")
+	must(t, "close the details", chromedp.Do(ctx, chromedp.Click(chromedp.ID("usage-done")), chromedp.WaitNotVisible(chromedp.ID("usage-dialog"))))
+	// A key's usage in the same dialog shows no keys.
+	must(t, "a key's usage", chromedp.Do(ctx,
+		showTab("share"),
+		chromedp.Click(chromedp.CSS(keyRow+` button.usage`)),
+		chromedp.WaitVisible(chromedp.ID("usage-dialog")),
+	))
+	pg.usageSummary("3 requests in the last 30 days")
+	if hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("usage-keys").hidden`)); err != nil || !hidden {
+		t.Errorf("a key's usage shows a list of keys (%v)", err)
+	}
+	must(t, "close the key's usage", chromedp.Do(ctx, chromedp.Click(chromedp.ID("usage-done")), chromedp.WaitNotVisible(chromedp.ID("usage-dialog"))))
+
+	// On a phone, in the dark: the view and the details fit the screen.
+	phone := browsertest.New(t, browsertest.WindowSize(390, 844), browsertest.Mobile(), browsertest.DarkScheme())
+	must(t, "log in on the phone", browsertest.BasicAuth(phone, pageUser, pagePassword))
+	must(t, "the Consumers view on the phone", chromedp.Do(phone,
+		chromedp.Navigate(siteURL+"/admin/#consumers"),
+		chromedp.WaitVisible(chromedp.CSS(consumerRow)),
+		chromedp.WaitVisible(chromedp.CSS(planRow)),
+	))
+	layout, err := chromedp.Run(phone, chromedp.Evaluate[[]float64](`[document.documentElement.scrollWidth, window.innerWidth]`))
+	must(t, "measure", err)
+	if layout[0] > layout[1] {
+		t.Errorf("on the phone the Consumers view is %v px wide in a %v px window", layout[0], layout[1])
+	}
+	browsertest.Axe(t, phone, "the Consumers view on a phone, dark")
+	must(t, "the details on the phone", chromedp.Do(phone,
+		chromedp.Click(chromedp.CSS(consumerRow+` button.details`)),
+		chromedp.WaitVisible(chromedp.CSS(`#usage-keys tr[data-id="`+key.ID+`"]`)),
+	))
+	_, err = chromedp.Run(phone, chromedp.Poll[bool](`document.querySelector("#usage-chart svg rect.bar-ok") !== null`, chromedp.WithPollingTimeout(testwait.Generous)))
+	must(t, "the chart on the phone", err)
+	layout, err = chromedp.Run(phone, chromedp.Evaluate[[]float64](`(() => { const d = document.getElementById("usage-dialog");
+		return [d.scrollWidth, d.clientWidth, document.querySelector("#usage-chart svg").getBoundingClientRect().width]; })()`))
+	must(t, "measure the details", err)
+	if layout[0] > layout[1] || layout[2] > layout[1] {
+		t.Errorf("on the phone the details are %v px wide in %v px, the chart %v px", layout[0], layout[1], layout[2])
+	}
+	browsertest.Axe(t, phone, "the consumer's details on a phone, dark")
+
+	// Edit: another name, no plan, a monthly quota of its own; the rest
+	// stays.
+	must(t, "edit the consumer", chromedp.Do(ctx,
+		showTab("consumers"),
+		chromedp.WaitVisible(chromedp.CSS(consumerRow)),
+		chromedp.Click(chromedp.CSS(consumerRow+` button.edit`)),
+		chromedp.WaitVisible(chromedp.ID("consumer-form")),
+	))
+	for sel, want := range map[string]string{"#c-name": "ACME", "#c-externalId": "acme-1", "#c-description": "the ACME integration", "#c-planId": plan.ID,
+		"#c-rateLimits-0-name": "minute", "#c-rateLimits-0-limit": "50", "#c-rateLimits-0-windowSeconds": "60", "#c-quota-period": ""} {
+		if got := value(sel); got != want {
+			t.Errorf("the edit form shows %s %q, want %q", sel, got, want)
+		}
+	}
+	must(t, "change it", chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("c-name"), "ACME Corp"),
+		choose("c-planId", ""),
+		choose("c-quota-period", "month"),
+		chromedp.WaitEnabled(chromedp.ID("c-quota-limit")),
+		chromedp.SendKeys(chromedp.ID("c-quota-limit"), "5000"),
+		chromedp.Click(chromedp.ID("consumer-save")),
+		chromedp.WaitNotVisible(chromedp.ID("consumer-dialog")),
+	))
+	waitStatus("Saved consumer ACME Corp")
+	var edited keystore.Consumer
+	do(t, http.MethodGet, adminURL+"/webapi/consumers/"+consumer.ID, nil).json(t, &edited)
+	if edited.Name != "ACME Corp" || edited.PlanID != nil || edited.Quota == nil || *edited.Quota != (keystore.Quota{Limit: 5000, Period: keystore.QuotaMonth}) ||
+		edited.ExternalID == nil || *edited.ExternalID != "acme-1" || edited.Description != "the ACME integration" || len(edited.RateLimits) != 1 {
+		t.Errorf("the edited consumer: %+v", edited)
+	}
+	if row := rowHolding(consumerRow, "ACME Corp", "of 5,000 left this month"); strings.Contains(row, "plan gold") {
+		t.Errorf("the consumer's row still names its plan: %q", row)
+	}
+
+	// Out of the consumer and the plan, the key leaves both free to go.
+	editKey()
+	if c, p := value("#f-consumerId"), value("#f-planId"); c != consumer.ID || p != plan.ID {
+		t.Errorf("the key's form shows consumer %q and plan %q", c, p)
+	}
+	must(t, "take the key out", chromedp.Do(ctx,
+		choose("f-consumerId", ""),
+		choose("f-planId", ""),
+		chromedp.Click(chromedp.ID("key-save")),
+		chromedp.WaitNotVisible(chromedp.ID("key-dialog")),
+	))
+	waitStatus("Saved key acme key")
+	do(t, http.MethodGet, adminURL+"/webapi/keys/"+key.ID, nil).json(t, &k)
+	if k.ConsumerID != nil || k.PlanID != nil {
+		t.Fatalf("the key's consumer %v and plan %v, want none", k.ConsumerID, k.PlanID)
+	}
+	must(t, "delete the consumer", chromedp.Do(ctx,
+		showTab("consumers"),
+		chromedp.WaitVisible(chromedp.CSS(consumerRow)),
+		chromedp.Click(chromedp.CSS(consumerRow+` button.delete`)),
+		chromedp.WaitVisible(chromedp.ID("confirm-yes")),
+		chromedp.Click(chromedp.ID("confirm-yes")),
+	))
+	waitStatus("Deleted consumer ACME Corp")
+	must(t, "delete the plan", chromedp.Do(ctx,
+		chromedp.WaitNotPresent(chromedp.CSS(consumerRow)),
+		chromedp.Click(chromedp.CSS(planRow+` button.delete`)),
+		chromedp.WaitVisible(chromedp.ID("confirm-yes")),
+		chromedp.Click(chromedp.ID("confirm-yes")),
+	))
+	waitStatus("Deleted plan gold")
+	must(t, "none left", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#consumers .empty`)), chromedp.WaitVisible(chromedp.CSS(`#plans .empty`))))
+	for _, path := range []string{"/webapi/consumers/" + consumer.ID, "/webapi/plans/" + plan.ID} {
+		if r := do(t, http.MethodGet, adminURL+path, nil); r.status != http.StatusNotFound {
+			t.Errorf("%s after its delete: %d", path, r.status)
+		}
+	}
+	if r := use(); r.status != http.StatusOK {
+		t.Errorf("the key without consumer and plan: %d %s", r.status, r.body)
+	}
+}
+
+// jsStrings is ss as a JavaScript array literal.
+func jsStrings(ss []string) string {
+	b, _ := json.Marshal(ss)
+	return string(b)
+}
+
+// keysPage drives the Web API Keys page open in ctx for test t.
+type keysPage struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// text is the text of the element sel.
+func (p keysPage) text(sel string) string {
+	p.t.Helper()
+	s, err := chromedp.Run(p.ctx, chromedp.Text(chromedp.CSS(sel)))
+	must(p.t, "read "+sel, err)
+	return s
+}
+
+// value is the value of the field sel.
+func (p keysPage) value(sel string) string {
+	p.t.Helper()
+	s, err := chromedp.Run(p.ctx, chromedp.Value(chromedp.CSS(sel)))
+	must(p.t, "read "+sel, err)
+	return s
+}
+
+// waitStatus waits until the status line says holding.
+func (p keysPage) waitStatus(holding string) {
+	p.t.Helper()
+	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](
+		fmt.Sprintf(`document.getElementById("status").textContent.includes(%q)`, holding), chromedp.WithPollingTimeout(testwait.Generous)))
+	if err != nil {
+		p.t.Fatalf("the status line %q does not say %q: %v", p.text("#status"), holding, err)
+	}
+}
+
+// fieldError is the error shown in the box errorID beside the field
+// inputID, which must be marked invalid.
+func (p keysPage) fieldError(inputID, errorID string) string {
+	p.t.Helper()
+	inv, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.getElementById(%q).getAttribute("aria-invalid")`, inputID)))
+	if err != nil || inv != "true" {
+		p.t.Errorf("%s is not marked invalid: %q %v", inputID, inv, err)
+	}
+	return p.text("#" + errorID)
+}
+
+// usageSummary waits until the usage dialog's chart is drawn and its
+// summary says holding, and returns the summary.
+func (p keysPage) usageSummary(holding string) string {
+	p.t.Helper()
+	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](fmt.Sprintf(`document.getElementById("usage-summary").textContent.includes(%q) &&
+		document.querySelector("#usage-chart svg") !== null && !document.getElementById("usage-figure").hasAttribute("aria-busy")`, holding),
+		chromedp.WithPollingTimeout(testwait.Generous)))
+	if err != nil {
+		p.t.Fatalf("the usage summary %q does not say %q: %v", p.text("#usage-summary"), holding, err)
+	}
+	return p.text("#usage-summary")
+}
+
+// usageChart is what the usage dialog's chart and table show: its bars,
+// tick labels, title and role, and the table's rows and sums.
+type usageChart struct {
+	OK, Refused, Rows, Labels int
+	Title, Role               string
+	TableOK, TableRefused     int
+	TableText                 string
+}
+
+func (p keysPage) readChart() usageChart {
+	p.t.Helper()
+	c, err := chromedp.Run(p.ctx, chromedp.Evaluate[usageChart](`(() => {
+		const svg = document.querySelector("#usage-chart svg");
+		const sum = (col) => Array.from(document.querySelectorAll("#usage-table tbody tr")).reduce((a, r) => a + Number(r.cells[col].textContent.replace(/\D/g, "")), 0);
+		return {
+			ok: svg.querySelectorAll("rect.bar-ok").length, refused: svg.querySelectorAll("rect.bar-refused").length,
+			rows: document.querySelectorAll("#usage-table tbody tr").length, labels: svg.querySelectorAll("text.tick").length,
+			title: svg.querySelector("title").textContent, role: svg.getAttribute("role"),
+			tableOK: sum(1), tableRefused: sum(2), tableText: document.getElementById("usage-table").textContent,
+		};
+	})()`))
+	must(p.t, "read the chart", err)
+	return c
+}
+
+// showTab selects the tab of section and waits until its panel is
+// loaded (the rows it showed before are replaced by then).
+func showTab(section string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if _, err := chromedp.Click(chromedp.ID("tab-"+section))(ctx, tg); err != nil {
+			return err
+		}
+		_, err := chromedp.Poll[bool](fmt.Sprintf(`document.getElementById("tab-%[1]s").getAttribute("aria-selected") === "true" &&
+			!document.getElementById("panel-%[1]s").hasAttribute("aria-busy")`, section), chromedp.WithPollingTimeout(testwait.Generous))(ctx, tg)
+		return err
+	})
+}
+
+// choose picks value in the select id, as a user's pick does (its
+// change event too).
+func choose(id, value string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		ok, err := chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById(%q); s.value = %q;
+			s.dispatchEvent(new Event("change", { bubbles: true })); return s.value === %[2]q; })()`, id, value))(ctx, tg)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s offers no %q", id, value)
+		}
+		return err
+	})
 }
 
 func privileges(k keystore.Key) []string {

@@ -277,6 +277,49 @@ func testAdminPage(t *testing.T, b backend) {
 		}
 	})
 
+	// The Consumers view's calls: plans, consumers, a consumer's keys and
+	// usage, under the page's mount as on the admin endpoint.
+	var planID, consumerID string
+	t.Run("consumers and plans", func(t *testing.T) {
+		r := pageCall(t, http.MethodPost, "webapi/plans", map[string]any{"name": "page plan", "quota": map[string]any{"limit": 10, "period": "day"}})
+		var plan keystore.Plan
+		r.json(t, &plan)
+		if r.status != http.StatusCreated || r.header.Get("Location") != "/admin/webapi/plans/"+plan.ID {
+			t.Fatalf("plan: %d %v %s", r.status, r.header, r.body)
+		}
+		planID = plan.ID
+		r = pageCall(t, http.MethodPost, "webapi/consumers", map[string]any{"name": "page consumer", "planId": plan.ID})
+		var consumer keystore.Consumer
+		r.json(t, &consumer)
+		if r.status != http.StatusCreated || r.header.Get("Location") != "/admin/webapi/consumers/"+consumer.ID || consumer.QuotaUsed == nil {
+			t.Fatalf("consumer: %d %v %s", r.status, r.header, r.body)
+		}
+		consumerID = consumer.ID
+		var consumers []keystore.Consumer
+		pageCall(t, http.MethodGet, "webapi/consumers", nil).json(t, &consumers)
+		if len(consumers) != 1 || consumers[0].ID != consumer.ID {
+			t.Fatalf("consumers %+v", consumers)
+		}
+		var keys []keystore.Key
+		r = pageCall(t, http.MethodGet, "webapi/keys?consumerId="+consumer.ID, nil)
+		if r.json(t, &keys); r.status != http.StatusOK || len(keys) != 0 {
+			t.Fatalf("the consumer's keys: %d %s", r.status, r.body)
+		}
+		var series keystore.UsageSeries
+		r = pageCall(t, http.MethodGet, "webapi/consumers/"+consumer.ID+"/usage?resolution=day", nil)
+		if r.json(t, &series); r.status != http.StatusOK || series.ConsumerID != consumer.ID || len(series.Buckets) < 30 {
+			t.Fatalf("the consumer's usage: %d %s", r.status, r.body)
+		}
+		if r := pageCall(t, http.MethodDelete, "webapi/plans/"+plan.ID, nil); r.status != http.StatusConflict {
+			t.Fatalf("a plan in use deleted: %d %s", r.status, r.body)
+		}
+		for _, path := range []string{"webapi/consumers/" + consumer.ID, "webapi/plans/" + plan.ID} {
+			if r := pageCall(t, http.MethodDelete, path, nil); r.status != http.StatusNoContent {
+				t.Fatalf("delete %s: %d %s", path, r.status, r.body)
+			}
+		}
+	})
+
 	t.Run("SSO: the user the proxy names, not the client", func(t *testing.T) {
 		r := do(t, http.MethodGet, siteURL+"/sso/", nil, "Cookie", "sso=carol", "Remote-User", "mallory")
 		if r.status != http.StatusOK || !strings.Contains(string(r.body), ">carol</strong>") || strings.Contains(string(r.body), "mallory") {
@@ -316,6 +359,11 @@ func testAdminPage(t *testing.T, b backend) {
 			{"admin page refused", "alice", "/admin/webapi/keys/" + key.ID, ""},
 			{"template added", "alice", "/admin/webapi/templates", "T-PAGE"},
 			{"template removed", "alice", "/admin/webapi/templates/T-PAGE", "T-PAGE"},
+			{"plan created", "alice", "/admin/webapi/plans", ""},
+			{"consumer created", "alice", "/admin/webapi/consumers", ""},
+			{"admin action failed", "alice", "/admin/webapi/plans/" + planID, ""}, // the plan in use
+			{"consumer deleted", "alice", "/admin/webapi/consumers/" + consumerID, ""},
+			{"plan deleted", "alice", "/admin/webapi/plans/" + planID, ""},
 			{"key revealed", "carol", "/sso/webapi/keys/" + key.ID + "/reveal", ""},
 			{"template added", "alice", "/keys/webapi/templates", "T-STRIP"},
 			{"key deleted", "alice", "/admin/webapi/keys/" + key.ID, ""},

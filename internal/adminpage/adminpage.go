@@ -3,7 +3,7 @@
 // its script and style sheet, all embedded in the binary, and the JSON
 // calls the page makes, which it hands to the administration API under
 // the same paths as on Caddy's admin endpoint (/webapi/keys,
-// /webapi/templates).
+// /webapi/consumers, /webapi/plans, /webapi/templates).
 //
 // The package knows nothing of Caddy: who the user is, the caller decides
 // (an authentication handler in front of it) and passes in. What this
@@ -44,7 +44,7 @@ const ContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 
 // apiPaths are the administration API's resources the page may call, as
 // the admin endpoint names them.
-var apiPaths = []string{"/webapi/keys", "/webapi/templates"}
+var apiPaths = []string{"/webapi/keys", "/webapi/consumers", "/webapi/plans", "/webapi/templates"}
 
 //go:embed assets
 var assets embed.FS
@@ -194,8 +194,9 @@ func serveAsset(w http.ResponseWriter, r *http.Request, a asset) {
 }
 
 // splitAPI splits an escaped path into the page's mount and the API path
-// (/webapi/keys...) it names, at the earliest /webapi/keys or
-// /webapi/templates segment pair, so that the page works under any mount.
+// (/webapi/keys...) it names, at the earliest segment pair of apiPaths
+// (/webapi/keys, /webapi/templates, ...), so that the page works under
+// any mount.
 // The escaped form matters: a template id may hold an escaped "/", which
 // must not make its path look like a key's.
 func splitAPI(escaped string) (mount, rest string, ok bool) {

@@ -105,7 +105,7 @@ func TestPage(t *testing.T) {
 		}
 	}
 	body := w.Body.String()
-	for _, s := range []string{"Contract keys", "Share keys", "Templates", "Key Name", "Description", "Not valid before", "Not valid after", "Allowed IPs", "Owner", "Admin projects", "&lt;b&gt;alice&lt;/b&gt;"} {
+	for _, s := range []string{"Contract keys", "Share keys", "Consumers", "Plans", "Templates", "Key Name", "Description", "Not valid before", "Not valid after", "Allowed IPs", "Owner", "Admin projects", "&lt;b&gt;alice&lt;/b&gt;"} {
 		if !strings.Contains(body, s) {
 			t.Errorf("the page lacks %q", s)
 		}
@@ -191,6 +191,12 @@ func TestAPIPaths(t *testing.T) {
 		// A template whose id holds a key's path stays a template.
 		{"/admin/webapi/templates/x%2Fwebapi%2Fkeys%2Fabc", "/admin", "/webapi/templates/x/webapi/keys/abc", "/webapi/templates/x%2Fwebapi%2Fkeys%2Fabc"},
 		{"/admin/webapi/templates/webapi/keys", "/admin", "/webapi/templates/webapi/keys", ""},
+		// The Consumers view's calls.
+		{"/admin/webapi/consumers", "/admin", "/webapi/consumers", ""},
+		{"/admin/webapi/consumers/c-1/usage?resolution=day", "/admin", "/webapi/consumers/c-1/usage", ""},
+		{"/admin/webapi/keys?consumerId=c-1", "/admin", "/webapi/keys", ""},
+		{"/ops/webapi/plans/p-1", "/ops", "/webapi/plans/p-1", ""},
+		{"/admin/webapi/plansx/webapi/plans", "/admin/webapi/plansx", "/webapi/plans", ""},
 	} {
 		t.Run(tc.target, func(t *testing.T) {
 			h, rec, refused := newHandler()

@@ -1,6 +1,7 @@
 // The Web API Keys page. It talks to the administration API through the
-// gateway, at webapi/keys and webapi/templates relative to the page, with
-// the Keygate-Admin header that the gateway requires of every call.
+// gateway, at webapi/keys, webapi/consumers, webapi/plans and
+// webapi/templates relative to the page, with the Keygate-Admin header
+// that the gateway requires of every call.
 // It builds every element with createElement and textContent: the
 // Content-Security-Policy forbids HTML built from strings.
 "use strict";
@@ -77,6 +78,26 @@
 	// cell is a table cell whose content is one element, so that the
 	// phone layout (a label beside the content) holds.
 	const cell = (tag, props, ...children) => el(tag, props, children.length === 1 ? children[0] : el("div", null, ...children));
+	// labelled is a line of a cell: a muted label, then node.
+	const labelled = (label, node) => el("div", null, el("span", { className: "muted", textContent: label + " " }), node);
+	// nameCell is a row's heading: a name, with its description under it.
+	const nameCell = (name, description, ...more) => cell("th", { scope: "row", className: "name" }, el("span", { className: "key-name", textContent: name }),
+		...more, ...(description ? [el("span", { className: "description", textContent: description })] : []));
+	// rowButton is a button of a row, named for a screen reader by what it
+	// does and to what ("Edit browser key").
+	function rowButton(label, cls, name, action) {
+		const b = el("button", { type: "button", className: cls, textContent: label });
+		b.setAttribute("aria-label", label + " " + name);
+		b.addEventListener("click", action);
+		return b;
+	}
+	// showRows fills the table of group with a row of each item, or says
+	// that there are none.
+	function showRows(group, items, row) {
+		$("tbody", group).replaceChildren(...items.map(row));
+		$(".empty", group).hidden = items.length > 0;
+		$(".table-wrap", group).hidden = items.length === 0;
+	}
 	function list(values, empty) {
 		if (!values || values.length === 0) return document.createTextNode(empty);
 		const ul = el("ul", { className: "plain" });
@@ -144,9 +165,44 @@
 		});
 	}
 
-	function load(section) {
-		if (section === "templates") return loadTemplates();
-		return loadKeys(section);
+	// load fills the panel of section, marked busy meanwhile: a screen
+	// reader waits for it, and so can a test.
+	const loads = new Map(); // the panels' loads under way
+	async function load(section) {
+		const panel = document.getElementById("panel-" + section);
+		loads.set(panel, (loads.get(panel) || 0) + 1);
+		panel.setAttribute("aria-busy", "true");
+		try {
+			if (section === "templates") await loadTemplates();
+			else if (section === "consumers") await loadConsumers();
+			else await loadKeys(section);
+		} finally {
+			loads.set(panel, loads.get(panel) - 1);
+			if (loads.get(panel) === 0) panel.removeAttribute("aria-busy");
+		}
+	}
+
+	// --- consumers and plans, as keys and consumers name them -----------
+
+	// scopes holds the plans and consumers by id, oldest first, as they
+	// were last loaded: the key tables and forms show their names.
+	const scopes = { plans: new Map(), consumers: new Map() };
+	async function loadScopes() {
+		const [plans, consumers] = await Promise.all([api("GET", "webapi/plans"), api("GET", "webapi/consumers")]);
+		scopes.plans = new Map(plans.map((p) => [p.id, p]));
+		scopes.consumers = new Map(consumers.map((c) => [c.id, c]));
+	}
+	// consumerName names a consumer in a list: its name, and its external
+	// ID when it has one (two consumers may share a name).
+	const consumerName = (c) => (c.externalId ? c.name + " (" + c.externalId + ")" : c.name);
+
+	// fillSelect offers "None" and each of items in select, current chosen;
+	// an id that is not among them (gone meanwhile) stays, named by itself.
+	function fillSelect(select, items, current, name) {
+		const options = [el("option", { value: "", textContent: "None" }), ...items.map((i) => el("option", { value: i.id, textContent: name(i) }))];
+		if (current && !items.some((i) => i.id === current)) options.push(el("option", { value: current, textContent: current }));
+		select.replaceChildren(...options);
+		select.value = current || "";
 	}
 
 	// --- keys ----------------------------------------------------------
@@ -161,32 +217,27 @@
 		const panel = document.getElementById("panel-" + service);
 		let keys;
 		try {
-			keys = await api("GET", "webapi/keys?service=" + service);
+			// The plans and consumers too, for their names; without them
+			// a key shows their ids.
+			[keys] = await Promise.all([api("GET", "webapi/keys?service=" + service), loadScopes().catch(() => {})]);
 		} catch (e) {
 			say("Could not load the keys: " + e.message, true);
 			return;
 		}
-		const head = $("thead", panel);
-		const body = $("tbody", panel);
-		head.replaceChildren(el("tr", null, ...keyColumns(service).map((c) =>
+		$("thead", panel).replaceChildren(el("tr", null, ...keyColumns(service).map((c) =>
 			c === "Actions" ? el("th", { scope: "col" }, el("span", { className: "sr-only", textContent: c })) : el("th", { scope: "col", textContent: c }))));
-		body.replaceChildren(...keys.map((k) => keyRow(service, k)));
-		$(".empty", panel).hidden = keys.length > 0;
-		$(".table-wrap", panel).hidden = keys.length === 0;
+		showRows(panel, keys, (k) => keyRow(service, k));
 	}
 
 	function keyRow(service, k) {
 		const names = Object.fromEntries(privileges[service]);
 		const labels = keyColumns(service);
-		const labelled = (label, node) => el("div", null, el("span", { className: "muted", textContent: label + " " }), node);
 		const limits = [];
 		if (k.notValidBefore) limits.push(labelled("from", timeCell(k.notValidBefore)));
 		if (k.notValidAfter) limits.push(labelled("until", timeCell(k.notValidAfter)));
 		const validity = limits.length > 0 ? cell("td", { className: "validity" }, ...limits) : el("td", { textContent: "no limit" });
 		const cells = [
-			cell("th", { scope: "row", className: "name" }, el("span", { className: "key-name", textContent: k.name }),
-				...(k.enabled === false ? [el("span", { className: "disabled-badge", textContent: "Disabled" })] : []),
-				...(k.description ? [el("span", { className: "description", textContent: k.description })] : [])),
+			nameCell(k.name, k.description, ...(k.enabled === false ? [el("span", { className: "disabled-badge", textContent: "Disabled" })] : [])),
 			cell("td", null, el("code", { className: "prefix", textContent: k.tokenPrefix + "…" })),
 			cell("td", null, list(k.privileges.map((p) => names[p] || p), "none")),
 			validity,
@@ -203,18 +254,13 @@
 					: el("div", { className: "muted", textContent: "never used" }),
 				...(k.previousTokenExpiry ? [labelled("previous token until", timeCell(k.previousTokenExpiry, ""))] : [])),
 		];
-		const button = (label, cls, action) => {
-			const b = el("button", { type: "button", className: cls, textContent: label });
-			b.setAttribute("aria-label", label + " " + k.name);
-			b.addEventListener("click", action);
-			return b;
-		};
+		const button = (label, cls, action) => rowButton(label, cls, k.name, action);
 		cells.push(cell("td", { className: "row-actions" },
 			button("Edit", "edit", () => openKeyForm(service, k)),
 			button("Reveal", "reveal", () => reveal(k, false)),
 			button("Download", "download", () => reveal(k, true)),
 			button("Roll", "roll", () => openRoll(k)),
-			button("Usage", "usage", () => openUsage(k)),
+			button("Usage", "usage", () => openUsage(keySubject(k))),
 			k.enabled === false
 				? button("Enable", "enable", () => setEnabled(k, true))
 				: button("Disable", "disable", () => confirm("Disable", "Disable key " + k.name + " (" + k.tokenPrefix + "…)?",
@@ -227,19 +273,32 @@
 		return row;
 	}
 
-	// limitsList shows a key's rate-limit policies ("burst: 20 / 1 s") and
-	// what is left of its quota.
+	// limitsList shows what a key, a consumer or a plan is held to: its
+	// own rate-limit policies ("burst: 20 / 1 s"), its plan's under the
+	// plan's name, a key's consumer, and its quota (its own or its plan's)
+	// with what is left of it and when that resets.
 	const quotaLeft = { hour: "this hour", day: "today", month: "this month" };
 	const quotaEach = { hour: "an hour", day: "a day", month: "a month" };
-	function limitsList(k) {
-		const items = (k.rateLimits || []).map((p) => el("li", { textContent: p.name + ": " + count(p.limit) + " / " + duration(p.windowSeconds) }));
-		const q = k.quota;
-		if (q && k.quotaUsed != null) {
+	const policyText = (p) => p.name + ": " + count(p.limit) + " / " + duration(p.windowSeconds);
+	const quotaText = (q) => "quota: " + count(q.limit) + " " + (quotaEach[q.period] || "a " + q.period);
+	function limitsList(h) {
+		const items = (h.rateLimits || []).map((p) => el("li", { textContent: policyText(p) }));
+		const plan = h.planId ? scopes.plans.get(h.planId) : null;
+		if (h.planId) {
+			const terms = plan ? [...(plan.rateLimits || []).map(policyText), ...(plan.quota ? [quotaText(plan.quota)] : [])] : [];
+			items.push(el("li", { className: "plan" }, "plan ", el("strong", { textContent: plan ? plan.name : h.planId }), terms.length > 0 ? ": " + terms.join(", ") : ""));
+		}
+		if (h.consumerId) {
+			const c = scopes.consumers.get(h.consumerId);
+			items.push(el("li", { className: "consumer" }, "consumer ", el("strong", { textContent: c ? consumerName(c) : h.consumerId })));
+		}
+		const q = h.quota || (plan && plan.quota);
+		if (q && h.quotaUsed != null) {
 			items.push(el("li", { className: "quota" },
-				"quota: " + count(Math.max(q.limit - k.quotaUsed, 0)) + " of " + count(q.limit) + " left " + (quotaLeft[q.period] || "this " + q.period),
-				...(k.quotaResetsAt ? [", resets ", utcTime(k.quotaResetsAt)] : [])));
-		} else if (q) {
-			items.push(el("li", { className: "quota", textContent: "quota: " + count(q.limit) + " " + (quotaEach[q.period] || "a " + q.period) }));
+				"quota: " + count(Math.max(q.limit - h.quotaUsed, 0)) + " of " + count(q.limit) + " left " + (quotaLeft[q.period] || "this " + q.period),
+				...(h.quotaResetsAt ? [", resets ", utcTime(h.quotaResetsAt)] : [])));
+		} else if (h.quota) {
+			items.push(el("li", { className: "quota", textContent: quotaText(h.quota) }));
 		}
 		return items.length > 0 ? el("ul", { className: "plain" }, ...items) : document.createTextNode("none");
 	}
@@ -273,11 +332,9 @@
 			$("#f-allowedIps").value = (key.allowedIps || []).join("\n");
 			$("#f-adminProjects").value = (key.adminProjects || []).join("\n");
 		}
-		policies.replaceChildren(...((key && key.rateLimits) || []).map(policyRow));
-		renumberPolicies();
-		$("#f-quota-period").value = key && key.quota ? key.quota.period : "";
-		$("#f-quota-limit").value = key && key.quota ? String(key.quota.limit) : "";
-		quotaPeriodChanged();
+		fillSelect($("#f-consumerId"), [...scopes.consumers.values()], key && key.consumerId, consumerName);
+		fillSelect($("#f-planId"), [...scopes.plans.values()], key && key.planId, (p) => p.name);
+		keyLimits.fill(key);
 		$("#key-save").textContent = key ? "Save" : "Create key";
 		// What the form shows before any change, read back as a submit
 		// would read it: the edit sends only what differs from this.
@@ -297,20 +354,16 @@
 			allowedIps: lines($("#f-allowedIps").value),
 		};
 		if (service === "share") v.adminProjects = lines($("#f-adminProjects").value);
-		v.rateLimits = $$(".policy", policies).map((row) => ({
-			name: $('[data-field="name"]', row).value.trim(),
-			limit: number($('[data-field="limit"]', row).value),
-			windowSeconds: number($('[data-field="windowSeconds"]', row).value),
-		}));
-		const period = $("#f-quota-period").value;
-		v.quota = period ? { limit: number($("#f-quota-limit").value), period } : null;
-		return v;
+		v.consumerId = $("#f-consumerId").value || null;
+		v.planId = $("#f-planId").value || null;
+		return { ...v, ...keyLimits.read() };
 	}
 
-	// --- rate limits and quota in the form -----------------------------
+	// --- rate limits and quota in a form --------------------------------
 
-	const policies = $(".policies", keyForm);
-	const addPolicy = $("#add-policy");
+	// A key's, a consumer's and a plan's form each hold a copy of
+	// #limits-template, made by limitsEditor.
+	const limitsTemplate = $("#limits-template");
 	const maxPolicies = 4;
 	const policyFields = [
 		["name", "Name", { maxLength: 20, autocomplete: "off", spellcheck: false }],
@@ -318,61 +371,111 @@
 		["windowSeconds", "Window (seconds)", { type: "number", min: "1", max: "86400", step: "1", inputMode: "numeric", autocomplete: "off" }],
 	];
 
-	// policyRow is one rate-limit policy's fields, filled from p (a
-	// policy of the key) or empty; renumberPolicies gives it its ids.
-	function policyRow(p) {
-		const row = el("fieldset", { className: "policy" }, el("legend"));
-		for (const [field, label, props] of policyFields) {
-			const input = el("input", { ...props, value: p ? String(p[field]) : "" });
-			input.dataset.field = field;
-			row.append(el("div", { className: "field" }, el("label", { textContent: label }), input, el("p", { className: "error", hidden: true })));
-		}
-		const remove = el("button", { type: "button", className: "remove-policy", textContent: "Remove" });
-		remove.addEventListener("click", () => {
-			const next = row.nextElementSibling;
-			row.remove();
-			renumberPolicies();
-			(next ? $(".remove-policy", next) : addPolicy).focus();
-		});
-		row.append(remove);
-		return row;
-	}
+	// limitsEditor puts the rate-limit and quota fields into form's
+	// .limits-fields, named as the form's other fields are: an input
+	// inputPrefix + the field's path (f-quota-limit), its error box
+	// errorPrefix + the path (e-quota-limit), as showErrors finds them.
+	// It returns fill, which shows a holder's limits (null: none), and
+	// read, which reads them as the API's fields.
+	function limitsEditor(form, inputPrefix, errorPrefix) {
+		const rename = (id) => (id.startsWith("e-") ? errorPrefix + id.slice(2) : id.startsWith("h-") ? "h-" + inputPrefix + id.slice(2) : inputPrefix + id);
+		const part = limitsTemplate.content.cloneNode(true);
+		for (const e of $$("[id]", part)) e.id = rename(e.id);
+		for (const e of $$("label[for]", part)) e.htmlFor = rename(e.htmlFor);
+		for (const e of $$("[aria-describedby]", part)) e.setAttribute("aria-describedby", e.getAttribute("aria-describedby").split(/\s+/).map(rename).join(" "));
+		$(".limits-fields", form).replaceChildren(part);
+		const policies = $(".policies", form);
+		const addPolicy = $(".add-policy", form);
+		const period = $("#" + inputPrefix + "quota-period", form);
+		const limit = $("#" + inputPrefix + "quota-limit", form);
 
-	// renumberPolicies names each policy's fields after its place in the
-	// list, as the gateway names them in its errors: f-rateLimits-1-limit
-	// and e-rateLimits-1-limit for rateLimits[1].limit.
-	function renumberPolicies() {
-		const rows = $$(".policy", policies);
-		rows.forEach((row, i) => {
-			$("legend", row).textContent = "Policy " + (i + 1);
-			for (const f of $$(".field", row)) {
-				const input = $("input", f);
-				const id = "rateLimits-" + i + "-" + input.dataset.field;
-				input.id = "f-" + id;
-				$("label", f).htmlFor = input.id;
-				$(".error", f).id = "e-" + id;
-				input.setAttribute("aria-describedby", "e-" + id);
+		// policyRow is one rate-limit policy's fields, filled from p (a
+		// policy of the holder) or empty; renumberPolicies gives it its ids.
+		function policyRow(p) {
+			const row = el("fieldset", { className: "policy" }, el("legend"));
+			for (const [field, label, props] of policyFields) {
+				const input = el("input", { ...props, value: p ? String(p[field]) : "" });
+				input.dataset.field = field;
+				row.append(el("div", { className: "field" }, el("label", { textContent: label }), input, el("p", { className: "error", hidden: true })));
 			}
-			$(".remove-policy", row).setAttribute("aria-label", "Remove policy " + (i + 1));
-		});
-		addPolicy.disabled = rows.length >= maxPolicies;
-		addPolicy.textContent = rows.length >= maxPolicies ? "Add policy (at most " + maxPolicies + ")" : "Add policy";
-	}
-	addPolicy.addEventListener("click", () => {
-		if ($$(".policy", policies).length >= maxPolicies) return;
-		const row = policyRow(null);
-		policies.append(row);
-		renumberPolicies();
-		$("input", row).focus();
-	});
+			const remove = el("button", { type: "button", className: "remove-policy", textContent: "Remove" });
+			remove.addEventListener("click", () => {
+				const next = row.nextElementSibling;
+				row.remove();
+				renumberPolicies();
+				(next ? $(".remove-policy", next) : addPolicy).focus();
+			});
+			row.append(remove);
+			return row;
+		}
 
-	// Without a period there is no quota, and so no limit to give.
-	function quotaPeriodChanged() {
-		const limit = $("#f-quota-limit");
-		limit.disabled = $("#f-quota-period").value === "";
-		if (limit.disabled) limit.value = "";
+		// renumberPolicies names each policy's fields after its place in
+		// the list, as the gateway names them in its errors:
+		// f-rateLimits-1-limit and e-rateLimits-1-limit for
+		// rateLimits[1].limit in the key form.
+		function renumberPolicies() {
+			const rows = $$(".policy", policies);
+			rows.forEach((row, i) => {
+				$("legend", row).textContent = "Policy " + (i + 1);
+				for (const f of $$(".field", row)) {
+					const input = $("input", f);
+					const id = "rateLimits-" + i + "-" + input.dataset.field;
+					input.id = inputPrefix + id;
+					$("label", f).htmlFor = input.id;
+					$(".error", f).id = errorPrefix + id;
+					input.setAttribute("aria-describedby", errorPrefix + id);
+				}
+				$(".remove-policy", row).setAttribute("aria-label", "Remove policy " + (i + 1));
+			});
+			addPolicy.disabled = rows.length >= maxPolicies;
+			addPolicy.textContent = rows.length >= maxPolicies ? "Add policy (at most " + maxPolicies + ")" : "Add policy";
+		}
+		addPolicy.addEventListener("click", () => {
+			if ($$(".policy", policies).length >= maxPolicies) return;
+			const row = policyRow(null);
+			policies.append(row);
+			renumberPolicies();
+			$("input", row).focus();
+		});
+
+		// Without a period there is no quota, and so no limit to give.
+		function periodChanged() {
+			limit.disabled = period.value === "";
+			if (limit.disabled) limit.value = "";
+		}
+		period.addEventListener("change", periodChanged);
+
+		return {
+			fill(h) {
+				policies.replaceChildren(...((h && h.rateLimits) || []).map(policyRow));
+				renumberPolicies();
+				period.value = h && h.quota ? h.quota.period : "";
+				limit.value = h && h.quota ? String(h.quota.limit) : "";
+				periodChanged();
+			},
+			read: () => ({
+				rateLimits: $$(".policy", policies).map((row) => ({
+					name: $('[data-field="name"]', row).value.trim(),
+					limit: number($('[data-field="limit"]', row).value),
+					windowSeconds: number($('[data-field="windowSeconds"]', row).value),
+				})),
+				quota: period.value ? { limit: number(limit.value), period: period.value } : null,
+			}),
+		};
 	}
-	$("#f-quota-period").addEventListener("change", quotaPeriodChanged);
+	const keyLimits = limitsEditor(keyForm, "f-", "e-");
+
+	// changes is what of values differs from before, what the form showed
+	// read back as a submit reads it: an edit sends only that, so that a
+	// time shown to the second does not overwrite a fraction set through
+	// the API, nor the form's line endings a description's.
+	function changes(values, before) {
+		const patch = {};
+		for (const [f, v] of Object.entries(values)) {
+			if (JSON.stringify(v) !== JSON.stringify(before[f])) patch[f] = v;
+		}
+		return patch;
+	}
 
 	// busy runs a form's request with its submit button disabled, so a
 	// second click cannot send it twice.
@@ -398,14 +501,7 @@
 			let saved;
 			try {
 				if (key) {
-					// Only what changed: a time shown to the second must not
-					// overwrite a fraction set through the API, nor the form's
-					// line endings a description's.
-					const patch = {};
-					for (const [f, v] of Object.entries(values)) {
-						if (JSON.stringify(v) !== JSON.stringify(before[f])) patch[f] = v;
-					}
-					saved = await api("PATCH", "webapi/keys/" + encodeURIComponent(key.id), patch);
+					saved = await api("PATCH", "webapi/keys/" + encodeURIComponent(key.id), changes(values, before));
 				} else {
 					saved = await api("POST", "webapi/keys", { service, owner: $("#f-owner").value.trim(), ...values });
 				}
@@ -621,10 +717,12 @@
 
 	// --- usage ---------------------------------------------------------
 
-	// The key's requests over time, let through and refused, from
-	// webapi/keys/{id}/usage: the last 30 days by day or the last 48 hours
-	// by hour, as a bar chart drawn here in SVG (no library: the page
-	// loads nothing else), a summary line and the numbers as a table.
+	// A key's or a consumer's requests over time, let through and refused,
+	// from webapi/keys/{id}/usage or webapi/consumers/{id}/usage: the last
+	// 30 days by day or the last 48 hours by hour, as a bar chart drawn
+	// here in SVG (no library: the page loads nothing else), a summary line
+	// and the numbers as a table. For a consumer the dialog shows its keys
+	// too.
 	const usageDialog = $("#usage-dialog");
 	const usageSpans = {
 		day: { text: "the last 30 days", when: "Day (UTC)", every: [1, 2, 5, 7, 10, 15] },
@@ -638,17 +736,62 @@
 	};
 	const dayLabel = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", timeZone: "UTC" });
 	const hourLabel = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZone: "UTC" });
-	let usage = null; // { key, resolution, series, asked } of the dialog
+	let usage = null; // { subject, resolution, series, asked } of the dialog
 
-	function openUsage(k) {
-		usage = { key: k, resolution: "day", series: null, asked: 0 };
-		$("#usage-title").textContent = "Usage of key " + k.name;
-		const limits = limitsList(k);
+	// What the dialog is about: the holder (a key or a consumer), what
+	// names it ("key ci"), the API path of it and the dialog's title.
+	const keySubject = (k) => ({ holder: k, what: "key " + k.name, path: "webapi/keys/" + encodeURIComponent(k.id), title: "Usage of key " + k.name });
+	const consumerSubject = (c) => ({ holder: c, what: "consumer " + c.name, path: "webapi/consumers/" + encodeURIComponent(c.id), title: "Consumer " + c.name, consumer: true });
+
+	function openUsage(subject) {
+		usage = { subject, resolution: "day", series: null, asked: 0 };
+		$("#usage-title").textContent = subject.title;
+		const limits = limitsList(subject.holder);
 		$("#usage-limits").replaceChildren(el("span", { className: "muted", textContent: "Limits: " }), limits.nodeType === Node.TEXT_NODE ? el("span", null, limits) : limits);
+		const keys = $("#usage-keys");
+		keys.hidden = $("#usage-requests-title").hidden = !subject.consumer;
+		$("tbody", keys).replaceChildren();
+		$(".empty", keys).hidden = true;
+		$(".table-wrap", keys).hidden = true;
 		$(".usage-data", usageDialog).open = false;
 		usageDialog.showModal();
 		$("#usage-done").focus();
+		if (subject.consumer) loadConsumerKeys(usage);
 		loadUsage("day");
+	}
+
+	// loadConsumerKeys lists the keys of the consumer of u in the dialog.
+	async function loadConsumerKeys(u) {
+		const c = u.subject.holder;
+		const section = $("#usage-keys");
+		let keys;
+		try {
+			keys = await api("GET", "webapi/keys?consumerId=" + encodeURIComponent(c.id));
+		} catch (e) {
+			if (usage !== u) return;
+			const error = $(".empty", section);
+			error.textContent = "Could not load the keys of consumer " + c.name + ": " + e.message;
+			error.hidden = false;
+			return;
+		}
+		if (usage !== u) return; // the dialog closed, or shows another consumer
+		$("caption", section).textContent = "Keys of consumer " + c.name;
+		$(".empty", section).textContent = "No keys yet: choose this consumer on a key's form.";
+		const labels = ["Key Name", "Service", "Key Value", "Activity"];
+		showRows(section, keys, (k) => {
+			const cells = [
+				nameCell(k.name, "", ...(k.enabled === false ? [el("span", { className: "disabled-badge", textContent: "Disabled" })] : [])),
+				el("td", { textContent: serviceNames[k.service] || k.service }),
+				cell("td", null, el("code", { className: "prefix", textContent: k.tokenPrefix + "…" })),
+				k.usageCount > 0
+					? cell("td", null, labelled("used " + (k.usageCount === 1 ? "once" : count(k.usageCount) + " times") + ", last", timeCell(k.lastUsageTime, "never")))
+					: el("td", { className: "muted", textContent: "never used" }),
+			];
+			cells.forEach((c, i) => c.setAttribute("data-label", labels[i]));
+			const row = el("tr", null, ...cells);
+			row.dataset.id = k.id;
+			return row;
+		});
 	}
 
 	async function loadUsage(resolution) {
@@ -662,11 +805,11 @@
 		$("#usage-figure").setAttribute("aria-busy", "true");
 		let series;
 		try {
-			series = await api("GET", "webapi/keys/" + encodeURIComponent(u.key.id) + "/usage?resolution=" + resolution);
+			series = await api("GET", u.subject.path + "/usage?resolution=" + resolution);
 		} catch (e) {
 			if (usage !== u || asked !== u.asked) return;
 			$("#usage-figure").removeAttribute("aria-busy");
-			error.textContent = "Could not load the usage of " + u.key.name + ": " + e.message;
+			error.textContent = "Could not load the usage of " + u.subject.what + ": " + e.message;
 			error.hidden = false;
 			return;
 		}
@@ -690,7 +833,7 @@
 	const bucketName = (resolution, iso) => new Date(iso).toISOString().slice(0, resolution === "day" ? 10 : 16).replace("T", " ");
 
 	function showUsage(u) {
-		const { series, key } = u;
+		const { series, subject } = u;
 		const span = usageSpans[series.resolution] || usageSpans.day;
 		let ok = 0, refused = 0;
 		const byReason = {};
@@ -708,7 +851,7 @@
 		// The same numbers as a table, for a screen reader and for anyone
 		// who wants the exact counts.
 		const table = $("#usage-table");
-		$("caption", table).textContent = "Requests of key " + key.name + " in " + span.text + ", by " + series.resolution + " (UTC)";
+		$("caption", table).textContent = "Requests of " + subject.what + " in " + span.text + ", by " + series.resolution + " (UTC)";
 		$("#usage-when").textContent = span.when;
 		$("tbody", table).replaceChildren(...series.buckets.map((b) => el("tr", null,
 			el("th", { scope: "row" }, el("time", { dateTime: b.start, textContent: bucketName(series.resolution, b.start) })),
@@ -738,7 +881,7 @@
 	// and refused above, with the counts on the left and the days or
 	// hours below.
 	function drawUsage(u) {
-		const { series, key } = u;
+		const { series, subject } = u;
 		const span = usageSpans[series.resolution] || usageSpans.day;
 		const box = $("#usage-chart");
 		const width = Math.max(Math.round(box.clientWidth) || 600, 280);
@@ -754,7 +897,7 @@
 		const barW = Math.max(slot * 0.7, 1);
 
 		const chart = svg("svg", { class: "usage", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-labelledby": "usage-chart-title usage-summary" },
-			svg("title", { id: "usage-chart-title" }, "Requests of key " + key.name + " in " + span.text + ", by " + series.resolution));
+			svg("title", { id: "usage-chart-title" }, "Requests of " + subject.what + " in " + span.text + ", by " + series.resolution));
 		for (let v = 0; v <= yMax; v += step) {
 			chart.append(
 				svg("line", { class: v === 0 ? "axis" : "grid", x1: left, x2: width - right, y1: y(v), y2: y(v) }),
@@ -789,6 +932,136 @@
 		box.replaceChildren(chart);
 	}
 
+	// --- consumers and plans ---------------------------------------------
+
+	// The Consumers tab: the consumers, each with its limits, what is
+	// left of its quota and how many keys it holds, and the plans below.
+	const consumerGroup = $("#consumers");
+	const planGroup = $("#plans");
+
+	async function loadConsumers() {
+		try {
+			await loadScopes();
+		} catch (e) {
+			say("Could not load the consumers and plans: " + e.message, true);
+			return;
+		}
+		showRows(consumerGroup, [...scopes.consumers.values()], consumerRow);
+		showRows(planGroup, [...scopes.plans.values()], planRow);
+	}
+
+	function consumerRow(c) {
+		const labels = ["Name", "External ID", "Limits", "Keys", "Activity", "Actions"];
+		const button = (label, cls, action) => rowButton(label, cls, "consumer " + c.name, action);
+		const cells = [
+			nameCell(c.name, c.description),
+			c.externalId ? cell("td", null, el("code", { textContent: c.externalId })) : el("td", { className: "muted", textContent: "none" }),
+			cell("td", { className: "limits" }, limitsList(c)),
+			el("td", { className: "key-count", textContent: c.keyCount === 0 ? "none" : c.keyCount === 1 ? "1 key" : count(c.keyCount) + " keys" }),
+			cell("td", { className: "activity" },
+				labelled("created", timeCell(c.creationTime, "")),
+				labelled("modified", timeCell(c.lastModificationTime, ""))),
+			cell("td", { className: "row-actions" },
+				button("Details", "details", () => openUsage(consumerSubject(c))),
+				button("Edit", "edit", () => openConsumerForm(c)),
+				button("Delete", "delete danger", () => confirmRemoval("Delete", "consumer " + c.name,
+					"Its limits stop binding its keys. A consumer that still holds keys is not deleted: give them another consumer, or none, first.",
+					"webapi/consumers/" + encodeURIComponent(c.id), loadConsumers))),
+		];
+		cells.forEach((x, i) => x.setAttribute("data-label", labels[i]));
+		const row = el("tr", null, ...cells);
+		row.dataset.id = c.id;
+		return row;
+	}
+
+	function planRow(p) {
+		const labels = ["Name", "Limits", "Actions"];
+		const button = (label, cls, action) => rowButton(label, cls, "plan " + p.name, action);
+		const cells = [
+			nameCell(p.name, p.description),
+			cell("td", { className: "limits" }, limitsList(p)),
+			cell("td", { className: "row-actions" },
+				button("Edit", "edit", () => openPlanForm(p)),
+				button("Delete", "delete danger", () => confirmRemoval("Delete", "plan " + p.name,
+					"A plan that keys or consumers still take is not deleted: give them another plan, or none, first.",
+					"webapi/plans/" + encodeURIComponent(p.id), loadConsumers))),
+		];
+		cells.forEach((x, i) => x.setAttribute("data-label", labels[i]));
+		const row = el("tr", null, ...cells);
+		row.dataset.id = p.id;
+		return row;
+	}
+
+	// scopeForm makes the form of a consumer or a plan (noun) in dialog,
+	// saved at path: fill shows an item's fields other than its limits
+	// (null: a new one), read reads them back as the API's fields. It
+	// returns the function that opens the form for an item, or for a new
+	// one.
+	function scopeForm({ noun, path, dialog, inputPrefix, errorPrefix, fill, read }) {
+		const form = $("form", dialog);
+		const limits = limitsEditor(form, inputPrefix, errorPrefix);
+		const values = () => ({ ...read(), ...limits.read() });
+		let editing = null; // { item, before } of the dialog
+		form.addEventListener("submit", (e) => {
+			e.preventDefault();
+			busy(form, async () => {
+				const { item, before } = editing;
+				const v = values();
+				clearErrors(form);
+				let saved;
+				try {
+					saved = item
+						? await api("PATCH", path + "/" + encodeURIComponent(item.id), changes(v, before))
+						: await api("POST", path, v);
+				} catch (err) {
+					showErrors(form, err, inputPrefix, errorPrefix, $(".form-error", form).id);
+					return;
+				}
+				dialog.close();
+				await loadConsumers();
+				say((item ? "Saved " : "Created ") + noun + " " + saved.name + ".");
+			});
+		});
+		return (item) => {
+			clearErrors(form);
+			form.reset();
+			fill(item);
+			limits.fill(item);
+			$("h2", dialog).textContent = item ? "Edit " + noun + " " + item.name : "Create " + noun;
+			$('[type="submit"]', form).textContent = item ? "Save" : "Create " + noun;
+			editing = { item, before: values() };
+			dialog.showModal();
+			$("input", form).focus();
+		};
+	}
+
+	const openConsumerForm = scopeForm({
+		noun: "consumer", path: "webapi/consumers", dialog: $("#consumer-dialog"), inputPrefix: "c-", errorPrefix: "ce-",
+		fill(c) {
+			$("#c-name").value = c ? c.name : "";
+			$("#c-externalId").value = (c && c.externalId) || "";
+			$("#c-description").value = c ? c.description : "";
+			fillSelect($("#c-planId"), [...scopes.plans.values()], c && c.planId, (p) => p.name);
+		},
+		read: () => ({
+			name: $("#c-name").value.trim(),
+			externalId: $("#c-externalId").value.trim() || null,
+			description: $("#c-description").value,
+			planId: $("#c-planId").value || null,
+		}),
+	});
+	$("#create-consumer").addEventListener("click", () => openConsumerForm(null));
+
+	const openPlanForm = scopeForm({
+		noun: "plan", path: "webapi/plans", dialog: $("#plan-dialog"), inputPrefix: "pl-", errorPrefix: "ple-",
+		fill(p) {
+			$("#pl-name").value = p ? p.name : "";
+			$("#pl-description").value = p ? p.description : "";
+		},
+		read: () => ({ name: $("#pl-name").value.trim(), description: $("#pl-description").value }),
+	});
+	$("#create-plan").addEventListener("click", () => openPlanForm(null));
+
 	// --- templates -----------------------------------------------------
 
 	const templatesPanel = $("#panel-templates");
@@ -802,10 +1075,8 @@
 			return;
 		}
 		const labels = ["ID", "Collection ID", "Title", "Body", "Actions"];
-		$("tbody", templatesPanel).replaceChildren(...templates.map((t) => {
-			const remove = el("button", { type: "button", className: "delete danger", textContent: "Remove" });
-			remove.setAttribute("aria-label", "Remove " + t.id);
-			remove.addEventListener("click", () => confirmRemoval("Remove", "template " + t.id,
+		showRows(templatesPanel, templates, (t) => {
+			const remove = rowButton("Remove", "delete danger", t.id, () => confirmRemoval("Remove", "template " + t.id,
 				"Contracts already created from it keep their copy; no new contract can be created from it.",
 				"webapi/templates/" + encodeURIComponent(t.id), loadTemplates));
 			const cells = [
@@ -819,9 +1090,7 @@
 			const row = el("tr", null, ...cells);
 			row.dataset.id = t.id;
 			return row;
-		}));
-		$(".empty", templatesPanel).hidden = templates.length > 0;
-		$(".table-wrap", templatesPanel).hidden = templates.length === 0;
+		});
 	}
 
 	const templateDialog = $("#template-dialog");

@@ -61,8 +61,8 @@ var genericHeaders = map[string]bool{
 // endpoint; pagePrefixes those of them a Web API Keys page serves too,
 // under its mount.
 var (
-	adminPrefixes = []string{"/webapi/keys", "/webapi/templates", "/webapi/webhooks", "/webapi/seal"}
-	pagePrefixes  = []string{"/webapi/keys", "/webapi/templates"}
+	adminPrefixes = []string{"/webapi/keys", "/webapi/consumers", "/webapi/plans", "/webapi/templates", "/webapi/webhooks", "/webapi/seal"}
+	pagePrefixes  = []string{"/webapi/keys", "/webapi/consumers", "/webapi/plans", "/webapi/templates"}
 )
 
 // apiPrefixes are the paths of the Web API document, on the site.
