@@ -172,6 +172,33 @@ func BenchmarkAuthorizeTraffic(b *testing.B) {
 	}
 }
 
+// BenchmarkAuthorizeScopes is BenchmarkAuthorizeTraffic with every scope
+// a key can be counted in (the bench's scopes figure): a policy of the
+// key's own, its plan's, and its consumer's with the consumer's quota;
+// on bbolt, which keeps plans and consumers (a quota block a write).
+func BenchmarkAuthorizeScopes(b *testing.B) {
+	ks := newEnv(b, storetest.OpenBolt(b)).keys
+	p := mustPlan(b, ks, `{"name":"p","rateLimits":[{"name":"plan-second","limit":1000000000,"windowSeconds":1}]}`)
+	c := mustConsumer(b, ks, `{"name":"c","rateLimits":[{"name":"minute","limit":1000000000,"windowSeconds":60}],
+		"quota":{"limit":1000000000000,"period":"month"}}`)
+	k := mustCreate(b, ks, `{"service":"contracts","name":"b","owner":"o","privileges":["get"],
+		"rateLimits":[{"name":"own","limit":1000000000,"windowSeconds":60}],"planId":"`+p.ID+`","consumerId":"`+c.ID+`"}`)
+	req := &Request{Service: ServiceContracts, Authorization: []string{"Bearer " + k.Token},
+		ClientIP: netip.MustParseAddr("2001:db8::7"), Method: "GET", Path: "/webapi/contracts/c1/attachments/a1"}
+	lookup := ks.Lookup
+	b.ReportAllocs()
+	for b.Loop() {
+		req.Now = time.Now()
+		d := Authorize(req, &testContractsTable, lookup)
+		if !d.Authorized() {
+			b.Fatal(d.Reason)
+		}
+		if p, c := d.RateLimitHeaders(req.Now); p == "" || c == "" {
+			b.Fatal("no headers")
+		}
+	}
+}
+
 // memKeys is a key store in memory.
 func memKeys(b *testing.B) *Keys {
 	sealer, err := seal.New(randomKey(b))

@@ -57,6 +57,34 @@ func (g *gatewayProc) limitedAuth(d *dataset) float64 {
 		"2 policies + quota (b)", g.authRespondWith("auth-limited", token))
 }
 
+// scopedAuth is figure (a) with every scope a key can be counted in:
+// webapi_auth + respond with a key of a policy of its own, of a plan with
+// a policy, and of a consumer with a policy and a quota (the consumer's
+// meter spent beside the key's on every request), none of which ever
+// refuses, against the same request with the key without any (the one
+// authRespond sends).
+func (g *gatewayProc) scopedAuth(d *dataset) float64 {
+	var plan, consumer struct {
+		ID string `json:"id"`
+	}
+	if err := g.AdminJSON("POST", "/webapi/plans", map[string]any{"name": "bench-plan",
+		"rateLimits": []any{policy("plan-second", 1e9, 1)}}, &plan); err != nil {
+		fatalf("creating the plan: %v", err)
+	}
+	if err := g.AdminJSON("POST", "/webapi/consumers", map[string]any{"name": "bench-consumer",
+		"rateLimits": []any{policy("minute", 1e9, 60)},
+		"quota":      map[string]any{"limit": 1e12, "period": "month"}}, &consumer); err != nil {
+		fatalf("creating the consumer: %v", err)
+	}
+	_, token := g.createKey("bench-scoped", []string{"get"}, map[string]any{
+		"rateLimits": []any{policy("own", 1e9, 60)},
+		"planId":     plan.ID,
+		"consumerId": consumer.ID,
+	})
+	return g.compare("key without policies (a)", g.authRespond(d),
+		"own + plan + consumer (b)", g.authRespondWith("auth-scopes", token))
+}
+
 // neighbour is figure (b): a key limited to floodLimit a second floods
 // contract creates from floodClients connections while the bench's
 // contracts key reads one contract from neighbourClients; the same flood

@@ -28,10 +28,10 @@ var (
 	large     = flag.Int("n", 100000, "keys, contracts and shares in the large store")
 	keep      = flag.Bool("keep", false, "keep the data directories")
 	profile   = flag.String("profile", "", "write a CPU profile of the gateway during the first run named by -profile-of to this file")
-	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, auth-limited, contract-get, share-get, share-page, share-page-host, contract-create, flood-limited, flood-unknown")
+	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, auth-limited, auth-scopes, contract-get, share-get, share-page, share-page-host, contract-create, flood-limited, flood-unknown, flood-refused")
 	backendOf = flag.String("backend", "bolt", "the storage backend: bolt, or postgres (a throwaway durable PostgreSQL started for the run)")
 	instances = flag.Int("instances", 1, "with -backend postgres and more than 1: only compare that many gateways on one database with one")
-	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, host, seal, creates, limits, import, neighbour, rotation, large; with -instances: spread, accuracy")
+	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, host, seal, creates, limits, scopes, import, neighbour, rotation, large; with -instances: spread, accuracy")
 )
 
 // want says whether -figures asks for figure name.
@@ -123,6 +123,10 @@ func main() {
 	if want("limits") {
 		r := gw.limitedAuth(small)
 		fmt.Printf("auth with two rate-limit policies and a quota: b/a = %.3f   (goal >= %.2f)\n", r, goal.limitedAuth)
+	}
+	if want("scopes") {
+		r := gw.scopedAuth(small)
+		fmt.Printf("auth with its own, a plan's and a consumer's policy + the consumer's quota: b/a = %.3f   (goal >= %.2f)\n", r, goal.scopes)
 	}
 	if want("host") {
 		hostFigure(be, tmp)

@@ -43,6 +43,20 @@ func trafficKey(t *testing.T, c *cluster, name string, extra map[string]any) gat
 // handler's 404 for an unknown contract) and those it refused by status.
 func letThrough(t *testing.T, gws []*gatewayproc.Gateway, token string, n, clients int) (int, map[int]int) {
 	t.Helper()
+	return letThroughKeys(t, gws, []string{token}, n, clients)
+}
+
+// spreadToken is the token of the i-th request spread over gws: each
+// token in turn once every instance had one, so that every key reaches
+// every instance.
+func spreadToken(tokens []string, gws []*gatewayproc.Gateway, i int) string {
+	return tokens[(i/len(gws))%len(tokens)]
+}
+
+// letThroughKeys is letThrough with the tokens of several keys, each in
+// turn on every instance (spreadToken).
+func letThroughKeys(t *testing.T, gws []*gatewayproc.Gateway, tokens []string, n, clients int) (int, map[int]int) {
+	t.Helper()
 	var next atomic.Int64
 	var mu sync.Mutex
 	refused := map[int]int{}
@@ -58,7 +72,7 @@ func letThrough(t *testing.T, gws []*gatewayproc.Gateway, token string, n, clien
 					return
 				}
 				g := gws[int(i)%len(gws)]
-				r, err := crashDo("GET", g.Site+"/webapi/contracts/"+uuid.NewString(), token, nil)
+				r, err := crashDo("GET", g.Site+"/webapi/contracts/"+uuid.NewString(), spreadToken(tokens, gws, int(i)), nil)
 				mu.Lock()
 				switch {
 				case err != nil:
@@ -92,6 +106,13 @@ func byKeyCheck(r crashReply) bool {
 // turn, and counts those let through.
 func paced(t *testing.T, gws []*gatewayproc.Gateway, token string, rate int, d time.Duration) (through, refused int) {
 	t.Helper()
+	return pacedKeys(t, gws, []string{token}, rate, d)
+}
+
+// pacedKeys is paced with the tokens of several keys, each in turn on
+// every instance (spreadToken).
+func pacedKeys(t *testing.T, gws []*gatewayproc.Gateway, tokens []string, rate int, d time.Duration) (through, refused int) {
+	t.Helper()
 	// Start as a window (of whole seconds) starts: a run that began
 	// within one would have a first window with nothing before it.
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
@@ -102,7 +123,7 @@ func paced(t *testing.T, gws []*gatewayproc.Gateway, token string, rate int, d t
 	end := time.Now().Add(d)
 	for i := 0; time.Now().Before(end); i++ {
 		<-tick.C
-		g := gws[i%len(gws)]
+		g, token := gws[i%len(gws)], spreadToken(tokens, gws, i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
