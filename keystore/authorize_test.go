@@ -385,10 +385,16 @@ func TestMatchPattern(t *testing.T) {
 		{"/a/{id}/c/{d}", "/a/x/c/y", true},
 		{"/a/{id}/c/{d}", "/a/x/d/y", false},
 		{"/a/{id}/c/{d}", "/a//c/y", false},
+		{"/a/b", "a/b", true},
+		{"/", "", true},
 	}
 	for _, tt := range tests {
 		if got := MatchPattern(tt.pattern, tt.path); got != tt.want {
 			t.Errorf("MatchPattern(%q, %q) = %v, want %v", tt.pattern, tt.path, got, tt.want)
+		}
+		// Match counts segments first: a match needs as many.
+		if tt.want && segments(tt.pattern) != segments(tt.path) {
+			t.Errorf("segments(%q) = %d, segments(%q) = %d", tt.pattern, segments(tt.pattern), tt.path, segments(tt.path))
 		}
 	}
 }

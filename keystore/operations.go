@@ -35,9 +35,13 @@ func (t *Table) Match(method, path string) (op *Operation, allow []string) {
 	if method == http.MethodHead {
 		method = http.MethodGet
 	}
+	// A pattern matches only a path of as many segments: counting them
+	// (a vectorized byte count) spares most rows the walk segment by
+	// segment, which was a third of the key check's time.
+	n := segments(path)
 	for i := range t.Operations {
 		o := &t.Operations[i]
-		if !MatchPattern(o.Pattern, path) {
+		if segments(o.Pattern) != n || !MatchPattern(o.Pattern, path) {
 			continue
 		}
 		if o.Method == method {
@@ -72,6 +76,15 @@ func MatchPattern(pattern, path string) bool {
 		}
 		pattern, path = prest, rest
 	}
+}
+
+// segments is how many segments MatchPattern walks in p.
+func segments(p string) int {
+	n := strings.Count(p, "/")
+	if p == "" || p[0] != '/' {
+		n++
+	}
+	return n
 }
 
 // cutSegment splits "/a/b" into "a" and "/b"; more is false at the last segment.

@@ -43,6 +43,32 @@ type QuotaSpan struct {
 // span is the period of kind p that holds t.
 func (p QuotaPeriod) span(t time.Time) QuotaSpan { return QuotaSpan{p, p.start(t)} }
 
+// setPeriod makes the block the period of kind p starting at start (a
+// zero start: none).
+func (qs *quotaState) setPeriod(p QuotaPeriod, start time.Time) {
+	if start.IsZero() {
+		qs.end.Store(0)
+		qs.period.Store(0)
+		return
+	}
+	qs.end.Store(0)
+	qs.period.Store(start.Unix())
+	qs.end.Store(p.next(start).Unix())
+}
+
+// spanAt is the period of q that holds now and the start of the next:
+// from the block's period while now is within it, else reckoned. The
+// caller ensures the block's period is of q's kind (changed resets it
+// when the kind changes).
+func (qs *quotaState) spanAt(q *Quota, now time.Time) (QuotaSpan, time.Time) {
+	p, end := qs.period.Load(), qs.end.Load()
+	if sec := now.Unix(); p != 0 && sec >= p && sec < end {
+		return QuotaSpan{q.Period, time.Unix(p, 0).UTC()}, time.Unix(end, 0).UTC()
+	}
+	span := q.Period.span(now)
+	return span, q.Period.next(span.Start)
+}
+
 // start is the beginning of the period that holds t.
 func (p QuotaPeriod) start(t time.Time) time.Time {
 	t = t.UTC()
@@ -126,8 +152,12 @@ var ErrQuotaUnavailable = errors.New("quota: no block and the database is unreac
 // request waits on storage); one that finds it running low asks for the
 // next in the background, so a busy key rarely waits.
 type quotaState struct {
-	// period is the unix seconds of the period the block belongs to.
-	period atomic.Int64
+	// period is the unix seconds of the period the block belongs to, and
+	// end those of the period after it (0: not known): the key check
+	// finds the period of now from them without calendar arithmetic.
+	// period is stored before end and read before it, so that a reader
+	// never pairs a new period with an end that does not belong to it.
+	period, end atomic.Int64
 	block  atomic.Int64
 	// used is the period's total taken by all instances at the last
 	// lease (this instance's unspent block included).
@@ -160,7 +190,7 @@ var errQuotaSpent = errors.New("quota spent")
 // instance holds, or, when it is empty, from a new block it leases.
 func (k *Keys) spendQuota(m *meter, q *Quota, now time.Time) error {
 	qs := &m.quota
-	span := q.Period.span(now)
+	span, _ := qs.spanAt(q, now)
 	if cur := qs.period.Load(); span.Start.Unix() < cur {
 		// A request that began before the period turned spends from the
 		// current one: the block never goes back a period.
@@ -234,7 +264,7 @@ func (qs *quotaState) changed(old, q *Quota, give func(span QuotaSpan, n int64))
 	if old.Period != q.Period {
 		qs.block.Store(0)
 		qs.used.Store(0)
-		qs.period.Store(0)
+		qs.setPeriod("", time.Time{})
 		return
 	}
 	if q.Limit < old.Limit {
@@ -271,7 +301,7 @@ func (k *Keys) lease(m *meter, q *Quota, span QuotaSpan, now time.Time) error {
 		qs.block.Store(0)
 		qs.used.Store(0)
 		qs.spentUntil.Store(0)
-		qs.period.Store(p)
+		qs.setPeriod(span.Period, span.Start)
 	}
 	// The quota as it is now: a request (or a prefetch) that began
 	// before a change leases under the new limit.
@@ -379,12 +409,12 @@ func (k *Keys) meterOf(id string) *meter {
 // quotaUsed is what instances have taken of q in the period of now, less
 // this instance's unspent block, and when the next period begins.
 func (m *meter) quotaUsed(q *Quota, now time.Time) (int64, time.Time) {
-	start := q.Period.start(now)
+	span, next := m.quota.spanAt(q, now)
 	used := int64(0)
-	if m.quota.period.Load() == start.Unix() {
+	if m.quota.period.Load() == span.Start.Unix() {
 		used = max(m.quota.used.Load()-max(m.quota.block.Load(), 0), 0)
 	}
-	return used, q.Period.next(start)
+	return used, next
 }
 
 // quotaView is what the holder of m has used of its quota (its own or
@@ -425,7 +455,7 @@ func (k *Keys) ReadQuotas(id string) error {
 		if qs.period.Load() != span.Start.Unix() {
 			qs.block.Store(0)
 			qs.spentUntil.Store(0)
-			qs.period.Store(span.Start.Unix())
+			qs.setPeriod(span.Period, span.Start)
 		}
 		qs.used.Store(max(used, qs.used.Load()))
 		qs.mu.Unlock()
