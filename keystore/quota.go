@@ -158,7 +158,7 @@ type quotaState struct {
 	// period is stored before end and read before it, so that a reader
 	// never pairs a new period with an end that does not belong to it.
 	period, end atomic.Int64
-	block  atomic.Int64
+	block       atomic.Int64
 	// used is the period's total taken by all instances at the last
 	// lease (this instance's unspent block included).
 	used atomic.Int64
