@@ -273,7 +273,12 @@ func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
 	list := appOf(r).state.keys.List(svc)
 	if _, ok := query["consumerId"]; ok {
 		// The keys of one consumer: the Consumers view of the keys page.
+		// An unknown one is a mistake to say, not an empty list.
 		consumer := query.Get("consumerId")
+		if _, err := appOf(r).state.keys.GetConsumer(consumer); err != nil {
+			a.fail(w, r, problem.Invalid([]problem.FieldError{{Field: "consumerId", Code: "unknown", Message: "no consumer has this id"}}))
+			return
+		}
 		list = slices.DeleteFunc(list, func(k keystore.Key) bool { c, _ := k.Scopes(); return c != consumer })
 	}
 	writeJSON(w, http.StatusOK, list)

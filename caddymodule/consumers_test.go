@@ -127,6 +127,9 @@ func testConsumersAndPlans(t *testing.T, b backend) {
 		{"unknown consumer", "GET", "/webapi/consumers/nope", nil, 404, "", ""},
 		{"unknown plan", "PATCH", "/webapi/plans/nope", map[string]any{"name": "y"}, 404, "", ""},
 		{"list parameter", "GET", "/webapi/consumers?x=1", nil, 400, "x", "unknown_parameter"},
+		{"keys of an unknown consumer", "GET", "/webapi/keys?consumerId=nope", nil, 400, "consumerId", "unknown"},
+		{"a name with a trailing space", "POST", "/webapi/plans", map[string]any{"name": "basic "}, 400, "name", "invalid"},
+		{"thousands of policies", "POST", "/webapi/plans", map[string]any{"name": "x", "rateLimits": make([]map[string]any, 5000)}, 400, "rateLimits", "too_many"},
 	}
 	for _, tt := range bad {
 		r := do(t, tt.method, adminURL+tt.path, tt.body)

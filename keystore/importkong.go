@@ -231,21 +231,36 @@ func kongPolicies(f *problem.Fields, where, who string, plugins []kongPlugin, ow
 			if !ok {
 				unmapped("rate-limiting limits by " + by + ", not by consumer or credential")
 			}
-			if _, set := wholeConfig(p.Config["year"]); set {
+			if p.Config["year"] != nil {
 				unmapped("a yearly rate limit, which keygate cannot carry")
 			}
-			if !ok {
-				continue
+			// A limit that is set but not a positive whole number (5.5,
+			// "10", 0) is a problem, never dropped: dropped, it would leave
+			// the client with no limit at all.
+			number := func(field string) (int64, bool) {
+				v := p.Config[field]
+				if v == nil {
+					return 0, false
+				}
+				n, whole := wholeConfig(v)
+				if !whole {
+					unmapped(fmt.Sprintf("rate-limiting's %s is %v, not a positive whole number", field, v))
+					ok = false
+				}
+				return n, whole
 			}
 			var limits []json.RawMessage
 			for _, w := range kongRateWindows {
-				if n, set := wholeConfig(p.Config[w.field]); set {
+				if n, set := number(w.field); set {
 					limits = append(limits, policyJSON(w.field, n, w.window))
 				}
 			}
 			var quota json.RawMessage
-			if n, set := wholeConfig(p.Config["month"]); set {
+			if n, set := number("month"); set {
 				quota, _ = json.Marshal(map[string]any{"limit": n, "period": "month"})
+			}
+			if !ok {
+				continue
 			}
 			lim.add(by == "credential", limits, quota)
 		case "rate-limiting-advanced":

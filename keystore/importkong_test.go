@@ -315,6 +315,40 @@ func TestParseKongGroups(t *testing.T) {
 			errs: []string{"lines[2].acls:denied"}, says: "consumer group g",
 		},
 		{
+			name: "a fractional limit",
+			dump: consumer("  plugins: [{name: rate-limiting, config: {minute: 5.5}}]\n"),
+			errs: []string{"lines[2].plugins:unmapped"}, says: "minute is 5.5, not a positive whole number",
+		},
+		{
+			name: "a limit as a string",
+			dump: consumer("  plugins: [{name: rate-limiting, config: {hour: \"100\"}}]\n"),
+			errs: []string{"lines[2].plugins:unmapped"}, says: "hour is 100, not a positive whole number",
+		},
+		{
+			name: "a zero day beside a minute",
+			dump: consumer("  plugins: [{name: rate-limiting, config: {minute: 10, day: 0}}]\n"),
+			errs: []string{"lines[2].plugins:unmapped"}, says: "day is 0",
+		},
+		{
+			name: "a negative month quota",
+			dump: consumer("  plugins: [{name: rate-limiting, config: {month: -1}}]\n"),
+			errs: []string{"lines[2].plugins:unmapped"}, says: "month is -1",
+		},
+		{
+			name: "a group's fractional limit",
+			dump: consumer("  groups: [{name: g}]\nconsumer_groups:\n- name: g\n  plugins: [{name: rate-limiting, config: {minute: 5.5}}]\n"),
+			errs: []string{"lines[8].plugins:unmapped"}, says: "minute is 5.5",
+		},
+		{
+			name: "a yearly limit as a string",
+			dump: consumer("  plugins: [{name: rate-limiting, config: {year: \"1000\"}}]\n"),
+			errs: []string{"lines[2].plugins:unmapped"}, says: "yearly",
+		},
+		{
+			name: "a null limit is no limit",
+			dump: consumer("  plugins: [{name: rate-limiting, config: {minute: null}}]\n"),
+		},
+		{
 			name: "a group without limits",
 			dump: consumer("  groups: [{name: g}]\nconsumer_groups:\n- name: g\n"),
 		},

@@ -126,6 +126,7 @@ func TestCreateValidation(t *testing.T) {
 		{"owner of 256", `{"service":"contracts","name":"n","owner":"` + strings.Repeat("o", 256) + `","privileges":["get"]}`, []string{"owner:invalid"}},
 		{"privileges missing", `{"service":"contracts","name":"n","owner":"o"}`, []string{"privileges:required"}},
 		{"privileges empty", `{"service":"contracts","name":"n","owner":"o","privileges":[]}`, []string{"privileges:required"}},
+		{"thousands of privileges, refused as a whole", `{"service":"contracts","name":"n","owner":"o","privileges":[` + strings.Repeat(`"x",`, 5000) + `"get"]}`, []string{"privileges:too_many"}},
 		{"unknown privilege", `{"service":"contracts","name":"n","owner":"o","privileges":["get","sign"]}`, []string{"privileges[1]:unknown_privilege"}},
 		{"share privilege on contracts", `{"service":"contracts","name":"n","owner":"o","privileges":["list"]}`, []string{"privileges[0]:unknown_privilege"}},
 		{"contracts privilege on share", `{"service":"share","name":"n","owner":"o","privileges":["get","search","archive"]}`,

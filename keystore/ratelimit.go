@@ -37,6 +37,11 @@ func checkRateLimits(f *problem.Fields, list []json.RawMessage) []RateLimit {
 	bad := len(f.List())
 	if len(list) > MaxRateLimits {
 		f.Add("rateLimits", "too_many", fmt.Sprintf("at most %d rate-limit policies", MaxRateLimits))
+		if len(list) > 4*MaxRateLimits {
+			// Not each policy too: a body of thousands would be answered
+			// with thousands of errors, many times its size.
+			return nil
+		}
 	}
 	out := make([]RateLimit, 0, len(list))
 	seen := map[string]bool{}

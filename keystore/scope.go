@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -129,8 +130,8 @@ func applyConsumer(c Consumer, in *ConsumerInput) (Consumer, error) {
 		c.ExternalID = nil
 		switch v := in.ExternalID.Value; {
 		case in.ExternalID.Null:
-		case !text.PrintableASCII(v, maxExternalIDLen):
-			f.Add("externalId", "invalid", "externalId must be 1 to 255 printable US-ASCII characters, or null")
+		case !text.PrintableASCII(v, maxExternalIDLen) || untrimmed(v):
+			f.Add("externalId", "invalid", "externalId must be 1 to 255 printable US-ASCII characters, not beginning or ending with a space, or null")
 		default:
 			c.ExternalID = &v
 		}
@@ -147,12 +148,16 @@ func checkScopeName(f *problem.Fields, in patch.Field[string], create bool, name
 	case !in.Set && create, in.Set && in.Null:
 		f.Add("name", "required", "name is required: 1 to 100 printable characters")
 	case !in.Set:
-	case !text.Printable(in.Value, maxScopeNameLen):
-		f.Add("name", "invalid", "name must be 1 to 100 printable characters")
+	case !text.Printable(in.Value, maxScopeNameLen) || untrimmed(in.Value):
+		f.Add("name", "invalid", "name must be 1 to 100 printable characters, not beginning or ending with a space")
 	default:
 		*name = in.Value
 	}
 }
+
+// untrimmed reports whether s begins or ends with white space: "gold"
+// and "gold " would be two plans that every list shows alike.
+func untrimmed(s string) bool { return strings.TrimSpace(s) != s }
 
 func checkScopeDescription(f *problem.Fields, in patch.Field[string], d *string) {
 	if !in.Set {

@@ -138,6 +138,10 @@ func TestScopesStored(t *testing.T) {
 				_, err := e.keys.CreateConsumer(consumerInput(t, `{"externalId":"x\u0001"}`))
 				return err
 			}, 400, []string{"name:required", "externalId:invalid"}},
+			{"names and externalId with spaces around them", func() error {
+				_, err := e.keys.CreateConsumer(consumerInput(t, `{"name":" lead","externalId":"acme "}`))
+				return err
+			}, 400, []string{"name:invalid", "externalId:invalid"}},
 			{"a plan with a bad policy", func() error {
 				_, err := e.keys.CreatePlan(planInput(t, `{"name":"p","rateLimits":[{"name":"Bad Name","limit":0,"windowSeconds":1}],"quota":{"limit":1,"period":"week"}}`))
 				return err

@@ -164,6 +164,7 @@ func TestRateLimitInput(t *testing.T) {
 			[]string{"rateLimits[0].extra:unknown_field", "rateLimits[1]:invalid", "quota.Limit:unknown_field"}},
 		{"too many, and a bad one among them", `"rateLimits":[{"name":"a","limit":1,"windowSeconds":1},{"name":"b","limit":1,"windowSeconds":1},{"name":"c","limit":1,"windowSeconds":1},{"name":"d","limit":1,"windowSeconds":1},{"name":"e","limit":0,"windowSeconds":1}]`,
 			[]string{"rateLimits:too_many", "rateLimits[4].limit:out_of_range"}},
+		{"thousands, refused as a whole", `"rateLimits":[` + strings.Repeat(`{"name":"","limit":0},`, 5000) + `{}]`, []string{"rateLimits:too_many"}},
 		{"quota not an object", `"quota":[1]`, []string{"quota:invalid"}},
 		{"quota without fields", `"quota":{}`, []string{"quota.limit:required", "quota.period:required"}},
 	} {

@@ -46,6 +46,9 @@ const (
 	maxOwnerLen       = 255
 	maxAllowedIPs     = 1000
 	maxAdminProjects  = 1000
+	// maxPrivileges is more than a service has, so that a list longer
+	// is refused as a whole and not privilege by privilege.
+	maxPrivileges = 16
 )
 
 // applyCreate checks in as a create and returns the new key's fields. Every
@@ -156,6 +159,10 @@ func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 func checkPrivileges(f *problem.Fields, s Service, list []string) []Privilege {
 	if len(list) == 0 {
 		f.Add("privileges", "required", "privileges must name at least one privilege")
+		return nil
+	}
+	if len(list) > maxPrivileges {
+		f.Add("privileges", "too_many", fmt.Sprintf("privileges lists at most %d privileges, each once", maxPrivileges))
 		return nil
 	}
 	out := make([]Privilege, 0, len(list))

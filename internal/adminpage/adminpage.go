@@ -245,9 +245,9 @@ func withPath(r *http.Request, rest string) *http.Request {
 // crossOrigin says why r may not be a call of the page itself, or "".
 // Browsers send Sec-Fetch-Site, which no script can set; only
 // "same-origin" passes ("same-site" would let the API's own pages on
-// another port of the same host in). A client without it (curl, an old
-// browser) is judged by Origin, when it sends one. Every call must carry
-// RequestHeader.
+// another port of the same host in). An Origin, when sent, must name the
+// page's host, with Sec-Fetch-Site or without it (curl, an old browser).
+// Every call must carry RequestHeader.
 func crossOrigin(r *http.Request) string {
 	sites := r.Header.Values("Sec-Fetch-Site")
 	for _, site := range sites {
@@ -255,14 +255,14 @@ func crossOrigin(r *http.Request) string {
 			return "the request comes from another origin (Sec-Fetch-Site: " + site + ")"
 		}
 	}
-	if len(sites) == 0 {
-		// The host, not the scheme: behind a proxy that ends TLS the
-		// gateway sees http for the browser's https.
-		for _, o := range r.Header.Values("Origin") {
-			u, err := url.Parse(o)
-			if err != nil || !strings.EqualFold(u.Host, r.Host) {
-				return "the request comes from another origin"
-			}
+	// An Origin is judged too, also beside Sec-Fetch-Site: a browser
+	// never sends the two at odds, so a request that does is no call of
+	// the page. The host, not the scheme: behind a proxy that ends TLS
+	// the gateway sees http for the browser's https.
+	for _, o := range r.Header.Values("Origin") {
+		u, err := url.Parse(o)
+		if err != nil || !strings.EqualFold(u.Host, r.Host) {
+			return "the request comes from another origin"
 		}
 	}
 	if v := r.Header.Values(RequestHeader); len(v) != 1 || v[0] != "1" {

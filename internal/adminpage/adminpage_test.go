@@ -228,6 +228,7 @@ func TestCrossOriginCallsAreRefused(t *testing.T) {
 		{"a cross-site form post", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, false, "cross-site"},
 		{"cross-site even with the header", map[string]string{"Sec-Fetch-Site": "cross-site", adminpage.RequestHeader: "1"}, false, "cross-site"},
 		{"the API's own pages on another port", map[string]string{"Sec-Fetch-Site": "same-site", adminpage.RequestHeader: "1"}, false, "same-site"},
+		{"same-origin at odds with a foreign Origin", map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://evil.example", adminpage.RequestHeader: "1"}, false, "another origin"},
 		{"typed into the address bar", map[string]string{"Sec-Fetch-Site": "none"}, false, "none"},
 		{"another Origin without fetch metadata", map[string]string{"Origin": "http://evil.example", adminpage.RequestHeader: "1"}, false, "another origin"},
 		{"an unreadable Origin", map[string]string{"Origin": "::", adminpage.RequestHeader: "1"}, false, "another origin"},
