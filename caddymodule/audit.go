@@ -77,7 +77,11 @@ type auditLog struct {
 	mu      sync.Mutex
 	pending []auditRecord
 	spare   []auditRecord
-	stopped bool
+	// pendingHeld and spareHeld are how many records at the start of
+	// each buffer may still hold the strings of a written batch (see
+	// flush).
+	pendingHeld, spareHeld int
+	stopped                bool
 
 	dropped atomic.Uint64
 	stop    chan struct{}
@@ -144,27 +148,49 @@ func (a *auditLog) close() {
 // flush writes the pending batch.
 func (a *auditLog) flush() {
 	a.mu.Lock()
-	batch := a.pending
-	a.pending, a.spare = a.spare[:0], nil
+	batch, held := a.pending, a.pendingHeld
+	a.pending, a.pendingHeld = a.spare[:0], a.spareHeld
+	a.spare, a.spareHeld = nil, 0
 	a.mu.Unlock()
 	if n := a.dropped.Swap(0); n > 0 {
 		a.logger.Warn("audit entries dropped: the audit log could not keep up", zap.Uint64("dropped", n))
 	}
 	a.write(batch)
-	clear(batch) // let go of the strings the records hold
+	// Let go of the strings the records hold, but not by clearing every
+	// batch (a busy log's records are written over by the next batch in
+	// the buffer anyway): only those past the end of this batch, and all
+	// once the log is idle, within two flushes of the last entry.
+	if len(batch) == 0 {
+		clear(batch[:held])
+		held = 0
+	} else if held > len(batch) {
+		clear(batch[len(batch):held])
+		held = len(batch)
+	} else {
+		held = len(batch)
+	}
 	a.mu.Lock()
 	if a.spare == nil {
-		a.spare = batch[:0]
+		a.spare, a.spareHeld = batch[:0], held
 	}
 	a.mu.Unlock()
 }
 
 func (a *auditLog) write(batch []auditRecord) {
 	if a.redactPath != nil {
+		// A path like the one before it is redacted as that one was: a
+		// client's requests often follow each other on one resource, and
+		// redacting hashes each segment that could be a token.
+		var raw, redacted string
 		for i := range batch {
-			if batch[i].path != "" {
-				batch[i].path = a.redactPath(batch[i].path)
+			p := batch[i].path
+			if p == "" {
+				continue
 			}
+			if p != raw {
+				raw, redacted = p, a.redactPath(p)
+			}
+			batch[i].path = redacted
 		}
 	}
 	if a.direct != nil {
@@ -360,7 +386,40 @@ func (e *jsonAudit) int(k string, v int) {
 
 func (e *jsonAudit) dur(k string, v time.Duration) {
 	e.key(k)
-	e.b = strconv.AppendFloat(e.b, float64(v)/float64(time.Second), 'f', -1, 64)
+	if v < 0 || v >= maxExactDuration {
+		e.b = strconv.AppendFloat(e.b, float64(v)/float64(time.Second), 'f', -1, 64)
+		return
+	}
+	e.b = appendSeconds(e.b, int64(v))
+}
+
+// maxExactDuration bounds the durations whose seconds appendSeconds
+// writes: of at most 15 digits, as a float64 keeps every decimal (a
+// float64 holds 15 digits exactly), so the shortest form of the quotient
+// zap writes is those digits themselves.
+const maxExactDuration = 1e15
+
+// appendSeconds appends ns nanoseconds (0 <= ns < maxExactDuration) in
+// seconds as strconv's shortest 'f' form of float64(ns)/1e9 has them:
+// integer digits, then the nanoseconds without their trailing zeros.
+func appendSeconds(b []byte, ns int64) []byte {
+	b = strconv.AppendInt(b, ns/1e9, 10)
+	frac := ns % 1e9
+	if frac == 0 {
+		return b
+	}
+	digits := 9
+	for frac%10 == 0 {
+		frac /= 10
+		digits--
+	}
+	b = append(b, '.')
+	var d [9]byte
+	for i := digits - 1; i >= 0; i-- {
+		d[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	return append(b, d[:digits]...)
 }
 
 func (e *jsonAudit) flag(k string, v bool) {
@@ -378,10 +437,7 @@ func (e *jsonAudit) uint(k string, v uint64) {
 // \n \r \t as such, other bytes below 0x20 as \u00xx, each byte of
 // invalid UTF-8 as \ufffd, everything else as it is (no HTML escaping).
 func appendJSONEscaped(b []byte, s string) []byte {
-	i := 0
-	for i < len(s) && jsonPlain[s[i]] {
-		i++
-	}
+	i := plainPrefix(s)
 	if i == len(s) { // the usual case: printable ASCII, no quote or backslash
 		return append(b, s...)
 	}
@@ -421,6 +477,34 @@ func appendJSONEscaped(b []byte, s string) []byte {
 		last = i
 	}
 	return append(b, s[last:]...)
+}
+
+// plainPrefix is the length of the start of s that JSON has as it is,
+// eight bytes at a time while they are all plain: the strings of an
+// entry (ids, names, paths) mostly are, and a byte at a time was most of
+// the writer's work on them.
+func plainPrefix(s string) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := s[i : i+8] // one bounds check, one load
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		q, bs := x^(ones*'"'), x^(ones*'\\')
+		// The high bit of a byte is set by x for non-ASCII, and by each
+		// subtraction only where a byte is below 0x20, or is the quote or
+		// the backslash (zero after the xor): exact as a test of the word.
+		if (x|(x-ones*0x20)&^x|(q-ones)&^q|(bs-ones)&^bs)&highs != 0 {
+			break
+		}
+	}
+	for i < len(s) && jsonPlain[s[i]] {
+		i++
+	}
+	return i
 }
 
 // jsonPlain marks the bytes JSON has as they are: printable ASCII but
