@@ -190,7 +190,9 @@ func (a *auditLog) write(batch []auditRecord) {
 			if p != raw {
 				raw, redacted = p, a.redactPath(p)
 			}
-			batch[i].path = redacted
+			if redacted != raw { // else the record keeps its own, unwritten
+				batch[i].path = redacted
+			}
 		}
 	}
 	if a.direct != nil {
@@ -225,6 +227,13 @@ type auditEncoder interface {
 // entry's fields, their order and when each is present, for both ways of
 // writing it.
 func (rec *auditRecord) encode(e auditEncoder) {
+	rec.encodeWho(e)
+	rec.encodeWhat(e)
+}
+
+// encodeWho gives the fields that say who acted on what: encode's first
+// part, the same for a run of one key's requests to one operation.
+func (rec *auditRecord) encodeWho(e auditEncoder) {
 	if rec.keyID != "" { // a refusal before the key is known has none
 		e.str("key_id", rec.keyID)
 		e.str("key_name", rec.keyName)
@@ -242,6 +251,10 @@ func (rec *auditRecord) encode(e auditEncoder) {
 	e.str("service", rec.service)
 	e.str("operation", rec.operation)
 	e.str("method", rec.method)
+}
+
+// encodeWhat gives the fields of the request itself: encode's second part.
+func (rec *auditRecord) encodeWhat(e auditEncoder) {
 	e.str("path", keystore.RedactTokens(rec.path)) // a token pasted into a path stays out of the log
 	e.ip("client_ip", rec.clientIP)
 	e.int("status", rec.status)
@@ -303,6 +316,7 @@ type directAudit struct {
 
 	mu  sync.Mutex // a request after stop writes beside the writer
 	buf []byte
+	who []byte // jsonAudit.who's buffer
 }
 
 // directChunk is about how much directAudit hands to the writer at
@@ -313,7 +327,7 @@ const directChunk = 64 << 10
 func (d *directAudit) write(batch []auditRecord) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	e := &jsonAudit{b: d.buf[:0]}
+	e := &jsonAudit{b: d.buf[:0], who: d.who[:0]}
 	first := 0
 	for i := range batch {
 		e.entry(d.name, &batch[i])
@@ -329,13 +343,26 @@ func (d *directAudit) write(batch []auditRecord) {
 	if cap(e.b) <= 4*directChunk {
 		d.buf = e.b[:0]
 	}
+	d.who = e.who[:0]
 }
 
 // jsonAudit appends audit entries as zap's JSON encoder writes them with
 // zap's production encoder config (Caddy's `format json`): level, ts in
 // float Unix seconds, logger, msg, then the fields, durations in float
 // seconds, strings escaped as zap escapes them.
-type jsonAudit struct{ b []byte }
+type jsonAudit struct {
+	b []byte
+	// who is the encoded logger, msg and encodeWho fields of the last
+	// entry, and whoOf what they were encoded from: the next entry with
+	// the same copies them rather than escape each string again.
+	who   []byte
+	whoOf auditWho
+}
+
+// auditWho are the strings of an entry's logger, msg and encodeWho fields.
+type auditWho struct {
+	name, msg, keyID, keyName, owner, webhookID, templateID, user, service, operation, method string
+}
 
 func (e *jsonAudit) entry(name string, rec *auditRecord) {
 	e.b = append(e.b, `{"level":"info"`...)
@@ -343,11 +370,20 @@ func (e *jsonAudit) entry(name string, rec *auditRecord) {
 		e.b = append(e.b, `,"ts":`...)
 		e.b = strconv.AppendFloat(e.b, float64(rec.at.UnixNano())/float64(time.Second), 'f', -1, 64)
 	}
-	if name != "" {
-		e.str("logger", name)
+	who := auditWho{name, rec.msg, rec.keyID, rec.keyName, rec.owner, rec.webhookID, rec.templateID, rec.user,
+		rec.service, rec.operation, rec.method}
+	if len(e.who) > 0 && who == e.whoOf {
+		e.b = append(e.b, e.who...)
+	} else {
+		start := len(e.b)
+		if name != "" {
+			e.str("logger", name)
+		}
+		e.str("msg", rec.msg)
+		rec.encodeWho(e)
+		e.who, e.whoOf = append(e.who[:0], e.b[start:]...), who
 	}
-	e.str("msg", rec.msg)
-	rec.encode(e)
+	rec.encodeWhat(e)
 	e.b = append(e.b, "}\n"...)
 }
 

@@ -416,3 +416,34 @@ func TestAuditRedactsRepeatedPathOnce(t *testing.T) {
 		t.Errorf("%d redactions, want 3 (one for each run of a path)", calls)
 	}
 }
+
+// Runs of entries of one key and operation, which the writer encodes
+// their first fields of once, are written as zap writes them too.
+func TestAuditDirectRunsMatchZap(t *testing.T) {
+	var recs []auditRecord
+	for i, rec := range auditTestRecords(2, 300) {
+		for j := 0; j < 1+i%3; j++ {
+			r := rec
+			r.path += "/" + strconv.Itoa(j)
+			r.status += j
+			r.duration += time.Duration(j)
+			recs = append(recs, r)
+		}
+	}
+	want := viaZap(t, logging.LogEncoderConfig{}, recs)
+	w := &lineWriter{t: t}
+	a := newAuditLog(jsonLogger(t, logging.LogEncoderConfig{}, w))
+	if a.direct == nil {
+		t.Fatal("the default JSON format is written through zap")
+	}
+	a.write(recs)
+	if got := w.b.String(); got != want {
+		wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
+		for i := range min(len(wl), len(gl)) {
+			if wl[i] != gl[i] {
+				t.Fatalf("line %d differs:\n zap:    %s\n direct: %s", i+1, wl[i], gl[i])
+			}
+		}
+		t.Fatalf("%d lines from zap, %d written directly", len(wl), len(gl))
+	}
+}
