@@ -83,7 +83,11 @@ type auditLog struct {
 	mu      sync.Mutex
 	pending []auditRecord
 	spare   []auditRecord
-	stopped bool
+	// pendingHeld and spareHeld are how many records at the start of
+	// each buffer may still hold the strings of a written batch (see
+	// flush).
+	pendingHeld, spareHeld int
+	stopped                bool
 
 	dropped atomic.Uint64
 	stop    chan struct{}
@@ -150,26 +154,50 @@ func (a *auditLog) close() {
 // flush writes the pending batch.
 func (a *auditLog) flush() {
 	a.mu.Lock()
-	batch := a.pending
-	a.pending, a.spare = a.spare[:0], nil
+	batch, held := a.pending, a.pendingHeld
+	a.pending, a.pendingHeld = a.spare[:0], a.spareHeld
+	a.spare, a.spareHeld = nil, 0
 	a.mu.Unlock()
 	if n := a.dropped.Swap(0); n > 0 {
 		a.logger.Warn("audit entries dropped: the audit log could not keep up", zap.Uint64("dropped", n))
 	}
 	a.write(batch)
-	clear(batch) // let go of the strings the records hold
+	// Let go of the strings the records hold, but not by clearing every
+	// batch (a busy log's records are written over by the next batch in
+	// the buffer anyway): only those past the end of this batch, and all
+	// once the log is idle, within two flushes of the last entry.
+	if len(batch) == 0 {
+		clear(batch[:held])
+		held = 0
+	} else if held > len(batch) {
+		clear(batch[len(batch):held])
+		held = len(batch)
+	} else {
+		held = len(batch)
+	}
 	a.mu.Lock()
 	if a.spare == nil {
-		a.spare = batch[:0]
+		a.spare, a.spareHeld = batch[:0], held
 	}
 	a.mu.Unlock()
 }
 
 func (a *auditLog) write(batch []auditRecord) {
 	if a.redactPath != nil {
+		// A path like the one before it is redacted as that one was: a
+		// client's requests often follow each other on one resource, and
+		// redacting hashes each segment that could be a token.
+		var raw, redacted string
 		for i := range batch {
-			if batch[i].path != "" {
-				batch[i].path = a.redactPath(batch[i].path)
+			p := batch[i].path
+			if p == "" {
+				continue
+			}
+			if p != raw {
+				raw, redacted = p, a.redactPath(p)
+			}
+			if redacted != raw { // else the record keeps its own, unwritten
+				batch[i].path = redacted
 			}
 		}
 	}
@@ -205,6 +233,13 @@ type auditEncoder interface {
 // entry's fields, their order and when each is present, for both ways of
 // writing it.
 func (rec *auditRecord) encode(e auditEncoder) {
+	rec.encodeWho(e)
+	rec.encodeWhat(e)
+}
+
+// encodeWho gives the fields that say who acted on what: encode's first
+// part, the same for a run of one key's requests to one operation.
+func (rec *auditRecord) encodeWho(e auditEncoder) {
 	if rec.keyID != "" { // a refusal before the key is known has none
 		e.str("key_id", rec.keyID)
 		e.str("key_name", rec.keyName)
@@ -228,6 +263,10 @@ func (rec *auditRecord) encode(e auditEncoder) {
 	e.str("service", rec.service)
 	e.str("operation", rec.operation)
 	e.str("method", rec.method)
+}
+
+// encodeWhat gives the fields of the request itself: encode's second part.
+func (rec *auditRecord) encodeWhat(e auditEncoder) {
 	e.str("path", keystore.RedactTokens(rec.path)) // a token pasted into a path stays out of the log
 	e.ip("client_ip", rec.clientIP)
 	e.int("status", rec.status)
@@ -293,6 +332,7 @@ type directAudit struct {
 
 	mu  sync.Mutex // a request after stop writes beside the writer
 	buf []byte
+	who []byte // jsonAudit.who's buffer
 }
 
 // directChunk is about how much directAudit hands to the writer at
@@ -303,7 +343,7 @@ const directChunk = 64 << 10
 func (d *directAudit) write(batch []auditRecord) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	e := &jsonAudit{b: d.buf[:0]}
+	e := &jsonAudit{b: d.buf[:0], who: d.who[:0]}
 	first := 0
 	for i := range batch {
 		e.entry(d.name, &batch[i])
@@ -319,13 +359,26 @@ func (d *directAudit) write(batch []auditRecord) {
 	if cap(e.b) <= 4*directChunk {
 		d.buf = e.b[:0]
 	}
+	d.who = e.who[:0]
 }
 
 // jsonAudit appends audit entries as zap's JSON encoder writes them with
 // zap's production encoder config (Caddy's `format json`): level, ts in
 // float Unix seconds, logger, msg, then the fields, durations in float
 // seconds, strings escaped as zap escapes them.
-type jsonAudit struct{ b []byte }
+type jsonAudit struct {
+	b []byte
+	// who is the encoded logger, msg and encodeWho fields of the last
+	// entry, and whoOf what they were encoded from: the next entry with
+	// the same copies them rather than escape each string again.
+	who   []byte
+	whoOf auditWho
+}
+
+// auditWho are the strings of an entry's logger, msg and encodeWho fields.
+type auditWho struct {
+	name, msg, keyID, keyName, owner, webhookID, templateID, user, service, operation, method string
+}
 
 func (e *jsonAudit) entry(name string, rec *auditRecord) {
 	e.b = append(e.b, `{"level":"info"`...)
@@ -333,11 +386,20 @@ func (e *jsonAudit) entry(name string, rec *auditRecord) {
 		e.b = append(e.b, `,"ts":`...)
 		e.b = strconv.AppendFloat(e.b, float64(rec.at.UnixNano())/float64(time.Second), 'f', -1, 64)
 	}
-	if name != "" {
-		e.str("logger", name)
+	who := auditWho{name, rec.msg, rec.keyID, rec.keyName, rec.owner, rec.webhookID, rec.templateID, rec.user,
+		rec.service, rec.operation, rec.method}
+	if len(e.who) > 0 && who == e.whoOf {
+		e.b = append(e.b, e.who...)
+	} else {
+		start := len(e.b)
+		if name != "" {
+			e.str("logger", name)
+		}
+		e.str("msg", rec.msg)
+		rec.encodeWho(e)
+		e.who, e.whoOf = append(e.who[:0], e.b[start:]...), who
 	}
-	e.str("msg", rec.msg)
-	rec.encode(e)
+	rec.encodeWhat(e)
 	e.b = append(e.b, "}\n"...)
 }
 
@@ -376,7 +438,40 @@ func (e *jsonAudit) int(k string, v int) {
 
 func (e *jsonAudit) dur(k string, v time.Duration) {
 	e.key(k)
-	e.b = strconv.AppendFloat(e.b, float64(v)/float64(time.Second), 'f', -1, 64)
+	if v < 0 || v >= maxExactDuration {
+		e.b = strconv.AppendFloat(e.b, float64(v)/float64(time.Second), 'f', -1, 64)
+		return
+	}
+	e.b = appendSeconds(e.b, int64(v))
+}
+
+// maxExactDuration bounds the durations whose seconds appendSeconds
+// writes: of at most 15 digits, as a float64 keeps every decimal (a
+// float64 holds 15 digits exactly), so the shortest form of the quotient
+// zap writes is those digits themselves.
+const maxExactDuration = 1e15
+
+// appendSeconds appends ns nanoseconds (0 <= ns < maxExactDuration) in
+// seconds as strconv's shortest 'f' form of float64(ns)/1e9 has them:
+// integer digits, then the nanoseconds without their trailing zeros.
+func appendSeconds(b []byte, ns int64) []byte {
+	b = strconv.AppendInt(b, ns/1e9, 10)
+	frac := ns % 1e9
+	if frac == 0 {
+		return b
+	}
+	digits := 9
+	for frac%10 == 0 {
+		frac /= 10
+		digits--
+	}
+	b = append(b, '.')
+	var d [9]byte
+	for i := digits - 1; i >= 0; i-- {
+		d[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	return append(b, d[:digits]...)
 }
 
 func (e *jsonAudit) flag(k string, v bool) {
@@ -394,10 +489,7 @@ func (e *jsonAudit) uint(k string, v uint64) {
 // \n \r \t as such, other bytes below 0x20 as \u00xx, each byte of
 // invalid UTF-8 as \ufffd, everything else as it is (no HTML escaping).
 func appendJSONEscaped(b []byte, s string) []byte {
-	i := 0
-	for i < len(s) && jsonPlain[s[i]] {
-		i++
-	}
+	i := plainPrefix(s)
 	if i == len(s) { // the usual case: printable ASCII, no quote or backslash
 		return append(b, s...)
 	}
@@ -437,6 +529,34 @@ func appendJSONEscaped(b []byte, s string) []byte {
 		last = i
 	}
 	return append(b, s[last:]...)
+}
+
+// plainPrefix is the length of the start of s that JSON has as it is,
+// eight bytes at a time while they are all plain: the strings of an
+// entry (ids, names, paths) mostly are, and a byte at a time was most of
+// the writer's work on them.
+func plainPrefix(s string) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := s[i : i+8] // one bounds check, one load
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		q, bs := x^(ones*'"'), x^(ones*'\\')
+		// The high bit of a byte is set by x for non-ASCII, and by each
+		// subtraction only where a byte is below 0x20, or is the quote or
+		// the backslash (zero after the xor): exact as a test of the word.
+		if (x|(x-ones*0x20)&^x|(q-ones)&^q|(bs-ones)&^bs)&highs != 0 {
+			break
+		}
+	}
+	for i < len(s) && jsonPlain[s[i]] {
+		i++
+	}
+	return i
 }
 
 // jsonPlain marks the bytes JSON has as they are: printable ASCII but

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -305,5 +306,144 @@ func BenchmarkAuditWrite(b *testing.B) {
 				a.write(batch)
 			}
 		})
+	}
+}
+
+// plainPrefix, eight bytes at a time, stops where a byte at a time
+// stops: at each kind of byte JSON escapes or keygate must check, at
+// every offset of a word and past it.
+func TestPlainPrefix(t *testing.T) {
+	plain := strings.Repeat("abcdefghijklmnopqrstuvwxyz-_/0123456789ABC", 2)
+	for _, c := range []byte{0x00, 0x01, 0x1f, '"', '\\', 0x7f, 0x80, 0xc3, 0xff, 0x20, '!', '#', '[', ']', '~'} {
+		for n := 0; n <= len(plain); n++ {
+			for at := 0; at <= n; at++ {
+				s := plain[:n]
+				if at < n {
+					s = s[:at] + string(c) + s[at+1:]
+				}
+				want := 0
+				for want < len(s) && jsonPlain[s[want]] {
+					want++
+				}
+				if got := plainPrefix(s); got != want {
+					t.Fatalf("plainPrefix(%q) = %d, want %d", s, got, want)
+				}
+			}
+		}
+	}
+}
+
+// appendSeconds writes a duration as zap does, float64(d)/1e9 in
+// strconv's shortest form, for every length of integer and fraction.
+func TestAppendSeconds(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	check := func(ns int64) {
+		want := strconv.AppendFloat(nil, float64(ns)/float64(time.Second), 'f', -1, 64)
+		if got := appendSeconds(nil, ns); string(got) != string(want) {
+			t.Fatalf("appendSeconds(%d) = %s, want %s", ns, got, want)
+		}
+	}
+	for ns := int64(0); ns < 100000; ns++ {
+		check(ns)
+	}
+	for p := int64(1); p < maxExactDuration; p *= 10 {
+		for _, ns := range []int64{p - 1, p, p + 1, p * 9 / 7, maxExactDuration - p} {
+			check(ns)
+		}
+	}
+	for i := 0; i < 1000000; i++ {
+		check(r.Int64N(maxExactDuration >> r.UintN(50)))
+	}
+}
+
+// A flush writes over the records of an earlier batch rather than clear
+// them, but keeps none past the end of its own batch, and none at all
+// once the log is idle.
+func TestAuditFlushLetsGo(t *testing.T) {
+	a := newAuditLog(zap.NewNop())
+	rec := func(n int) {
+		for i := 0; i < n; i++ {
+			a.record(auditRecord{msg: "key used", path: "/webapi/contracts/" + strconv.Itoa(i), status: 200})
+		}
+	}
+	held := func(buf []auditRecord) int {
+		n := 0
+		for _, r := range buf[:cap(buf)] {
+			if r != (auditRecord{}) {
+				n++
+			}
+		}
+		return n
+	}
+	rec(5)
+	a.flush()
+	rec(2)
+	a.flush()
+	rec(1)
+	a.flush() // into the first buffer again: 1 of its 5 kept
+	if got := held(a.spare); got != 1 {
+		t.Errorf("the buffer just written holds %d records, want 1", got)
+	}
+	a.flush()
+	a.flush()
+	if got := held(a.pending) + held(a.spare); got != 0 {
+		t.Errorf("an idle log holds %d records", got)
+	}
+}
+
+// The writer redacts a path once for a run of entries with that path,
+// and each entry still gets its redacted path.
+func TestAuditRedactsRepeatedPathOnce(t *testing.T) {
+	a := newAuditLog(zap.NewNop())
+	calls := 0
+	a.redactPath = func(p string) string { calls++; return "r" + p }
+	paths := []string{"/a", "/a", "/b", "/a", "", "/a"}
+	batch := make([]auditRecord, len(paths))
+	for i, p := range paths {
+		batch[i] = auditRecord{msg: "key used", path: p}
+	}
+	a.write(batch)
+	for i, p := range paths {
+		want := ""
+		if p != "" {
+			want = "r" + p
+		}
+		if batch[i].path != want {
+			t.Errorf("entry %d: path %q, want %q", i, batch[i].path, want)
+		}
+	}
+	if calls != 3 {
+		t.Errorf("%d redactions, want 3 (one for each run of a path)", calls)
+	}
+}
+
+// Runs of entries of one key and operation, which the writer encodes
+// their first fields of once, are written as zap writes them too.
+func TestAuditDirectRunsMatchZap(t *testing.T) {
+	var recs []auditRecord
+	for i, rec := range auditTestRecords(2, 300) {
+		for j := 0; j < 1+i%3; j++ {
+			r := rec
+			r.path += "/" + strconv.Itoa(j)
+			r.status += j
+			r.duration += time.Duration(j)
+			recs = append(recs, r)
+		}
+	}
+	want := viaZap(t, logging.LogEncoderConfig{}, recs)
+	w := &lineWriter{t: t}
+	a := newAuditLog(jsonLogger(t, logging.LogEncoderConfig{}, w))
+	if a.direct == nil {
+		t.Fatal("the default JSON format is written through zap")
+	}
+	a.write(recs)
+	if got := w.b.String(); got != want {
+		wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
+		for i := range min(len(wl), len(gl)) {
+			if wl[i] != gl[i] {
+				t.Fatalf("line %d differs:\n zap:    %s\n direct: %s", i+1, wl[i], gl[i])
+			}
+		}
+		t.Fatalf("%d lines from zap, %d written directly", len(wl), len(gl))
 	}
 }

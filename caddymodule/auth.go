@@ -47,6 +47,7 @@ type Auth struct {
 // a request does not hash label values.
 type opMetrics struct {
 	duration prometheus.Observer
+	ok       prometheus.Counter         // requests[200], the usual one, without a map probe
 	requests map[int]prometheus.Counter // by status; others looked up
 	service  string
 	name     string
@@ -65,10 +66,15 @@ func newOpMetrics(service, op string) *opMetrics {
 	for _, code := range commonStatuses {
 		m.requests[code] = metrics.requests.WithLabelValues(service, op, strconv.Itoa(code))
 	}
+	m.ok = m.requests[http.StatusOK]
 	return m
 }
 
 func (m *opMetrics) count(status int) {
+	if status == http.StatusOK {
+		m.ok.Inc()
+		return
+	}
 	if c, ok := m.requests[status]; ok {
 		c.Inc()
 		return
@@ -133,14 +139,18 @@ const (
 func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	start := time.Now()
 	for name := range r.Header {
-		if len(name) >= 8 && strings.EqualFold(name[:8], "Keygate-") {
+		// The first byte alone rules out most names.
+		if len(name) >= 8 && name[0]|0x20 == 'k' && strings.EqualFold(name[:8], "Keygate-") {
 			delete(r.Header, name)
 		}
 	}
-	ip := requestClientIP(r)
+	// Caddy's variables, looked up once for client_ip and the identity.
+	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	ip := varsClientIP(vars)
 	d := keystore.Authorize(&keystore.Request{
-		Service:       keystore.Service(h.Service),
-		Authorization: r.Header.Values("Authorization"),
+		Service: keystore.Service(h.Service),
+		// Keys from net/http are canonical: no Values, which canonicalizes.
+		Authorization: r.Header["Authorization"],
 		ClientIP:      ip,
 		Method:        r.Method,
 		Path:          r.URL.Path,
@@ -163,16 +173,21 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 		repl.Map(id.placeholder)
 	}
-	r.Header.Del("Authorization")
-	r.Header[headerKeyID] = []string{id.KeyID}
-	r.Header[headerKeyOwner] = []string{id.Owner}
-	r.Header[headerOperation] = []string{id.Operation}
+	pass := &passed{sw: statusWriter{ResponseWriter: w}, values: [3]string{id.KeyID, id.Owner, id.Operation}}
+	delete(r.Header, "Authorization")
+	// Each value a slice of its own capacity: an append by a later
+	// handler copies instead of writing over the next one.
+	r.Header[headerKeyID] = pass.values[0:1:1]
+	r.Header[headerKeyOwner] = pass.values[1:2:2]
+	r.Header[headerOperation] = pass.values[2:3:3]
 	// The identity rides in Caddy's request variables, which every request
 	// has already: a handler that is not ours (reverse_proxy, respond) then
 	// costs no context copy; apiHandler puts it into the context ours read.
-	caddyhttp.SetVar(r.Context(), identityVar, id.Identity)
+	if vars != nil {
+		vars[identityVar] = id.Identity
+	}
 
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &pass.sw
 	err := next.ServeHTTP(sw, r)
 	status := sw.status
 	if err != nil {
@@ -206,6 +221,14 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		previousToken: d.PreviousToken,
 	})
 	return err
+}
+
+// passed is what an authorized request needs of its own, in one
+// allocation: the writer that sees its status and the values of its
+// identity headers.
+type passed struct {
+	sw     statusWriter
+	values [3]string
 }
 
 // identity adds the placeholders to the key's identity.
@@ -349,7 +372,13 @@ func writeLimitRefusal(w http.ResponseWriter, d *keystore.Decision, detail strin
 
 // requestClientIP is Caddy's client_ip, which honours trusted_proxies.
 func requestClientIP(r *http.Request) netip.Addr {
-	s, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	return varsClientIP(vars)
+}
+
+// varsClientIP is client_ip from Caddy's request variables.
+func varsClientIP(vars map[string]any) netip.Addr {
+	s, _ := vars[caddyhttp.ClientIPVarKey].(string)
 	return clientip.Parse(s)
 }
 

@@ -35,11 +35,17 @@ func BenchmarkAuthServeHTTP(b *testing.B) {
 		h.metrics[op.Name] = newOpMetrics("contracts", op.Name)
 	}
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error { w.WriteHeader(200); return nil })
-	r := httptest.NewRequest("GET", "/webapi/contracts/abc", nil)
-	repl := caddy.NewReplacer()
-	ctx := context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)
-	ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{caddyhttp.ClientIPVarKey: "127.0.0.1"})
-	r = r.WithContext(ctx)
+	req := httptest.NewRequest("GET", "/webapi/contracts/abc", nil)
+	vars := map[string]any{caddyhttp.ClientIPVarKey: "127.0.0.1"}
+	// withReplacer gives the request a new replacer: each request adds
+	// its placeholders to its own, and one kept for all would grow
+	// without end, timing its appends instead of the check.
+	var r *http.Request
+	withReplacer := func() {
+		ctx := context.WithValue(req.Context(), caddy.ReplacerCtxKey, caddy.NewReplacer())
+		r = req.WithContext(context.WithValue(ctx, caddyhttp.VarsCtxKey, vars))
+	}
+	withReplacer()
 	w := httptest.NewRecorder()
 	auth := []string{"Bearer " + k.Token}
 	b.ReportAllocs()
@@ -49,6 +55,7 @@ func BenchmarkAuthServeHTTP(b *testing.B) {
 		h.ServeHTTP(w, r, next)
 		if i%1024 == 0 {
 			h.audit.flush()
+			withReplacer()
 		}
 	}
 }
