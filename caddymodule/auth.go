@@ -263,6 +263,13 @@ var refusals = map[string]string{
 	problem.CodeUnavailable:      "the API key's quota cannot be checked now; try again later",
 }
 
+// consumerRefusals holds the detail of a refusal by the limits of the
+// key's consumer.
+var consumerRefusals = map[string]string{
+	problem.CodeRateLimited:   "the API key's consumer has made too many requests over all its keys; retry after the time Retry-After gives",
+	problem.CodeQuotaExceeded: "the quota of the API key's consumer for this period is spent over all its keys; it resets when Retry-After has passed",
+}
+
 func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decision, ip netip.Addr, start time.Time) {
 	hdr := w.Header()
 	switch d.Reason {
@@ -283,6 +290,10 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 		// Only the token's holder gets here, who knew it worked: saying
 		// it expired discloses nothing, and saves a hunt for a wrong service.
 		detail = "the API key's previous token expired when its grace period ended; use the new token"
+	}
+	if len(d.Violated) > 0 && strings.HasPrefix(d.Violated[0], "consumer:") {
+		// The consumer's limits, which all its keys share, refused it.
+		detail = consumerRefusals[d.Reason]
 	}
 	if len(d.Violated) > 0 {
 		writeLimitRefusal(w, d, detail)

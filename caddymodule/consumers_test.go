@@ -62,6 +62,7 @@ func testConsumersAndPlans(t *testing.T, b backend) {
 		case http.StatusTooManyRequests:
 			p := r.problem(t)
 			if p.Code != "rate_limited" || !slices.Equal(p.ViolatedPolicies, []string{"consumer:minute"}) || r.header.Get("Retry-After") == "" ||
+				!strings.Contains(p.Detail, "consumer") ||
 				!strings.HasPrefix(r.header.Get("RateLimit"), `"consumer:minute";r=0;`) {
 				t.Errorf("refusal %v %s", r.header, r.body)
 			}
