@@ -149,7 +149,8 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	ip := varsClientIP(vars)
 	d := keystore.Authorize(&keystore.Request{
 		Service: keystore.Service(h.Service),
-		// Keys from net/http are canonical: no Values, which canonicalizes.
+		// The name is canonical already: Values would only canonicalize
+		// it again (and Del below).
 		Authorization: r.Header["Authorization"],
 		ClientIP:      ip,
 		Method:        r.Method,
