@@ -156,20 +156,7 @@ func BenchmarkAuthorizeTraffic(b *testing.B) {
 	k := mustCreate(b, ks, `{"service":"contracts","name":"b","owner":"o","privileges":["get"],
 		"rateLimits":[{"name":"second","limit":1000000000,"windowSeconds":1},{"name":"minute","limit":1000000000,"windowSeconds":60}],
 		"quota":{"limit":1000000000000,"period":"month"}}`)
-	req := &Request{Service: ServiceContracts, Authorization: []string{"Bearer " + k.Token},
-		ClientIP: netip.MustParseAddr("2001:db8::7"), Method: "GET", Path: "/webapi/contracts/c1/attachments/a1"}
-	lookup := ks.Lookup
-	b.ReportAllocs()
-	for b.Loop() {
-		req.Now = time.Now()
-		d := Authorize(req, &testContractsTable, lookup)
-		if !d.Authorized() {
-			b.Fatal(d.Reason)
-		}
-		if p, c := d.RateLimitHeaders(req.Now); p == "" || c == "" {
-			b.Fatal("no headers")
-		}
-	}
+	benchAuthorizeLimited(b, ks, k.Token)
 }
 
 // BenchmarkAuthorizeScopes is BenchmarkAuthorizeTraffic with every scope
@@ -183,7 +170,13 @@ func BenchmarkAuthorizeScopes(b *testing.B) {
 		"quota":{"limit":1000000000000,"period":"month"}}`)
 	k := mustCreate(b, ks, `{"service":"contracts","name":"b","owner":"o","privileges":["get"],
 		"rateLimits":[{"name":"own","limit":1000000000,"windowSeconds":60}],"planId":"`+p.ID+`","consumerId":"`+c.ID+`"}`)
-	req := &Request{Service: ServiceContracts, Authorization: []string{"Bearer " + k.Token},
+	benchAuthorizeLimited(b, ks, k.Token)
+}
+
+// benchAuthorizeLimited times the key check of token, which has
+// policies, and its RateLimit headers.
+func benchAuthorizeLimited(b *testing.B, ks *Keys, token string) {
+	req := &Request{Service: ServiceContracts, Authorization: []string{"Bearer " + token},
 		ClientIP: netip.MustParseAddr("2001:db8::7"), Method: "GET", Path: "/webapi/contracts/c1/attachments/a1"}
 	lookup := ks.Lookup
 	b.ReportAllocs()
