@@ -294,7 +294,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 			continue
 		}
 		seen[h] = in.Line
-		if k.byHash[h] != nil {
+		if k.byHash.get(h) != nil {
 			f.Add(tokenAt, "exists", "a key with this token exists already")
 			continue
 		}
@@ -341,7 +341,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 		e.born = born
 		var h TokenHash
 		copy(h[:], rec.TokenHash)
-		k.byHash[h] = e
+		k.byHash.put(h, e)
 		k.byID[rec.ID] = e
 	}
 	k.mu.Unlock()

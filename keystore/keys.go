@@ -30,8 +30,10 @@ type Keys struct {
 	sealer  *seal.Sealer
 	now     func() time.Time
 
-	mu     sync.RWMutex
-	byHash map[TokenHash]*Entry
+	mu sync.RWMutex
+	// byHash is read by the key check without mu (hashIndex); it is
+	// written under mu, with byID.
+	byHash hashIndex
 	byID   map[string]*Entry
 
 	flushMu sync.Mutex // one flush or resync at a time; guards Entry.flushedT
@@ -209,7 +211,7 @@ func Open(backend Backend, sealer *seal.Sealer, now func() time.Time) (*Keys, er
 		now = time.Now
 	}
 	k := &Keys{backend: backend, sealer: sealer, now: now, instance: uuid.NewString(),
-		byHash: make(map[TokenHash]*Entry), byID: make(map[string]*Entry)}
+		byID: make(map[string]*Entry)}
 	k.instances.Store(1)
 	if err := k.loadScopes(); err != nil {
 		return nil, err
@@ -217,7 +219,7 @@ func Open(backend Backend, sealer *seal.Sealer, now func() time.Time) (*Keys, er
 	err := backend.Load(func(rec *record, u Usage) error {
 		e := k.newEntry(rec, u)
 		for _, h := range e.snap.Load().hashes() {
-			k.byHash[h] = e
+			k.byHash.put(h, e)
 		}
 		k.byID[rec.ID] = e
 		return nil
@@ -232,12 +234,28 @@ func Open(backend Backend, sealer *seal.Sealer, now func() time.Time) (*Keys, er
 // their SHA-256, never compared as such: a map probe on the hash tells an
 // attacker nothing useful about the token by its timing, which is what a
 // constant-time comparison of the token itself would guard against.
-func (k *Keys) Lookup(h TokenHash) *Entry {
-	k.mu.RLock()
-	e := k.byHash[h]
-	k.mu.RUnlock()
-	return e
+//
+// It takes no lock: a read lock's shared counter, written by every
+// request on every core, cost the key check more than the probe.
+func (k *Keys) Lookup(h TokenHash) *Entry { return k.byHash.get(h) }
+
+// hashIndex maps token hashes to keys for lookups that take no lock
+// (sync.Map: a load of a stable key is a plain read). A delete is seen by
+// every lookup that begins after it returns.
+type hashIndex struct{ m sync.Map }
+
+func (x *hashIndex) get(h TokenHash) *Entry {
+	if e, ok := x.m.Load(h); ok {
+		return e.(*Entry)
+	}
+	return nil
 }
+
+func (x *hashIndex) put(h TokenHash, e *Entry) { x.m.Store(h, e) }
+func (x *hashIndex) del(h TokenHash)           { x.m.Delete(h) }
+
+// delIf removes h while it still leads to e.
+func (x *hashIndex) delIf(h TokenHash, e *Entry) { x.m.CompareAndDelete(h, e) }
 
 // Use counts one authorized use of e at now.
 func (k *Keys) Use(e *Entry, now time.Time) {
@@ -331,7 +349,7 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	// take the new key for one deleted elsewhere.
 	e.born = k.resyncs.Load()
 	k.mu.Lock()
-	k.byHash[h] = e
+	k.byHash.put(h, e)
 	k.byID[key.ID] = e
 	k.mu.Unlock()
 	out := k.view(e)
@@ -476,7 +494,7 @@ func (k *Keys) Delete(id string) error {
 	k.mu.Lock()
 	delete(k.byID, id)
 	for _, h := range e.snap.Load().hashes() {
-		delete(k.byHash, h)
+		k.byHash.del(h)
 	}
 	k.mu.Unlock()
 	return nil
@@ -769,7 +787,7 @@ func (k *Keys) apply(id string, rec *record, u Usage, force bool) {
 		if e != nil {
 			delete(k.byID, id)
 			for _, h := range e.snap.Load().hashes() {
-				delete(k.byHash, h)
+				k.byHash.del(h)
 			}
 		}
 		return
@@ -779,7 +797,7 @@ func (k *Keys) apply(id string, rec *record, u Usage, force bool) {
 		e.born = k.resyncs.Load()
 		k.byID[id] = e
 		for _, h := range e.snap.Load().hashes() {
-			k.byHash[h] = e
+			k.byHash.put(h, e)
 		}
 		return
 	}
@@ -795,11 +813,9 @@ func (k *Keys) apply(id string, rec *record, u Usage, force bool) {
 // holds mu.
 func (k *Keys) rehash(e *Entry, old, next *compiled) {
 	for _, h := range old.hashes() {
-		if k.byHash[h] == e {
-			delete(k.byHash, h)
-		}
+		k.byHash.delIf(h, e)
 	}
 	for _, h := range next.hashes() {
-		k.byHash[h] = e
+		k.byHash.put(h, e)
 	}
 }
