@@ -43,30 +43,48 @@ type QuotaSpan struct {
 // span is the period of kind p that holds t.
 func (p QuotaPeriod) span(t time.Time) QuotaSpan { return QuotaSpan{p, p.start(t)} }
 
+// periodSpan is a period of a block, with its kind and the start of the
+// next, read with one atomic load so that its parts always belong
+// together.
+type periodSpan struct {
+	kind       QuotaPeriod
+	start, end int64 // unix seconds
+}
+
 // setPeriod makes the block the period of kind p starting at start (a
 // zero start: none).
 func (qs *quotaState) setPeriod(p QuotaPeriod, start time.Time) {
 	if start.IsZero() {
-		qs.end.Store(0)
+		qs.span.Store(nil)
 		qs.period.Store(0)
 		return
 	}
-	qs.end.Store(0)
 	qs.period.Store(start.Unix())
-	qs.end.Store(p.next(start).Unix())
+	qs.span.Store(&periodSpan{p, start.Unix(), p.next(start).Unix()})
 }
 
 // spanAt is the period of q that holds now and the start of the next:
-// from the block's period while now is within it, else reckoned. The
-// caller ensures the block's period is of q's kind (changed resets it
-// when the kind changes).
+// from the block's period while it is of q's kind and now is within it,
+// else reckoned.
 func (qs *quotaState) spanAt(q *Quota, now time.Time) (QuotaSpan, time.Time) {
-	p, end := qs.period.Load(), qs.end.Load()
-	if sec := now.Unix(); p != 0 && sec >= p && sec < end {
-		return QuotaSpan{q.Period, time.Unix(p, 0).UTC()}, time.Unix(end, 0).UTC()
+	if ps := qs.span.Load(); ps != nil && ps.kind == q.Period {
+		if sec := now.Unix(); sec >= ps.start && sec < ps.end {
+			return QuotaSpan{q.Period, time.Unix(ps.start, 0).UTC()}, time.Unix(ps.end, 0).UTC()
+		}
 	}
 	span := q.Period.span(now)
 	return span, q.Period.next(span.Start)
+}
+
+// refund puts back one unit taken from the block of period start, unless
+// the block has moved to another period or been taken back by a change
+// since (generation): the unit then stays spent, never overspent.
+func (qs *quotaState) refund(start int64, generation uint64) {
+	qs.mu.Lock()
+	if qs.period.Load() == start && qs.generation.Load() == generation {
+		qs.block.Add(1)
+	}
+	qs.mu.Unlock()
 }
 
 // start is the beginning of the period that holds t.
@@ -153,12 +171,14 @@ var ErrQuotaUnavailable = errors.New("quota: no block and the database is unreac
 // next in the background, so a busy key rarely waits.
 type quotaState struct {
 	// period is the unix seconds of the period the block belongs to, and
-	// end those of the period after it (0: not known): the key check
-	// finds the period of now from them without calendar arithmetic.
-	// period is stored before end and read before it, so that a reader
-	// never pairs a new period with an end that does not belong to it.
-	period, end atomic.Int64
-	block       atomic.Int64
+	// span that period whole (nil: not known), from which the key check
+	// finds the period of now without calendar arithmetic.
+	period atomic.Int64
+	span   atomic.Pointer[periodSpan]
+	block  atomic.Int64
+	// generation counts the changes of the quota that took the block
+	// back or dropped it (refund).
+	generation atomic.Uint64
 	// used is the period's total taken by all instances at the last
 	// lease (this instance's unspent block included).
 	used atomic.Int64
@@ -260,6 +280,7 @@ func (qs *quotaState) changed(old, q *Quota, give func(span QuotaSpan, n int64))
 	}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	qs.generation.Add(1)
 	qs.spentUntil.Store(0)
 	if old.Period != q.Period {
 		qs.block.Store(0)
@@ -296,17 +317,23 @@ const quotaRetry = time.Second
 // holds m.quota.mu.
 func (k *Keys) lease(m *meter, q *Quota, span QuotaSpan, now time.Time) error {
 	qs := &m.quota
+	// The quota as it is now: a request (or a prefetch) that began
+	// before a change leases under the new limit, and in a period of the
+	// new kind; a quota removed meanwhile leases nothing.
+	_, cur := m.holder.policies()
+	if cur == nil {
+		return nil
+	}
+	if cur.Period != q.Period {
+		span = cur.Period.span(now)
+	}
+	q = cur
 	if p := span.Start.Unix(); qs.period.Load() != p {
 		// A block of a period that has ended is worth nothing.
 		qs.block.Store(0)
 		qs.used.Store(0)
 		qs.spentUntil.Store(0)
 		qs.setPeriod(span.Period, span.Start)
-	}
-	// The quota as it is now: a request (or a prefetch) that began
-	// before a change leases under the new limit.
-	if _, cur := m.holder.policies(); cur != nil && cur.Period == q.Period {
-		q = cur
 	}
 	want := quotaBlock(q.Limit, qs.used.Load())
 	l, err := k.backend.LeaseQuota(m.holder.holderID(), span, q.Limit, want, m.holder.quotaExhausted(now))
@@ -452,6 +479,10 @@ func (k *Keys) ReadQuotas(id string) error {
 		}
 		qs := &m.quota
 		qs.mu.Lock()
+		if _, cur := m.holder.policies(); cur == nil || cur.Period != q.Period {
+			qs.mu.Unlock() // changed meanwhile: the next view reads it
+			continue
+		}
 		if qs.period.Load() != span.Start.Unix() {
 			qs.block.Store(0)
 			qs.spentUntil.Store(0)

@@ -83,17 +83,23 @@ func (e *Entry) spend(d Decision, s *compiled, now time.Time) Decision {
 			s.consumer.limits.untake(ns)
 		}
 	}
+	var keyPeriod int64
+	var keyGeneration uint64
 	if q := s.quota; q != nil && e.keys != nil {
+		keyGeneration = e.quota.generation.Load()
 		if err := e.keys.spendQuota(&e.meter, q, now); err != nil {
 			untake()
 			return d.quotaRefused(err, q, quotaPolicy, now)
 		}
+		keyPeriod = e.quota.period.Load()
 	}
 	if cs != nil && cs.quota != nil && e.keys != nil {
 		if err := e.keys.spendQuota(&s.consumer.meter, cs.quota, now); err != nil {
 			untake()
 			if s.quota != nil {
-				e.quota.block.Add(1) // the key's unit was not spent after all
+				// The key's unit was not spent after all: back into the
+				// block it came from, if that is still the block.
+				e.quota.refund(keyPeriod, keyGeneration)
 			}
 			return d.quotaRefused(err, cs.quota, consumerPolicy+quotaPolicy, now)
 		}
