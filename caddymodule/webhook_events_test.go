@@ -1,6 +1,6 @@
 package caddymodule_test
 
-// Webhooks end to end through the gateway (spec clients.md, Webhooks): real
+// Webhooks end to end through the gateway (docs/clients.md, Webhooks): real
 // events from real API calls, delivered to endpoints subscribed through the
 // admin API, as an API client's endpoint receives them.
 

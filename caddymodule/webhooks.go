@@ -12,7 +12,7 @@ import (
 	"github.com/keygate/keygate/internal/webhook"
 )
 
-// Webhooks (spec clients.md, Webhooks): the delivery worker of the shared
+// Webhooks (docs/clients.md, Webhooks): the delivery worker of the shared
 // state and the admin API's /webapi/webhooks routes.
 
 // startWebhookWorker starts the state's webhook worker once, with the

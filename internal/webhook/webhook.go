@@ -1,5 +1,5 @@
 // Package webhook delivers keygate's events to API clients' endpoints as
-// Standard Webhooks (standardwebhooks.com; spec clients.md, Webhooks).
+// Standard Webhooks (standardwebhooks.com; docs/clients.md, Webhooks).
 //
 // It keeps, on either storage backend (bolt.go, postgres.go), the
 // subscriptions (their secrets sealed under the master key), an outbox of
