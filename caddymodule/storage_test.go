@@ -19,8 +19,8 @@ import (
 	"github.com/keygate/keygate/internal/testkit/pgtest"
 )
 
-// The storage forms of the spec (docs/operators.md, Config): the Caddyfile
-// adapts to exactly the JSON the spec shows, and a bad block is refused
+// The storage forms of docs/operators.md (Config): the Caddyfile
+// adapts to exactly the JSON it shows, and a bad block is refused
 // with a message.
 func TestStorageCaddyfile(t *testing.T) {
 	tests := []struct {

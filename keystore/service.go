@@ -11,8 +11,8 @@ const (
 // Privilege names an operation a key may be used for.
 type Privilege string
 
-// Contract Signing privileges (seed 000) and External Share privileges
-// (seed 001). On share, create also grants update and get grants activity:
+// Contract Signing privileges and External Share privileges
+// (docs/clients.md). On share, create also grants update and get grants activity:
 // that mapping lives in the share operation table, not here.
 const (
 	PrivGet     Privilege = "get"
@@ -23,7 +23,7 @@ const (
 	PrivList    Privilege = "list"
 )
 
-// Privileges returns the privileges a key of s may hold, in the seeds' order.
+// Privileges returns the privileges a key of s may hold, in the order docs/clients.md lists them.
 func (s Service) Privileges() []Privilege {
 	switch s {
 	case ServiceContracts:

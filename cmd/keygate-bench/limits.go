@@ -94,7 +94,7 @@ func (g *gatewayProc) scopedAuth(d *dataset) float64 {
 // limited flood's creates are real ones (a durable write, an invitation
 // mail each): part of what it costs the reader.
 //
-// refusalRatio isolates what the spec's goal is about, a rate-limit
+// refusalRatio isolates what the figure's goal is about, a rate-limit
 // refusal against a bad-key refusal: the reader beside a flood whose key
 // is over its limit for the whole run (every request 429, no create)
 // against the unknown-key flood.

@@ -1,5 +1,5 @@
 // Package adminpage serves the Web API Keys page (docs/administrators.md, "The Web
-// API Keys page"): the seeds' "Web API Keys" admin tab as one HTML page,
+// API Keys page"): the "Web API Keys" admin tab of both APIs as one HTML page,
 // its script and style sheet, all embedded in the binary, and the JSON
 // calls the page makes, which it hands to the administration API under
 // the same paths as on Caddy's admin endpoint (/webapi/keys,

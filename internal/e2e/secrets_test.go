@@ -34,7 +34,7 @@ import (
 // token, the master key) and then looks for each, raw and encoded, in
 // everything an operator or another client can read: every file of the
 // data directory (logs, the bbolt file, the .eml mails), /metrics, every
-// reply and every text message. A secret may only be where the spec puts
+// reply and every text message. A secret may only be where the docs put
 // it: a token in the reply that creates or reveals it, a signing link in
 // the creator's contract replies and the mail to its signer, a one-time
 // password in the mail or text message to its signer, an unlock cookie in

@@ -53,7 +53,7 @@ const (
 	WebhookTest = "webhook.test"
 )
 
-// Types lists the events a subscription may ask for, in the spec's order.
+// Types lists the events a subscription may ask for, in the order of docs/clients.md.
 var Types = []string{
 	ContractCreated, ContractOpened, ContractSigned, ContractRejected,
 	ContractCompleted, ContractExpired, ContractArchived, ContractDeleted,

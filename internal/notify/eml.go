@@ -14,7 +14,7 @@ import (
 // the files up). Each file is written to a temporary name and renamed, so a
 // reader never sees half a message.
 //
-// A file is the mail as its recipient gets it, so it holds what the spec
+// A file is the mail as its recipient gets it, so it holds what keygate
 // sends only to them (signing links, one-time passwords, signed
 // contracts) in clear, unlike the outbox, which keeps bodies sealed until
 // delivery: the directory is a mailbox and is as private as one.

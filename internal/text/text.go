@@ -1,4 +1,4 @@
-// Package text holds the character rules the seeds state for identifiers,
+// Package text holds the character rules both APIs state (docs/clients.md) for identifiers,
 // names and addresses ("printable US-ASCII", "printable Unicode", e-mail
 // addresses), shared by every API so that they agree.
 package text
@@ -62,7 +62,7 @@ func Email(s string) bool {
 }
 
 // CheckID records in f that field v breaks the identifier rule of both
-// seeds: required, 1 to 255 printable US-ASCII characters.
+// APIs: required, 1 to 255 printable US-ASCII characters.
 func CheckID(f *problem.Fields, field, v string) {
 	switch {
 	case v == "":

@@ -150,7 +150,7 @@ func (h *handler) search(w http.ResponseWriter, r *http.Request) {
 	reply.JSON(w, http.StatusOK, page)
 }
 
-// archive takes no body: the seed says none is sent, so one that is sent
+// archive takes no body: the API says none is sent, so one that is sent
 // is a mistake worth telling about.
 func (h *handler) archive(w http.ResponseWriter, r *http.Request) {
 	var one [1]byte

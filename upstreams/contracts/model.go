@@ -6,7 +6,7 @@ import (
 	"github.com/keygate/keygate/keystore"
 )
 
-// Status is a contract's status (seed, States and transitions; spec, Status).
+// Status is a contract's status (docs/clients.md, Status).
 type Status string
 
 // The five statuses. signed, rejected and expired are final.
@@ -18,7 +18,7 @@ const (
 	StatusExpired  Status = "expired"
 )
 
-// statuses lists every status in the seed's order; its index is the byte
+// statuses lists every status in the API's order; its index is the byte
 // the status index stores, so the order must never change.
 var statuses = [...]Status{StatusSent, StatusOngoing, StatusRejected, StatusSigned, StatusExpired}
 
@@ -61,7 +61,7 @@ const (
 	MethodDraw   = "draw"
 )
 
-// signingMethods is the default: all three, in the seed's order.
+// signingMethods is the default: all three, in the API's order.
 var signingMethods = []string{MethodUpload, MethodRender, MethodDraw}
 
 // Decisions a signer can take.
@@ -70,7 +70,7 @@ const (
 	DecisionRejected = "rejected"
 )
 
-// notificationKinds are the watcher notification kinds of the seed's Events.
+// notificationKinds are the watcher notification kinds of the API (docs/clients.md).
 var notificationKinds = []string{"created", "opened", "signed", "rejected", "completed", "completed-contract"}
 
 // Contract is a contract as the store keeps it. Its JSON form is the stored

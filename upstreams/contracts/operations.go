@@ -1,5 +1,4 @@
-// Package contracts is the Contract Signing Web API (seed 000, spec
-// docs/clients.md): model, validation, bbolt storage and net/http handlers.
+// Package contracts is the Contract Signing Web API (docs/clients.md): model, validation, bbolt storage and net/http handlers.
 // It knows nothing of Caddy; caddymodule wires it behind webapi_auth.
 package contracts
 
@@ -12,7 +11,7 @@ import (
 // Prefix is the path the Contract Signing API owns.
 const Prefix = "/webapi/contracts"
 
-// Operations is the seed's endpoint table. webapi_auth checks keys against
+// Operations is the API's endpoint table. webapi_auth checks keys against
 // it and Handler routes by it, so the two never disagree.
 var Operations = keystore.Table{
 	Service: keystore.ServiceContracts,

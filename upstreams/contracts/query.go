@@ -12,7 +12,7 @@ import (
 	"github.com/keygate/keygate/internal/text"
 )
 
-// Order is a search order of the seed.
+// Order is a search order of the API.
 type Order string
 
 // The seven orders.
@@ -37,7 +37,7 @@ const (
 )
 
 // Query is a parsed search. Zero values of the optional filters mean "no
-// filter"; ParseQuery fills the seed's defaults.
+// filter"; ParseQuery fills the API's defaults.
 type Query struct {
 	TemplateID string
 	CreatorID  string
@@ -54,7 +54,7 @@ type Query struct {
 	PageSize int
 }
 
-// searchParams are the seed's search parameters; anything else is refused.
+// searchParams are the API's search parameters; anything else is refused.
 var searchParams = []string{"template-id", "statuses", "substring", "creator-id", "placement",
 	"date-range", "time-zone", "order", "page", "page-size"}
 

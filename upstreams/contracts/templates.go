@@ -71,7 +71,7 @@ func (t *Template) Validate() error {
 // template id is one path segment of /webapi/templates/{id} on the admin
 // API and the keys page, so it is 1 to 255 unreserved URL characters
 // (RFC 3986: letters, digits, '.', '_', '~', '-') and not a dot segment,
-// which clients resolve away ("..", "."). The seeds' page and issue ids
+// which clients resolve away ("..", "."). A tracker's page and issue ids
 // (PAGE-42, 10001) are such. Ids stored before the rule can still be
 // read and removed: only Add and Put check it.
 func checkTemplateID(f *problem.Fields, field, v string) {

@@ -13,8 +13,8 @@ import (
 	"github.com/keygate/keygate/internal/text"
 )
 
-// CreateRequest is the Create Contract request body (seed) plus the
-// watchers and expirationTimestamp that the spec adds. Pointers tell an
+// CreateRequest is the Create Contract request body of docs/clients.md,
+// watchers and expirationTimestamp included. Pointers tell an
 // absent optional field from one given as its zero value.
 type CreateRequest struct {
 	TemplateID          string          `json:"templateId"`
@@ -25,7 +25,7 @@ type CreateRequest struct {
 	ExpirationTimestamp *string         `json:"expirationTimestamp"`
 }
 
-// SignerRequest is the seed's Signer Creation Object.
+// SignerRequest is the API's Signer Creation Object.
 type SignerRequest struct {
 	FullName                  string   `json:"fullName"`
 	AccessKind                string   `json:"accessKind"`
@@ -37,7 +37,7 @@ type SignerRequest struct {
 	ReceivesCompletedContract *bool    `json:"receivesCompletedContract"`
 }
 
-// Limits of the seed and the spec.
+// Limits of docs/clients.md.
 const (
 	MinSigners     = 1
 	MaxSigners     = 26
@@ -65,7 +65,7 @@ type draft struct {
 	expires  time.Time
 }
 
-// validateCreate checks every rule of the spec's Create table, recording
+// validateCreate checks every rule of a create (docs/clients.md), recording
 // each violation in f, and returns the draft of the contract. Whether the
 // template exists is checked only if lookup: a create reads the template
 // in its own transaction.
@@ -161,7 +161,7 @@ func (s *Store) validateSigner(f *problem.Fields, path string, in *SignerRequest
 	otp := in.OTPMethod
 	switch otp {
 	case "":
-		// The seed's default rule: SMS if a phone, else e-mail if an
+		// The API's default rule: SMS if a phone, else e-mail if an
 		// address, else none.
 		switch {
 		case in.Phone != "":

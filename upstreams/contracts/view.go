@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// timestampLayout is RFC 3339 in UTC with milliseconds, as the spec shows
+// timestampLayout is RFC 3339 in UTC with milliseconds, as docs/clients.md shows
 // every timestamp: 2026-11-22T10:15:00.000Z.
 const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 

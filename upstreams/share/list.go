@@ -11,7 +11,7 @@ import (
 	"github.com/keygate/keygate/keystore"
 )
 
-// List limits of the seed and docs/clients.md.
+// List limits of docs/clients.md.
 const (
 	defaultListLimit = 100
 	maxListLimit     = 1000

@@ -2,7 +2,7 @@ package share
 
 import "encoding/json"
 
-// The four share types of the seed.
+// The four share types of the API.
 const (
 	TypeIssue    = "ISSUE"
 	TypeBoard    = "BOARD"
@@ -17,7 +17,7 @@ const (
 	StatusExpired = "EXPIRED"
 )
 
-// The field permissions of the seed's fieldsConfig, in the order a stored
+// The field permissions of the API's fieldsConfig, in the order a stored
 // share lists them.
 const (
 	PermView        = "VIEW"
@@ -46,7 +46,7 @@ type FieldConfig struct {
 	FieldPermissions []string `json:"fieldPermissions"`
 }
 
-// FieldsConfig is the seed's fieldsConfig: field identifier to permissions.
+// FieldsConfig is the API's fieldsConfig: field identifier to permissions.
 type FieldsConfig struct {
 	FieldConfigs map[string]FieldConfig `json:"fieldConfigs"`
 }
@@ -108,7 +108,7 @@ func (o OptionalString) MarshalJSON() ([]byte, error) {
 // Store.Create and Store.Update.
 func Password(s string) OptionalString { return OptionalString{Set: true, Value: &s} }
 
-// CreateRequest is the share create body of the seed; update takes the
+// CreateRequest is the share create body of the API; update takes the
 // same body.
 type CreateRequest struct {
 	Type                 string                `json:"type"`

@@ -12,7 +12,7 @@ import (
 // Prefix is the path the External Share API owns.
 const Prefix = "/webapi/share"
 
-// Operations is the seed's endpoint table. On share, create also grants
+// Operations is the API's endpoint table. On share, create also grants
 // update (PUT) and get grants activity (docs/clients.md, Keys).
 var Operations = keystore.Table{
 	Service: keystore.ServiceShare,

@@ -124,7 +124,7 @@ func validate(in *CreateRequest, nowMs int64, f *problem.Fields) content {
 // validateFields checks fieldsConfig and the older customFields and merges
 // them into one fieldsConfig. A customFields id already in fieldsConfig
 // keeps the permissions fieldsConfig gives it. Permissions are stored once
-// each, in the seed's order.
+// each, in the API's order.
 func validateFields(fc *FieldsConfig, custom []CustomField, f *problem.Fields) *FieldsConfig {
 	if fc == nil && custom == nil {
 		return nil

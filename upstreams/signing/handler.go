@@ -19,7 +19,7 @@ import (
 
 // maxDecisionBody bounds a decision request: a 1 MiB signature image
 // takes about 1.4 MiB as base64, so the gateway's usual 1 MiB would not
-// let the spec's largest image through.
+// let the largest image the API allows through.
 const maxDecisionBody = 2 << 20
 
 // Handler serves the public signing pages, without an API key:

@@ -32,7 +32,7 @@ import (
 // Prefix is the path the signing pages own: {public_base_url}/sign/{token}.
 const Prefix = "/sign"
 
-// Watcher notification kinds (seed, Events; spec, Notifications).
+// Watcher notification kinds (docs/clients.md, Notifications).
 const (
 	KindCreated           = "created"
 	KindOpened            = "opened"

@@ -11,7 +11,7 @@
 	const $ = (sel, root = document) => root.querySelector(sel);
 	const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 
-	// The privileges of each service, with the seeds' names for them.
+	// The privileges of each service, with the names docs/clients.md gives them.
 	const privileges = {
 		contracts: [["get", "get"], ["search", "search"], ["create", "create"], ["archive", "archive"], ["delete", "delete"]],
 		share: [["get", "Get Shares"], ["list", "List Shares"], ["create", "Create Shares"], ["delete", "Delete Shares"]],
