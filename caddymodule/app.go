@@ -117,7 +117,7 @@ type App struct {
 	shares      *share.Store
 	senders     *senders
 	replaced    *senders // the senders installed before ours
-	sealer      *docseal.Sealer
+	signer      *docseal.Signer
 	poolKey     string
 	logger      *zap.Logger
 	audit       *auditLog

@@ -50,10 +50,10 @@ type DocumentSealConfig struct {
 // selfMadeSealAD binds the sealed self-made certificate to its purpose.
 var selfMadeSealAD = []byte("keygate document seal v1")
 
-// buildSealer makes the document sealer of config a: the operator's
+// buildSigner makes the document signer of config a: the operator's
 // PKCS#12 certificate, or the self-made one of the database (made on the
 // first call of any instance).
-func (s *state) buildSealer(a *App) (*docseal.Sealer, error) {
+func (s *state) buildSigner(a *App) (*docseal.Signer, error) {
 	cfg := a.DocumentSeal
 	if cfg == nil {
 		cfg = &DocumentSealConfig{}
@@ -109,7 +109,7 @@ func (s *state) buildSealer(a *App) (*docseal.Sealer, error) {
 		}
 	}
 	metrics.sealExpiry.Set(float64(cert.Cert.NotAfter.Unix()))
-	sealer := docseal.NewSealer(cert, cfg.TimestampURL)
+	signer := docseal.NewSigner(cert, cfg.TimestampURL)
 	if cfg.TimestampRootsFile != "" {
 		raw, err := os.ReadFile(cfg.TimestampRootsFile)
 		if err != nil {
@@ -119,18 +119,18 @@ func (s *state) buildSealer(a *App) (*docseal.Sealer, error) {
 		if !roots.AppendCertsFromPEM(raw) {
 			return nil, fmt.Errorf("document_seal: %s holds no PEM certificate", cfg.TimestampRootsFile)
 		}
-		sealer.TrustTimestampRoots(roots)
+		signer.TrustTimestampRoots(roots)
 	}
-	return sealer, nil
+	return signer, nil
 }
 
 // warnSealExpiry logs, once a day, that the seal certificate expires
 // within docseal.ExpiryWarning: after its end no contract can complete.
 func (a *App) warnSealExpiry(now time.Time) {
-	if a.sealer == nil || now.Sub(a.lastSealWarning) < 24*time.Hour {
+	if a.signer == nil || now.Sub(a.lastSealWarning) < 24*time.Hour {
 		return
 	}
-	end := a.sealer.Certificate().Cert.NotAfter
+	end := a.signer.Certificate().Cert.NotAfter
 	if left := end.Sub(now); left < docseal.ExpiryWarning {
 		a.lastSealWarning = now
 		a.logger.Warn("the document seal certificate expires soon: renew it (document_seal pkcs12_file) before completed contracts' documents wait unsealed",
@@ -141,9 +141,9 @@ func (a *App) warnSealExpiry(now time.Time) {
 // sealFunc is what the signing lifecycle seals a completed contract's
 // documents with, outside any transaction: counted, and logged when the
 // timestamp authority fails.
-func sealFunc(sealer *docseal.Sealer, logger *zap.Logger) func([]byte, *contracts.Contract) ([]byte, error) {
+func sealFunc(signer *docseal.Signer, logger *zap.Logger) func([]byte, *contracts.Contract) ([]byte, error) {
 	return func(doc []byte, c *contracts.Contract) ([]byte, error) {
-		out, outcome, err := sealer.Seal(doc, docseal.Info{
+		out, outcome, err := signer.Seal(doc, docseal.Info{
 			Name:   "keygate document seal",
 			Reason: "Contract " + c.ID + " completed; sealed so that any change shows",
 			Time:   time.Now(),
@@ -262,7 +262,7 @@ func (h *Documents) currentCRL(now time.Time) ([]byte, error) {
 	h.crl.Lock()
 	defer h.crl.Unlock()
 	if h.crl.der == nil || now.Sub(h.crl.made) >= crlReuse {
-		der, err := h.app.sealer.Certificate().CRL(now)
+		der, err := h.app.signer.Certificate().CRL(now)
 		if err != nil {
 			return nil, err
 		}
@@ -276,7 +276,7 @@ func (h *Documents) serveCertificate(w http.ResponseWriter, r *http.Request) err
 	if onlyGetHead(w, r) {
 		return nil
 	}
-	cert := h.app.sealer.Certificate()
+	cert := h.app.signer.Certificate()
 	hdr := w.Header()
 	problem.SecureHeaders(hdr)
 	hdr.Set("Cache-Control", "no-cache")
@@ -318,12 +318,12 @@ type sealInfo struct {
 }
 
 func (a *App) sealInfo() sealInfo {
-	c := a.sealer.Certificate()
+	c := a.signer.Certificate()
 	return sealInfo{
 		Subject: c.Cert.Subject.String(), Issuer: c.Cert.Issuer.String(), SHA256: c.Fingerprint(), AnchorSHA256: docseal.FingerprintOf(c.Anchor()),
 		NotBefore: c.Cert.NotBefore.UTC(), NotAfter: c.Cert.NotAfter.UTC(), SelfMade: c.SelfMade,
 		Timestamped: a.DocumentSeal != nil && a.DocumentSeal.TimestampURL != "",
-		Level:       a.sealer.Level(),
+		Level:       a.signer.Level(),
 	}
 }
 

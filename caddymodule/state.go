@@ -240,7 +240,7 @@ func (s *state) Destruct() error {
 func (s *state) provisionAPIs(a *App) error {
 	s.updateKeyGauges()
 	var err error
-	if a.sealer, err = s.buildSealer(a); err != nil {
+	if a.signer, err = s.buildSigner(a); err != nil {
 		return err
 	}
 	lifecycle, err := signing.New(contracts.Config{
@@ -259,7 +259,7 @@ func (s *state) provisionAPIs(a *App) error {
 		Outbox:   s.outbox,
 		Backend:  s.stores.Signing,
 		OTPKey:   s.derivedKey("keygate signing one-time password v1"),
-		Seal:     sealFunc(a.sealer, a.logger.Named("documents")),
+		Seal:     sealFunc(a.signer, a.logger.Named("documents")),
 		Sealed:   sealedFunc(s.stores.SealedDocuments),
 		SealWait: docseal.TimestampTimeout,
 	})

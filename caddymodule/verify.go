@@ -241,7 +241,7 @@ func (h *Verify) check(r *http.Request, doc []byte) (*verifyResult, error) {
 	// A seal of this gateway's key whose sealed bytes are intact, in a
 	// file that is not one it sealed: bytes were added after the seal, or
 	// changed inside the seal's own signature field.
-	if end, ok := docseal.SealedUpTo(doc, h.app.sealer.Certificate().Cert); ok {
+	if end, ok := docseal.SealedUpTo(doc, h.app.signer.Certificate().Cert); ok {
 		res.Result = "changed"
 		if end < len(doc) {
 			res.Message = "This gateway sealed this document, but it has changed since: bytes were added after the seal."

@@ -57,7 +57,7 @@ func verifyHandler(t *testing.T, checks int) (*Verify, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealer := docseal.NewSealer(cert, "")
+	sealer := docseal.NewSigner(cert, "")
 	now := time.Now()
 	doc, err := contractpdf.Finalized(contractpdf.Input{
 		ContractID: "01a2139b-46b7-72cb-bd43-7aba811f6931", Name: "NDA", Body: "Terms.", Created: now,
@@ -72,7 +72,7 @@ func verifyHandler(t *testing.T, checks int) (*Verify, []byte) {
 		t.Fatal(err)
 	}
 	h := &Verify{
-		app:      &App{state: &state{stores: &Stores{SealedDocuments: unknownDocuments{}}}, sealer: sealer},
+		app:      &App{state: &state{stores: &Stores{SealedDocuments: unknownDocuments{}}}, signer: sealer},
 		limiters: &verifyLimiters{all: make(map[netip.Prefix]*rate.Limiter)},
 		checks:   make(chan struct{}, checks),
 	}

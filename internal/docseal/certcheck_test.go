@@ -57,7 +57,7 @@ func TestSealRefusesExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, outcome, err := NewSealer(c, "").Seal(minimalPDF("x"), Info{Name: "keygate", Time: time.Now()})
+	out, outcome, err := NewSigner(c, "").Seal(minimalPDF("x"), Info{Name: "keygate", Time: time.Now()})
 	if out != nil || outcome != Failed || err == nil || !strings.Contains(err.Error(), "expired") {
 		t.Errorf("sealing with an expired certificate: %v %v", outcome, err)
 	}

@@ -320,8 +320,9 @@ const (
 	Failed          Outcome = "failed"
 )
 
-// Sealer seals PDFs with one certificate.
-type Sealer struct {
+// Signer seals PDFs with one certificate: a PAdES signature (not to be
+// confused with internal/seal, which encrypts under the master key).
+type Signer struct {
 	cert *Certificate
 	// timestamps, when set, asks an RFC 3161 timestamp authority for the
 	// token the seal carries; one that fails, or whose reply fails a
@@ -331,11 +332,11 @@ type Sealer struct {
 	revocation *revocationClient
 }
 
-// NewSealer seals with cert, timestamped by timestampURL if not empty;
+// NewSigner seals with cert, timestamped by timestampURL if not empty;
 // the authority's certificate must chain to the system's roots unless
 // TrustTimestampRoots names others.
-func NewSealer(cert *Certificate, timestampURL string) *Sealer {
-	s := &Sealer{cert: cert, revocation: newRevocationClient()}
+func NewSigner(cert *Certificate, timestampURL string) *Signer {
+	s := &Signer{cert: cert, revocation: newRevocationClient()}
 	if timestampURL != "" {
 		s.timestamps = newTimestamper(timestampURL, nil)
 	}
@@ -344,14 +345,14 @@ func NewSealer(cert *Certificate, timestampURL string) *Sealer {
 
 // TrustTimestampRoots makes roots, in place of the system's, what the
 // timestamp authority's certificate must chain to.
-func (s *Sealer) TrustTimestampRoots(roots *x509.CertPool) {
+func (s *Signer) TrustTimestampRoots(roots *x509.CertPool) {
 	if s.timestamps != nil {
 		s.timestamps.roots = roots
 	}
 }
 
-// Certificate is the certificate the sealer seals with.
-func (s *Sealer) Certificate() *Certificate { return s.cert }
+// Certificate is the certificate the signer seals with.
+func (s *Signer) Certificate() *Certificate { return s.cert }
 
 // Info describes a seal: who seals, why, and when.
 type Info struct {
@@ -364,7 +365,7 @@ type Info struct {
 // /DSS and the document timestamp follow it), and the outcome. With a timestamp
 // authority that fails, the document is sealed without a timestamp
 // (SealedWithoutTimestamp) and err says why the timestamp failed.
-func (s *Sealer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
+func (s *Signer) Seal(doc []byte, info Info) ([]byte, Outcome, error) {
 	if err := CheckCertificate(s.cert.Cert, time.Now()); err != nil {
 		return nil, Failed, err
 	}
@@ -413,7 +414,7 @@ const TimestampTimeout = 5 * time.Second
 // It gives up a little after TimestampTimeout, when the endpoint has
 // answered in any case; a sign still waiting then is abandoned (its
 // goroutine ends with the connection), never waited for.
-func (s *Sealer) timestamped(sign func(tsa string) ([]byte, error)) ([]byte, error) {
+func (s *Signer) timestamped(sign func(tsa string) ([]byte, error)) ([]byte, error) {
 	url, failure, stop, err := s.timestamps.start()
 	if err != nil {
 		return nil, err
@@ -448,7 +449,7 @@ func (s *Sealer) timestamped(sign func(tsa string) ([]byte, error)) ([]byte, err
 	}
 }
 
-func (s *Sealer) seal(doc []byte, info Info, tsa string) ([]byte, error) {
+func (s *Signer) seal(doc []byte, info Info, tsa string) ([]byte, error) {
 	rd := bytes.NewReader(doc)
 	r, err := pdf.NewReader(rd, int64(len(doc)))
 	if err != nil {

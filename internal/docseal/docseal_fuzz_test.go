@@ -44,7 +44,7 @@ func fuzzCertificate(f *testing.F) *Certificate {
 // many signatures, and cut or odd /Contents.
 func FuzzSealedBy(f *testing.F) {
 	cert := fuzzCertificate(f)
-	sealed, _, err := NewSealer(cert, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
+	sealed, _, err := NewSigner(cert, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
 	if err != nil {
 		f.Fatal(err)
 	}

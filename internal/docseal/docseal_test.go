@@ -46,7 +46,7 @@ func TestSealCheckedByPdfsig(t *testing.T) {
 	}{{"self-made", self}, {"PKCS#12 from OpenSSL 3", fromFile}} {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := minimalPDF("A contract to seal")
-			sealed, outcome, err := NewSealer(tc.cert, "").Seal(doc, Info{Name: "keygate", Reason: "sealed on completion", Time: time.Now()})
+			sealed, outcome, err := NewSigner(tc.cert, "").Seal(doc, Info{Name: "keygate", Reason: "sealed on completion", Time: time.Now()})
 			if err != nil || outcome != Sealed {
 				t.Fatalf("Seal: %v %v", outcome, err)
 			}
@@ -190,7 +190,7 @@ func TestTimestamp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tsa := tsatest.StartAuthority(t, tc.mode)
-			sealer := NewSealer(cert, tsa.URL)
+			sealer := NewSigner(cert, tsa.URL)
 			roots := x509.NewCertPool()
 			if tc.trusted {
 				roots.AddCert(tsa.Cert)
@@ -277,11 +277,11 @@ func TestSealedBy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealed, _, err := NewSealer(cert, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
+	sealed, _, err := NewSigner(cert, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	strangers, _, err := NewSealer(other, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
+	strangers, _, err := NewSigner(other, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func sealedForTest(t testing.TB) (*Certificate, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealed, _, err := NewSealer(cert, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
+	sealed, _, err := NewSigner(cert, "").Seal(minimalPDF("sealed"), Info{Name: "keygate", Time: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

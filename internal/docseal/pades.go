@@ -48,11 +48,11 @@ const SealedWithoutValidationData Outcome = "sealed_without_validation_data"
 // oidTimestampToken is the id-aa-timeStampToken unsigned attribute.
 var oidTimestampToken = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 16, 2, 14}
 
-// Level is the level this sealer's set-up reaches when everything it
+// Level is the level this signer's set-up reaches when everything it
 // calls answers: B-LTA with a timestamp authority and a chain that names
 // where its revocation status is told, B-T with the authority alone,
 // else B-B.
-func (s *Sealer) Level() Level {
+func (s *Signer) Level() Level {
 	switch {
 	case s.timestamps != nil && namesRevocation(s.cert):
 		return LevelBLTA
@@ -93,7 +93,7 @@ const maxRevocationReply = 8 << 20
 // with the error; when the revocation status fails, nil.
 // It calls OCSP responders, CRL locations and the timestamp authority:
 // never inside a transaction.
-func (s *Sealer) longTerm(doc []byte) ([]byte, error) {
+func (s *Signer) longTerm(doc []byte) ([]byte, error) {
 	seal, err := lastSignature(doc, "ETSI.CAdES.detached")
 	if err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ func (s *Sealer) longTerm(doc []byte) ([]byte, error) {
 // status is the revocation status of c, issued by issuer: the CRL the
 // gateway signs itself for its self-made leaf, else what c's OCSP
 // responder or CRL location says.
-func (s *Sealer) status(ctx context.Context, c, issuer *x509.Certificate) (kind string, raw []byte, err error) {
+func (s *Signer) status(ctx context.Context, c, issuer *x509.Certificate) (kind string, raw []byte, err error) {
 	if c == s.cert.Cert && s.cert.rootKey != nil && len(c.CRLDistributionPoints) > 0 {
 		raw, err := s.cert.CRL(time.Now())
 		return "crl", raw, err

@@ -78,7 +78,7 @@ func TestPAdESLevels(t *testing.T) {
 				url = ca.TSA(tc.tsa)
 			}
 			ca.OCSPDown(tc.ocspDown)
-			sealer := NewSealer(tc.cert, url)
+			sealer := NewSigner(tc.cert, url)
 			sealer.TrustTimestampRoots(roots)
 			if got := sealer.Level(); got != tc.setUp {
 				t.Errorf("set-up level %s, want %s", got, tc.setUp)
@@ -183,7 +183,7 @@ func TestRevokedSealCertificate(t *testing.T) {
 	ca.Revoke(leaf)
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Root)
-	sealer := NewSealer(cert, ca.TSA(openssltest.TSAAnswer))
+	sealer := NewSigner(cert, ca.TSA(openssltest.TSAAnswer))
 	sealer.TrustTimestampRoots(roots)
 	sealed, outcome, err := sealer.Seal(minimalPDF("revoked"), Info{Name: "keygate", Time: time.Now()})
 	if outcome != SealedWithoutValidationData || err == nil || !strings.Contains(err.Error(), "not good") {

@@ -457,7 +457,7 @@ func testSeal(t testing.TB) func([]byte, *contracts.Contract) ([]byte, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealer := docseal.NewSealer(cert, "")
+	sealer := docseal.NewSigner(cert, "")
 	return func(doc []byte, c *contracts.Contract) ([]byte, error) {
 		out, _, err := sealer.Seal(doc, docseal.Info{Name: "keygate document seal", Reason: "contract " + c.ID + " completed", Time: time.Now()})
 		return out, err
