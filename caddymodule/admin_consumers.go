@@ -21,14 +21,19 @@ func (a *Admin) auditScope(r *http.Request, msg, consumerID, planID string, stat
 }
 
 // syncScopes brings plans and consumers (with every key) up to date with
-// the other instances before they are shown, and reads what every
-// instance took of consumer id's quota (every consumer's when empty).
-func (a *Admin) syncScopes(r *http.Request, id string) {
-	a.sync(r, "")
-	if id != "" {
-		if err := appOf(r).state.keys.ReadQuotas(id); err != nil {
-			appOf(r).logger.Warn("reading quota use from the database", zap.Error(err))
-		}
+// the other instances before they are shown; with quotas, it also reads
+// what every instance took of consumer id's quota (every consumer's when
+// id is empty). Once each: a key's sync would read every quota again.
+func (a *Admin) syncScopes(r *http.Request, id string, quotas bool) {
+	keys := appOf(r).state.keys
+	if err := keys.Sync(""); err != nil {
+		appOf(r).logger.Warn("reading keys, plans and consumers back from the database", zap.Error(err))
+	}
+	if !quotas {
+		return
+	}
+	if err := keys.ReadQuotas(id); err != nil {
+		appOf(r).logger.Warn("reading quota use from the database", zap.Error(err))
 	}
 }
 
@@ -53,12 +58,12 @@ func (a *Admin) listPlans(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.syncScopes(r, "")
+	a.syncScopes(r, "", false)
 	writeJSON(w, http.StatusOK, appOf(r).state.keys.ListPlans())
 }
 
 func (a *Admin) getPlan(w http.ResponseWriter, r *http.Request) {
-	a.syncScopes(r, "")
+	a.syncScopes(r, "", false)
 	p, err := appOf(r).state.keys.GetPlan(r.PathValue("id"))
 	if err != nil {
 		a.fail(w, r, err)
@@ -118,16 +123,13 @@ func (a *Admin) listConsumers(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.syncScopes(r, "")
-	if err := appOf(r).state.keys.ReadQuotas(""); err != nil {
-		appOf(r).logger.Warn("reading quota use from the database", zap.Error(err))
-	}
+	a.syncScopes(r, "", true)
 	writeJSON(w, http.StatusOK, appOf(r).state.keys.ListConsumers())
 }
 
 func (a *Admin) getConsumer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	a.syncScopes(r, id)
+	a.syncScopes(r, id, true)
 	c, err := appOf(r).state.keys.GetConsumer(id)
 	if err != nil {
 		a.fail(w, r, err)

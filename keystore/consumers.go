@@ -93,10 +93,15 @@ func (k *Keys) recompile(match func(*Key) bool) {
 	}
 }
 
-// holdsPlan and holdsConsumer select the keys of a plan and of a consumer.
-func holdsPlan(id string) func(*Key) bool {
-	return func(key *Key) bool { return key.PlanID != nil && *key.PlanID == id }
+// heldByPlan selects the keys that plan id holds: those that take it,
+// and those of the consumers that take it.
+func (k *Keys) heldByPlan(id string) func(*Key) bool {
+	return func(key *Key) bool {
+		return key.PlanID != nil && *key.PlanID == id || key.ConsumerID != nil && k.consumerHasPlan(*key.ConsumerID, id)
+	}
 }
+
+// holdsConsumer selects the keys of a consumer.
 
 func holdsConsumer(id string) func(*Key) bool {
 	return func(key *Key) bool { return key.ConsumerID != nil && *key.ConsumerID == id }
@@ -120,9 +125,7 @@ func (k *Keys) refreshScope(payload string) error {
 		}
 		k.recompileConsumersOf(id)
 		k.scopeMu.Unlock()
-		k.recompile(func(key *Key) bool {
-			return holdsPlan(id)(key) || key.ConsumerID != nil && k.consumerHasPlan(*key.ConsumerID, id)
-		})
+		k.recompile(k.heldByPlan(id))
 		return nil
 	}
 	id, _ := strings.CutPrefix(payload, consumerTopic)
@@ -222,9 +225,7 @@ func (k *Keys) UpdatePlan(id string, in *PlanInput) (Plan, error) {
 	k.plans[id] = &p
 	k.recompileConsumersOf(id)
 	k.scopeMu.Unlock()
-	k.recompile(func(key *Key) bool {
-		return holdsPlan(id)(key) || key.ConsumerID != nil && k.consumerHasPlan(*key.ConsumerID, id)
-	})
+	k.recompile(k.heldByPlan(id))
 	return planView(&p), nil
 }
 
@@ -338,7 +339,7 @@ func (k *Keys) CreateConsumer(in *ConsumerInput) (Consumer, error) {
 	k.scopeMu.Lock()
 	k.setConsumer(&c)
 	k.scopeMu.Unlock()
-	return k.consumerView(k.consumer(c.ID)), nil
+	return k.consumerView(k.consumer(c.ID), -1), nil
 }
 
 // UpdateConsumer applies in to consumer id; all its keys are held to the
@@ -365,7 +366,7 @@ func (k *Keys) UpdateConsumer(id string, in *ConsumerInput) (Consumer, error) {
 	k.setConsumer(&c)
 	k.scopeMu.Unlock()
 	k.recompile(holdsConsumer(id))
-	return k.consumerView(ce), nil
+	return k.consumerView(ce, -1), nil
 }
 
 // checkConsumer checks c's plan: that it exists, and that it names none
@@ -405,7 +406,7 @@ func (k *Keys) GetConsumer(id string) (Consumer, error) {
 	if ce == nil {
 		return Consumer{}, ErrConsumerNotFound
 	}
-	return k.consumerView(ce), nil
+	return k.consumerView(ce, -1), nil
 }
 
 // ListConsumers returns every consumer, oldest first.
@@ -416,9 +417,21 @@ func (k *Keys) ListConsumers() []Consumer {
 		list = append(list, ce)
 	}
 	k.scopeMu.RUnlock()
+	// Each consumer's keys counted in one pass over the keys, not one a
+	// consumer.
+	counts := map[string]int{}
+	k.mu.RLock()
+	for _, e := range k.byID {
+		if c := e.snap.Load().key.ConsumerID; c != nil {
+			counts[*c]++
+		}
+	}
+	k.mu.RUnlock()
 	out := make([]Consumer, 0, len(list))
 	for _, ce := range list {
-		out = append(out, k.consumerView(ce))
+		c := k.consumerView(ce, -1)
+		c.KeyCount = counts[c.ID]
+		out = append(out, c)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreationTime.Equal(out[j].CreationTime) {
@@ -429,8 +442,9 @@ func (k *Keys) ListConsumers() []Consumer {
 	return out
 }
 
-// consumerView is ce's consumer as administrators see it.
-func (k *Keys) consumerView(ce *consumerEntry) Consumer {
+// consumerView is ce's consumer as administrators see it; keyCount -1
+// has its keys counted.
+func (k *Keys) consumerView(ce *consumerEntry, keyCount int) Consumer {
 	c := ce.snap.Load().consumer
 	c.RateLimits = slices.Clone(c.RateLimits)
 	if c.RateLimits == nil {
@@ -441,21 +455,18 @@ func (k *Keys) consumerView(ce *consumerEntry) Consumer {
 		c.Quota = &q
 	}
 	c.QuotaUsed, c.QuotaResetsAt = ce.quotaView(k.now())
-	c.KeyCount = len(k.keysOf(c.ID))
-	return c
-}
-
-// keysOf returns the ids of consumer id's keys.
-func (k *Keys) keysOf(id string) []string {
-	k.mu.RLock()
-	defer k.mu.RUnlock()
-	var out []string
-	for kid, e := range k.byID {
-		if holdsConsumer(id)(&e.snap.Load().key) {
-			out = append(out, kid)
+	c.KeyCount = keyCount
+	if keyCount < 0 {
+		c.KeyCount = 0
+		k.mu.RLock()
+		for _, e := range k.byID {
+			if holdsConsumer(c.ID)(&e.snap.Load().key) {
+				c.KeyCount++
+			}
 		}
+		k.mu.RUnlock()
 	}
-	return out
+	return c
 }
 
 // ConsumerUsageOver returns consumer id's requests over time, all its
@@ -465,8 +476,8 @@ func (k *Keys) ConsumerUsageOver(id string, from, to time.Time, byDay bool) (Usa
 	if ce == nil {
 		return UsageSeries{}, ErrConsumerNotFound
 	}
-	s, err := k.usageOver(&ce.meter, id, from, to, byDay)
-	s.KeyID, s.ConsumerID = "", id
+	s, err := k.usageOver(&ce.meter, from, to, byDay)
+	s.ConsumerID = id
 	return s, err
 }
 

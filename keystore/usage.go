@@ -137,11 +137,13 @@ func (k *Keys) UsageOver(id string, from, to time.Time, byDay bool) (UsageSeries
 	if e == nil {
 		return UsageSeries{}, ErrNotFound
 	}
-	return k.usageOver(&e.meter, id, from, to, byDay)
+	s, err := k.usageOver(&e.meter, from, to, byDay)
+	s.KeyID = id
+	return s, err
 }
 
-// usageOver is the series of holder id, whose meter is m.
-func (k *Keys) usageOver(m *meter, id string, from, to time.Time, byDay bool) (UsageSeries, error) {
+// usageOver is the series of the holder whose meter is m, without its id.
+func (k *Keys) usageOver(m *meter, from, to time.Time, byDay bool) (UsageSeries, error) {
 	step, res := time.Hour, "hour"
 	if byDay {
 		step, res = 24*time.Hour, "day"
@@ -153,14 +155,14 @@ func (k *Keys) usageOver(m *meter, id string, from, to time.Time, byDay bool) (U
 	// Under flushMu: a flush takes counts from memory before storage has
 	// them, and would otherwise be missing from both reads.
 	k.flushMu.Lock()
-	stored, err := k.backend.UsageHours(id, from, to)
+	stored, err := k.backend.UsageHours(m.holder.holderID(), from, to)
 	pending := m.hourly.peek()
 	k.flushMu.Unlock()
 	if err != nil {
 		return UsageSeries{}, err
 	}
 	n := int(to.Sub(from) / step)
-	out := UsageSeries{KeyID: id, Resolution: res, From: from, To: to, Buckets: make([]UsageBucket, n)}
+	out := UsageSeries{Resolution: res, From: from, To: to, Buckets: make([]UsageBucket, n)}
 	for i := range out.Buckets {
 		out.Buckets[i] = UsageBucket{Start: from.Add(time.Duration(i) * step), Refused: map[string]uint64{}}
 	}
