@@ -3,13 +3,15 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
-	"github.com/keygate/keygate/internal/host"
 	"maps"
 	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"time"
+
+	"github.com/keygate/keygate/internal/access"
+	"github.com/keygate/keygate/internal/host"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -261,7 +263,7 @@ func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
 			f.Add(name, "unknown_parameter", name+" is not a parameter of this list: service, consumerId")
 		}
 	}
-	svc := keystore.Service(query.Get("service"))
+	svc := access.Service(query.Get("service"))
 	if svc != "" && !svc.Valid() {
 		f.Add("service", "invalid", "service must be contracts or share")
 	}

@@ -12,10 +12,9 @@ import (
 	"unsafe"
 
 	"github.com/caddyserver/caddy/v2/modules/logging"
+	"github.com/keygate/keygate/internal/token"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-
-	"github.com/keygate/keygate/keystore"
 )
 
 // auditRecord is one audit entry as a request leaves it: plain values,
@@ -267,7 +266,7 @@ func (rec *auditRecord) encodeWho(e auditEncoder) {
 
 // encodeWhat gives the fields of the request itself: encode's second part.
 func (rec *auditRecord) encodeWhat(e auditEncoder) {
-	e.str("path", keystore.RedactTokens(rec.path)) // a token pasted into a path stays out of the log
+	e.str("path", token.Redact(rec.path)) // a token pasted into a path stays out of the log
 	e.ip("client_ip", rec.clientIP)
 	e.int("status", rec.status)
 	if rec.reason != "" {

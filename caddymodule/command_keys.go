@@ -16,6 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -314,7 +315,7 @@ func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
 	})
 }
 
-func joinPrivs(ps []keystore.Privilege) string {
+func joinPrivs(ps []access.Privilege) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = string(p)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 )
@@ -39,7 +40,7 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	if in.Service != "" && !keystore.Service(in.Service).Valid() {
+	if in.Service != "" && !access.Service(in.Service).Valid() {
 		a.fail(w, r, problem.Invalid([]problem.FieldError{{Field: "service", Code: "invalid", Message: "service must be contracts or share"}}))
 		return
 	}

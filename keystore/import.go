@@ -12,7 +12,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // Importing keys: many keys in one call, each with the fields of a create
@@ -116,11 +118,11 @@ type SkippedConsumer struct {
 // ImportedKey is a key of the report: where it came from and what it is,
 // without any part of its token.
 type ImportedKey struct {
-	Line    int     `json:"line"`
-	ID      string  `json:"id"`
-	Service Service `json:"service"`
-	Name    string  `json:"name"`
-	Owner   string  `json:"owner"`
+	Line    int            `json:"line"`
+	ID      string         `json:"id"`
+	Service access.Service `json:"service"`
+	Name    string         `json:"name"`
+	Owner   string         `json:"owner"`
 	// ConsumerID is the consumer the key belongs to, if any.
 	ConsumerID *string `json:"consumerId"`
 	// NewToken marks a key that came without a token and got one of
@@ -163,20 +165,20 @@ var ErrTokenTaken = problem.New(409, problem.CodeConflict, "a token of the impor
 // foreignToken reports whether token may be another gateway's: not of
 // our form, and 16 to 512 printable US-ASCII characters without spaces
 // (a bearer token has none).
-func foreignToken(token string) bool {
-	if len(token) < minForeignToken || len(token) > maxForeignToken || hasTokenPrefix(token) {
+func foreignToken(tok string) bool {
+	if len(tok) < minForeignToken || len(tok) > maxForeignToken || hasTokenPrefix(tok) {
 		return false
 	}
-	for i := 0; i < len(token); i++ {
-		if c := token[i]; c <= ' ' || c > '~' {
+	for i := 0; i < len(tok); i++ {
+		if c := tok[i]; c <= ' ' || c > '~' {
 			return false
 		}
 	}
 	return true
 }
 
-func hasTokenPrefix(token string) bool {
-	return len(token) >= len(TokenPrefix) && token[:len(TokenPrefix)] == TokenPrefix
+func hasTokenPrefix(tok string) bool {
+	return len(tok) >= len(token.Prefix) && tok[:len(token.Prefix)] == token.Prefix
 }
 
 // maxImportProblems bounds the problems an import reports: a file that
@@ -245,7 +247,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 	recs := make([]*record, 0, len(keys))
 	tokens := make([]string, 0, len(keys))
 	lines := make([]int, 0, len(keys))
-	seen := make(map[TokenHash]int, len(keys))
+	seen := make(map[token.Hash]int, len(keys))
 	k.mu.RLock()
 	for i := range keys {
 		in := &keys[i]
@@ -277,18 +279,18 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 			k.mu.RUnlock()
 			return ImportReport{}, err
 		}
-		token := in.Token
+		tok := in.Token
 		switch {
-		case token == "":
-			token = NewToken()
-		case hasTokenPrefix(token) && !wellFormedToken(token):
-			f.Add(tokenAt, "invalid", "a token that starts with "+TokenPrefix+" must be a well-formed keygate token")
+		case tok == "":
+			tok = token.New()
+		case hasTokenPrefix(tok) && !token.WellFormed(tok):
+			f.Add(tokenAt, "invalid", "a token that starts with "+token.Prefix+" must be a well-formed keygate token")
 			continue
-		case !hasTokenPrefix(token) && !foreignToken(token):
+		case !hasTokenPrefix(tok) && !foreignToken(tok):
 			f.Add(tokenAt, "invalid", fmt.Sprintf("a token is %d to %d printable US-ASCII characters without spaces", minForeignToken, maxForeignToken))
 			continue
 		}
-		h := HashToken(token)
+		h := token.HashOf(tok)
 		if first, dup := seen[h]; dup {
 			f.Add(tokenAt, "duplicate", "the same token as line "+strconv.Itoa(first))
 			continue
@@ -300,8 +302,8 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 		}
 		key.ID = uuid.NewString()
 		key.CreationTime, key.LastModificationTime = now, now
-		key.TokenPrefix = tokenPrefixOf(token)
-		recs = append(recs, &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID))})
+		key.TokenPrefix = tokenPrefixOf(tok)
+		recs = append(recs, &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID))})
 		tokens = append(tokens, in.Token)
 		lines = append(lines, in.Line)
 	}
@@ -339,7 +341,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 	for _, rec := range recs {
 		e := k.newEntry(rec, Usage{})
 		e.born = born
-		var h TokenHash
+		var h token.Hash
 		copy(h[:], rec.TokenHash)
 		k.byHash.put(h, e)
 		k.byID[rec.ID] = e
@@ -545,11 +547,11 @@ func problemLine(field string) int {
 }
 
 // RedactPath replaces the segments of a request path that are tokens:
-// keygate's by their form (RedactTokens), another gateway's imported
+// keygate's by their form (token.Redact), another gateway's imported
 // ones by being a key's token here. For the audit log, off the request
 // path: a segment of 16 to 512 characters costs a hash.
 func (k *Keys) RedactPath(path string) string {
-	path = RedactTokens(path)
+	path = token.Redact(path)
 	var b strings.Builder
 	changed := false
 	for i := 0; i < len(path); {
@@ -559,7 +561,7 @@ func (k *Keys) RedactPath(path string) string {
 			end = i + j
 		}
 		seg := path[i:end]
-		if len(seg) >= minForeignToken && len(seg) <= maxForeignToken && !hasTokenPrefix(seg) && k.Lookup(HashToken(seg)) != nil {
+		if len(seg) >= minForeignToken && len(seg) <= maxForeignToken && !hasTokenPrefix(seg) && k.Lookup(token.HashOf(seg)) != nil {
 			if !changed {
 				b.WriteString(path[:i])
 				changed = true

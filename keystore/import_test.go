@@ -11,20 +11,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // works reports whether token opens key check of service.
-func works(k *Keys, service Service, token string) bool {
+func works(k *Keys, service access.Service, token string) bool {
 	table := &testContractsTable
-	if service == ServiceShare {
+	if service == access.ServiceShare {
 		table = &testShareTable
 	}
 	path := "/webapi/contracts"
-	if service == ServiceShare {
+	if service == access.ServiceShare {
 		path = "/webapi/share"
 	}
 	d := Authorize(&Request{Service: service, Authorization: []string{"Bearer " + token},
@@ -44,7 +46,7 @@ func TestImport(t *testing.T) {
 			`{"service":"share","name":"from kong","owner":"acme","privileges":["get","list"],"token":"Kong-Legacy-Token-0123456789"}`,
 			``,
 			`{"service":"contracts","name":"fresh","owner":"acme","privileges":["get"]}`,
-			`{"service":"contracts","name":"ours","owner":"bob","privileges":["get"],"token":"` + NewToken() + `"}`,
+			`{"service":"contracts","name":"ours","owner":"bob","privileges":["get"],"token":"` + token.New() + `"}`,
 		}, "\n")
 		keys, err := ParseJSONL([]byte(file), "")
 		if err != nil {
@@ -60,7 +62,7 @@ func TestImport(t *testing.T) {
 		if err != nil || report.Imported != 3 || report.Kept != 2 || !report.DryRun || len(e.stored(t)) != before {
 			t.Fatalf("dry run: %+v %v, %d stored (was %d)", report, err, len(e.stored(t)), before)
 		}
-		if works(e.keys, ServiceShare, "Kong-Legacy-Token-0123456789") {
+		if works(e.keys, access.ServiceShare, "Kong-Legacy-Token-0123456789") {
 			t.Fatal("a dry run's token works")
 		}
 
@@ -68,14 +70,14 @@ func TestImport(t *testing.T) {
 		if err != nil || report.Imported != 3 || report.Kept != 2 {
 			t.Fatalf("import: %+v %v", report, err)
 		}
-		if s := fmt.Sprintf("%+v", report); strings.Contains(s, "Kong-Legacy") || strings.Contains(s, TokenPrefix) {
+		if s := fmt.Sprintf("%+v", report); strings.Contains(s, "Kong-Legacy") || strings.Contains(s, token.Prefix) {
 			t.Errorf("the report holds a token: %s", s)
 		}
 		for _, k := range []*Keys{e.keys, e.reopen(t)} {
-			if !works(k, ServiceShare, "Kong-Legacy-Token-0123456789") || !works(k, ServiceContracts, keys[2].Token) {
+			if !works(k, access.ServiceShare, "Kong-Legacy-Token-0123456789") || !works(k, access.ServiceContracts, keys[2].Token) {
 				t.Fatal("an imported token does not work")
 			}
-			if works(k, ServiceContracts, "Kong-Legacy-Token-0123456789") {
+			if works(k, access.ServiceContracts, "Kong-Legacy-Token-0123456789") {
 				t.Fatal("an imported token works for the other service")
 			}
 		}
@@ -83,7 +85,7 @@ func TestImport(t *testing.T) {
 		if err != nil || fresh.Name != "fresh" {
 			t.Fatalf("fresh key: %+v %v", fresh, err)
 		}
-		if tok, err := e.keys.Reveal(fresh.ID); err != nil || !wellFormedToken(tok) || !works(e.keys, ServiceContracts, tok) {
+		if tok, err := e.keys.Reveal(fresh.ID); err != nil || !token.WellFormed(tok) || !works(e.keys, access.ServiceContracts, tok) {
 			t.Fatalf("the key given a new token: %q %v", tok, err)
 		}
 		foreign, _ := e.keys.Get(report.Keys[0].ID)
@@ -114,7 +116,7 @@ func TestImport(t *testing.T) {
 		if got := fieldErrors(t, err); !slices.Equal(got, want) {
 			t.Errorf("errors %v, want %v", got, want)
 		}
-		if n := len(e.stored(t)); n != stored || works(e.keys, ServiceShare, "another-good-token-0123") {
+		if n := len(e.stored(t)); n != stored || works(e.keys, access.ServiceShare, "another-good-token-0123") {
 			t.Errorf("a refused import stored something: %d records, was %d", n, stored)
 		}
 		if msg := err.Error() + fmt.Sprint(err); strings.Contains(msg, "Kong-Legacy") || strings.Contains(msg, mine.Token) {
@@ -236,7 +238,7 @@ func TestImportReachesOtherInstance(t *testing.T) {
 	e := newEnv(t, storetest.OpenPostgres(t))
 	other := followingInstance(t, e)
 	first := mustCreate(t, e.keys, `{`+validContracts+`}`)
-	testwait.For(t, testwait.Generous, "the other instance to listen", func() bool { return other.Lookup(HashToken(first.Token)) != nil })
+	testwait.For(t, testwait.Generous, "the other instance to listen", func() bool { return other.Lookup(token.HashOf(first.Token)) != nil })
 
 	var lines []string
 	for i := range 500 {
@@ -251,7 +253,7 @@ func TestImportReachesOtherInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.For(t, time.Second, "the imported keys on the other instance", func() bool {
-		return works(other, ServiceShare, "imported-token-00000000") && works(other, ServiceShare, "imported-token-00000499")
+		return works(other, access.ServiceShare, "imported-token-00000000") && works(other, access.ServiceShare, "imported-token-00000499")
 	})
 	t.Logf("500 imported keys on the other instance after %v", time.Since(start).Round(time.Millisecond))
 }
@@ -277,7 +279,7 @@ func TestImportRace(t *testing.T) {
 	if _, err := e.keys.Import(ImportSet{Keys: keys}, false, nil); err != ErrTokenTaken {
 		t.Fatalf("import of a token stored meanwhile: %v", err)
 	}
-	if n := len(e.stored(t)); n != before || works(e.reopen(t), ServiceShare, "fine-token-0123456789") {
+	if n := len(e.stored(t)); n != before || works(e.reopen(t), access.ServiceShare, "fine-token-0123456789") {
 		t.Errorf("the failed import stored something: %d records, was %d", n, before)
 	}
 }
@@ -461,7 +463,7 @@ func TestImportKongEveryProblem(t *testing.T) {
 		if got := fieldErrors(t, err); !slices.Equal(got, want) {
 			t.Errorf("errors\n%v, want\n%v", got, want)
 		}
-		if n := len(e.stored(t)); n != before || works(e.keys, ServiceContracts, "twice-in-this-file-0123456789") ||
+		if n := len(e.stored(t)); n != before || works(e.keys, access.ServiceContracts, "twice-in-this-file-0123456789") ||
 			len(e.reopen(t).ListConsumers()) != 0 {
 			t.Errorf("a refused import stored something: %d records, was %d", n, before)
 		}

@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	yaml4 "go.yaml.in/yaml/v4"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 )
@@ -173,7 +174,7 @@ func checkGrants(f *problem.Fields, grants map[string]Grant) map[string]bool {
 	for _, g := range groups {
 		at := "privilegesMap." + g
 		grant := grants[g]
-		s := Service(grant.Service)
+		s := access.Service(grant.Service)
 		if !s.Valid() {
 			f.Add(at+".service", "invalid", "group "+g+": service must be contracts or share")
 			bad[g] = true

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // kongTwoKeys is a decK dump of one consumer with two key-auth
@@ -497,7 +499,7 @@ func TestImportKongRace(t *testing.T) {
 		if len(re.List("")) != 0 || len(re.ListConsumers()) != 1 || len(re.ListPlans()) != 1 {
 			t.Errorf("a failed import stored something: %d keys, %d consumers, %d plans", len(re.List("")), len(re.ListConsumers()), len(re.ListPlans()))
 		}
-		if works(e.keys, ServiceContracts, "acme-first-key-0123456789ab") {
+		if works(e.keys, access.ServiceContracts, "acme-first-key-0123456789ab") {
 			t.Error("a failed import's token works")
 		}
 	})
@@ -511,13 +513,13 @@ func TestImportKongReachesOtherInstance(t *testing.T) {
 	e := newEnv(t, storetest.OpenPostgres(t))
 	other := followingInstance(t, e)
 	first := mustCreate(t, e.keys, `{`+validContracts+`}`)
-	testwait.For(t, testwait.Generous, "the other instance to listen", func() bool { return other.Lookup(HashToken(first.Token)) != nil })
+	testwait.For(t, testwait.Generous, "the other instance to listen", func() bool { return other.Lookup(token.HashOf(first.Token)) != nil })
 	if _, err := importKong(t, e.keys, kongTwoKeys, false); err != nil {
 		t.Fatal(err)
 	}
 	tokens := []string{"acme-first-key-0123456789ab", "acme-second-key-0123456789a"}
 	testwait.For(t, time.Second, "the imported keys on the other instance", func() bool {
-		return works(other, ServiceContracts, tokens[0]) && works(other, ServiceContracts, tokens[1])
+		return works(other, access.ServiceContracts, tokens[0]) && works(other, access.ServiceContracts, tokens[1])
 	})
 	// Past the second the probes above spent in.
 	later := e.clock.Now().Add(10 * time.Second)
