@@ -92,7 +92,7 @@ func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data directory: %w", err)
 	}
-	masterKey, err := keystore.LoadOrCreateMasterKey(masterKeyPath)
+	masterKey, err := seal.LoadOrCreateMasterKey(masterKeyPath)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ type dataset struct {
 // the gateway uses, on either backend, from many goroutines so their
 // writes share commits.
 func prepare(st store, keys, contractCount, shareCount int) (*dataset, error) {
-	masterKey, err := keystore.LoadOrCreateMasterKey(filepath.Join(st.dir, "master.key"))
+	masterKey, err := seal.LoadOrCreateMasterKey(filepath.Join(st.dir, "master.key"))
 	if err != nil {
 		return nil, err
 	}
