@@ -18,6 +18,7 @@ import (
 
 	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/keystore/keyimport"
 )
 
 // keyFlags are the flags of keys create and keys update.
@@ -80,7 +81,7 @@ func importCommand() *cobra.Command {
 				}
 				// Read here, checked by the gateway with the file, so that
 				// a bad group comes in the one reply with the rest.
-				grants, err := keystore.ParsePrivilegesMap(raw)
+				grants, err := keyimport.ParsePrivilegesMap(raw)
 				if err != nil {
 					return fmt.Errorf("--privileges-map %s: %v", f, err)
 				}

@@ -8,6 +8,7 @@ import (
 	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/keystore/keyimport"
 )
 
 // maxImportBody bounds POST /webapi/keys/import: MaxImport keys of a few
@@ -26,7 +27,7 @@ type importRequest struct {
 	// only service a kong import may map to.
 	Service string `json:"service"`
 	// PrivilegesMap maps Kong ACL groups to a service and privileges.
-	PrivilegesMap map[string]keystore.Grant `json:"privilegesMap"`
+	PrivilegesMap map[string]keyimport.Grant `json:"privilegesMap"`
 	// DryRun checks everything and stores nothing.
 	DryRun bool `json:"dryRun"`
 }
@@ -49,14 +50,14 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 	switch in.Format {
 	case "", "jsonl":
 		in.Format = "jsonl"
-		set.Keys, err = keystore.ParseJSONL([]byte(in.Data), in.Service)
+		set.Keys, err = keyimport.ParseJSONL([]byte(in.Data), in.Service)
 	case "kong":
 		if len(in.PrivilegesMap) == 0 {
 			err = problem.Invalid([]problem.FieldError{{Field: "privilegesMap", Code: "required",
 				Message: "a kong import needs the map of ACL groups to a service and privileges"}})
 			break
 		}
-		set, err = keystore.ParseKong([]byte(in.Data), in.PrivilegesMap, in.Service, time.Now())
+		set, err = keyimport.ParseKong([]byte(in.Data), in.PrivilegesMap, in.Service, time.Now())
 	default:
 		err = problem.Invalid([]problem.FieldError{{Field: "format", Code: "invalid", Message: "format must be jsonl or kong"}})
 	}

@@ -31,10 +31,10 @@ import (
 const MaxImport = 20000
 
 // Foreign token bounds: a token of another gateway is 16 to 512 printable
-// US-ASCII characters. A token of our own form (TokenPrefix) must pass our
+// US-ASCII characters. A token of our own form (token.Prefix) must pass our
 // checks instead.
 const (
-	minForeignToken = 16
+	MinForeignToken = 16
 	maxForeignToken = 512
 )
 
@@ -166,7 +166,7 @@ var ErrTokenTaken = problem.New(409, problem.CodeConflict, "a token of the impor
 // our form, and 16 to 512 printable US-ASCII characters without spaces
 // (a bearer token has none).
 func foreignToken(tok string) bool {
-	if len(tok) < minForeignToken || len(tok) > maxForeignToken || hasTokenPrefix(tok) {
+	if len(tok) < MinForeignToken || len(tok) > maxForeignToken || hasTokenPrefix(tok) {
 		return false
 	}
 	for i := 0; i < len(tok); i++ {
@@ -181,9 +181,9 @@ func hasTokenPrefix(tok string) bool {
 	return len(tok) >= len(token.Prefix) && tok[:len(token.Prefix)] == token.Prefix
 }
 
-// maxImportProblems bounds the problems an import reports: a file that
+// MaxImportProblems bounds the problems an import reports: a file that
 // is wrong throughout says so in a readable reply.
-const maxImportProblems = 1000
+const MaxImportProblems = 1000
 
 // lineAt is the field of a problem at line n of the source.
 func lineAt(n int) string { return "lines[" + strconv.Itoa(n) + "]" }
@@ -196,7 +196,7 @@ func addProblems(f *problem.Fields, where string, err error) error {
 		return err
 	}
 	for _, e := range d.Errors {
-		f.Add(where+"."+e.Field, e.Code, quietValues(e.Message))
+		f.Add(where+"."+e.Field, e.Code, QuietValues(e.Message))
 	}
 	return nil
 }
@@ -263,7 +263,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 				if in.NoGrant && prior != nil && (e.Field == "service" || strings.HasPrefix(e.Field, "privileges")) {
 					continue
 				}
-				f.Add(where+"."+e.Field, e.Code, quietValues(e.Message))
+				f.Add(where+"."+e.Field, e.Code, QuietValues(e.Message))
 			}
 		} else if err != nil {
 			k.mu.RUnlock()
@@ -287,7 +287,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 			f.Add(tokenAt, "invalid", "a token that starts with "+token.Prefix+" must be a well-formed keygate token")
 			continue
 		case !hasTokenPrefix(tok) && !foreignToken(tok):
-			f.Add(tokenAt, "invalid", fmt.Sprintf("a token is %d to %d printable US-ASCII characters without spaces", minForeignToken, maxForeignToken))
+			f.Add(tokenAt, "invalid", fmt.Sprintf("a token is %d to %d printable US-ASCII characters without spaces", MinForeignToken, maxForeignToken))
 			continue
 		}
 		h := token.HashOf(tok)
@@ -505,12 +505,13 @@ func sameID(a, b *string) bool {
 // import never says a token back.
 var quotedValue = regexp.MustCompile(`"[^"]{16,}"`)
 
-// quietValues replaces the long quoted values of msg.
-func quietValues(msg string) string {
+// QuietValues replaces the long quoted values of msg, for any message an
+// import reports (the importers' too).
+func QuietValues(msg string) string {
 	return quotedValue.ReplaceAllString(msg, `"(a value of 16 characters or more)"`)
 }
 
-// capProblems keeps the first maxImportProblems problems of err (a 400
+// capProblems keeps the first MaxImportProblems problems of err (a 400
 // problem) and says how many more there are.
 func capProblems(err error) error {
 	var d *problem.Details
@@ -522,11 +523,11 @@ func capProblems(err error) error {
 	slices.SortStableFunc(d.Errors, func(a, b problem.FieldError) int {
 		return cmp.Compare(problemLine(a.Field), problemLine(b.Field))
 	})
-	if len(d.Errors) <= maxImportProblems {
+	if len(d.Errors) <= MaxImportProblems {
 		return err
 	}
-	more := len(d.Errors) - maxImportProblems
-	errs := append(d.Errors[:maxImportProblems:maxImportProblems], problem.FieldError{Field: "lines", Code: "too_many",
+	more := len(d.Errors) - MaxImportProblems
+	errs := append(d.Errors[:MaxImportProblems:MaxImportProblems], problem.FieldError{Field: "lines", Code: "too_many",
 		Message: strconv.Itoa(more) + " more problems are not listed: fix these and try again"})
 	out := problem.Invalid(errs)
 	return out
@@ -561,7 +562,7 @@ func (k *Keys) RedactPath(path string) string {
 			end = i + j
 		}
 		seg := path[i:end]
-		if len(seg) >= minForeignToken && len(seg) <= maxForeignToken && !hasTokenPrefix(seg) && k.Lookup(token.HashOf(seg)) != nil {
+		if len(seg) >= MinForeignToken && len(seg) <= maxForeignToken && !hasTokenPrefix(seg) && k.Lookup(token.HashOf(seg)) != nil {
 			if !changed {
 				b.WriteString(path[:i])
 				changed = true

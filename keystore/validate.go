@@ -42,7 +42,8 @@ type KeyInput struct {
 }
 
 const (
-	maxNameLen        = 40
+	// MaxNameLen is the longest name of a key, in runes.
+	MaxNameLen        = 40
 	maxDescriptionLen = 4000
 	maxOwnerLen       = 255
 	maxAllowedIPs     = 1000
@@ -107,7 +108,7 @@ func applyUpdate(k Key, in *KeyInput) (Key, error) {
 // applyEditable checks and applies the fields both create and update take.
 func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 	if in.Name.Set && !in.Name.Null {
-		if !text.Printable(in.Name.Value, maxNameLen) {
+		if !text.Printable(in.Name.Value, MaxNameLen) {
 			f.Add("name", "invalid", "name must be 1 to 40 printable characters")
 		} else {
 			k.Name = in.Name.Value
@@ -122,7 +123,7 @@ func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 		}
 	}
 	if in.Privileges.Set && !in.Privileges.Null {
-		k.Privileges = checkPrivileges(f, k.Service, in.Privileges.Value)
+		k.Privileges = CheckPrivileges(f, k.Service, in.Privileges.Value)
 	}
 	nvb, okB := checkTime(f, "notValidBefore", in.NotValidBefore)
 	nva, okA := checkTime(f, "notValidAfter", in.NotValidAfter)
@@ -157,7 +158,10 @@ func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 	}
 }
 
-func checkPrivileges(f *problem.Fields, s access.Service, list []string) []access.Privilege {
+// CheckPrivileges checks list as the privileges of a key of s, adding
+// each problem to f, and returns them; the importers check a privileges
+// map's groups with it.
+func CheckPrivileges(f *problem.Fields, s access.Service, list []string) []access.Privilege {
 	if len(list) == 0 {
 		f.Add("privileges", "required", "privileges must name at least one privilege")
 		return nil
