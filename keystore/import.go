@@ -585,7 +585,7 @@ func (k *Keys) RedactPath(path string) string {
 	return b.String()
 }
 
-// tokenPrefixOf is what a key shows of its token: our TokenPrefix and 9
+// tokenPrefixOf is what a key shows of its token: our token.Prefix and 9
 // characters of the random part, or of a foreign token its first 4
 // characters, a quarter of the shortest one, so that a short secret is
 // not half shown.
