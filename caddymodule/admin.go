@@ -489,13 +489,6 @@ func (a *Admin) showSeal(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, appOf(r).sealInfo())
 }
 
-// hostCheck is what GET /webapi/host answers: the issue tracker and
-// what keygate's account is on it.
-type hostCheck struct {
-	Platform string        `json:"platform"`
-	Account  *host.Account `json:"account"`
-}
-
 // checkHost calls the issue tracker with the configured account and says
 // who it is and which projects it sees: 404 without a tracker, 503
 // host_unavailable (saying why, never with a credential) when it does
@@ -513,7 +506,7 @@ func (a *Admin) checkHost(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, d)
 		return
 	}
-	writeJSON(w, http.StatusOK, hostCheck{Platform: h.Platform(), Account: acc})
+	writeJSON(w, http.StatusOK, host.Check{Platform: h.Platform(), Account: acc})
 }
 
 // The usage series' defaults and bounds: the keys page's two charts, and

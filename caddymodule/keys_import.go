@@ -9,10 +9,6 @@ import (
 	"github.com/keygate/keygate/keystore"
 )
 
-// maxImportBody bounds POST /webapi/keys/import: MaxImport keys of a few
-// hundred bytes each.
-const maxImportBody = 64 << 20
-
 // importRequest is the body of POST /webapi/keys/import: the file's
 // text, its format, and the options of `caddy webapi keys import`.
 type importRequest struct {
@@ -35,7 +31,7 @@ type importRequest struct {
 // with the count and the format, never a token.
 func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 	var in importRequest
-	if err := problem.DecodeJSONBody(w, r, &in, maxImportBody); err != nil {
+	if err := problem.DecodeJSONBody(w, r, &in, keystore.MaxImportBody); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -88,12 +84,4 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 		app.audit.record(rec)
 	}
 	writeJSON(w, http.StatusOK, report)
-}
-
-// plural picks the word for n.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

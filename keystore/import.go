@@ -28,6 +28,11 @@ import (
 // MaxImport bounds the keys of one import.
 const MaxImport = 20000
 
+// MaxImportBody bounds the file of one import as the admin API takes it
+// (POST /webapi/keys/import) and `caddy webapi keys import` reads it:
+// MaxImport keys of a few hundred bytes each.
+const MaxImportBody = 64 << 20
+
 // Foreign token bounds: a token of another gateway is 16 to 512 printable
 // US-ASCII characters. A token of our own form (TokenPrefix) must pass our
 // checks instead.
