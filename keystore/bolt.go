@@ -112,12 +112,12 @@ type Watcher interface {
 type BoltBackend struct{ db *bbolt.DB }
 
 // NewBoltBackend creates the key buckets in db.
-func NewBoltBackend(db *bbolt.DB) (*BoltBackend, error) {
-	if err := boltdb.New(db).CreateBuckets(bucketKeys, bucketKeyUsage, bucketKeyQuota, bucketKeyHours,
+func NewBoltBackend(db *boltdb.DB) (Backend, error) {
+	if err := db.CreateBuckets(bucketKeys, bucketKeyUsage, bucketKeyQuota, bucketKeyHours,
 		bucketPlans, bucketPlanNames, bucketConsumers, bucketConsumerExternal, bucketScopeHolders); err != nil {
 		return nil, err
 	}
-	return &BoltBackend{db: db}, nil
+	return &BoltBackend{db: db.Bolt}, nil
 }
 
 func idBytes(id string) ([]byte, error) {

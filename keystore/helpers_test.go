@@ -83,7 +83,7 @@ func randomKey(t testing.TB) []byte {
 func newBackend(t testing.TB, db storage.DB) Backend {
 	t.Helper()
 	return storetest.Pick[Backend](t, db,
-		func(d *boltdb.DB) (Backend, error) { return NewBoltBackend(d.Bolt) },
+		func(d *boltdb.DB) (Backend, error) { return NewBoltBackend(d) },
 		func(d *pgdb.DB) Backend { return NewPostgresBackend(d) })
 }
 

@@ -25,7 +25,7 @@ type PostgresBackend struct {
 }
 
 // NewPostgresBackend uses db, already migrated.
-func NewPostgresBackend(db *pgdb.DB) *PostgresBackend {
+func NewPostgresBackend(db *pgdb.DB) Backend {
 	return &PostgresBackend{db: db, channel: db.Channel(keysTopic)}
 }
 

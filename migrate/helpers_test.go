@@ -86,7 +86,7 @@ func openWorld(t *testing.T, db storage.DB, masterKey []byte, clock *testclock.C
 	)
 	switch d := db.(type) {
 	case *boltdb.DB:
-		if kb, err = keystore.NewBoltBackend(d.Bolt); err != nil {
+		if kb, err = keystore.NewBoltBackend(d); err != nil {
 			t.Fatal(err)
 		}
 		if cb, err = contracts.NewBoltBackend(d); err != nil {
