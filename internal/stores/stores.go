@@ -57,7 +57,7 @@ type Store struct {
 	Name string
 	// Tables are the PostgreSQL tables that hold the store's records,
 	// made by the numbered migrations of pgdb (a test checks that they
-	// and the pgdb's own tables are every table of a migrated schema).
+	// and pgdb's own tables are every table of a migrated schema).
 	Tables []string
 	// Bolt opens the store's backends on db, creating their buckets, and
 	// sets them in st.
