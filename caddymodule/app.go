@@ -431,7 +431,7 @@ func (a *App) sweep() {
 	a.signing.SealQueued(sweepBatch)
 	if now := time.Now(); now.Sub(a.lastUsagePurge) >= usagePurgeInterval {
 		a.lastUsagePurge = now
-		if err := a.state.stores.Keys.PurgeUsage(now.Add(-keystore.UsageRetention)); err != nil {
+		if err := a.state.stores.Keys.PurgeUsage(context.Background(), now.Add(-keystore.UsageRetention)); err != nil {
 			a.logger.Error("purging hourly key usage older than 90 days", zap.Error(err))
 		}
 	}

@@ -1,6 +1,8 @@
 package keystore
 
 import (
+	"context"
+
 	"cmp"
 	"errors"
 	"fmt"
@@ -247,7 +249,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 	if err != nil {
 		return ImportReport{}, err
 	}
-	recs := make([]*record, 0, len(keys))
+	recs := make([]*Record, 0, len(keys))
 	tokens := make([]string, 0, len(keys))
 	lines := make([]int, 0, len(keys))
 	seen := make(map[TokenHash]int, len(keys))
@@ -306,7 +308,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 		key.ID = uuid.NewString()
 		key.CreationTime, key.LastModificationTime = now, now
 		key.TokenPrefix = tokenPrefixOf(token)
-		recs = append(recs, &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID))})
+		recs = append(recs, &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID))})
 		tokens = append(tokens, in.Token)
 		lines = append(lines, in.Line)
 	}
@@ -326,7 +328,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 	if dryRun {
 		return report, nil
 	}
-	if err := k.backend.PutMany(&Batch{Plans: newPlans, Consumers: newConsumers, Keys: recs}); err != nil {
+	if err := k.backend.PutMany(context.Background(), &Batch{Plans: newPlans, Consumers: newConsumers, Keys: recs}); err != nil {
 		return ImportReport{}, err
 	}
 	// Plans before the consumers that take them, consumers before the
