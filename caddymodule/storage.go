@@ -16,8 +16,9 @@ type Storage interface {
 	PoolKey(dataDir string) (string, error)
 	// OpenStores opens the database and every store's backend on it,
 	// once per PoolKey (a reload joins the open one). The stores above
-	// see only the interfaces of Stores.
-	OpenStores(env StorageEnv) (*Stores, error)
+	// see only the interfaces of stores.Stores, opened by walking the one
+	// list of stores (internal/stores).
+	OpenStores(env StorageEnv) (*stores.Stores, error)
 }
 
 // StorageEnv is what a Storage may use to open.
@@ -29,7 +30,3 @@ type StorageEnv struct {
 	MasterKey []byte
 	Logger    *zap.Logger
 }
-
-// Stores are one open database and the backend of every store on it,
-// opened by walking the one list of stores (internal/stores).
-type Stores = stores.Stores

@@ -44,7 +44,7 @@ const lockTimeout = 5 * time.Second
 // OpenStores implements Storage: it opens (or creates) the file, refuses
 // one that is cut short, damaged or another program's, and opens every
 // store on it.
-func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
+func (s BoltStorage) OpenStores(env StorageEnv) (_ *stores.Stores, err error) {
 	path, err := s.PoolKey(env.DataDir)
 	if err != nil {
 		return nil, err
@@ -73,7 +73,7 @@ func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
 			db.Close()
 		}
 	}()
-	var st *Stores
+	var st *stores.Stores
 	err = boltdb.Guard(path, func() error {
 		if err := boltdb.Check(db, path); err != nil {
 			return err

@@ -111,7 +111,7 @@ func (s *PostgresStorage) PoolKey(string) (string, error) {
 // first started with, and opens every store on it. A database that does
 // not answer stops the start with a message naming the server but not
 // the password.
-func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
+func (s *PostgresStorage) OpenStores(env StorageEnv) (*stores.Stores, error) {
 	where, err := s.PoolKey(env.DataDir)
 	if err != nil {
 		return nil, err
