@@ -1,0 +1,216 @@
+package auditlog
+
+import (
+	"net/netip"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// jsonAudit appends audit entries as zap's JSON encoder writes them with
+// Caddy's `format json` defaults (zap's production encoder config):
+// level, ts in float Unix seconds, logger, msg, then the fields,
+// durations in float seconds, strings escaped as zap escapes them.
+type jsonAudit struct {
+	b []byte
+	// who is the encoded logger, msg and encodeWho fields of the last
+	// entry, and whoOf what they were encoded from: the next entry with
+	// the same copies them rather than escape each string again.
+	who   []byte
+	whoOf auditWho
+}
+
+// auditWho are the strings of an entry's logger, msg and encodeWho fields.
+type auditWho struct {
+	name, msg, keyID, keyName, owner, consumerID, planID, webhookID, templateID, user, service, operation, method string
+}
+
+// entry appends an info entry of logger name with message msg at time
+// at (zero: none), whose fields are rec's.
+func (e *jsonAudit) entry(name, msg string, at time.Time, rec *Record) {
+	e.b = append(e.b, `{"level":"info"`...)
+	if !at.IsZero() {
+		e.b = append(e.b, `,"ts":`...)
+		e.b = strconv.AppendFloat(e.b, float64(at.UnixNano())/float64(time.Second), 'f', -1, 64)
+	}
+	who := auditWho{name, msg, rec.KeyID, rec.KeyName, rec.Owner, rec.ConsumerID, rec.PlanID, rec.WebhookID,
+		rec.TemplateID, rec.User, rec.Service, rec.Operation, rec.Method}
+	if len(e.who) > 0 && who == e.whoOf {
+		e.b = append(e.b, e.who...)
+	} else {
+		start := len(e.b)
+		if name != "" {
+			e.str("logger", name)
+		}
+		e.str("msg", msg)
+		rec.encodeWho(e)
+		e.who, e.whoOf = append(e.who[:0], e.b[start:]...), who
+	}
+	rec.encodeWhat(e)
+	e.b = append(e.b, "}\n"...)
+}
+
+// key appends a field's key. The keys are encode's own, none of them
+// with a byte JSON escapes.
+func (e *jsonAudit) key(k string) {
+	e.b = append(e.b, ',', '"')
+	e.b = append(e.b, k...)
+	e.b = append(e.b, '"', ':')
+}
+
+func (e *jsonAudit) str(k, v string) {
+	e.key(k)
+	e.b = append(e.b, '"')
+	e.b = appendJSONEscaped(e.b, v)
+	e.b = append(e.b, '"')
+}
+
+func (e *jsonAudit) ip(k string, ip netip.Addr) {
+	if ip.Zone() != "" { // rare, and the one part that may need escaping
+		e.str(k, clientIPString(ip))
+		return
+	}
+	e.key(k)
+	e.b = append(e.b, '"')
+	if ip.IsValid() {
+		e.b = ip.AppendTo(e.b) // digits, a-f, dots and colons
+	}
+	e.b = append(e.b, '"')
+}
+
+func (e *jsonAudit) int(k string, v int) {
+	e.key(k)
+	e.b = strconv.AppendInt(e.b, int64(v), 10)
+}
+
+func (e *jsonAudit) dur(k string, v time.Duration) {
+	e.key(k)
+	if v < 0 || v >= maxExactDuration {
+		e.b = strconv.AppendFloat(e.b, float64(v)/float64(time.Second), 'f', -1, 64)
+		return
+	}
+	e.b = appendSeconds(e.b, int64(v))
+}
+
+// maxExactDuration bounds the durations whose seconds appendSeconds
+// writes: of at most 15 digits, as a float64 keeps every decimal (a
+// float64 holds 15 digits exactly), so the shortest form of the quotient
+// zap writes is those digits themselves.
+const maxExactDuration = 1e15
+
+// appendSeconds appends ns nanoseconds (0 <= ns < maxExactDuration) in
+// seconds as strconv's shortest 'f' form of float64(ns)/1e9 has them:
+// integer digits, then the nanoseconds without their trailing zeros.
+func appendSeconds(b []byte, ns int64) []byte {
+	b = strconv.AppendInt(b, ns/1e9, 10)
+	frac := ns % 1e9
+	if frac == 0 {
+		return b
+	}
+	digits := 9
+	for frac%10 == 0 {
+		frac /= 10
+		digits--
+	}
+	b = append(b, '.')
+	var d [9]byte
+	for i := digits - 1; i >= 0; i-- {
+		d[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	return append(b, d[:digits]...)
+}
+
+func (e *jsonAudit) flag(k string, v bool) {
+	e.key(k)
+	e.b = strconv.AppendBool(e.b, v)
+}
+
+func (e *jsonAudit) uint(k string, v uint64) {
+	e.key(k)
+	e.b = strconv.AppendUint(e.b, v, 10)
+}
+
+// appendJSONEscaped appends s escaped as zap's JSON encoder escapes a
+// string (zapcore's safeAppendStringLike): \ and " with a backslash,
+// \n \r \t as such, other bytes below 0x20 as \u00xx, each byte of
+// invalid UTF-8 as \ufffd, everything else as it is (no HTML escaping).
+func appendJSONEscaped(b []byte, s string) []byte {
+	i := plainPrefix(s)
+	if i == len(s) { // the usual case: printable ASCII, no quote or backslash
+		return append(b, s...)
+	}
+	last := 0
+	for i < len(s) {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			if r, size := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || size != 1 {
+				i += size
+				continue
+			}
+			b = append(b, s[last:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			last = i
+			continue
+		}
+		if c >= 0x20 && c != '\\' && c != '"' {
+			i++
+			continue
+		}
+		b = append(b, s[last:i]...)
+		switch c {
+		case '\\', '"':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			const hex = "0123456789abcdef"
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		i++
+		last = i
+	}
+	return append(b, s[last:]...)
+}
+
+// plainPrefix is the length of the start of s that JSON has as it is,
+// eight bytes at a time while they are all plain: the strings of an
+// entry (ids, names, paths) mostly are, and a byte at a time was most of
+// the writer's work on them.
+func plainPrefix(s string) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := s[i : i+8] // one bounds check, one load
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		q, bs := x^(ones*'"'), x^(ones*'\\')
+		// The high bit of a byte is set by x for non-ASCII, and by each
+		// subtraction only where a byte is below 0x20, or is the quote or
+		// the backslash (zero after the xor): exact as a test of the word.
+		if (x|(x-ones*0x20)&^x|(q-ones)&^q|(bs-ones)&^bs)&highs != 0 {
+			break
+		}
+	}
+	for i < len(s) && jsonPlain[s[i]] {
+		i++
+	}
+	return i
+}
+
+// jsonPlain marks the bytes JSON has as they are: printable ASCII but
+// for the quote and the backslash.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
