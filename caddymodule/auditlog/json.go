@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"math"
+	"math/bits"
 	"net/netip"
 	"strconv"
 	"time"
@@ -31,7 +33,7 @@ func (e *jsonAudit) entry(name, msg string, at time.Time, rec *Record) {
 	e.b = append(e.b, `{"level":"info"`...)
 	if !at.IsZero() {
 		e.b = append(e.b, `,"ts":`...)
-		e.b = strconv.AppendFloat(e.b, float64(at.UnixNano())/float64(time.Second), 'f', -1, 64)
+		e.b = appendUnixSeconds(e.b, at.UnixNano())
 	}
 	who := auditWho{name, msg, rec.KeyID, rec.KeyName, rec.Owner, rec.ConsumerID, rec.PlanID, rec.WebhookID,
 		rec.TemplateID, rec.User, rec.Service, rec.Operation, rec.Method}
@@ -214,3 +216,80 @@ var jsonPlain = func() (t [256]bool) {
 	}
 	return t
 }()
+
+// pow10 are the powers of ten appendUnixSeconds may scale by.
+var pow10 = [...]uint64{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7}
+
+// appendUnixSeconds appends float64(ns)/1e9, an entry's time as zap
+// writes it, as strconv's shortest 'f' form has it: the fewest decimals
+// that read back as the same float64, the nearest such number where two
+// are. strconv's general algorithm was a fifth of the writer's time; a
+// time between 2004 and 2242 (the float64 in [2^30, 2^33): at most 7
+// decimals, every product within 128 bits) is worked out here in
+// integers, any other by strconv.
+func appendUnixSeconds(b []byte, ns int64) []byte {
+	x := float64(ns) / float64(time.Second)
+	if !(x >= 1<<30 && x < 1<<33) {
+		return strconv.AppendFloat(b, x, 'f', -1, 64)
+	}
+	fb := math.Float64bits(x)
+	m := fb&(1<<52-1) | 1<<52           // x = m / 2^f
+	f := uint(1075 - int(fb>>52&0x7ff)) // 20..22 here
+	s := f + 2                          // x, and the ends of the values that read as x, in units of 2^-s:
+	lo, hi := 4*m-2, 4*m+2              // half the gap to each neighbour
+	if m == 1<<52 {
+		lo = 4*m - 1 // the gap below a power of two is half as wide
+	}
+	inclusive := m%2 == 0 // a value halfway reads as the even neighbour
+	mask := uint64(1)<<s - 1
+	// between says which d have d/10^k between the ends, those with
+	// d*2^s in [lo*10^k, hi*10^k]: none when dMin > dMax.
+	between := func(p uint64) (dMin, dMax uint64) {
+		h, l := bits.Mul64(lo, p)
+		dMin = h<<(64-s) | l>>s
+		if l&mask != 0 || !inclusive {
+			dMin++ // rounded up; or the end itself, which does not read as x
+		}
+		h, l = bits.Mul64(hi, p)
+		dMax = h<<(64-s) | l>>s
+		if l&mask == 0 && !inclusive {
+			dMax--
+		}
+		return dMin, dMax
+	}
+	// The gap between float64s here is over 1e-7, so 7 decimals always
+	// do; a number with k decimals has k+1 too, so the fewest are found
+	// counting down (most times need 7, some 6, few fewer).
+	k := len(pow10) - 1
+	dMin, dMax := between(pow10[k])
+	if dMin > dMax {
+		return strconv.AppendFloat(b, x, 'f', -1, 64) // not so: never here
+	}
+	for k > 0 {
+		lo, hi := between(pow10[k-1])
+		if lo > hi {
+			break
+		}
+		k, dMin, dMax = k-1, lo, hi
+	}
+	// The nearest to x*10^k = m*10^k / 2^f, halfway to the even.
+	p := pow10[k]
+	h, l := bits.Mul64(m, p)
+	d := h<<(64-f) | l>>f
+	if rem, half := l&(1<<f-1), uint64(1)<<(f-1); rem > half || rem == half && d%2 == 1 {
+		d++
+	}
+	d = min(max(d, dMin), dMax)
+	b = strconv.AppendUint(b, d/p, 10)
+	if k == 0 {
+		return b
+	}
+	b = append(b, '.')
+	frac := d % p
+	var digits [7]byte
+	for i := k - 1; i >= 0; i-- {
+		digits[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	return append(b, digits[:k]...)
+}

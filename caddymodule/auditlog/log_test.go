@@ -185,3 +185,40 @@ func TestAddAfterClose(t *testing.T) {
 		t.Fatalf("after Close: %q", b.String())
 	}
 }
+
+// appendUnixSeconds writes an entry's time as zap does,
+// float64(ns)/1e9 in strconv's shortest form: random times in its range
+// and out of it, the ends of its range, powers of two, and the times
+// halfway between two shortest forms (odd 256ths of a second).
+func TestAppendUnixSeconds(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 17))
+	check := func(ns int64) {
+		want := strconv.AppendFloat(nil, float64(ns)/float64(time.Second), 'f', -1, 64)
+		if got := appendUnixSeconds(nil, ns); string(got) != string(want) {
+			t.Fatalf("appendUnixSeconds(%d) = %s, want %s", ns, got, want)
+		}
+	}
+	const lo, hi = int64(1<<30) * 1e9, int64(1<<33) * 1e9
+	for i := 0; i < 3000000; i++ {
+		check(lo + r.Int64N(hi-lo))
+	}
+	for i := 0; i < 100000; i++ {
+		check(r.Int64N(1 << 62))
+		check(1795445314e9 + r.Int64N(1e9)) // about now
+	}
+	for p := int64(1 << 29); p <= 1<<34; p <<= 1 {
+		for d := int64(-3000); d <= 3000; d++ {
+			check(p*1e9 + d)
+		}
+	}
+	for i := 0; i < 100000; i++ {
+		s := lo/1e9 + r.Int64N(hi/1e9-lo/1e9)
+		j := 2*r.Int64N(128) + 1
+		for d := int64(-2); d <= 2; d++ {
+			check(s*1e9 + j*3906250 + d)
+		}
+	}
+	for _, ns := range []int64{0, 1, -1, 1e9, -1795445314613085123, 1<<63 - 1, -1 << 63} {
+		check(ns)
+	}
+}
