@@ -105,23 +105,29 @@ const maxExactDuration = 1e15
 // integer digits, then the nanoseconds without their trailing zeros.
 func appendSeconds(b []byte, ns int64) []byte {
 	b = strconv.AppendInt(b, ns/1e9, 10)
-	frac := ns % 1e9
+	frac := uint32(ns % 1e9)
 	if frac == 0 {
 		return b
 	}
-	digits := 9
-	for frac%10 == 0 {
-		frac /= 10
-		digits--
+	var d [10]byte // the point and 9 digits, two at a time
+	d[0], d[9] = '.', byte('0'+frac%10)
+	frac /= 10
+	for i := 8; i > 0; i -= 2 {
+		r := frac % 100
+		d[i-1], d[i] = digitPairs[2*r], digitPairs[2*r+1]
+		frac /= 100
 	}
-	b = append(b, '.')
-	var d [9]byte
-	for i := digits - 1; i >= 0; i-- {
-		d[i] = byte('0' + frac%10)
-		frac /= 10
+	n := len(d)
+	for d[n-1] == '0' {
+		n--
 	}
-	return append(b, d[:digits]...)
+	return append(b, d[:n]...)
 }
+
+// digitPairs are the two digits of 0 to 99.
+const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
+	"4041424344454647484950515253545556575859606162636465666768697071727374757677787980818283848586878889" +
+	"90919293949596979899"
 
 func (e *jsonAudit) flag(k string, v bool) {
 	e.key(k)
