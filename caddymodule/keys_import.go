@@ -70,18 +70,18 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 	if !in.DryRun {
 		app.state.updateKeyGauges()
 		rec := adminAudit(r, "keys imported", in.Service, http.StatusOK)
-		rec.imported, rec.importFormat = report.Imported, in.Format
+		rec.Imported, rec.ImportFormat = report.Imported, in.Format
 		for _, c := range report.Consumers {
 			if !c.Existing {
-				rec.newConsumers++
+				rec.NewConsumers++
 			}
 		}
 		for _, p := range report.Plans {
 			if !p.Existing {
-				rec.newPlans++
+				rec.NewPlans++
 			}
 		}
-		app.audit.record(rec)
+		app.audit.Add(rec)
 	}
 	writeJSON(w, http.StatusOK, report)
 }
