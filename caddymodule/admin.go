@@ -10,14 +10,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/keygate/keygate/internal/access"
-	"github.com/keygate/keygate/internal/host"
-
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/caddymodule/auditlog"
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/adminpage"
 	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/internal/host"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -117,8 +117,8 @@ func (a *Admin) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		rec := adminAudit(r, "admin action failed", "", d.Status)
-		rec.reason = d.Code
-		appOf(r).audit.record(rec)
+		rec.Reason = d.Code
+		appOf(r).audit.Add(rec)
 	}
 	problem.Write(w, d)
 }
@@ -181,18 +181,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // adminAudit is the audit entry of an administration action on r: the
 // user of the Web API Keys page (none on the admin endpoint) and the
 // client address Caddy decided on (the socket's on the admin endpoint).
-func adminAudit(r *http.Request, msg, service string, status int) auditRecord {
-	return auditRecord{
-		at:        time.Now(),
-		msg:       msg,
-		user:      adminpage.User(r.Context()),
-		service:   service,
-		operation: "admin",
-		method:    r.Method,
-		path:      auditPath(r),
-		clientIP:  clientip.From(r),
-		status:    status,
-		duration:  -1,
+func adminAudit(r *http.Request, msg, service string, status int) auditlog.Record {
+	return auditlog.Record{
+		At:        time.Now(),
+		Msg:       msg,
+		User:      adminpage.User(r.Context()),
+		Service:   service,
+		Operation: "admin",
+		Method:    r.Method,
+		Path:      auditPath(r),
+		ClientIP:  clientip.From(r),
+		Status:    status,
+		Duration:  -1,
 	}
 }
 
@@ -222,16 +222,16 @@ func auditPath(r *http.Request) string {
 // auditAdmin records an administration action on key k like a key use.
 func (a *Admin) auditAdmin(r *http.Request, msg string, k keystore.Key, status int) {
 	rec := adminAudit(r, msg, string(k.Service), status)
-	rec.keyID, rec.keyName, rec.owner = k.ID, k.Name, k.Owner
-	rec.consumerID, rec.planID = k.Scopes()
-	appOf(r).audit.record(rec)
+	rec.KeyID, rec.KeyName, rec.Owner = k.ID, k.Name, k.Owner
+	rec.ConsumerID, rec.PlanID = k.Scopes()
+	appOf(r).audit.Add(rec)
 }
 
 // auditTemplate records an administration action on template id.
 func (a *Admin) auditTemplate(r *http.Request, msg, id string, status int) {
 	rec := adminAudit(r, msg, "contracts", status)
-	rec.templateID = id
-	appOf(r).audit.record(rec)
+	rec.TemplateID = id
+	appOf(r).audit.Add(rec)
 }
 
 func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {
@@ -491,13 +491,6 @@ func (a *Admin) showSeal(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, appOf(r).sealInfo())
 }
 
-// hostCheck is what GET /webapi/host answers: the issue tracker and
-// what keygate's account is on it.
-type hostCheck struct {
-	Platform string        `json:"platform"`
-	Account  *host.Account `json:"account"`
-}
-
 // checkHost calls the issue tracker with the configured account and says
 // who it is and which projects it sees: 404 without a tracker, 503
 // host_unavailable (saying why, never with a credential) when it does
@@ -515,7 +508,7 @@ func (a *Admin) checkHost(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, d)
 		return
 	}
-	writeJSON(w, http.StatusOK, hostCheck{Platform: h.Platform(), Account: acc})
+	writeJSON(w, http.StatusOK, host.Check{Platform: h.Platform(), Account: acc})
 }
 
 // The usage series' defaults and bounds: the keys page's two charts, and

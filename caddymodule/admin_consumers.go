@@ -16,8 +16,8 @@ import (
 // auditScope records an administration action on a consumer or plan.
 func (a *Admin) auditScope(r *http.Request, msg, consumerID, planID string, status int) {
 	rec := adminAudit(r, msg, "", status)
-	rec.consumerID, rec.planID = consumerID, planID
-	appOf(r).audit.record(rec)
+	rec.ConsumerID, rec.PlanID = consumerID, planID
+	appOf(r).audit.Add(rec)
 }
 
 // syncScopes brings plans and consumers (with every key) up to date with

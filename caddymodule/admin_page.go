@@ -68,8 +68,8 @@ func (h *AdminPage) Provision(ctx caddy.Context) error {
 		API: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.api.serveFor(w, r, h.app) }),
 		Refused: func(r *http.Request, user string, status int, reason string) {
 			rec := adminAudit(r, "admin page refused", "", status)
-			rec.user, rec.reason = user, reason
-			h.app.audit.record(rec)
+			rec.User, rec.Reason = user, reason
+			h.app.audit.Add(rec)
 		},
 	}
 	return nil

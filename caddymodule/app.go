@@ -9,18 +9,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/keygate/keygate/internal/host"
 	"net/http"
 	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/keygate/keygate/internal/docseal"
-
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/caddymodule/auditlog"
+	"github.com/keygate/keygate/caddymodule/bufferedfile"
+	"github.com/keygate/keygate/internal/docseal"
+	"github.com/keygate/keygate/internal/host"
 	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -120,7 +121,7 @@ type App struct {
 	signer      *docseal.Signer
 	poolKey     string
 	logger      *zap.Logger
-	audit       *auditLog
+	audit       *auditlog.Log
 	stop        chan struct{}
 	stopped     chan struct{}
 	// readiness answers /readyz for this config.
@@ -211,7 +212,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
-	a.audit = newAuditLog(a.logger.Named("audit"))
+	a.audit = auditlog.New(a.logger.Named("audit"))
 	if a.DataDir == "" {
 		a.DataDir = defaultDataDir
 	}
@@ -273,7 +274,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.poolKey = poolKey
 	a.state = val.(*state)
-	a.audit.redactPath = a.state.keys.RedactPath
+	a.audit.RedactPath = a.state.keys.RedactPath
 	if a.state.masterKeyPath != keyPath {
 		return fmt.Errorf("master_key_file changed from %s to %s: the database stays open across reloads, so restart to change it", a.state.masterKeyPath, keyPath)
 	}
@@ -318,7 +319,7 @@ func (a *App) Start() error {
 	a.replaced = a.state.useSenders(a.senders)
 	a.state.startWebhookWorker(time.Duration(a.WebhookTimeout))
 	a.state.startRateSync(time.Duration(a.RateLimitSync))
-	a.audit.start()
+	a.audit.Start()
 	a.stop, a.stopped = make(chan struct{}), make(chan struct{})
 	a.readiness.sweeping.Store(true)
 	go a.background(a.stop, a.stopped)
@@ -338,7 +339,10 @@ func (a *App) Stop() error {
 	}
 	a.flush()
 	a.auditUnaudited(time.Now(), true)
-	a.audit.close()
+	a.audit.Close()
+	// Down to the file: at a process's exit Caddy may not close the log's
+	// writer, and a buffered one would keep the last entries.
+	bufferedfile.SyncAll()
 	a.state.dropSenders(a.senders, a.replaced)
 	return nil
 }
@@ -431,7 +435,7 @@ func (a *App) sweep() {
 	a.signing.SealQueued(sweepBatch)
 	if now := time.Now(); now.Sub(a.lastUsagePurge) >= usagePurgeInterval {
 		a.lastUsagePurge = now
-		if err := a.state.stores.Keys.PurgeUsage(now.Add(-keystore.UsageRetention)); err != nil {
+		if err := a.state.stores.Keys.PurgeUsage(context.Background(), now.Add(-keystore.UsageRetention)); err != nil {
 			a.logger.Error("purging hourly key usage older than 90 days", zap.Error(err))
 		}
 	}
@@ -444,20 +448,20 @@ func (a *App) sweep() {
 func (a *App) auditUnaudited(now time.Time, force bool) {
 	a.state.keys.UnauditedRefusals(now, force, func(k *keystore.Key, reason string, n uint64) {
 		consumer, plan := k.Scopes()
-		a.audit.record(auditRecord{
-			consumerID: consumer,
-			planID:     plan,
-			at:         now,
-			msg:        "key refused",
-			keyID:      k.ID,
-			keyName:    k.Name,
-			owner:      k.Owner,
-			service:    string(k.Service),
-			operation:  "none",
-			status:     http.StatusTooManyRequests,
-			reason:     reason,
-			duration:   -1,
-			refusals:   n,
+		a.audit.Add(auditlog.Record{
+			ConsumerID: consumer,
+			PlanID:     plan,
+			At:         now,
+			Msg:        "key refused",
+			KeyID:      k.ID,
+			KeyName:    k.Name,
+			Owner:      k.Owner,
+			Service:    string(k.Service),
+			Operation:  "none",
+			Status:     http.StatusTooManyRequests,
+			Reason:     reason,
+			Duration:   -1,
+			Refusals:   n,
 		})
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/caddymodule/auditlog"
 	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
@@ -39,7 +40,7 @@ type Auth struct {
 
 	table   *access.Table
 	keys    *keystore.Keys
-	audit   *auditLog
+	audit   *auditlog.Log
 	logger  *zap.Logger
 	metrics map[string]*opMetrics // by operation name, "none" for unrouted
 }
@@ -204,23 +205,23 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	m := h.metrics[id.Operation]
 	m.count(status)
 	m.duration.Observe(elapsed.Seconds())
-	h.audit.record(auditRecord{
-		at:         start,
-		msg:        "key used",
-		keyID:      id.KeyID,
-		keyName:    id.KeyName,
-		owner:      id.Owner,
-		consumerID: id.ConsumerID,
-		planID:     id.PlanID,
-		service:    h.Service,
-		operation:  id.Operation,
-		method:     r.Method,
-		path:       r.URL.Path,
-		clientIP:   ip,
-		status:     status,
-		duration:   elapsed,
+	h.audit.Add(auditlog.Record{
+		At:         start,
+		Msg:        "key used",
+		KeyID:      id.KeyID,
+		KeyName:    id.KeyName,
+		Owner:      id.Owner,
+		ConsumerID: id.ConsumerID,
+		PlanID:     id.PlanID,
+		Service:    h.Service,
+		Operation:  id.Operation,
+		Method:     r.Method,
+		Path:       r.URL.Path,
+		ClientIP:   ip,
+		Status:     status,
+		Duration:   elapsed,
 		// A use of the token a roll replaced, in its grace period.
-		previousToken: d.PreviousToken,
+		PreviousToken: d.PreviousToken,
 	})
 	return err
 }
@@ -314,23 +315,23 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 	}
 	metrics.refusals.WithLabelValues(h.Service, d.Reason).Inc()
 	h.metrics[operation].count(d.Status)
-	rec := auditRecord{
-		at:        start,
-		msg:       "key refused",
-		service:   h.Service,
-		operation: operation,
-		method:    r.Method,
-		path:      r.URL.Path,
-		clientIP:  ip,
-		status:    d.Status,
-		reason:    d.Reason,
-		duration:  time.Since(start),
+	rec := auditlog.Record{
+		At:        start,
+		Msg:       "key refused",
+		Service:   h.Service,
+		Operation: operation,
+		Method:    r.Method,
+		Path:      r.URL.Path,
+		ClientIP:  ip,
+		Status:    d.Status,
+		Reason:    d.Reason,
+		Duration:  time.Since(start),
 		// A refused use of the token a roll replaced says so too.
-		previousToken: d.PreviousToken,
+		PreviousToken: d.PreviousToken,
 	}
 	if k := d.Key(); k != nil {
-		rec.keyID, rec.keyName, rec.owner = k.ID, k.Name, k.Owner
-		rec.consumerID, rec.planID = k.Scopes()
+		rec.KeyID, rec.KeyName, rec.Owner = k.ID, k.Name, k.Owner
+		rec.ConsumerID, rec.PlanID = k.Scopes()
 	}
 	if d.Reason == problem.CodeRateLimited || d.Reason == problem.CodeQuotaExceeded {
 		// A flood writes one entry a second a key, with the count of
@@ -339,9 +340,9 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 		if !ok {
 			return
 		}
-		rec.refusals = n
+		rec.Refusals = n
 	}
-	h.audit.record(rec)
+	h.audit.Add(rec)
 }
 
 // limitBodies holds the encoded problem bodies of rate-limit and quota

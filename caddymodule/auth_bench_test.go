@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/caddymodule/auditlog"
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/keystore"
 )
@@ -29,7 +30,7 @@ func BenchmarkAuthServeHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := &Auth{Service: "contracts", table: tables["contracts"], keys: s.keys, audit: newAuditLog(zap.NewNop())}
+	h := &Auth{Service: "contracts", table: tables["contracts"], keys: s.keys, audit: auditlog.New(zap.NewNop())}
 	h.metrics = map[string]*opMetrics{"none": newOpMetrics("contracts", "none")}
 	for _, op := range h.table.Operations {
 		h.metrics[op.Name] = newOpMetrics("contracts", op.Name)
@@ -54,7 +55,7 @@ func BenchmarkAuthServeHTTP(b *testing.B) {
 		r.Header["Authorization"] = auth
 		h.ServeHTTP(w, r, next)
 		if i%1024 == 0 {
-			h.audit.flush()
+			h.audit.Flush()
 			withReplacer()
 		}
 	}

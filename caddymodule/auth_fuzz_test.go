@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/caddymodule/auditlog"
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
@@ -50,7 +51,7 @@ func FuzzAuthServeHTTP(f *testing.F) {
 		Privileges: patch.Some([]string{"list"})})
 	owners := map[string]string{open.Token: "alice", fenced.Token: "bob"}
 
-	h := &Auth{Service: "contracts", table: tables["contracts"], keys: s.keys, audit: newAuditLog(zap.NewNop())}
+	h := &Auth{Service: "contracts", table: tables["contracts"], keys: s.keys, audit: auditlog.New(zap.NewNop())}
 	h.metrics = map[string]*opMetrics{"none": newOpMetrics("contracts", "none")}
 	for _, op := range h.table.Operations {
 		h.metrics[op.Name] = newOpMetrics("contracts", op.Name)
@@ -99,7 +100,7 @@ func FuzzAuthServeHTTP(f *testing.F) {
 			t.Fatalf("ServeHTTP: %v", err)
 		}
 		if n++; n%1024 == 0 {
-			h.audit.flush()
+			h.audit.Flush()
 		}
 
 		if reached != nil {

@@ -299,27 +299,9 @@ func (h *Documents) serveCertificate(w http.ResponseWriter, r *http.Request) err
 }
 
 // sealInfo is the seal certificate as the admin API shows it.
-type sealInfo struct {
-	Subject string `json:"subject"`
-	Issuer  string `json:"issuer"`
-	SHA256  string `json:"sha256"`
-	// AnchorSHA256 is the fingerprint of the certificate relying parties
-	// trust: the chain's root (the seal certificate itself without one),
-	// the one GET /webapi/documents/seal-certificate serves.
-	AnchorSHA256 string    `json:"anchorSha256"`
-	NotBefore    time.Time `json:"notBefore"`
-	NotAfter     time.Time `json:"notAfter"`
-	SelfMade     bool      `json:"selfMade"`
-	Timestamped  bool      `json:"timestamped"`
-	// Level is the PAdES baseline level a seal reaches when every
-	// service it calls answers: B-B, B-T with a timestamp authority,
-	// B-LTA when the chain also names its revocation status.
-	Level docseal.Level `json:"level"`
-}
-
-func (a *App) sealInfo() sealInfo {
+func (a *App) sealInfo() docseal.CertificateInfo {
 	c := a.signer.Certificate()
-	return sealInfo{
+	return docseal.CertificateInfo{
 		Subject: c.Cert.Subject.String(), Issuer: c.Cert.Issuer.String(), SHA256: c.Fingerprint(), AnchorSHA256: docseal.FingerprintOf(c.Anchor()),
 		NotBefore: c.Cert.NotBefore.UTC(), NotAfter: c.Cert.NotAfter.UTC(), SelfMade: c.SelfMade,
 		Timestamped: a.DocumentSeal != nil && a.DocumentSeal.TimestampURL != "",

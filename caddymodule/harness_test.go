@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-
-	"github.com/keygate/keygate/internal/testkit/testwait"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,6 +20,7 @@ import (
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testkit/openapitest"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -98,7 +97,7 @@ const globalOptions = `{
 	}
 	log webapi_audit {
 		output buffered_file %[1]s/audit.log
-		format json
+		format webapi_json
 		include webapi.audit
 	}
 	log default {

@@ -11,10 +11,6 @@ import (
 	"github.com/keygate/keygate/keystore/keyimport"
 )
 
-// maxImportBody bounds POST /webapi/keys/import: MaxImport keys of a few
-// hundred bytes each.
-const maxImportBody = 64 << 20
-
 // importRequest is the body of POST /webapi/keys/import: the file's
 // text, its format, and the options of `caddy webapi keys import`.
 type importRequest struct {
@@ -37,7 +33,7 @@ type importRequest struct {
 // with the count and the format, never a token.
 func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 	var in importRequest
-	if err := problem.DecodeJSONBody(w, r, &in, maxImportBody); err != nil {
+	if err := problem.DecodeJSONBody(w, r, &in, keystore.MaxImportBody); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -76,26 +72,18 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 	if !in.DryRun {
 		app.state.updateKeyGauges()
 		rec := adminAudit(r, "keys imported", in.Service, http.StatusOK)
-		rec.imported, rec.importFormat = report.Imported, in.Format
+		rec.Imported, rec.ImportFormat = report.Imported, in.Format
 		for _, c := range report.Consumers {
 			if !c.Existing {
-				rec.newConsumers++
+				rec.NewConsumers++
 			}
 		}
 		for _, p := range report.Plans {
 			if !p.Existing {
-				rec.newPlans++
+				rec.NewPlans++
 			}
 		}
-		app.audit.record(rec)
+		app.audit.Add(rec)
 	}
 	writeJSON(w, http.StatusOK, report)
-}
-
-// plural picks the word for n.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

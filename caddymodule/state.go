@@ -20,6 +20,7 @@ import (
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/stores"
 	"github.com/keygate/keygate/internal/webhook"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -34,7 +35,7 @@ var states = caddy.NewUsagePool()
 
 // state is what outlives a config reload.
 type state struct {
-	stores        *Stores
+	stores        *stores.Stores
 	masterKeyPath string
 	masterKey     []byte
 	sealer        *seal.Sealer

@@ -1,17 +1,9 @@
 package caddymodule
 
 import (
-	"github.com/keygate/keygate/internal/docseal"
 	"go.uber.org/zap"
 
-	"github.com/keygate/keygate/internal/idempotency"
-	"github.com/keygate/keygate/internal/notify"
-	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/webhook"
-	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/upstreams/contracts"
-	"github.com/keygate/keygate/upstreams/share"
-	"github.com/keygate/keygate/upstreams/signing"
+	"github.com/keygate/keygate/internal/stores"
 )
 
 // Storage is a webapi.storage.* guest module: where the webapi app keeps
@@ -24,8 +16,9 @@ type Storage interface {
 	PoolKey(dataDir string) (string, error)
 	// OpenStores opens the database and every store's backend on it,
 	// once per PoolKey (a reload joins the open one). The stores above
-	// see only the interfaces of Stores.
-	OpenStores(env StorageEnv) (*Stores, error)
+	// see only the interfaces of stores.Stores, opened by walking the one
+	// list of stores (internal/stores).
+	OpenStores(env StorageEnv) (*stores.Stores, error)
 }
 
 // StorageEnv is what a Storage may use to open.
@@ -36,25 +29,4 @@ type StorageEnv struct {
 	// its check value and refuses another key.
 	MasterKey []byte
 	Logger    *zap.Logger
-}
-
-// Stores are one open database and the backend of every store on it.
-type Stores struct {
-	DB        storage.DB
-	Keys      keystore.Backend
-	Templates contracts.TemplateBackend
-	Contracts contracts.Backend
-	Signing   signing.Backend
-	Outbox    notify.Backend
-	Shares    share.Backend
-	Webhooks  webhook.Backend
-	// Idempotency keeps the replies of creates sent with an
-	// Idempotency-Key.
-	Idempotency idempotency.Backend
-	// DocumentSeal keeps the self-made seal certificate.
-	DocumentSeal docseal.Backend
-	// SealedDocuments finds a sealed document's contract by its hash.
-	SealedDocuments docseal.Index
-	// Where names the database in logs and errors, without a secret.
-	Where string
 }

@@ -7,20 +7,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/keygate/keygate/internal/docseal"
-
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.etcd.io/bbolt"
 
-	"github.com/keygate/keygate/internal/idempotency"
-	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage/boltdb"
-	"github.com/keygate/keygate/internal/webhook"
-	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/upstreams/contracts"
-	"github.com/keygate/keygate/upstreams/share"
-	"github.com/keygate/keygate/upstreams/signing"
+	"github.com/keygate/keygate/internal/stores"
 )
 
 func init() {
@@ -52,7 +44,7 @@ const lockTimeout = 5 * time.Second
 // OpenStores implements Storage: it opens (or creates) the file, refuses
 // one that is cut short, damaged or another program's, and opens every
 // store on it.
-func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
+func (s BoltStorage) OpenStores(env StorageEnv) (_ *stores.Stores, err error) {
 	path, err := s.PoolKey(env.DataDir)
 	if err != nil {
 		return nil, err
@@ -81,13 +73,13 @@ func (s BoltStorage) OpenStores(env StorageEnv) (_ *Stores, err error) {
 			db.Close()
 		}
 	}()
-	var st *Stores
+	var st *stores.Stores
 	err = boltdb.Guard(path, func() error {
 		if err := boltdb.Check(db, path); err != nil {
 			return err
 		}
 		var openErr error
-		st, openErr = boltStores(db, path)
+		st, openErr = stores.OpenBolt(boltdb.New(db), path)
 		return openErr
 	})
 	if err != nil {
@@ -120,42 +112,6 @@ func checkBeforeOpen(path string) error {
 		return err
 	}
 	return ro.Close()
-}
-
-// boltStores opens every store's backend on db, creating their buckets.
-func boltStores(db *bbolt.DB, path string) (st *Stores, err error) {
-	bdb := boltdb.New(db)
-	st = &Stores{DB: bdb, Where: path}
-	if st.Keys, err = keystore.NewBoltBackend(db); err != nil {
-		return nil, err
-	}
-	cb, err := contracts.NewBoltBackend(bdb)
-	if err != nil {
-		return nil, err
-	}
-	st.Contracts, st.Templates = cb, cb
-	if st.Signing, err = signing.NewBoltBackend(bdb); err != nil {
-		return nil, err
-	}
-	if st.Outbox, err = notify.NewBoltBackend(bdb); err != nil {
-		return nil, err
-	}
-	if st.Shares, err = share.NewBoltBackend(bdb); err != nil {
-		return nil, err
-	}
-	if st.Webhooks, err = webhook.NewBoltBackend(bdb); err != nil {
-		return nil, err
-	}
-	if st.Idempotency, err = idempotency.NewBoltBackend(bdb); err != nil {
-		return nil, err
-	}
-	if st.DocumentSeal, err = docseal.NewBoltBackend(bdb); err != nil {
-		return nil, err
-	}
-	if st.SealedDocuments, err = docseal.NewBoltIndex(bdb); err != nil {
-		return nil, err
-	}
-	return st, nil
 }
 
 // UnmarshalCaddyfile reads `storage bolt`, which takes no options.

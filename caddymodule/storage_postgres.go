@@ -8,19 +8,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/keygate/keygate/internal/docseal"
-
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/keygate/keygate/internal/idempotency"
-	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/webhook"
-	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/upstreams/contracts"
-	"github.com/keygate/keygate/upstreams/share"
-	"github.com/keygate/keygate/upstreams/signing"
+	"github.com/keygate/keygate/internal/stores"
 )
 
 func init() {
@@ -119,7 +111,7 @@ func (s *PostgresStorage) PoolKey(string) (string, error) {
 // first started with, and opens every store on it. A database that does
 // not answer stops the start with a message naming the server but not
 // the password.
-func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
+func (s *PostgresStorage) OpenStores(env StorageEnv) (*stores.Stores, error) {
 	where, err := s.PoolKey(env.DataDir)
 	if err != nil {
 		return nil, err
@@ -134,22 +126,7 @@ func (s *PostgresStorage) OpenStores(env StorageEnv) (*Stores, error) {
 		db.Close()
 		return nil, err
 	}
-	cb := contracts.NewPostgresBackend(db)
-	st := &Stores{
-		DB:        db,
-		Keys:      keystore.NewPostgresBackend(db),
-		Templates: cb,
-		Contracts: cb,
-		Signing:   signing.NewPostgresBackend(db),
-		Outbox:    notify.NewPostgresBackend(db),
-		Shares:    share.NewPostgresBackend(db),
-		Webhooks:  webhook.NewPostgresBackend(db),
-		Where:     where,
-	}
-	st.Idempotency = idempotency.NewPostgresBackend(db)
-	st.DocumentSeal = docseal.NewPostgresBackend(db)
-	st.SealedDocuments = docseal.NewPostgresIndex(db)
-	return st, nil
+	return stores.OpenPostgres(db, where), nil
 }
 
 // config is the pgdb configuration of this module.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/keygate/keygate/internal/docseal"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/stores"
 	"github.com/keygate/keygate/upstreams/contracts/contractpdf"
 )
 
@@ -72,7 +73,7 @@ func verifyHandler(t *testing.T, checks int) (*Verify, []byte) {
 		t.Fatal(err)
 	}
 	h := &Verify{
-		app:      &App{state: &state{stores: &Stores{SealedDocuments: unknownDocuments{}}}, signer: sealer},
+		app:      &App{state: &state{stores: &stores.Stores{SealedDocuments: unknownDocuments{}}}, signer: sealer},
 		limiters: &verifyLimiters{all: make(map[netip.Prefix]*rate.Limiter)},
 		checks:   make(chan struct{}, checks),
 	}

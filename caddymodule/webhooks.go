@@ -51,8 +51,8 @@ func (s *state) stopWebhookWorker() {
 // auditWebhook records an administration action on a subscription.
 func (a *Admin) auditWebhook(r *http.Request, msg, id string, status int) {
 	rec := adminAudit(r, msg, "webhooks", status)
-	rec.webhookID = id
-	appOf(r).audit.record(rec)
+	rec.WebhookID = id
+	appOf(r).audit.Add(rec)
 }
 
 func webhooksOf(r *http.Request) *webhook.Store { return appOf(r).state.webhooks }

@@ -169,13 +169,13 @@ func TestLinks(t *testing.T) {
 // guides have.
 func TestSlug(t *testing.T) {
 	for h, want := range map[string]string{
-		"Choices where the spec is silent": "choices-where-the-spec-is-silent",
-		"Moving from bbolt to PostgreSQL":  "moving-from-bbolt-to-postgresql",
-		"The `caddy webapi` command":       "the-caddy-webapi-command",
-		"Keys and errors":                  "keys-and-errors",
-		"Rate limits, quotas: what's new?": "rate-limits-quotas-whats-new",
-		"[Linked](x.md) heading":           "linked-heading",
-		"Zoë's page":                       "zoës-page",
+		"Choices where the API documents are silent": "choices-where-the-api-documents-are-silent",
+		"Moving from bbolt to PostgreSQL":            "moving-from-bbolt-to-postgresql",
+		"The `caddy webapi` command":                 "the-caddy-webapi-command",
+		"Keys and errors":                            "keys-and-errors",
+		"Rate limits, quotas: what's new?":           "rate-limits-quotas-whats-new",
+		"[Linked](x.md) heading":                     "linked-heading",
+		"Zoë's page":                                 "zoës-page",
 	} {
 		if got := slug(h); got != want {
 			t.Errorf("slug(%q) = %q, want %q", h, got, want)

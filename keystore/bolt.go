@@ -26,46 +26,51 @@ var (
 
 // Backend is where keys persist. Keys keeps every key in memory and only
 // writes through a Backend, so that the key check never waits on storage.
+// Unlike the stores whose methods run in the caller's storage.Tx, each
+// method is a transaction of its own (or one statement), since Keys
+// holds the state and decides before it writes. Every method takes a
+// context first; Keys passes context.Background(), and the PostgreSQL
+// backend bounds a lone statement by pgdb.DefaultTimeout within it.
 type Backend interface {
 	// Load calls fn for every stored key with its stored usage.
-	Load(fn func(rec *record, u Usage) error) error
+	Load(ctx context.Context, fn func(rec *Record, u Usage) error) error
 	// Key reads key id with its stored usage; nil when there is none.
-	Key(id string) (*record, Usage, error)
+	Key(ctx context.Context, id string) (*Record, Usage, error)
 	// Put stores rec; emit, when set, runs in the same transaction (the
 	// events of the change, into the webhook outbox).
-	Put(rec *record, emit func(storage.Tx) error) error
+	Put(ctx context.Context, rec *Record, emit func(storage.Tx) error) error
 	// PutMany stores an import's new plans, consumers and keys, all in
 	// one transaction or none; where instances share the database, they
 	// read them again once, not once per key. It refuses a plan name or
 	// an externalId taken meanwhile as PutPlan and PutConsumer do.
-	PutMany(batch *Batch) error
+	PutMany(ctx context.Context, batch *Batch) error
 	// MarkExpiryWarned records, in one transaction with emit, that
 	// key.expiring was sent for key id ending at notValidAfter, unless
 	// it was already (or the key ends otherwise now): false then, and
 	// nothing runs. Of instances racing, one gets true.
-	MarkExpiryWarned(id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error)
-	Delete(id string) error
+	MarkExpiryWarned(ctx context.Context, id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error)
+	Delete(ctx context.Context, id string) error
 	// AddUsage adds each entry's Count to its key's stored count and keeps
 	// the later of the two last uses, and adds its Hours to the key's
 	// hourly counts, in one transaction: instances that share a database
 	// each add their own. It then sets each entry's Count and LastUsage
 	// to its key's stored totals; a key deleted meanwhile gets no row
 	// back and its entry becomes zero.
-	AddUsage(batch []Usage) error
+	AddUsage(ctx context.Context, batch []Usage) error
 	// UsageHours reads key id's hourly counts of the hours in [from, to).
-	UsageHours(id string, from, to time.Time) ([]HourCount, error)
+	UsageHours(ctx context.Context, id string, from, to time.Time) ([]HourCount, error)
 	// PurgeUsage removes the hourly counts of hours before before, and
 	// the quota periods that began before it.
-	PurgeUsage(before time.Time) error
+	PurgeUsage(ctx context.Context, before time.Time) error
 	// LeaseQuota takes up to want of key id's quota limit for the period
 	// span, in one transaction, never beyond limit. The
 	// lease that takes the period's last unit runs emit in it, once per
 	// period (key.quota_exhausted).
-	LeaseQuota(id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error)
+	LeaseQuota(ctx context.Context, id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error)
 	// ReturnQuota gives back n units of the period, unspent.
-	ReturnQuota(id string, span QuotaSpan, n int64) error
+	ReturnQuota(ctx context.Context, id string, span QuotaSpan, n int64) error
 	// QuotaUsed reads what instances have taken of the period's quota.
-	QuotaUsed(id string, span QuotaSpan) (int64, error)
+	QuotaUsed(ctx context.Context, id string, span QuotaSpan) (int64, error)
 
 	// Plans and consumers. A key's or consumer's quota, rate-limit
 	// counts and hours are stored under its own id, by the methods above.
@@ -74,21 +79,21 @@ type Backend interface {
 
 	// LoadScopes calls plan for every stored plan, then consumer for
 	// every consumer.
-	LoadScopes(plan func(*Plan) error, consumer func(*Consumer) error) error
+	LoadScopes(ctx context.Context, plan func(*Plan) error, consumer func(*Consumer) error) error
 	// Plan and Consumer read one back; nil when there is none.
-	Plan(id string) (*Plan, error)
-	Consumer(id string) (*Consumer, error)
+	Plan(ctx context.Context, id string) (*Plan, error)
+	Consumer(ctx context.Context, id string) (*Consumer, error)
 	// PutPlan stores p; ErrPlanNameTaken when another plan has its name.
-	PutPlan(p *Plan) error
+	PutPlan(ctx context.Context, p *Plan) error
 	// PutConsumer stores c; ErrExternalIDTaken when another consumer has
 	// its externalId, a 400 naming planId when its plan is gone.
-	PutConsumer(c *Consumer) error
+	PutConsumer(ctx context.Context, c *Consumer) error
 	// DeletePlan removes plan id; ErrPlanInUse while a key or consumer
 	// takes it.
-	DeletePlan(id string) error
+	DeletePlan(ctx context.Context, id string) error
 	// DeleteConsumer removes consumer id with its traffic;
 	// ErrConsumerHasKeys while keys belong to it.
-	DeleteConsumer(id string) error
+	DeleteConsumer(ctx context.Context, id string) error
 }
 
 // Batch is what one PutMany stores: new plans, new consumers (which may
@@ -96,7 +101,7 @@ type Backend interface {
 type Batch struct {
 	Plans     []*Plan
 	Consumers []*Consumer
-	Keys      []*record
+	Keys      []*Record
 }
 
 // Watcher is a Backend that other gateway instances write to as well:
@@ -112,12 +117,12 @@ type Watcher interface {
 type BoltBackend struct{ db *bbolt.DB }
 
 // NewBoltBackend creates the key buckets in db.
-func NewBoltBackend(db *bbolt.DB) (*BoltBackend, error) {
-	if err := boltdb.New(db).CreateBuckets(bucketKeys, bucketKeyUsage, bucketKeyQuota, bucketKeyHours,
+func NewBoltBackend(db *boltdb.DB) (Backend, error) {
+	if err := db.CreateBuckets(bucketKeys, bucketKeyUsage, bucketKeyQuota, bucketKeyHours,
 		bucketPlans, bucketPlanNames, bucketConsumers, bucketConsumerExternal, bucketScopeHolders); err != nil {
 		return nil, err
 	}
-	return &BoltBackend{db: db}, nil
+	return &BoltBackend{db: db.Bolt}, nil
 }
 
 func idBytes(id string) ([]byte, error) {
@@ -129,7 +134,7 @@ func idBytes(id string) ([]byte, error) {
 }
 
 // encodeRecord is rec as stored: its id's 16 bytes and its JSON.
-func encodeRecord(rec *record) (id, value []byte, err error) {
+func encodeRecord(rec *Record) (id, value []byte, err error) {
 	if id, err = idBytes(rec.ID); err != nil {
 		return nil, nil, err
 	}
@@ -138,11 +143,11 @@ func encodeRecord(rec *record) (id, value []byte, err error) {
 }
 
 // Load implements Backend.
-func (b *BoltBackend) Load(fn func(rec *record, u Usage) error) error {
+func (b *BoltBackend) Load(_ context.Context, fn func(rec *Record, u Usage) error) error {
 	return b.db.View(func(tx *bbolt.Tx) error {
 		usage := tx.Bucket(bucketKeyUsage)
 		return tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
-			rec := new(record)
+			rec := new(Record)
 			if err := json.Unmarshal(v, rec); err != nil {
 				return fmt.Errorf("key %x: %w", k, err)
 			}
@@ -152,7 +157,7 @@ func (b *BoltBackend) Load(fn func(rec *record, u Usage) error) error {
 }
 
 // Put implements Backend. Creates from many clients share commits.
-func (b *BoltBackend) Put(rec *record, emit func(storage.Tx) error) error {
+func (b *BoltBackend) Put(_ context.Context, rec *Record, emit func(storage.Tx) error) error {
 	k, v, err := encodeRecord(rec)
 	if err != nil {
 		return err
@@ -171,7 +176,7 @@ func (b *BoltBackend) Put(rec *record, emit func(storage.Tx) error) error {
 // PutMany implements Backend: one write transaction, the plans first,
 // then the consumers that may take them, then the keys that may belong
 // to those.
-func (b *BoltBackend) PutMany(batch *Batch) error {
+func (b *BoltBackend) PutMany(_ context.Context, batch *Batch) error {
 	puts := make([]func(*bbolt.Tx) error, 0, len(batch.Plans)+len(batch.Consumers)+len(batch.Keys))
 	for _, p := range batch.Plans {
 		k, v, err := encodeScope(p.ID, p)
@@ -206,7 +211,7 @@ func (b *BoltBackend) PutMany(batch *Batch) error {
 
 // putKey stores key k's record v, and its plan's and consumer's index
 // entries, refusing a plan or consumer that is gone.
-func putKey(tx *bbolt.Tx, k, v []byte, rec *record) error {
+func putKey(tx *bbolt.Tx, k, v []byte, rec *Record) error {
 	bkt := tx.Bucket(bucketKeys)
 	old, err := refsOf(bkt.Get(k))
 	if err != nil {
@@ -219,7 +224,7 @@ func putKey(tx *bbolt.Tx, k, v []byte, rec *record) error {
 }
 
 // MarkExpiryWarned implements Backend.
-func (b *BoltBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error) {
+func (b *BoltBackend) MarkExpiryWarned(_ context.Context, id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return false, err
@@ -253,7 +258,7 @@ func (b *BoltBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit 
 // for notValidAfter, and whether it was due: the key still ends then and
 // no warning was sent for it. Both backends store what it returns.
 func markExpiryWarned(raw []byte, notValidAfter time.Time) ([]byte, bool, error) {
-	rec := new(record)
+	rec := new(Record)
 	if err := json.Unmarshal(raw, rec); err != nil {
 		return nil, false, fmt.Errorf("a stored key record does not decode: %w", err)
 	}
@@ -267,7 +272,7 @@ func markExpiryWarned(raw []byte, notValidAfter time.Time) ([]byte, bool, error)
 }
 
 // Delete implements Backend: the key and its usage go together.
-func (b *BoltBackend) Delete(id string) error {
+func (b *BoltBackend) Delete(_ context.Context, id string) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return err
@@ -293,7 +298,7 @@ func (b *BoltBackend) Delete(id string) error {
 }
 
 // Key implements Backend.
-func (b *BoltBackend) Key(id string) (rec *record, u Usage, err error) {
+func (b *BoltBackend) Key(_ context.Context, id string) (rec *Record, u Usage, err error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return nil, Usage{}, nil
@@ -303,7 +308,7 @@ func (b *BoltBackend) Key(id string) (rec *record, u Usage, err error) {
 		if v == nil {
 			return nil
 		}
-		rec = new(record)
+		rec = new(Record)
 		if err := json.Unmarshal(v, rec); err != nil {
 			return fmt.Errorf("key %x: %w", k, err)
 		}
@@ -326,7 +331,7 @@ func boltUsage(id string, v []byte) Usage {
 }
 
 // AddUsage implements Backend: one transaction for the whole batch.
-func (b *BoltBackend) AddUsage(batch []Usage) error {
+func (b *BoltBackend) AddUsage(_ context.Context, batch []Usage) error {
 	return b.db.Update(func(tx *bbolt.Tx) error {
 		keys, usage := tx.Bucket(bucketKeys), tx.Bucket(bucketKeyUsage)
 		for i, u := range batch {

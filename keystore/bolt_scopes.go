@@ -1,6 +1,8 @@
 package keystore
 
 import (
+	"context"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -86,7 +88,7 @@ func holderExists(tx *bbolt.Tx, id []byte) bool {
 }
 
 // LoadScopes implements Backend.
-func (b *BoltBackend) LoadScopes(plan func(*Plan) error, consumer func(*Consumer) error) error {
+func (b *BoltBackend) LoadScopes(_ context.Context, plan func(*Plan) error, consumer func(*Consumer) error) error {
 	return b.db.View(func(tx *bbolt.Tx) error {
 		err := tx.Bucket(bucketPlans).ForEach(func(k, v []byte) error {
 			p := new(Plan)
@@ -109,7 +111,7 @@ func (b *BoltBackend) LoadScopes(plan func(*Plan) error, consumer func(*Consumer
 }
 
 // Plan implements Backend.
-func (b *BoltBackend) Plan(id string) (*Plan, error) {
+func (b *BoltBackend) Plan(_ context.Context, id string) (*Plan, error) {
 	var p *Plan
 	return p, b.get(bucketPlans, id, func(v []byte) error {
 		p = new(Plan)
@@ -118,7 +120,7 @@ func (b *BoltBackend) Plan(id string) (*Plan, error) {
 }
 
 // Consumer implements Backend.
-func (b *BoltBackend) Consumer(id string) (*Consumer, error) {
+func (b *BoltBackend) Consumer(_ context.Context, id string) (*Consumer, error) {
 	var c *Consumer
 	return c, b.get(bucketConsumers, id, func(v []byte) error {
 		c = new(Consumer)
@@ -141,7 +143,7 @@ func (b *BoltBackend) get(bucket []byte, id string, fn func([]byte) error) error
 }
 
 // PutPlan implements Backend.
-func (b *BoltBackend) PutPlan(p *Plan) error {
+func (b *BoltBackend) PutPlan(_ context.Context, p *Plan) error {
 	k, v, err := encodeScope(p.ID, p)
 	if err != nil {
 		return err
@@ -181,7 +183,7 @@ func putPlan(tx *bbolt.Tx, k, v []byte, p *Plan) error {
 }
 
 // DeletePlan implements Backend.
-func (b *BoltBackend) DeletePlan(id string) error {
+func (b *BoltBackend) DeletePlan(_ context.Context, id string) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return ErrPlanNotFound
@@ -206,7 +208,7 @@ func (b *BoltBackend) DeletePlan(id string) error {
 }
 
 // PutConsumer implements Backend.
-func (b *BoltBackend) PutConsumer(c *Consumer) error {
+func (b *BoltBackend) PutConsumer(_ context.Context, c *Consumer) error {
 	k, v, err := encodeScope(c.ID, c)
 	if err != nil {
 		return err
@@ -252,7 +254,7 @@ func putConsumer(tx *bbolt.Tx, k, v []byte, c *Consumer) error {
 
 // DeleteConsumer implements Backend: the consumer and its traffic go
 // together.
-func (b *BoltBackend) DeleteConsumer(id string) error {
+func (b *BoltBackend) DeleteConsumer(_ context.Context, id string) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return ErrConsumerNotFound

@@ -1,6 +1,8 @@
 package keystore
 
 import (
+	"context"
+
 	"bytes"
 	"encoding/binary"
 	"time"
@@ -35,7 +37,7 @@ func addHours(b *bbolt.Bucket, id []byte, hours []HourCount) error {
 }
 
 // UsageHours implements Backend.
-func (b *BoltBackend) UsageHours(id string, from, to time.Time) ([]HourCount, error) {
+func (b *BoltBackend) UsageHours(_ context.Context, id string, from, to time.Time) ([]HourCount, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return nil, nil
@@ -59,7 +61,7 @@ func (b *BoltBackend) UsageHours(id string, from, to time.Time) ([]HourCount, er
 
 // PurgeUsage implements Backend: it reads every key's hours and quota
 // periods, which it is called for about once an hour.
-func (b *BoltBackend) PurgeUsage(before time.Time) error {
+func (b *BoltBackend) PurgeUsage(_ context.Context, before time.Time) error {
 	limit := uint64(before.Unix() / 3600)
 	return b.db.Update(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketKeyHours).Cursor()
@@ -148,7 +150,7 @@ func leaseQuota(used int64, exhausted bool, limit, want int64) (granted, total i
 }
 
 // LeaseQuota implements Backend.
-func (b *BoltBackend) LeaseQuota(id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+func (b *BoltBackend) LeaseQuota(_ context.Context, id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return QuotaLease{}, err
@@ -178,7 +180,7 @@ func (b *BoltBackend) LeaseQuota(id string, span QuotaSpan, limit, want int64, e
 }
 
 // ReturnQuota implements Backend.
-func (b *BoltBackend) ReturnQuota(id string, span QuotaSpan, n int64) error {
+func (b *BoltBackend) ReturnQuota(_ context.Context, id string, span QuotaSpan, n int64) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return err
@@ -196,7 +198,7 @@ func (b *BoltBackend) ReturnQuota(id string, span QuotaSpan, n int64) error {
 }
 
 // QuotaUsed implements Backend.
-func (b *BoltBackend) QuotaUsed(id string, span QuotaSpan) (int64, error) {
+func (b *BoltBackend) QuotaUsed(_ context.Context, id string, span QuotaSpan) (int64, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return 0, nil

@@ -1,6 +1,8 @@
 package keystore
 
 import (
+	"context"
+
 	"fmt"
 	"net/http"
 	"slices"
@@ -26,7 +28,7 @@ const (
 func (k *Keys) loadScopes() error {
 	plans := make(map[string]*Plan)
 	var consumers []*Consumer
-	err := k.backend.LoadScopes(func(p *Plan) error {
+	err := k.backend.LoadScopes(context.Background(), func(p *Plan) error {
 		plans[p.ID] = p
 		return nil
 	}, func(c *Consumer) error {
@@ -81,7 +83,7 @@ func (k *Keys) recompile(match func(*Key) bool) {
 		if !match(&old.key) {
 			continue
 		}
-		rec := &record{Key: old.key, TokenHash: old.hash[:], SealedToken: old.sealed, ExpiryWarnedFor: old.warnedFor}
+		rec := &Record{Key: old.key, TokenHash: old.hash[:], SealedToken: old.sealed, ExpiryWarnedFor: old.warnedFor}
 		if old.hasPrev {
 			rec.PreviousTokenHash = old.prevHash[:]
 			t := old.prevUntil
@@ -113,7 +115,7 @@ func (k *Keys) refreshScope(payload string) error {
 	k.writeMu.Lock()
 	defer k.writeMu.Unlock()
 	if id, ok := strings.CutPrefix(payload, planTopic); ok {
-		p, err := k.backend.Plan(id)
+		p, err := k.backend.Plan(context.Background(), id)
 		if err != nil {
 			return err
 		}
@@ -129,7 +131,7 @@ func (k *Keys) refreshScope(payload string) error {
 		return nil
 	}
 	id, _ := strings.CutPrefix(payload, consumerTopic)
-	c, err := k.backend.Consumer(id)
+	c, err := k.backend.Consumer(context.Background(), id)
 	if err != nil {
 		return err
 	}
@@ -191,7 +193,7 @@ func (k *Keys) CreatePlan(in *PlanInput) (Plan, error) {
 	now := k.now().UTC().Truncate(time.Millisecond)
 	p.ID = uuid.NewString()
 	p.CreationTime, p.LastModificationTime = now, now
-	if err := k.backend.PutPlan(&p); err != nil {
+	if err := k.backend.PutPlan(context.Background(), &p); err != nil {
 		return Plan{}, err
 	}
 	k.scopeMu.Lock()
@@ -218,7 +220,7 @@ func (k *Keys) UpdatePlan(id string, in *PlanInput) (Plan, error) {
 		return Plan{}, err
 	}
 	p.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
-	if err := k.backend.PutPlan(&p); err != nil {
+	if err := k.backend.PutPlan(context.Background(), &p); err != nil {
 		return Plan{}, err
 	}
 	k.scopeMu.Lock()
@@ -270,7 +272,7 @@ func (k *Keys) DeletePlan(id string) error {
 	if k.plan(id) == nil {
 		return ErrPlanNotFound
 	}
-	if err := k.backend.DeletePlan(id); err != nil {
+	if err := k.backend.DeletePlan(context.Background(), id); err != nil {
 		return err
 	}
 	k.scopeMu.Lock()
@@ -333,7 +335,7 @@ func (k *Keys) CreateConsumer(in *ConsumerInput) (Consumer, error) {
 	now := k.now().UTC().Truncate(time.Millisecond)
 	c.ID = uuid.NewString()
 	c.CreationTime, c.LastModificationTime = now, now
-	if err := k.backend.PutConsumer(&c); err != nil {
+	if err := k.backend.PutConsumer(context.Background(), &c); err != nil {
 		return Consumer{}, err
 	}
 	k.scopeMu.Lock()
@@ -359,7 +361,7 @@ func (k *Keys) UpdateConsumer(id string, in *ConsumerInput) (Consumer, error) {
 		return Consumer{}, err
 	}
 	c.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
-	if err := k.backend.PutConsumer(&c); err != nil {
+	if err := k.backend.PutConsumer(context.Background(), &c); err != nil {
 		return Consumer{}, err
 	}
 	k.scopeMu.Lock()
@@ -391,7 +393,7 @@ func (k *Keys) DeleteConsumer(id string) error {
 	if k.consumer(id) == nil {
 		return ErrConsumerNotFound
 	}
-	if err := k.backend.DeleteConsumer(id); err != nil {
+	if err := k.backend.DeleteConsumer(context.Background(), id); err != nil {
 		return err
 	}
 	k.scopeMu.Lock()

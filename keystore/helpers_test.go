@@ -84,7 +84,7 @@ func randomKey(t testing.TB) []byte {
 func newBackend(t testing.TB, db storage.DB) Backend {
 	t.Helper()
 	return storetest.Pick[Backend](t, db,
-		func(d *boltdb.DB) (Backend, error) { return NewBoltBackend(d.Bolt) },
+		func(d *boltdb.DB) (Backend, error) { return NewBoltBackend(d) },
 		func(d *pgdb.DB) Backend { return NewPostgresBackend(d) })
 }
 
@@ -243,17 +243,17 @@ func newMemBackend() *memBackend {
 	return &memBackend{recs: map[string][]byte{}, usage: map[string]Usage{}}
 }
 
-func (m *memBackend) Load(fn func(rec *record, u Usage) error) error {
+func (m *memBackend) Load(_ context.Context, fn func(rec *Record, u Usage) error) error {
 	m.mu.Lock()
 	ids := make([]string, 0, len(m.recs))
 	for id := range m.recs {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	recs := make([]*record, 0, len(ids))
+	recs := make([]*Record, 0, len(ids))
 	us := make([]Usage, 0, len(ids))
 	for _, id := range ids {
-		r := new(record)
+		r := new(Record)
 		if err := json.Unmarshal(m.recs[id], r); err != nil {
 			m.mu.Unlock()
 			return err
@@ -271,7 +271,7 @@ func (m *memBackend) Load(fn func(rec *record, u Usage) error) error {
 }
 
 // Put stores rec; it has no transactions, and emit runs with none.
-func (m *memBackend) Put(rec *record, emit func(storage.Tx) error) error {
+func (m *memBackend) Put(_ context.Context, rec *Record, emit func(storage.Tx) error) error {
 	if m.putHook != nil {
 		m.putHook()
 	}
@@ -295,7 +295,7 @@ func (m *memBackend) Put(rec *record, emit func(storage.Tx) error) error {
 
 // PutMany stores every record or, failing, none; it keeps no plans or
 // consumers.
-func (m *memBackend) PutMany(batch *Batch) error {
+func (m *memBackend) PutMany(_ context.Context, batch *Batch) error {
 	if len(batch.Plans) > 0 || len(batch.Consumers) > 0 {
 		return errMemScopes
 	}
@@ -320,7 +320,7 @@ func (m *memBackend) PutMany(batch *Batch) error {
 }
 
 // MarkExpiryWarned marks under the backend's lock, as a transaction would.
-func (m *memBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error) {
+func (m *memBackend) MarkExpiryWarned(_ context.Context, id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok := m.recs[id]
@@ -340,7 +340,7 @@ func (m *memBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit f
 	return true, nil
 }
 
-func (m *memBackend) Delete(id string) error {
+func (m *memBackend) Delete(_ context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail != nil {
@@ -351,7 +351,7 @@ func (m *memBackend) Delete(id string) error {
 	return nil
 }
 
-func (m *memBackend) Key(id string) (*record, Usage, error) {
+func (m *memBackend) Key(_ context.Context, id string) (*Record, Usage, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail != nil {
@@ -361,11 +361,11 @@ func (m *memBackend) Key(id string) (*record, Usage, error) {
 	if !ok {
 		return nil, Usage{}, nil
 	}
-	r := new(record)
+	r := new(Record)
 	return r, m.usage[id], json.Unmarshal(v, r)
 }
 
-func (m *memBackend) AddUsage(batch []Usage) error {
+func (m *memBackend) AddUsage(_ context.Context, batch []Usage) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail != nil {
@@ -419,7 +419,7 @@ func (m *memBackend) quotaRows() map[string]*memQuota {
 	return m.quota
 }
 
-func (m *memBackend) UsageHours(id string, from, to time.Time) ([]HourCount, error) {
+func (m *memBackend) UsageHours(_ context.Context, id string, from, to time.Time) ([]HourCount, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []HourCount
@@ -431,7 +431,7 @@ func (m *memBackend) UsageHours(id string, from, to time.Time) ([]HourCount, err
 	return out, m.fail
 }
 
-func (m *memBackend) PurgeUsage(before time.Time) error {
+func (m *memBackend) PurgeUsage(_ context.Context, before time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, list := range m.hours {
@@ -440,7 +440,7 @@ func (m *memBackend) PurgeUsage(before time.Time) error {
 	return m.fail
 }
 
-func (m *memBackend) LeaseQuota(id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+func (m *memBackend) LeaseQuota(_ context.Context, id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail != nil {
@@ -462,7 +462,7 @@ func (m *memBackend) LeaseQuota(id string, span QuotaSpan, limit, want int64, em
 	return QuotaLease{Granted: granted, Used: total}, nil
 }
 
-func (m *memBackend) ReturnQuota(id string, span QuotaSpan, n int64) error {
+func (m *memBackend) ReturnQuota(_ context.Context, id string, span QuotaSpan, n int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if row := m.quotaRows()[id+string(span.Period)+span.Start.String()]; row != nil {
@@ -471,7 +471,7 @@ func (m *memBackend) ReturnQuota(id string, span QuotaSpan, n int64) error {
 	return m.fail
 }
 
-func (m *memBackend) QuotaUsed(id string, span QuotaSpan) (int64, error) {
+func (m *memBackend) QuotaUsed(_ context.Context, id string, span QuotaSpan) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if row := m.quotaRows()[id+string(span.Period)+span.Start.String()]; row != nil {
@@ -484,10 +484,12 @@ func (m *memBackend) QuotaUsed(id string, span QuotaSpan) (int64, error) {
 // keys alone; plans and consumers run on the real backends (scopes_test.go).
 var errMemScopes = errors.New("memBackend keeps no plans or consumers")
 
-func (m *memBackend) LoadScopes(func(*Plan) error, func(*Consumer) error) error { return nil }
-func (m *memBackend) Plan(string) (*Plan, error)                                { return nil, nil }
-func (m *memBackend) Consumer(string) (*Consumer, error)                        { return nil, nil }
-func (m *memBackend) PutPlan(*Plan) error                                       { return errMemScopes }
-func (m *memBackend) PutConsumer(*Consumer) error                               { return errMemScopes }
-func (m *memBackend) DeletePlan(string) error                                   { return errMemScopes }
-func (m *memBackend) DeleteConsumer(string) error                               { return errMemScopes }
+func (m *memBackend) LoadScopes(context.Context, func(*Plan) error, func(*Consumer) error) error {
+	return nil
+}
+func (m *memBackend) Plan(context.Context, string) (*Plan, error)         { return nil, nil }
+func (m *memBackend) Consumer(context.Context, string) (*Consumer, error) { return nil, nil }
+func (m *memBackend) PutPlan(context.Context, *Plan) error                { return errMemScopes }
+func (m *memBackend) PutConsumer(context.Context, *Consumer) error        { return errMemScopes }
+func (m *memBackend) DeletePlan(context.Context, string) error            { return errMemScopes }
+func (m *memBackend) DeleteConsumer(context.Context, string) error        { return errMemScopes }

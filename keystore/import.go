@@ -1,6 +1,8 @@
 package keystore
 
 import (
+	"context"
+
 	"cmp"
 	"errors"
 	"fmt"
@@ -29,6 +31,11 @@ import (
 
 // MaxImport bounds the keys of one import.
 const MaxImport = 20000
+
+// MaxImportBody bounds the file of one import as the admin API takes it
+// (POST /webapi/keys/import) and `caddy webapi keys import` reads it:
+// MaxImport keys of a few hundred bytes each.
+const MaxImportBody = 64 << 20
 
 // Foreign token bounds: a token of another gateway is 16 to 512 printable
 // US-ASCII characters. A token of our own form (token.Prefix) must pass our
@@ -244,7 +251,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 	if err != nil {
 		return ImportReport{}, err
 	}
-	recs := make([]*record, 0, len(keys))
+	recs := make([]*Record, 0, len(keys))
 	tokens := make([]string, 0, len(keys))
 	lines := make([]int, 0, len(keys))
 	seen := make(map[token.Hash]int, len(keys))
@@ -303,7 +310,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 		key.ID = uuid.NewString()
 		key.CreationTime, key.LastModificationTime = now, now
 		key.TokenPrefix = tokenPrefixOf(tok)
-		recs = append(recs, &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID))})
+		recs = append(recs, &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID))})
 		tokens = append(tokens, in.Token)
 		lines = append(lines, in.Line)
 	}
@@ -323,7 +330,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 	if dryRun {
 		return report, nil
 	}
-	if err := k.backend.PutMany(&Batch{Plans: newPlans, Consumers: newConsumers, Keys: recs}); err != nil {
+	if err := k.backend.PutMany(context.Background(), &Batch{Plans: newPlans, Consumers: newConsumers, Keys: recs}); err != nil {
 		return ImportReport{}, err
 	}
 	// Plans before the consumers that take them, consumers before the

@@ -66,10 +66,11 @@ func (k *Key) Scopes() (consumerID, planID string) {
 	return consumerID, planID
 }
 
-// record is a key as it is persisted: the administrators' view plus the
-// token's lookup hash and its sealed form. Usage lives apart (Usage), since
-// it changes far more often than the key.
-type record struct {
+// Record is a key as it is persisted, what a Backend stores and loads:
+// the administrators' view plus the token's lookup hash and its sealed
+// form. Usage lives apart (Usage), since it changes far more often than
+// the key.
+type Record struct {
 	Key
 	TokenHash   []byte `json:"tokenHash"`
 	SealedToken []byte `json:"sealedToken"`
@@ -84,24 +85,24 @@ type record struct {
 	ExpiryWarnedFor *time.Time `json:"expiryWarnedFor,omitempty"`
 }
 
-// storedRecord is record without its JSON methods.
-type storedRecord record
+// storedRecord is Record without its JSON methods.
+type storedRecord Record
 
 // MarshalJSON stores Enabled as Disabled.
-func (r record) MarshalJSON() ([]byte, error) {
+func (r Record) MarshalJSON() ([]byte, error) {
 	s := storedRecord(r)
 	s.Disabled = !r.Enabled
 	return json.Marshal(s)
 }
 
 // UnmarshalJSON reads Enabled from Disabled, whatever "enabled" says.
-func (r *record) UnmarshalJSON(b []byte) error {
+func (r *Record) UnmarshalJSON(b []byte) error {
 	var s storedRecord
 	if err := json.Unmarshal(b, &s); err != nil {
 		return err
 	}
 	s.Enabled = !s.Disabled
-	*r = record(s)
+	*r = Record(s)
 	return nil
 }
 
@@ -168,7 +169,7 @@ func privBit(p access.Privilege) uint8 {
 
 // compile is rec in the form the key check reads, with its plan and its
 // consumer as they are in memory now.
-func (k *Keys) compile(rec *record) *compiled {
+func (k *Keys) compile(rec *Record) *compiled {
 	c := &compiled{key: rec.Key, sealed: rec.SealedToken, warnedFor: rec.ExpiryWarnedFor}
 	var plan *Plan
 	if k != nil {

@@ -159,7 +159,7 @@ type Entry struct {
 }
 
 // newEntry is rec in memory with its stored usage u.
-func (k *Keys) newEntry(rec *record, u Usage) *Entry {
+func (k *Keys) newEntry(rec *Record, u Usage) *Entry {
 	e := &Entry{keys: k}
 	e.holder = e
 	e.setSnap(k.compile(rec))
@@ -218,7 +218,7 @@ func Open(backend Backend, sealer *seal.Sealer, now func() time.Time) (*Keys, er
 	if err := k.loadScopes(); err != nil {
 		return nil, err
 	}
-	err := backend.Load(func(rec *record, u Usage) error {
+	err := backend.Load(context.Background(), func(rec *Record, u Usage) error {
 		e := k.newEntry(rec, u)
 		for _, h := range e.snap.Load().hashes() {
 			k.byHash.put(h, e)
@@ -342,8 +342,8 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	tok := token.New()
 	key.TokenPrefix = tokenPrefixOf(tok)
 	h := token.HashOf(tok)
-	rec := &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID))}
-	if err := k.backend.Put(rec, nil); err != nil {
+	rec := &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID))}
+	if err := k.backend.Put(context.Background(), rec, nil); err != nil {
 		return Key{}, err
 	}
 	e := k.newEntry(rec, Usage{})
@@ -379,11 +379,11 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 		return Key{}, err
 	}
 	key.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
-	rec := &record{Key: key, TokenHash: old.hash[:], SealedToken: old.sealed, ExpiryWarnedFor: old.warnedFor}
+	rec := &Record{Key: key, TokenHash: old.hash[:], SealedToken: old.sealed, ExpiryWarnedFor: old.warnedFor}
 	if old.hasPrev {
 		rec.PreviousTokenHash = old.prevHash[:]
 	}
-	if err := k.backend.Put(rec, k.emitFor(&old.key, &key, key.LastModificationTime)); err != nil {
+	if err := k.backend.Put(context.Background(), rec, k.emitFor(&old.key, &key, key.LastModificationTime)); err != nil {
 		return Key{}, err
 	}
 	e.setSnap(k.compile(rec))
@@ -417,7 +417,7 @@ func (k *Keys) WarnExpiring(now time.Time, window time.Duration) (int, error) {
 			continue
 		}
 		key := e.snap.Load().key
-		ok, err := k.backend.MarkExpiryWarned(d.id, d.nva, k.emitKey(events.KeyExpiring, &key, now))
+		ok, err := k.backend.MarkExpiryWarned(context.Background(), d.id, d.nva, k.emitKey(events.KeyExpiring, &key, now))
 		if err != nil {
 			return sent, err
 		}
@@ -460,13 +460,13 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 	key.TokenPrefix = tok[:12]
 	key.LastModificationTime = now
 	key.PreviousTokenExpiry = nil
-	rec := &record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID)), ExpiryWarnedFor: old.warnedFor}
+	rec := &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID)), ExpiryWarnedFor: old.warnedFor}
 	// The previous token is kept, also without a grace period, so that a
 	// client still sending it is told it expired rather than that it is
 	// unknown.
 	until := now.Add(grace)
 	rec.PreviousTokenExpiry, rec.PreviousTokenHash = &until, old.hash[:]
-	if err := k.backend.Put(rec, k.emitKey(events.KeyRolled, &rec.Key, now)); err != nil {
+	if err := k.backend.Put(context.Background(), rec, k.emitKey(events.KeyRolled, &rec.Key, now)); err != nil {
 		return Key{}, err
 	}
 	next := k.compile(rec)
@@ -490,7 +490,7 @@ func (k *Keys) Delete(id string) error {
 	if e == nil {
 		return ErrNotFound
 	}
-	if err := k.backend.Delete(id); err != nil {
+	if err := k.backend.Delete(context.Background(), id); err != nil {
 		return err
 	}
 	k.mu.Lock()
@@ -654,7 +654,7 @@ func (k *Keys) FlushUsage() (int, error) {
 	if len(batch) == 0 {
 		return 0, nil
 	}
-	if err := k.backend.AddUsage(batch); err != nil {
+	if err := k.backend.AddUsage(context.Background(), batch); err != nil {
 		for i, d := range dirty {
 			d.e.hourly.giveBack(batch[i].Hours)
 		}
@@ -729,7 +729,7 @@ func (k *Keys) Refresh(id string) error {
 	defer k.writeMu.Unlock()
 	k.flushMu.Lock()
 	defer k.flushMu.Unlock()
-	rec, u, err := k.backend.Key(id)
+	rec, u, err := k.backend.Key(context.Background(), id)
 	if err != nil {
 		return err
 	}
@@ -753,11 +753,11 @@ func (k *Keys) Resync() error {
 		return err
 	}
 	type stored struct {
-		rec *record
+		rec *Record
 		u   Usage
 	}
 	all := make(map[string]stored)
-	if err := k.backend.Load(func(rec *record, u Usage) error {
+	if err := k.backend.Load(context.Background(), func(rec *Record, u Usage) error {
 		all[rec.ID] = stored{rec, u}
 		return nil
 	}); err != nil {
@@ -783,7 +783,7 @@ func (k *Keys) Resync() error {
 // time is unchanged keeps its snapshot (a resync of many keys allocates
 // only for what changed; notifications, which force, catch two changes
 // within a millisecond). The caller holds writeMu, flushMu and mu.
-func (k *Keys) apply(id string, rec *record, u Usage, force bool) {
+func (k *Keys) apply(id string, rec *Record, u Usage, force bool) {
 	e := k.byID[id]
 	if rec == nil {
 		if e != nil {

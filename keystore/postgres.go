@@ -25,7 +25,7 @@ type PostgresBackend struct {
 }
 
 // NewPostgresBackend uses db, already migrated.
-func NewPostgresBackend(db *pgdb.DB) *PostgresBackend {
+func NewPostgresBackend(db *pgdb.DB) Backend {
 	return &PostgresBackend{db: db, channel: db.Channel(keysTopic)}
 }
 
@@ -40,7 +40,7 @@ const (
 const selectKey = "SELECT id, record, usage_count, last_usage FROM keys"
 
 // scanKey reads a row of selectKey.
-func scanKey(row pgx.Row) (*record, Usage, error) {
+func scanKey(row pgx.Row) (*Record, Usage, error) {
 	var (
 		id    [16]byte
 		raw   []byte
@@ -50,7 +50,7 @@ func scanKey(row pgx.Row) (*record, Usage, error) {
 	if err := row.Scan(&id, &raw, &count, &last); err != nil {
 		return nil, Usage{}, err
 	}
-	rec := new(record)
+	rec := new(Record)
 	if err := json.Unmarshal(raw, rec); err != nil {
 		return nil, Usage{}, fmt.Errorf("key %x: %w", id, err)
 	}
@@ -62,8 +62,7 @@ func scanKey(row pgx.Row) (*record, Usage, error) {
 }
 
 // Load implements Backend.
-func (b *PostgresBackend) Load(fn func(rec *record, u Usage) error) error {
-	ctx := context.Background()
+func (b *PostgresBackend) Load(ctx context.Context, fn func(rec *Record, u Usage) error) error {
 	return b.db.View(ctx, func(tx storage.Tx) error {
 		rows, err := pgdb.Of(tx).Query(ctx, selectKey+" ORDER BY id")
 		if err != nil {
@@ -84,14 +83,14 @@ func (b *PostgresBackend) Load(fn func(rec *record, u Usage) error) error {
 }
 
 // Key implements Backend.
-func (b *PostgresBackend) Key(id string) (rec *record, u Usage, err error) {
+func (b *PostgresBackend) Key(ctx context.Context, id string) (rec *Record, u Usage, err error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return nil, Usage{}, nil
 	}
 	// One statement on the pool, without BEGIN and COMMIT around it: the
 	// key and its usage are one row.
-	ctx, cancel := context.WithTimeout(context.Background(), pgdb.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, pgdb.DefaultTimeout)
 	defer cancel()
 	rec, u, err = scanKey(b.db.Pool.QueryRow(ctx, selectKey+" WHERE id = $1", k))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -101,7 +100,7 @@ func (b *PostgresBackend) Key(id string) (rec *record, u Usage, err error) {
 }
 
 // Put implements Backend.
-func (b *PostgresBackend) Put(rec *record, emit func(storage.Tx) error) error {
+func (b *PostgresBackend) Put(ctx context.Context, rec *Record, emit func(storage.Tx) error) error {
 	id, v, err := encodeRecord(rec)
 	if err != nil {
 		return err
@@ -110,7 +109,6 @@ func (b *PostgresBackend) Put(rec *record, emit func(storage.Tx) error) error {
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
 	return scopeError(b.db.Batch(ctx, func(tx storage.Tx) error {
 		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (id) DO UPDATE SET service = excluded.service, token_hash = excluded.token_hash,
@@ -129,7 +127,7 @@ func (b *PostgresBackend) Put(rec *record, emit func(storage.Tx) error) error {
 }
 
 // keyRefs are the consumer_id and plan_id columns of rec.
-func keyRefs(rec *record) (consumer, plan any, err error) {
+func keyRefs(rec *Record) (consumer, plan any, err error) {
 	if consumer, err = optionalUUID(rec.ConsumerID); err != nil {
 		return nil, nil, unknownRef("consumerId", "consumer")
 	}
@@ -158,7 +156,7 @@ const putManyChunk = 1000
 // that exists already (stored by another instance meanwhile) fails the
 // whole transaction: ErrTokenTaken; a plan name or externalId taken
 // meanwhile: ErrPlanNameTaken, ErrExternalIDTaken.
-func (b *PostgresBackend) PutMany(batch *Batch) error {
+func (b *PostgresBackend) PutMany(ctx context.Context, batch *Batch) error {
 	recs := batch.Keys
 	ids := make([][16]byte, len(recs))
 	services := make([]string, len(recs))
@@ -190,7 +188,6 @@ func (b *PostgresBackend) PutMany(batch *Batch) error {
 			return err
 		}
 	}
-	ctx := context.Background()
 	err := b.db.Update(ctx, func(tx storage.Tx) error {
 		// A token stored meanwhile is found first: the unique index would
 		// refuse it too, but the server would log its hash.
@@ -254,12 +251,11 @@ func (r *scopeRows) add(id, text string, plan *string, scope any) error {
 
 // MarkExpiryWarned implements Backend: the key's row is locked while it
 // is read, so of instances racing one marks it and emits.
-func (b *PostgresBackend) MarkExpiryWarned(id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error) {
+func (b *PostgresBackend) MarkExpiryWarned(ctx context.Context, id string, notValidAfter time.Time, emit func(storage.Tx) error) (bool, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return false, err
 	}
-	ctx := context.Background()
 	marked := false
 	err = b.db.Update(ctx, func(tx storage.Tx) error {
 		marked = false
@@ -296,12 +292,11 @@ func (b *PostgresBackend) notify(ctx context.Context, tx storage.Tx, id string) 
 }
 
 // Delete implements Backend: the key and its usage go together.
-func (b *PostgresBackend) Delete(id string) error {
+func (b *PostgresBackend) Delete(ctx context.Context, id string) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
 	return b.db.Update(ctx, func(tx storage.Tx) error {
 		if _, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM keys WHERE id = $1", k); err != nil {
 			return err
@@ -316,13 +311,12 @@ func (b *PostgresBackend) Delete(id string) error {
 // AddUsage implements Backend: one statement batch in one transaction,
 // each adding to what other instances added. Rows are updated in key
 // order, so that two instances flushing the same keys cannot deadlock.
-func (b *PostgresBackend) AddUsage(batch []Usage) error {
+func (b *PostgresBackend) AddUsage(ctx context.Context, batch []Usage) error {
 	order := make([]int, len(batch))
 	for i := range order {
 		order[i] = i
 	}
 	sort.Slice(order, func(i, j int) bool { return batch[order[i]].KeyID < batch[order[j]].KeyID })
-	ctx := context.Background()
 	// The totals are kept apart until the commit: a retried transaction
 	// adds the same deltas again.
 	totals := make([]Usage, len(batch))

@@ -39,8 +39,7 @@ func scopeError(err error) error {
 }
 
 // LoadScopes implements Backend.
-func (b *PostgresBackend) LoadScopes(plan func(*Plan) error, consumer func(*Consumer) error) error {
-	ctx := context.Background()
+func (b *PostgresBackend) LoadScopes(ctx context.Context, plan func(*Plan) error, consumer func(*Consumer) error) error {
 	return b.db.View(ctx, func(tx storage.Tx) error {
 		if err := eachRecord(ctx, tx, "SELECT record FROM plans ORDER BY id", func(raw []byte) error {
 			p := new(Plan)
@@ -81,30 +80,30 @@ func eachRecord(ctx context.Context, tx storage.Tx, query string, fn func([]byte
 }
 
 // Plan implements Backend.
-func (b *PostgresBackend) Plan(id string) (*Plan, error) {
+func (b *PostgresBackend) Plan(ctx context.Context, id string) (*Plan, error) {
 	var p *Plan
-	return p, b.getRecord("SELECT record FROM plans WHERE id = $1", id, func(raw []byte) error {
+	return p, b.getRecord(ctx, "SELECT record FROM plans WHERE id = $1", id, func(raw []byte) error {
 		p = new(Plan)
 		return json.Unmarshal(raw, p)
 	})
 }
 
 // Consumer implements Backend.
-func (b *PostgresBackend) Consumer(id string) (*Consumer, error) {
+func (b *PostgresBackend) Consumer(ctx context.Context, id string) (*Consumer, error) {
 	var c *Consumer
-	return c, b.getRecord("SELECT record FROM consumers WHERE id = $1", id, func(raw []byte) error {
+	return c, b.getRecord(ctx, "SELECT record FROM consumers WHERE id = $1", id, func(raw []byte) error {
 		c = new(Consumer)
 		return json.Unmarshal(raw, c)
 	})
 }
 
 // getRecord calls fn with the record query finds for id, if any.
-func (b *PostgresBackend) getRecord(query, id string, fn func([]byte) error) error {
+func (b *PostgresBackend) getRecord(ctx context.Context, query, id string, fn func([]byte) error) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), pgdb.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, pgdb.DefaultTimeout)
 	defer cancel()
 	var raw []byte
 	err = b.db.Pool.QueryRow(ctx, query, k).Scan(&raw)
@@ -118,7 +117,7 @@ func (b *PostgresBackend) getRecord(query, id string, fn func([]byte) error) err
 }
 
 // PutPlan implements Backend.
-func (b *PostgresBackend) PutPlan(p *Plan) error {
+func (b *PostgresBackend) PutPlan(ctx context.Context, p *Plan) error {
 	k, err := idBytes(p.ID)
 	if err != nil {
 		return err
@@ -127,7 +126,6 @@ func (b *PostgresBackend) PutPlan(p *Plan) error {
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
 	return scopeError(b.db.Update(ctx, func(tx storage.Tx) error {
 		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO plans (id, name, record) VALUES ($1, $2, $3)
 			ON CONFLICT (id) DO UPDATE SET name = excluded.name, record = excluded.record, updated_at = now()`, k, p.Name, v)
@@ -139,12 +137,12 @@ func (b *PostgresBackend) PutPlan(p *Plan) error {
 }
 
 // DeletePlan implements Backend.
-func (b *PostgresBackend) DeletePlan(id string) error {
-	return b.deleteScope("plans", planTopic, id, ErrPlanNotFound, ErrPlanInUse)
+func (b *PostgresBackend) DeletePlan(ctx context.Context, id string) error {
+	return b.deleteScope(ctx, "plans", planTopic, id, ErrPlanNotFound, ErrPlanInUse)
 }
 
 // PutConsumer implements Backend.
-func (b *PostgresBackend) PutConsumer(c *Consumer) error {
+func (b *PostgresBackend) PutConsumer(ctx context.Context, c *Consumer) error {
 	k, err := idBytes(c.ID)
 	if err != nil {
 		return err
@@ -157,7 +155,6 @@ func (b *PostgresBackend) PutConsumer(c *Consumer) error {
 	if err != nil {
 		return unknownRef("planId", "plan")
 	}
-	ctx := context.Background()
 	return scopeError(b.db.Update(ctx, func(tx storage.Tx) error {
 		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO consumers (id, external_id, plan_id, record) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (id) DO UPDATE SET external_id = excluded.external_id, plan_id = excluded.plan_id,
@@ -171,19 +168,18 @@ func (b *PostgresBackend) PutConsumer(c *Consumer) error {
 
 // DeleteConsumer implements Backend: the consumer and its traffic go
 // together.
-func (b *PostgresBackend) DeleteConsumer(id string) error {
-	return b.deleteScope("consumers", consumerTopic, id, ErrConsumerNotFound, ErrConsumerHasKeys)
+func (b *PostgresBackend) DeleteConsumer(ctx context.Context, id string) error {
+	return b.deleteScope(ctx, "consumers", consumerTopic, id, ErrConsumerNotFound, ErrConsumerHasKeys)
 }
 
 // deleteScope deletes row id of table (plans or consumers) with the
 // traffic stored under its id, and tells every instance; inUse while a
 // key or consumer still names it (the foreign keys refuse the delete).
-func (b *PostgresBackend) deleteScope(table, topic, id string, notFound, inUse error) error {
+func (b *PostgresBackend) deleteScope(ctx context.Context, table, topic, id string, notFound, inUse error) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return notFound
 	}
-	ctx := context.Background()
 	err = b.db.Update(ctx, func(tx storage.Tx) error {
 		tag, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM "+table+" WHERE id = $1", k)
 		if err != nil {

@@ -27,12 +27,11 @@ func queueHours(q *pgx.Batch, k []byte, hours []HourCount) {
 }
 
 // UsageHours implements Backend.
-func (b *PostgresBackend) UsageHours(id string, from, to time.Time) ([]HourCount, error) {
+func (b *PostgresBackend) UsageHours(ctx context.Context, id string, from, to time.Time) ([]HourCount, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return nil, nil
 	}
-	ctx := context.Background()
 	var out []HourCount
 	err = b.db.View(ctx, func(tx storage.Tx) error {
 		out = out[:0]
@@ -57,8 +56,7 @@ func (b *PostgresBackend) UsageHours(id string, from, to time.Time) ([]HourCount
 }
 
 // PurgeUsage implements Backend.
-func (b *PostgresBackend) PurgeUsage(before time.Time) error {
-	ctx := context.Background()
+func (b *PostgresBackend) PurgeUsage(ctx context.Context, before time.Time) error {
 	return b.db.Update(ctx, func(tx storage.Tx) error {
 		if _, err := pgdb.Of(tx).Exec(ctx, "DELETE FROM key_usage_hourly WHERE hour < $1", before.UTC()); err != nil {
 			return err
@@ -71,12 +69,11 @@ func (b *PostgresBackend) PurgeUsage(before time.Time) error {
 // LeaseQuota implements Backend: the period's row is created if need be
 // and locked while the lease is computed, so instances leasing at once
 // take turns and never grant beyond the limit together.
-func (b *PostgresBackend) LeaseQuota(id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+func (b *PostgresBackend) LeaseQuota(ctx context.Context, id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return QuotaLease{}, err
 	}
-	ctx := context.Background()
 	var l QuotaLease
 	err = b.db.Update(ctx, func(tx storage.Tx) error {
 		l = QuotaLease{}
@@ -114,12 +111,11 @@ func (b *PostgresBackend) LeaseQuota(id string, span QuotaSpan, limit, want int6
 }
 
 // ReturnQuota implements Backend.
-func (b *PostgresBackend) ReturnQuota(id string, span QuotaSpan, n int64) error {
+func (b *PostgresBackend) ReturnQuota(ctx context.Context, id string, span QuotaSpan, n int64) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
 	return b.db.Update(ctx, func(tx storage.Tx) error {
 		_, err := pgdb.Of(tx).Exec(ctx, `UPDATE key_quota SET used = greatest(used - $4, 0)
 			WHERE key_id = $1 AND period = $2 AND period_start = $3`, k, string(span.Period), span.Start.UTC(), n)
@@ -128,12 +124,11 @@ func (b *PostgresBackend) ReturnQuota(id string, span QuotaSpan, n int64) error 
 }
 
 // QuotaUsed implements Backend.
-func (b *PostgresBackend) QuotaUsed(id string, span QuotaSpan) (int64, error) {
+func (b *PostgresBackend) QuotaUsed(ctx context.Context, id string, span QuotaSpan) (int64, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return 0, nil
 	}
-	ctx := context.Background()
 	var used int64
 	err = b.db.View(ctx, func(tx storage.Tx) error {
 		err := pgdb.Of(tx).QueryRow(ctx, `SELECT used FROM key_quota WHERE key_id = $1 AND period = $2 AND period_start = $3`,

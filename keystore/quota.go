@@ -1,6 +1,8 @@
 package keystore
 
 import (
+	"context"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -336,7 +338,7 @@ func (k *Keys) lease(m *meter, q *Quota, span QuotaSpan, now time.Time) error {
 		qs.setPeriod(span.Period, span.Start)
 	}
 	want := quotaBlock(q.Limit, qs.used.Load())
-	l, err := k.backend.LeaseQuota(m.holder.holderID(), span, q.Limit, want, m.holder.quotaExhausted(now))
+	l, err := k.backend.LeaseQuota(context.Background(), m.holder.holderID(), span, q.Limit, want, m.holder.quotaExhausted(now))
 	if err != nil {
 		return err
 	}
@@ -354,7 +356,7 @@ func (k *Keys) lease(m *meter, q *Quota, span QuotaSpan, now time.Time) error {
 // the limit was lowered. On an error they stay counted as spent: a quota
 // is never overspent.
 func (k *Keys) giveBack(id string, span QuotaSpan, n int64) {
-	if err := k.backend.ReturnQuota(id, span, n); err == nil {
+	if err := k.backend.ReturnQuota(context.Background(), id, span, n); err == nil {
 		return
 	}
 	if m := k.meterOf(id); m != nil && m.quota.period.Load() == span.Start.Unix() {
@@ -379,7 +381,7 @@ func (k *Keys) ReturnQuota() (int64, error) {
 		span := q.Period.span(now)
 		if qs.period.Load() == span.Start.Unix() {
 			if n := qs.block.Swap(0); n > 0 {
-				if err := k.backend.ReturnQuota(m.holder.holderID(), span, n); err != nil {
+				if err := k.backend.ReturnQuota(context.Background(), m.holder.holderID(), span, n); err != nil {
 					qs.block.Add(n)
 					errs = append(errs, err)
 				} else {
@@ -473,7 +475,7 @@ func (k *Keys) ReadQuotas(id string) error {
 			continue
 		}
 		span := q.Period.span(now)
-		used, err := k.backend.QuotaUsed(m.holder.holderID(), span)
+		used, err := k.backend.QuotaUsed(context.Background(), m.holder.holderID(), span)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,8 @@
 package keystore
 
 import (
+	"context"
+
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -47,10 +49,10 @@ func TestTokenChecksumBeforeLookup(t *testing.T) {
 		legacy := token.Prefix + token.Random()
 		h := token.HashOf(legacy)
 		old := mustCreate(t, e.keys, `{`+validContracts+`}`)
-		rec := &record{Key: old, TokenHash: h[:], SealedToken: e.sealer.Seal([]byte(legacy), []byte(old.ID))}
+		rec := &Record{Key: old, TokenHash: h[:], SealedToken: e.sealer.Seal([]byte(legacy), []byte(old.ID))}
 		rec.Token, rec.TokenPrefix = "", legacy[:12]
 		rec.LastModificationTime = rec.LastModificationTime.Add(time.Millisecond) // seen as changed
-		if err := e.backend.Put(rec, nil); err != nil {
+		if err := e.backend.Put(context.Background(), rec, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.keys.Resync(); err != nil {
@@ -91,12 +93,12 @@ func TestDisabledStored(t *testing.T) {
 		`{"id":"a","enabled":true,"disabled":true}`:         false,
 		`{"id":"a","service":"contracts","disabled":false}`: true,
 	} {
-		var r record
+		var r Record
 		if err := json.Unmarshal([]byte(raw), &r); err != nil || r.Enabled != want {
 			t.Errorf("%s: enabled %v, %v; want %v", raw, r.Enabled, err, want)
 		}
 	}
-	b, _ := json.Marshal(record{Key: Key{ID: "a", Enabled: false}})
+	b, _ := json.Marshal(Record{Key: Key{ID: "a", Enabled: false}})
 	if !strings.Contains(string(b), `"disabled":true`) {
 		t.Errorf("a disabled key is stored as %s", b)
 	}

@@ -1,6 +1,8 @@
 package keystore
 
 import (
+	"context"
+
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -316,17 +318,17 @@ func TestUsageOverTime(t *testing.T) {
 		if len(s.Buckets) != 2 || s.Buckets[0].OK != 1 || s.Buckets[1].OK != 4 || s.Buckets[1].Refused[problem.CodeRateLimited] != 3 {
 			t.Errorf("by day, from the other instance: %+v", s.Buckets)
 		}
-		if err := e.backend.PurgeUsage(h0.Add(-90 * 24 * time.Hour)); err != nil {
+		if err := e.backend.PurgeUsage(context.Background(), h0.Add(-90*24*time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		if hours, err := e.backend.UsageHours(k.ID, h0.Add(-200*24*time.Hour), h0.Add(3*time.Hour)); err != nil || len(hours) != 4 {
+		if hours, err := e.backend.UsageHours(context.Background(), k.ID, h0.Add(-200*24*time.Hour), h0.Add(3*time.Hour)); err != nil || len(hours) != 4 {
 			t.Errorf("after the purge: %+v, %v; want the 4 rows of the last 90 days", hours, err)
 		}
 		// A deleted key's hours go with it.
 		if err := e.keys.Delete(k.ID); err != nil {
 			t.Fatal(err)
 		}
-		if hours, err := e.backend.UsageHours(k.ID, h0.Add(-200*24*time.Hour), h0.Add(3*time.Hour)); err != nil || len(hours) != 0 {
+		if hours, err := e.backend.UsageHours(context.Background(), k.ID, h0.Add(-200*24*time.Hour), h0.Add(3*time.Hour)); err != nil || len(hours) != 0 {
 			t.Errorf("after delete: %+v, %v", hours, err)
 		}
 	})
@@ -562,7 +564,7 @@ func TestQuotaLowered(t *testing.T) {
 				// The blocks' unspent units go back in the background.
 				span := QuotaMonth.span(e.clock.Now())
 				testwait.For(t, testwait.Generous, "the blocks given back", func() bool {
-					used, err := e.backend.QuotaUsed(k.ID, span)
+					used, err := e.backend.QuotaUsed(context.Background(), k.ID, span)
 					return err == nil && used == tc.before
 				})
 				if n := spend(3000); n != tc.wantAfter {

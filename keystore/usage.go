@@ -1,6 +1,8 @@
 package keystore
 
 import (
+	"context"
+
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,7 +157,7 @@ func (k *Keys) usageOver(m *meter, from, to time.Time, byDay bool) (UsageSeries,
 	// Under flushMu: a flush takes counts from memory before storage has
 	// them, and would otherwise be missing from both reads.
 	k.flushMu.Lock()
-	stored, err := k.backend.UsageHours(m.holder.holderID(), from, to)
+	stored, err := k.backend.UsageHours(context.Background(), m.holder.holderID(), from, to)
 	pending := m.hourly.peek()
 	k.flushMu.Unlock()
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/stores"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/testkit/testclock"
 	"github.com/keygate/keygate/internal/testkit/testwait"
@@ -75,43 +76,22 @@ func openWorld(t *testing.T, db storage.DB, masterKey []byte, clock *testclock.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		kb keystore.Backend
-		cb interface {
-			contracts.Backend
-			contracts.TemplateBackend
-		}
-		ob notify.Backend
-		sb share.Backend
-		ib idempotency.Backend
-	)
+	var st *stores.Stores
 	switch d := db.(type) {
 	case *boltdb.DB:
-		if kb, err = keystore.NewBoltBackend(d.Bolt); err != nil {
-			t.Fatal(err)
-		}
-		if cb, err = contracts.NewBoltBackend(d); err != nil {
-			t.Fatal(err)
-		}
-		if ob, err = notify.NewBoltBackend(d); err != nil {
-			t.Fatal(err)
-		}
-		if sb, err = share.NewBoltBackend(d); err != nil {
-			t.Fatal(err)
-		}
-		if ib, err = idempotency.NewBoltBackend(d); err != nil {
+		if st, err = stores.OpenBolt(d, "test"); err != nil {
 			t.Fatal(err)
 		}
 	case *pgdb.DB:
-		kb, cb, ob, sb = keystore.NewPostgresBackend(d), contracts.NewPostgresBackend(d), notify.NewPostgresBackend(d), share.NewPostgresBackend(d)
-		ib = idempotency.NewPostgresBackend(d)
+		st = stores.OpenPostgres(d, "test")
 	default:
 		t.Fatalf("no stores for backend %s", db.Backend())
 	}
+	kb, cb, ob, sb, ib := st.Keys, st.Contracts, st.Outbox, st.Shares, st.Idempotency
 	if w.keys, err = keystore.Open(kb, sealer, clock.Now); err != nil {
 		t.Fatal(err)
 	}
-	if w.tpl, err = contracts.NewTemplates(db, cb); err != nil {
+	if w.tpl, err = contracts.NewTemplates(db, st.Templates); err != nil {
 		t.Fatal(err)
 	}
 	if w.outbox, err = notify.NewOutbox(db, ob, sealer); err != nil {

@@ -5,8 +5,8 @@
 // CopyToPostgres functions), as stored: ids, timestamps, token hashes,
 // sealed tokens and sealed messages stay what they were, so every token,
 // signing link, share password, search and list gives what it gave, under
-// the same master key. This package only orders the stores and owns the
-// transaction.
+// the same master key. The stores and their order are the one list of
+// internal/stores; this package owns the transaction.
 package migrate
 
 import (
@@ -14,19 +14,11 @@ import (
 	"errors"
 	"time"
 
-	"github.com/keygate/keygate/internal/docseal"
-
-	"github.com/keygate/keygate/internal/idempotency"
-	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/internal/webhook"
-	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/upstreams/contracts"
-	"github.com/keygate/keygate/upstreams/share"
-	"github.com/keygate/keygate/upstreams/signing"
+	"github.com/keygate/keygate/internal/stores"
 )
 
 // DefaultLockTimeout bounds the wait for the database file's lock: a
@@ -109,7 +101,7 @@ func BoltToPostgres(ctx context.Context, cfg Config) (*Report, error) {
 		return boltdb.Guard(cfg.BoltPath, func() error {
 			return src.View(ctx, func(from storage.Tx) error {
 				var err error
-				rep.Copied, err = copyStores(ctx, from, to, sealer, cfg.Now())
+				rep.Copied, err = stores.Copy(ctx, from, to, stores.CopyEnv{Sealer: sealer, Now: cfg.Now()})
 				return err
 			})
 		})
@@ -118,30 +110,4 @@ func BoltToPostgres(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	return rep, nil
-}
-
-// copyStores runs each store's copy in turn.
-func copyStores(ctx context.Context, from, to storage.Tx, sealer *seal.Sealer, now time.Time) ([]storage.Copied, error) {
-	steps := []func() ([]storage.Copied, error){
-		func() ([]storage.Copied, error) { return keystore.CopyToPostgres(ctx, from, to, sealer) },
-		func() ([]storage.Copied, error) { return contracts.CopyToPostgres(ctx, from, to, sealer, now) },
-		func() ([]storage.Copied, error) { return signing.CopyToPostgres(ctx, from, to) },
-		func() ([]storage.Copied, error) { return notify.CopyToPostgres(ctx, from, to) },
-		func() ([]storage.Copied, error) { return share.CopyToPostgres(ctx, from, to) },
-		func() ([]storage.Copied, error) { return webhook.CopyToPostgres(ctx, from, to) },
-		func() ([]storage.Copied, error) { return idempotency.CopyToPostgres(ctx, from, to, now) },
-		func() ([]storage.Copied, error) { return docseal.CopyToPostgres(ctx, from, to) },
-	}
-	var all []storage.Copied
-	for _, step := range steps {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		c, err := step()
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, c...)
-	}
-	return all, nil
 }

@@ -65,7 +65,7 @@ func TestCopyWebhooks(t *testing.T) {
 	}
 
 	src := openBolt(t, boltPath)
-	if _, err := keystore.NewBoltBackend(src.Bolt); err != nil { // a keygate file is one with keys
+	if _, err := keystore.NewBoltBackend(src); err != nil { // a keygate file is one with keys
 		t.Fatal(err)
 	}
 	bb, err := webhook.NewBoltBackend(src)

@@ -354,6 +354,26 @@ func (s *Signer) TrustTimestampRoots(roots *x509.CertPool) {
 // Certificate is the certificate the signer seals with.
 func (s *Signer) Certificate() *Certificate { return s.cert }
 
+// CertificateInfo is the seal certificate as the admin API shows it
+// (GET /webapi/seal) and `caddy webapi seal show` prints it.
+type CertificateInfo struct {
+	Subject string `json:"subject"`
+	Issuer  string `json:"issuer"`
+	SHA256  string `json:"sha256"`
+	// AnchorSHA256 is the fingerprint of the certificate relying parties
+	// trust: the chain's root (the seal certificate itself without one),
+	// the one GET /webapi/documents/seal-certificate serves.
+	AnchorSHA256 string    `json:"anchorSha256"`
+	NotBefore    time.Time `json:"notBefore"`
+	NotAfter     time.Time `json:"notAfter"`
+	SelfMade     bool      `json:"selfMade"`
+	Timestamped  bool      `json:"timestamped"`
+	// Level is the PAdES baseline level a seal reaches when every
+	// service it calls answers: B-B, B-T with a timestamp authority,
+	// B-LTA when the chain also names its revocation status.
+	Level Level `json:"level"`
+}
+
 // Info describes a seal: who seals, why, and when.
 type Info struct {
 	Name, Reason, Location string

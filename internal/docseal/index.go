@@ -28,7 +28,7 @@ var bucketSealed = []byte("sealed_documents") // sha256 (32) -> contract id (16)
 type BoltIndex struct{ db *boltdb.DB }
 
 // NewBoltIndex creates the bucket in db.
-func NewBoltIndex(db *boltdb.DB) (*BoltIndex, error) {
+func NewBoltIndex(db *boltdb.DB) (Index, error) {
 	if err := db.CreateBuckets(bucketSealed); err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func (b *BoltIndex) Lookup(sum [32]byte) (id string, ok bool, err error) {
 type PostgresIndex struct{ db *pgdb.DB }
 
 // NewPostgresIndex uses db, already migrated.
-func NewPostgresIndex(db *pgdb.DB) *PostgresIndex { return &PostgresIndex{db: db} }
+func NewPostgresIndex(db *pgdb.DB) Index { return &PostgresIndex{db: db} }
 
 // Record implements Index.
 func (p *PostgresIndex) Record(tx storage.Tx, sum [32]byte, contractID string) error {

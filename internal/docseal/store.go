@@ -34,7 +34,7 @@ var bucketSeal = []byte("document_seal")
 type BoltBackend struct{ db *boltdb.DB }
 
 // NewBoltBackend creates the bucket in db.
-func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
+func NewBoltBackend(db *boltdb.DB) (Backend, error) {
 	if err := db.CreateBuckets(bucketSeal); err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (b *BoltBackend) SelfMade(make func() ([]byte, error)) ([]byte, error) {
 type PostgresBackend struct{ db *pgdb.DB }
 
 // NewPostgresBackend uses db, already migrated.
-func NewPostgresBackend(db *pgdb.DB) *PostgresBackend { return &PostgresBackend{db: db} }
+func NewPostgresBackend(db *pgdb.DB) Backend { return &PostgresBackend{db: db} }
 
 // SelfMade implements Backend: the first instance's insert wins, and
 // every instance reads what is stored.

@@ -79,6 +79,14 @@ type Account struct {
 	Projects []Project `json:"projects"`
 }
 
+// Check is what the admin API answers to GET /webapi/host and `caddy
+// webapi host check` prints: the tracker and what keygate's account is
+// on it.
+type Check struct {
+	Platform string   `json:"platform"`
+	Account  *Account `json:"account"`
+}
+
 // Project is a project of the tracker.
 type Project struct {
 	// ID is the project's identifier (Redmine) or key (Jira); Number its

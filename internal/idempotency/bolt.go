@@ -28,7 +28,7 @@ var (
 type BoltBackend struct{}
 
 // NewBoltBackend creates the buckets in db.
-func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
+func NewBoltBackend(db *boltdb.DB) (Backend, error) {
 	if err := db.CreateBuckets(bucketRecords, bucketExpiry); err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 type PostgresBackend struct{ db *pgdb.DB }
 
 // NewPostgresBackend uses db, whose migrations made the table.
-func NewPostgresBackend(db *pgdb.DB) *PostgresBackend { return &PostgresBackend{db: db} }
+func NewPostgresBackend(db *pgdb.DB) Backend { return &PostgresBackend{db: db} }
 
 var _ Backend = (*PostgresBackend)(nil)
 

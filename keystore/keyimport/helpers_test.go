@@ -104,7 +104,7 @@ func randomKey(t testing.TB) []byte {
 func newBackend(t testing.TB, db storage.DB) keystore.Backend {
 	t.Helper()
 	return storetest.Pick[keystore.Backend](t, db,
-		func(d *boltdb.DB) (keystore.Backend, error) { return keystore.NewBoltBackend(d.Bolt) },
+		func(d *boltdb.DB) (keystore.Backend, error) { return keystore.NewBoltBackend(d) },
 		func(d *pgdb.DB) keystore.Backend { return keystore.NewPostgresBackend(d) })
 }
 

@@ -36,7 +36,11 @@ type TemplateBackend interface {
 // expiry index. BoltBackend and PostgresBackend implement it; every method
 // but Contract works inside tx. The Store decides; a Backend only stores,
 // loads, indexes and queries, answering the 404 problems the Store would.
+// It keeps the template registry too (HoldTemplate reads it), so a
+// Backend is the TemplateBackend of the same database.
 type Backend interface {
+	TemplateBackend
+
 	// Contract reads contract id on its own, outside any transaction of
 	// the caller (one round trip where the database allows), or answers
 	// errNotFound.

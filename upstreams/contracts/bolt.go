@@ -25,7 +25,7 @@ import (
 type BoltBackend struct{ db *boltdb.DB }
 
 // NewBoltBackend creates the template and contract buckets in db.
-func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
+func NewBoltBackend(db *boltdb.DB) (Backend, error) {
 	if err := db.CreateBuckets(append([][]byte{bucketTemplates, bucketTemplateDigests, bucketAttachments}, storeBuckets...)...); err != nil {
 		return nil, err
 	}

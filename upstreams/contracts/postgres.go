@@ -59,7 +59,7 @@ type heldTemplate struct {
 const maxHeldTemplates = 10000
 
 // NewPostgresBackend uses db, already migrated.
-func NewPostgresBackend(db *pgdb.DB) *PostgresBackend {
+func NewPostgresBackend(db *pgdb.DB) Backend {
 	return &PostgresBackend{db: db,
 		records: pgdb.NewLookup[uuid.UUID](db, "a contract", "SELECT id, record FROM contract_records WHERE id = ANY($1)"),
 		held:    make(map[string]heldTemplate), maxCollected: 1000, maxOrderedWalk: 5000}

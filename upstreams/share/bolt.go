@@ -22,7 +22,7 @@ import (
 type BoltBackend struct{ db *boltdb.DB }
 
 // NewBoltBackend creates the share buckets in db.
-func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
+func NewBoltBackend(db *boltdb.DB) (Backend, error) {
 	if err := db.CreateBuckets(allBuckets()...); err != nil {
 		return nil, err
 	}

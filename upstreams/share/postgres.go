@@ -26,7 +26,7 @@ type PostgresBackend struct {
 }
 
 // NewPostgresBackend uses db, whose migrations made the share tables.
-func NewPostgresBackend(db *pgdb.DB) *PostgresBackend {
+func NewPostgresBackend(db *pgdb.DB) Backend {
 	return &PostgresBackend{db: db, now: pgdb.NewLookup[string](db, "a share",
 		`SELECT uuid::text, convert_to(opened_count::text || ' ' || pg_current_snapshot()::text || ' ', 'UTF8') || record
 		FROM shares WHERE uuid = ANY($1::text[]::uuid[])`)}

@@ -10,7 +10,7 @@ import (
 	"github.com/keygate/keygate/internal/text"
 )
 
-// Limits of docs/clients.md, and the ones it leaves open (docs/contributors.md, Choices where the spec is silent).
+// Limits of docs/clients.md, and the ones it leaves open (docs/contributors.md, Choices where the API documents are silent).
 const (
 	maxIDLength       = 255
 	maxPasswordChars  = 256

@@ -22,7 +22,7 @@ import (
 type BoltBackend struct{}
 
 // NewBoltBackend creates the buckets in db.
-func NewBoltBackend(db *boltdb.DB) (*BoltBackend, error) {
+func NewBoltBackend(db *boltdb.DB) (Backend, error) {
 	if err := db.CreateBuckets(bucketOTPs, bucketSignatures, bucketTrail, bucketSealQueue); err != nil {
 		return nil, err
 	}

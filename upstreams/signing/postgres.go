@@ -28,7 +28,7 @@ import (
 type PostgresBackend struct{}
 
 // NewPostgresBackend uses db, already migrated.
-func NewPostgresBackend(*pgdb.DB) *PostgresBackend { return &PostgresBackend{} }
+func NewPostgresBackend(*pgdb.DB) Backend { return &PostgresBackend{} }
 
 func signerUUID(id string) (uuid.UUID, error) {
 	u, err := signerKey(id)

@@ -226,7 +226,7 @@ func (o Options) Caddyfile(adminPort, sitePort int, extraPorts ...int) string {
 		output %[8]s %[1]s/audit.log {
 			%[12]s
 		}
-		format json
+		format webapi_json
 		include webapi.audit
 	}
 	log default {

@@ -1,4 +1,4 @@
-package caddymodule
+package command
 
 // `caddy webapi host check`.
 
@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	"github.com/spf13/cobra"
+
+	"github.com/keygate/keygate/internal/host"
 )
 
 // hostCommand is `caddy webapi host check`: the issue tracker called
@@ -18,7 +20,7 @@ func hostCommand() *cobra.Command {
 		Short: "Calls the issue tracker with keygate's account and prints who it is and which projects it sees, or why not",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			var info hostCheck
+			var info host.Check
 			if err := adminCall(c, http.MethodGet, "/webapi/host", nil, &info); err != nil {
 				return err
 			}

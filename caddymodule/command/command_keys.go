@@ -1,4 +1,4 @@
-package caddymodule
+package command
 
 // The `caddy webapi keys` command tree: create, import, list, show,
 // update, reveal, roll, enable, disable, delete and usage of API keys,

@@ -1,8 +1,14 @@
-package caddymodule
-
-// The `caddy webapi` command: its registration and what every command
-// tree shares (the admin API call, flags of limits, printing). Each tree
-// is a file of its own, command_*.go.
+// Package command is the `caddy webapi` command line: its registration
+// with Caddy and what every command tree shares (the admin API call,
+// flags of limits, printing). Each tree is a file of its own,
+// command_*.go.
+//
+// The commands speak to a running gateway through its admin API over
+// HTTP, and decode its replies into the domain packages' types; none of
+// them reaches into the gateway's code, so the package imports nothing
+// of caddymodule. caddymodule imports it, so that building the plugin
+// into Caddy (cmd/caddy, xcaddy) registers the command.
+package command
 
 import (
 	"bytes"
@@ -176,7 +182,7 @@ func splitList(s string) []string {
 // readInput reads the file at path, or stdin for -.
 func readInput(c *cobra.Command, path string) ([]byte, error) {
 	if path == "-" {
-		return io.ReadAll(io.LimitReader(c.InOrStdin(), maxImportBody+1))
+		return io.ReadAll(io.LimitReader(c.InOrStdin(), keystore.MaxImportBody+1))
 	}
 	return os.ReadFile(path)
 }
@@ -315,6 +321,14 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// plural picks the word for n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // adminCall sends a JSON request to the admin endpoint and decodes the

@@ -1,4 +1,4 @@
-package caddymodule
+package command
 
 // The `caddy webapi templates` command tree.
 

@@ -1,4 +1,4 @@
-package caddymodule
+package command_test
 
 import (
 	"encoding/json"
@@ -179,7 +179,7 @@ func TestKeysCommandLineUnits(t *testing.T) {
 // this client's own transport keeps it from the OpenAPI check.
 func useKey(t *testing.T, token string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://localhost:%d/webapi/contracts/x", TestSitePort), nil)
+	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://localhost:%d/webapi/contracts/x", sitePort), nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
 	if err != nil {

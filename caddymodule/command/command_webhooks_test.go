@@ -1,4 +1,4 @@
-package caddymodule
+package command_test
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ func TestWebhooksCommandLine(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer recv.Close()
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: TestAdminPort})
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
 	tester.InitServer(fmt.Sprintf(`{
 	admin localhost:%[2]d
 	http_port %[3]d
@@ -33,7 +33,7 @@ func TestWebhooksCommandLine(t *testing.T) {
 }
 http://localhost:%[3]d {
 	respond "ok"
-}`, t.TempDir(), TestAdminPort, TestSitePort, TestSitePort+363), "caddyfile")
+}`, t.TempDir(), adminPort, sitePort, tlsPort), "caddyfile")
 
 	secret, _, err := runCLI(t, "webhooks", "add", "--url", recv.URL+"/hook", "--events", "contract.signed,share.viewed",
 		"--owners", "alice,bob", "--description", "from the CLI")

@@ -1,4 +1,4 @@
-package caddymodule
+package command
 
 // `usage ID` of keys and consumers: their requests over time, as the
 // admin API returns them.

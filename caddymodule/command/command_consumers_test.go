@@ -1,4 +1,4 @@
-package caddymodule
+package command_test
 
 import (
 	"encoding/json"
@@ -214,7 +214,7 @@ func keyOf(t *testing.T, out string) keystore.Key {
 // into out, apart from the CLI.
 func adminGet(t *testing.T, path string, out any) {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://localhost:%d%s", TestAdminPort, path))
+	resp, err := http.Get(fmt.Sprintf("http://localhost:%d%s", adminPort, path))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package caddymodule
+package command
 
 // `caddy webapi seal show`.
 
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/keygate/keygate/internal/docseal"
 )
 
 // sealCommand is `caddy webapi seal show`: the certificate that seals
@@ -20,7 +22,7 @@ func sealCommand() *cobra.Command {
 		Short: "Prints the seal certificate's SHA-256 fingerprint, subject and validity",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			var info sealInfo
+			var info docseal.CertificateInfo
 			if err := adminCall(c, http.MethodGet, "/webapi/seal", nil, &info); err != nil {
 				return err
 			}

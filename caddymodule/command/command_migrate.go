@@ -1,4 +1,6 @@
-package caddymodule
+package command
+
+// `caddy webapi migrate`.
 
 import (
 	"context"

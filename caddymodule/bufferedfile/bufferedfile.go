@@ -1,4 +1,7 @@
-package caddymodule
+// Package bufferedfile is the `buffered_file` log writer module: Caddy's
+// file writer with writes gathered in memory, for the audit log (see
+// docs/operators.md, "The audit log").
+package bufferedfile
 
 import (
 	"io"
@@ -11,25 +14,25 @@ import (
 )
 
 func init() {
-	caddy.RegisterModule(BufferedFileWriter{})
+	caddy.RegisterModule(Writer{})
 }
 
-// BufferedFileWriter is Caddy's file log writer with writes gathered in
+// Writer is Caddy's file log writer with writes gathered in
 // memory and flushed every FlushInterval, so a busy audit log costs one
 // write(2) per interval rather than one per entry. Entries not yet
 // flushed are lost if the process dies; they are flushed on a clean stop
 // and on reload. Caddyfile: `output buffered_file <path> { ...file options }`.
-type BufferedFileWriter struct {
+type Writer struct {
 	logging.FileWriter
 	// FlushInterval bounds how long an entry waits in memory. Default 100ms.
 	FlushInterval caddy.Duration `json:"flush_interval,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
-func (BufferedFileWriter) CaddyModule() caddy.ModuleInfo {
+func (Writer) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
 		ID:  "caddy.logging.writers.buffered_file",
-		New: func() caddy.Module { return new(BufferedFileWriter) },
+		New: func() caddy.Module { return new(Writer) },
 	}
 }
 
@@ -37,12 +40,12 @@ const defaultFlushInterval = 100 * time.Millisecond
 
 // WriterKey tells Caddy's writer pool this is not the plain file writer of
 // the same path.
-func (w BufferedFileWriter) WriterKey() string { return "buffered_" + w.FileWriter.WriterKey() }
+func (w Writer) WriterKey() string { return "buffered_" + w.FileWriter.WriterKey() }
 
-func (w BufferedFileWriter) String() string { return "buffered " + w.FileWriter.String() }
+func (w Writer) String() string { return "buffered " + w.FileWriter.String() }
 
 // OpenWriter opens the file and wraps it.
-func (w BufferedFileWriter) OpenWriter() (io.WriteCloser, error) {
+func (w Writer) OpenWriter() (io.WriteCloser, error) {
 	f, err := w.FileWriter.OpenWriter()
 	if err != nil {
 		return nil, err
@@ -60,12 +63,12 @@ func (w BufferedFileWriter) OpenWriter() (io.WriteCloser, error) {
 // openBuffered holds the buffered writers not closed yet. At a process's
 // exit Caddy stops the apps but may leave log writers unclosed, and the
 // writer's Sync is out of reach behind Caddy's wrapper: the webapi app
-// flushes them all when it stops (syncBufferedFiles), after its last
-// audit entries.
+// flushes them all when it stops (SyncAll), after its last audit
+// entries.
 var openBuffered sync.Map // *bufferedWriter -> struct{}
 
-// syncBufferedFiles writes what every open buffered writer holds.
-func syncBufferedFiles() {
+// SyncAll writes what every open buffered writer holds.
+func SyncAll() {
 	openBuffered.Range(func(k, _ any) bool {
 		_ = k.(*bufferedWriter).Sync()
 		return true
@@ -76,7 +79,7 @@ func syncBufferedFiles() {
 const bufferSize = 256 << 10
 
 // UnmarshalCaddyfile takes the file writer's syntax.
-func (w *BufferedFileWriter) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+func (w *Writer) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return w.FileWriter.UnmarshalCaddyfile(d)
 }
 
@@ -172,7 +175,7 @@ func (b *bufferedWriter) Close() error {
 
 // Interface guards
 var (
-	_ caddy.WriterOpener    = (*BufferedFileWriter)(nil)
-	_ caddy.Provisioner     = (*BufferedFileWriter)(nil)
-	_ caddyfile.Unmarshaler = (*BufferedFileWriter)(nil)
+	_ caddy.WriterOpener    = (*Writer)(nil)
+	_ caddy.Provisioner     = (*Writer)(nil)
+	_ caddyfile.Unmarshaler = (*Writer)(nil)
 )

@@ -1,40 +1,29 @@
-package caddymodule
+package command_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"go.uber.org/zap"
-
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
-	"github.com/keygate/keygate/keystore"
 )
 
 // TestMigrateCommand runs `caddy webapi migrate` on the data directory of
-// a gateway on bbolt: every bad invocation is refused with an error that
-// says what to do, none prints the DSN's password, and a good one prints
-// what it copied, once.
+// a gateway on bbolt, whose keys the CLI created: every bad invocation is
+// refused with an error that says what to do, none prints the DSN's
+// password, and a good one prints what it copied, once.
 func TestMigrateCommand(t *testing.T) {
 	dataDir := t.TempDir()
-	s, err := openState(BoltStorage{}, dataDir, filepath.Join(dataDir, "master.key"), 0, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, body := range []string{
-		`{"service": "contracts", "name": "ci", "owner": "alice", "privileges": ["get"]}`,
-		`{"service": "share", "name": "portal", "owner": "alice", "privileges": ["list"]}`,
+	cliGateway(t, dataDir, "ok")
+	for _, args := range [][]string{
+		{"--service", "contracts", "--name", "ci", "--privileges", "get"},
+		{"--service", "share", "--name", "portal", "--privileges", "list"},
 	} {
-		var in keystore.KeyInput
-		if err := json.Unmarshal([]byte(body), &in); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.keys.Create(&in); err != nil {
+		if _, _, err := runCLI(t, append([]string{"keys", "create", "--owner", "alice"}, args...)...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -71,9 +60,7 @@ func TestMigrateCommand(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "locked by another process") || !strings.Contains(err.Error(), "stop it first") {
 		t.Fatalf("migrate of a running gateway's file: %v", err)
 	}
-	if err := s.Destruct(); err != nil {
-		t.Fatal(err)
-	}
+	stopGateway(t)
 
 	for _, tc := range []struct {
 		name string

@@ -1,4 +1,4 @@
-package caddymodule
+package command
 
 // The `caddy webapi webhooks` command tree.
 

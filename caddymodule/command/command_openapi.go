@@ -1,4 +1,4 @@
-package caddymodule
+package command
 
 // `caddy webapi openapi`.
 

@@ -1,4 +1,4 @@
-package caddymodule
+package command_test
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ func TestImportCommand(t *testing.T) {
 		t.Fatalf("import: %v\n%s", err, out)
 	}
 	grants := write("groups.yaml", "readers: {service: contracts, privileges: [get, search]}\nwriters: {service: contracts, privileges: [create]}\nshare-readers: {service: share, privileges: [get, list]}\n")
-	out, _, err = runCLI(t, "keys", "import", "../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", grants, "--json")
+	out, _, err = runCLI(t, "keys", "import", "../../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", grants, "--json")
 	if err != nil || !strings.Contains(out, `"imported": 3`) || !strings.Contains(out, `"owner": "cust-42"`) || !strings.Contains(out, `"externalId": "cust-42"`) {
 		t.Fatalf("kong import: %v\n%s", err, out)
 	}
@@ -77,14 +77,14 @@ func TestImportCommandKong(t *testing.T) {
 	}{
 		{
 			name: "every problem at once",
-			args: []string{"../keystore/keyimport/testdata/kong-every-problem.yaml", "--format", "kong", "--privileges-map", groups},
+			args: []string{"../../keystore/keyimport/testdata/kong-every-problem.yaml", "--format", "kong", "--privileges-map", groups},
 			wantErr: []string{"privilegesMap.writers.privileges[0]: group writers", "lines[6].plugins:", "lines[8].key:",
 				"lines[14].acls:", "lines[14].rateLimits[0].limit:", "lines[24].key:", "lines[25].key:"},
 			lines: 7,
 		},
 		{
 			name:    "a syntax error of the privileges map",
-			args:    []string{"../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", write("bad-groups.yaml", "readers: {service: contracts, privileges: [get]\nwriters: x\n")},
+			args:    []string{"../../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", write("bad-groups.yaml", "readers: {service: contracts, privileges: [get]\nwriters: x\n")},
 			wantErr: []string{"--privileges-map", "line 2, column 1"},
 		},
 		{
@@ -95,13 +95,13 @@ func TestImportCommandKong(t *testing.T) {
 		},
 		{
 			name:    "a decK dump without --format kong",
-			args:    []string{"../keystore/keyimport/testdata/kong.yaml"},
+			args:    []string{"../../keystore/keyimport/testdata/kong.yaml"},
 			wantErr: []string{"this looks like a decK dump", "--format kong"},
 			lines:   1,
 		},
 		{
 			name: "a consumer without credentials, dry run",
-			args: []string{"../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--dry-run"},
+			args: []string{"../../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--dry-run"},
 			wantOut: []string{"would import (dry run, nothing stored) 3 keys", "  2 consumers: 2 new, 0 existing\n",
 				"line 27: consumer no-key has no key-auth credential: not imported"},
 		},
@@ -127,7 +127,7 @@ consumers:
 		},
 		{
 			name:    "a consumer without credentials, as JSON",
-			args:    []string{"../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--json"},
+			args:    []string{"../../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--json"},
 			wantOut: []string{`"imported": 3`, `"consumer": "no-key"`},
 		},
 	}
@@ -172,9 +172,9 @@ consumers:
 func importGateway(t *testing.T) (write func(name, text string) string) {
 	t.Helper()
 	dir := t.TempDir()
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: TestAdminPort})
-	tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n\twebapi {\n\t\tdata_dir %s\n\t}\n}\n", TestAdminPort, dir), "caddyfile")
-	t.Cleanup(func() { tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", TestAdminPort), "caddyfile") })
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
+	tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n\twebapi {\n\t\tdata_dir %s\n\t}\n}\n", adminPort, dir), "caddyfile")
+	t.Cleanup(func() { tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", adminPort), "caddyfile") })
 	return func(name, text string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
