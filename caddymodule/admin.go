@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/caddymodule/auditlog"
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/adminpage"
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/host"
@@ -262,7 +263,7 @@ func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
 			f.Add(name, "unknown_parameter", name+" is not a parameter of this list: service, consumerId")
 		}
 	}
-	svc := keystore.Service(query.Get("service"))
+	svc := access.Service(query.Get("service"))
 	if svc != "" && !svc.Valid() {
 		f.Add("service", "invalid", "service must be contracts or share")
 	}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/caddymodule/auditlog"
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
@@ -37,7 +38,7 @@ type Auth struct {
 	// Service is the API the keys must belong to: contracts or share.
 	Service string `json:"service,omitempty"`
 
-	table   *keystore.Table
+	table   *access.Table
 	keys    *keystore.Keys
 	audit   *auditlog.Log
 	logger  *zap.Logger
@@ -93,15 +94,15 @@ func (Auth) CaddyModule() caddy.ModuleInfo {
 
 // tables maps each service to its operation table, the one its API
 // handler routes by.
-var tables = map[keystore.Service]*keystore.Table{
-	keystore.ServiceContracts: &contracts.Operations,
-	keystore.ServiceShare:     &share.Operations,
+var tables = map[access.Service]*access.Table{
+	access.ServiceContracts: &contracts.Operations,
+	access.ServiceShare:     &share.Operations,
 }
 
 // Provision finds the table and the key store.
 func (h *Auth) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	h.table = tables[keystore.Service(h.Service)]
+	h.table = tables[access.Service(h.Service)]
 	app, err := webapiApp(ctx)
 	if err != nil {
 		return err
@@ -125,7 +126,7 @@ func (h *Auth) Validate() error {
 	return nil
 }
 
-// identityVar is the Caddy request variable holding the *keystore.Identity
+// identityVar is the Caddy request variable holding the *access.Identity
 // of an authorized request.
 const identityVar = "webapi.identity"
 
@@ -149,7 +150,7 @@ func (h *Auth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
 	ip := varsClientIP(vars)
 	d := keystore.Authorize(&keystore.Request{
-		Service: keystore.Service(h.Service),
+		Service: access.Service(h.Service),
 		// The name is canonical already: Values would only canonicalize
 		// it again (and Del below).
 		Authorization: r.Header["Authorization"],
@@ -234,7 +235,7 @@ type passed struct {
 }
 
 // identity adds the placeholders to the key's identity.
-type identity struct{ *keystore.Identity }
+type identity struct{ *access.Identity }
 
 // placeholder provides {http.webapi.key.id}, {http.webapi.key.owner} and
 // {http.webapi.operation} without a replacer map write per request.

@@ -6,8 +6,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/clientip"
-	"github.com/keygate/keygate/keystore"
 )
 
 // apiHandler is what the four API modules share: a net/http handler of an
@@ -30,8 +30,8 @@ func (h *apiHandler) provision(ctx caddy.Context, pick func(*App) http.Handler) 
 
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	ctx := clientip.With(r.Context(), requestClientIP(r))
-	if id, ok := caddyhttp.GetVar(ctx, identityVar).(*keystore.Identity); ok {
-		ctx = keystore.WithIdentity(ctx, id)
+	if id, ok := caddyhttp.GetVar(ctx, identityVar).(*access.Identity); ok {
+		ctx = access.WithIdentity(ctx, id)
 	}
 	h.handler.ServeHTTP(w, r.WithContext(ctx))
 	return nil

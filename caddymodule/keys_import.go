@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/keystore/keyimport"
 )
 
 // importRequest is the body of POST /webapi/keys/import: the file's
@@ -21,7 +23,7 @@ type importRequest struct {
 	// only service a kong import may map to.
 	Service string `json:"service"`
 	// PrivilegesMap maps Kong ACL groups to a service and privileges.
-	PrivilegesMap map[string]keystore.Grant `json:"privilegesMap"`
+	PrivilegesMap map[string]keyimport.Grant `json:"privilegesMap"`
 	// DryRun checks everything and stores nothing.
 	DryRun bool `json:"dryRun"`
 }
@@ -35,7 +37,7 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	if in.Service != "" && !keystore.Service(in.Service).Valid() {
+	if in.Service != "" && !access.Service(in.Service).Valid() {
 		a.fail(w, r, problem.Invalid([]problem.FieldError{{Field: "service", Code: "invalid", Message: "service must be contracts or share"}}))
 		return
 	}
@@ -44,14 +46,14 @@ func (a *Admin) importKeys(w http.ResponseWriter, r *http.Request) {
 	switch in.Format {
 	case "", "jsonl":
 		in.Format = "jsonl"
-		set.Keys, err = keystore.ParseJSONL([]byte(in.Data), in.Service)
+		set.Keys, err = keyimport.ParseJSONL([]byte(in.Data), in.Service)
 	case "kong":
 		if len(in.PrivilegesMap) == 0 {
 			err = problem.Invalid([]problem.FieldError{{Field: "privilegesMap", Code: "required",
 				Message: "a kong import needs the map of ACL groups to a service and privileges"}})
 			break
 		}
-		set, err = keystore.ParseKong([]byte(in.Data), in.PrivilegesMap, in.Service, time.Now())
+		set, err = keyimport.ParseKong([]byte(in.Data), in.PrivilegesMap, in.Service, time.Now())
 	default:
 		err = problem.Invalid([]problem.FieldError{{Field: "format", Code: "invalid", Message: "format must be jsonl or kong"}})
 	}

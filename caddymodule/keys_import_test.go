@@ -60,7 +60,7 @@ func testImportKeys(t *testing.T, b backend) {
 	}
 
 	// A Kong dump with its privileges map.
-	dump, err := os.ReadFile("../keystore/testdata/kong.yaml")
+	dump, err := os.ReadFile("../keystore/keyimport/testdata/kong.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestImportKongReplies(t *testing.T) {
 		return do(t, http.MethodPost, adminURL+"/webapi/keys/import", body)
 	}
 	read := func(name string) string {
-		raw, err := os.ReadFile("../keystore/testdata/" + name)
+		raw, err := os.ReadFile("../keystore/keyimport/testdata/" + name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/docseal"
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
@@ -92,7 +93,7 @@ func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data directory: %w", err)
 	}
-	masterKey, err := keystore.LoadOrCreateMasterKey(masterKeyPath)
+	masterKey, err := seal.LoadOrCreateMasterKey(masterKeyPath)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +125,7 @@ func openState(storage Storage, dataDir, masterKeyPath string, sendTimeout time.
 	// Nothing waits to be written yet: the usage flush lag starts here.
 	metrics.usageFlushed.SetToCurrentTime()
 	logger.Info("database opened", zap.String("storage", stores.DB.Backend()), zap.String("database", stores.Where),
-		zap.Int("contracts_keys", s.keys.Count(keystore.ServiceContracts)), zap.Int("share_keys", s.keys.Count(keystore.ServiceShare)))
+		zap.Int("contracts_keys", s.keys.Count(access.ServiceContracts)), zap.Int("share_keys", s.keys.Count(access.ServiceShare)))
 	return s, nil
 }
 
@@ -176,7 +177,7 @@ func (s *state) flush(logger *zap.Logger) {
 }
 
 func (s *state) updateKeyGauges() {
-	for _, svc := range []keystore.Service{keystore.ServiceContracts, keystore.ServiceShare} {
+	for _, svc := range []access.Service{access.ServiceContracts, access.ServiceShare} {
 		metrics.keys.WithLabelValues(string(svc)).Set(float64(s.keys.Count(svc)))
 	}
 }

@@ -6,12 +6,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // Request is what the key check looks at.
 type Request struct {
-	Service Service
+	Service access.Service
 	// Authorization holds every Authorization header value of the request.
 	Authorization []string
 	// ClientIP is the address Caddy decided on (client_ip).
@@ -26,11 +28,11 @@ type Request struct {
 type Decision struct {
 	Status    int
 	Reason    string
-	Entry     *Entry     // the key, once the token is known
-	Operation *Operation // the operation, once the route is known
-	Allow     []string   // for 405
+	Entry     *Entry            // the key, once the token is known
+	Operation *access.Operation // the operation, once the route is known
+	Allow     []string          // for 405
 	// Missing is the privilege the key lacks (for the 403's scope).
-	Missing Privilege
+	Missing access.Privilege
 	// PreviousToken is set when the token is the one a roll replaced,
 	// still in its grace period (audited as such).
 	PreviousToken bool
@@ -63,20 +65,20 @@ func (d *Decision) Key() *Key {
 // privilege then refuses: the request was the key's to make). It
 // changes nothing else: counting the use is the caller's, once it
 // decides to hand the request on.
-func Authorize(req *Request, table *Table, lookup func(TokenHash) *Entry) Decision {
+func Authorize(req *Request, table *access.Table, lookup func(token.Hash) *Entry) Decision {
 	// 1. The header.
 	if len(req.Authorization) == 0 {
 		return refuse(http.StatusUnauthorized, problem.CodeMissingKey)
 	}
-	token, ok := bearerToken(req.Authorization)
+	tok, ok := bearerToken(req.Authorization)
 	if !ok {
 		return refuse(http.StatusUnauthorized, problem.CodeInvalidKey)
 	}
 	// 2. The key.
 	var e *Entry
-	var h TokenHash
-	if wellFormedToken(token) || foreignToken(token) {
-		h = HashToken(token)
+	var h token.Hash
+	if token.WellFormed(tok) || foreignToken(tok) {
+		h = token.HashOf(tok)
 		e = lookup(h)
 	}
 	if e == nil {
@@ -160,17 +162,17 @@ func bearerToken(values []string) (string, bool) {
 }
 
 // Identity returns who the authorized use acts for.
-func (d *Decision) Identity() *Identity {
+func (d *Decision) Identity() *access.Identity {
 	s := d.Entry.snap.Load()
 	op := ""
 	if d.Operation != nil {
 		op = d.Operation.Name
 	}
 	if id, ok := s.identities.Load(op); ok {
-		return id.(*Identity)
+		return id.(*access.Identity)
 	}
 	consumer, plan := s.key.Scopes()
-	id, _ := s.identities.LoadOrStore(op, &Identity{
+	id, _ := s.identities.LoadOrStore(op, &access.Identity{
 		ConsumerID:    consumer,
 		PlanID:        plan,
 		KeyID:         s.key.ID,
@@ -181,5 +183,5 @@ func (d *Decision) Identity() *Identity {
 		AdminProjects: s.key.AdminProjects,
 		Operation:     op,
 	})
-	return id.(*Identity)
+	return id.(*access.Identity)
 }

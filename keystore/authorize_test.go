@@ -1,14 +1,17 @@
 package keystore
 
 import (
-	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/access"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/token"
 
 	"github.com/keygate/keygate/internal/problem"
 )
@@ -47,20 +50,20 @@ func TestAuthorize(t *testing.T) {
 			"{cWin}", created["cWin"].Token, "{cIPs}", created["cIPs"].Token,
 			"{cGone}", created["cGone"].Token, "{sAll}", created["sAll"].Token,
 			"{sCreate}", created["sCreate"].Token, "{sGet}", created["sGet"].Token,
-			"{unknown}", NewToken(),
+			"{unknown}", token.New(),
 		)
 		// A well-formed token with the wrong prefix.
 		wrongPrefix := "xx_" + created["cAll"].Token[3:]
 
 		const (
-			C = ServiceContracts
-			S = ServiceShare
+			C = access.ServiceContracts
+			S = access.ServiceShare
 		)
 		anyIP := "192.0.2.200"
 		inWin := "203.0.113.9"
 		tests := []struct {
 			name    string
-			service Service
+			service access.Service
 			auth    []string // nil: no header
 			ip      string   // "": the zero (invalid) address
 			method  string
@@ -72,7 +75,7 @@ func TestAuthorize(t *testing.T) {
 			key     string // the key the decision names; "": none
 			op      string // the operation the decision names; "": none
 			allow   []string
-			missing Privilege
+			missing access.Privilege
 		}{
 			// 1. The header.
 			{name: "no header", service: C, ip: anyIP, method: "GET", path: "/webapi/contracts",
@@ -212,26 +215,26 @@ func TestAuthorize(t *testing.T) {
 			{name: "share create grants create", service: S, auth: []string{"Bearer {sCreate}"}, ip: anyIP, method: "POST", path: "/webapi/share", key: "sCreate", op: "create"},
 			{name: "share create grants update", service: S, auth: []string{"Bearer {sCreate}"}, ip: anyIP, method: "PUT", path: "/webapi/share/u1", key: "sCreate", op: "update"},
 			{name: "share create does not grant get", service: S, auth: []string{"Bearer {sCreate}"}, ip: anyIP, method: "GET", path: "/webapi/share/u1",
-				status: 403, reason: problem.CodeMissingPrivilege, key: "sCreate", op: "get", missing: PrivGet},
+				status: 403, reason: problem.CodeMissingPrivilege, key: "sCreate", op: "get", missing: access.PrivGet},
 			{name: "share create does not grant activity", service: S, auth: []string{"Bearer {sCreate}"}, ip: anyIP, method: "GET", path: "/webapi/share/u1/activity",
-				status: 403, reason: problem.CodeMissingPrivilege, key: "sCreate", op: "activity", missing: PrivGet},
+				status: 403, reason: problem.CodeMissingPrivilege, key: "sCreate", op: "activity", missing: access.PrivGet},
 			{name: "share get grants activity", service: S, auth: []string{"Bearer {sGet}"}, ip: anyIP, method: "GET", path: "/webapi/share/u1/activity", key: "sGet", op: "activity"},
 			{name: "share get grants activity HEAD", service: S, auth: []string{"Bearer {sGet}"}, ip: anyIP, method: "HEAD", path: "/webapi/share/u1/activity", key: "sGet", op: "activity"},
 			{name: "share get does not grant update", service: S, auth: []string{"Bearer {sGet}"}, ip: anyIP, method: "PUT", path: "/webapi/share/u1",
-				status: 403, reason: problem.CodeMissingPrivilege, key: "sGet", op: "update", missing: PrivCreate},
+				status: 403, reason: problem.CodeMissingPrivilege, key: "sGet", op: "update", missing: access.PrivCreate},
 			{name: "share get does not grant list", service: S, auth: []string{"Bearer {sGet}"}, ip: anyIP, method: "GET", path: "/webapi/share",
-				status: 403, reason: problem.CodeMissingPrivilege, key: "sGet", op: "list", missing: PrivList},
+				status: 403, reason: problem.CodeMissingPrivilege, key: "sGet", op: "list", missing: access.PrivList},
 			{name: "contracts get lacks search", service: C, auth: []string{"Bearer {cGet}"}, ip: anyIP, method: "GET", path: "/webapi/contracts",
-				status: 403, reason: problem.CodeMissingPrivilege, key: "cGet", op: "search", missing: PrivSearch},
+				status: 403, reason: problem.CodeMissingPrivilege, key: "cGet", op: "search", missing: access.PrivSearch},
 			{name: "contracts get lacks delete", service: C, auth: []string{"Bearer {cGet}"}, ip: anyIP, method: "DELETE", path: "/webapi/contracts/c1",
-				status: 403, reason: problem.CodeMissingPrivilege, key: "cGet", op: "delete", missing: PrivDelete},
+				status: 403, reason: problem.CodeMissingPrivilege, key: "cGet", op: "delete", missing: access.PrivDelete},
 			{name: "contracts get grants attachment", service: C, auth: []string{"Bearer {cGet}"}, ip: anyIP, method: "GET", path: "/webapi/contracts/c1/attachments/a1",
 				key: "cGet", op: "attachment"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				table := &testContractsTable
-				if tt.service == ServiceShare {
+				if tt.service == access.ServiceShare {
 					table = &testShareTable
 				}
 				var auth []string
@@ -312,7 +315,7 @@ func TestAuthorizeSeesChanges(t *testing.T) {
 		e := newEnv(t, db)
 		k := mustCreate(t, e.keys, `{"service":"contracts","name":"k","owner":"o","privileges":["get","search"]}`)
 		check := func() Decision {
-			return Authorize(&Request{Service: ServiceContracts, Authorization: []string{"Bearer " + k.Token},
+			return Authorize(&Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + k.Token},
 				ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts", Now: t0},
 				&testContractsTable, e.keys.Lookup)
 		}
@@ -322,7 +325,7 @@ func TestAuthorizeSeesChanges(t *testing.T) {
 		if _, err := e.keys.Update(k.ID, input(t, `{"privileges":["get"]}`)); err != nil {
 			t.Fatal(err)
 		}
-		if d := check(); d.Reason != problem.CodeMissingPrivilege || d.Missing != PrivSearch {
+		if d := check(); d.Reason != problem.CodeMissingPrivilege || d.Missing != access.PrivSearch {
 			t.Fatalf("after dropping search: %q missing %q", d.Reason, d.Missing)
 		}
 		if _, err := e.keys.Update(k.ID, input(t, `{"privileges":["search"],"allowedIps":["198.51.100.0/24"]}`)); err != nil {
@@ -368,65 +371,4 @@ func TestAuthorizeSeesChanges(t *testing.T) {
 			t.Fatalf("after delete: %d %q", d.Status, d.Reason)
 		}
 	})
-}
-
-func TestMatchPattern(t *testing.T) {
-	tests := []struct {
-		pattern, path string
-		want          bool
-	}{
-		{"/a/b", "/a/b", true},
-		{"/a/b", "/a/b/", false},
-		{"/a/b", "/a", false},
-		{"/a/b", "/a/bc", false},
-		{"/a/{id}", "/a/x", true},
-		{"/a/{id}", "/a/", false},
-		{"/a/{id}", "/a/x/y", false},
-		{"/a/{id}/c/{d}", "/a/x/c/y", true},
-		{"/a/{id}/c/{d}", "/a/x/d/y", false},
-		{"/a/{id}/c/{d}", "/a//c/y", false},
-		{"/a/b", "a/b", true},
-		{"/", "", true},
-	}
-	for _, tt := range tests {
-		if got := MatchPattern(tt.pattern, tt.path); got != tt.want {
-			t.Errorf("MatchPattern(%q, %q) = %v, want %v", tt.pattern, tt.path, got, tt.want)
-		}
-		// Match counts segments first: a match needs as many.
-		if tt.want && segments(tt.pattern) != segments(tt.path) {
-			t.Errorf("segments(%q) = %d, segments(%q) = %d", tt.pattern, segments(tt.pattern), tt.path, segments(tt.path))
-		}
-	}
-}
-
-func TestIdentityContext(t *testing.T) {
-	if IdentityFrom(t.Context()) != nil {
-		t.Fatal("identity in a bare context")
-	}
-	id := &Identity{KeyID: "k", AdminProjects: []string{"p1"}}
-	if got := IdentityFrom(WithIdentity(t.Context(), id)); got != id {
-		t.Fatalf("IdentityFrom = %v, want %v", got, id)
-	}
-	tests := []struct {
-		projects []string
-		project  string
-		admin    bool
-		all      bool
-	}{
-		{nil, "p1", false, false},
-		{[]string{"p1"}, "p1", true, false},
-		{[]string{"p1"}, "p2", false, false},
-		{[]string{"p1"}, "", false, false},
-		{[]string{"p1", "*"}, "p2", true, true},
-		{[]string{"*"}, "", true, true},
-	}
-	for _, tt := range tests {
-		id := &Identity{AdminProjects: tt.projects}
-		if got := id.AdminOf(tt.project); got != tt.admin {
-			t.Errorf("%v AdminOf(%q) = %v, want %v", tt.projects, tt.project, got, tt.admin)
-		}
-		if got := id.AdminOfAll(); got != tt.all {
-			t.Errorf("%v AdminOfAll() = %v, want %v", tt.projects, got, tt.all)
-		}
-	}
 }

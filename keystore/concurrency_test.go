@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
@@ -22,7 +23,7 @@ func TestConcurrentUseAndFlush(t *testing.T) {
 		k := mustCreate(t, e.keys, `{"service":"share","name":"hot","owner":"o","privileges":["get","list"]}`)
 		other := mustCreate(t, e.keys, `{"service":"share","name":"cold","owner":"o","privileges":["get"]}`)
 		const workers, uses = 8, 500
-		req := Request{Service: ServiceShare, Authorization: []string{"Bearer " + k.Token},
+		req := Request{Service: access.ServiceShare, Authorization: []string{"Bearer " + k.Token},
 			ClientIP: netip.MustParseAddr("192.0.2.1"), Method: "GET", Path: "/webapi/share/x", Now: t0}
 
 		stop := make(chan struct{})
@@ -103,7 +104,7 @@ func BenchmarkAuthorize(b *testing.B) {
 	for _, n := range []int{1, 100_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			ks := benchKeys(b, n)
-			req := &Request{Service: ServiceContracts, Authorization: []string{"Bearer " + ks.token},
+			req := &Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + ks.token},
 				ClientIP: netip.MustParseAddr("2001:db8::7"), Method: "GET", Path: "/webapi/contracts/c1/attachments/a1", Now: t0}
 			lookup := ks.keys.Lookup // a method value allocates: take it once, as a handler would
 			b.ReportAllocs()
@@ -176,7 +177,7 @@ func BenchmarkAuthorizeScopes(b *testing.B) {
 // benchAuthorizeLimited times the key check of token, which has
 // policies, and its RateLimit headers.
 func benchAuthorizeLimited(b *testing.B, ks *Keys, token string) {
-	req := &Request{Service: ServiceContracts, Authorization: []string{"Bearer " + token},
+	req := &Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + token},
 		ClientIP: netip.MustParseAddr("2001:db8::7"), Method: "GET", Path: "/webapi/contracts/c1/attachments/a1"}
 	lookup := ks.Lookup
 	b.ReportAllocs()

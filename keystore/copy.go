@@ -11,10 +11,12 @@ import (
 	"github.com/google/uuid"
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // CopyToPostgres copies every key from from, a transaction of the bbolt
@@ -37,7 +39,7 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *seal.Seale
 		return nil, err
 	}
 	out := pgdb.NewCopier(ctx, to, "keys", "id", "service", "token_hash", "record", "usage_count", "last_usage", "consumer_id", "plan_id")
-	perService := map[Service]int{}
+	perService := map[access.Service]int{}
 	used := 0
 	err = keys.ForEach(func(k, v []byte) error {
 		rec := new(Record)
@@ -48,8 +50,8 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *seal.Seale
 		if err != nil || !bytes.Equal(id[:], k) {
 			return fmt.Errorf("key %x: the record names id %q", k, rec.ID)
 		}
-		if len(rec.TokenHash) != len(TokenHash{}) {
-			return fmt.Errorf("key %s: the token hash has %d bytes, want %d", rec.ID, len(rec.TokenHash), len(TokenHash{}))
+		if len(rec.TokenHash) != len(token.Hash{}) {
+			return fmt.Errorf("key %s: the token hash has %d bytes, want %d", rec.ID, len(rec.TokenHash), len(token.Hash{}))
 		}
 		if _, err := sealer.Open(rec.SealedToken, []byte(rec.ID)); err != nil {
 			return fmt.Errorf("key %s: its sealed token does not open with this master key (give the gateway's master key file)", rec.ID)
@@ -98,7 +100,7 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *seal.Seale
 	if _, err := pgdb.Of(to).Exec(ctx, "SELECT pg_notify($1, $2)", pgdb.Channel(schema, keysTopic), resyncAll); err != nil {
 		return nil, err
 	}
-	note := fmt.Sprintf("%d contracts, %d share; %d used; %d hourly usage rows, %d quota periods", perService[ServiceContracts], perService[ServiceShare], used, hours, quotas)
+	note := fmt.Sprintf("%d contracts, %d share; %d used; %d hourly usage rows, %d quota periods", perService[access.ServiceContracts], perService[access.ServiceShare], used, hours, quotas)
 	return []storage.Copied{{Kind: "keys", N: n, Note: note}, {Kind: "plans", N: plans}, {Kind: "consumers", N: consumers}}, nil
 }
 

@@ -3,13 +3,15 @@ package keystore
 import (
 	"encoding/json"
 	"errors"
-	"github.com/keygate/keygate/internal/storage/boltdb"
-	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/keygate/keygate/internal/access"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 
 	"github.com/keygate/keygate/internal/problem"
 )
@@ -80,7 +82,7 @@ func FuzzAuthorize(f *testing.F) {
 			values = strings.Split(header, "\n")
 		}
 		addr, _ := netip.ParseAddr(ip)
-		req := &Request{Service: ServiceContracts, Authorization: values, ClientIP: addr,
+		req := &Request{Service: access.ServiceContracts, Authorization: values, ClientIP: addr,
 			Method: method, Path: path, Now: e.clock.Now()}
 		d := Authorize(req, &testContractsTable, e.keys.Lookup)
 		if d.Authorized() {
@@ -89,7 +91,7 @@ func FuzzAuthorize(f *testing.F) {
 			}
 			scheme, token, _ := strings.Cut(values[0], " ")
 			k, ok := tokens[strings.TrimSpace(token)]
-			if !strings.EqualFold(scheme, "bearer") || !ok || k.Service != ServiceContracts {
+			if !strings.EqualFold(scheme, "bearer") || !ok || k.Service != access.ServiceContracts {
 				t.Fatalf("authorized %q", values[0])
 			}
 			if d.Operation == nil || !d.Entry.snap.Load().has(d.Operation.Privilege) {
@@ -155,7 +157,7 @@ func FuzzAllowedIPs(f *testing.F) {
 		if err := json.Unmarshal(body, in); err != nil {
 			t.Fatal(err)
 		}
-		n := e.keys.Count(ServiceContracts)
+		n := e.keys.Count(access.ServiceContracts)
 		k, err := e.keys.Create(in)
 		if err != nil {
 			var d *problem.Details
@@ -167,7 +169,7 @@ func FuzzAllowedIPs(f *testing.F) {
 					t.Fatalf("Create(%q): field %s refused", list, fe.Field)
 				}
 			}
-			if got := e.keys.Count(ServiceContracts); got != n {
+			if got := e.keys.Count(access.ServiceContracts); got != n {
 				t.Fatalf("a refused create stored a key: %d keys, then %d", n, got)
 			}
 			return

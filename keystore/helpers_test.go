@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 
@@ -30,29 +31,29 @@ const (
 	testSharePrefix     = "/webapi/share"
 )
 
-var testContractsTable = Table{
-	Service: ServiceContracts,
+var testContractsTable = access.Table{
+	Service: access.ServiceContracts,
 	Prefix:  testContractsPrefix,
-	Operations: []Operation{
-		{Name: "search", Method: http.MethodGet, Pattern: testContractsPrefix, Privilege: PrivSearch},
-		{Name: "create", Method: http.MethodPost, Pattern: testContractsPrefix, Privilege: PrivCreate},
-		{Name: "get", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}", Privilege: PrivGet},
-		{Name: "archive", Method: http.MethodPatch, Pattern: testContractsPrefix + "/{id}", Privilege: PrivArchive},
-		{Name: "delete", Method: http.MethodDelete, Pattern: testContractsPrefix + "/{id}", Privilege: PrivDelete},
-		{Name: "attachment", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}/attachments/{attachmentId}", Privilege: PrivGet},
+	Operations: []access.Operation{
+		{Name: "search", Method: http.MethodGet, Pattern: testContractsPrefix, Privilege: access.PrivSearch},
+		{Name: "create", Method: http.MethodPost, Pattern: testContractsPrefix, Privilege: access.PrivCreate},
+		{Name: "get", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivGet},
+		{Name: "archive", Method: http.MethodPatch, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivArchive},
+		{Name: "delete", Method: http.MethodDelete, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivDelete},
+		{Name: "attachment", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}/attachments/{attachmentId}", Privilege: access.PrivGet},
 	},
 }
 
-var testShareTable = Table{
-	Service: ServiceShare,
+var testShareTable = access.Table{
+	Service: access.ServiceShare,
 	Prefix:  testSharePrefix,
-	Operations: []Operation{
-		{Name: "list", Method: http.MethodGet, Pattern: testSharePrefix, Privilege: PrivList},
-		{Name: "create", Method: http.MethodPost, Pattern: testSharePrefix, Privilege: PrivCreate},
-		{Name: "get", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}", Privilege: PrivGet},
-		{Name: "update", Method: http.MethodPut, Pattern: testSharePrefix + "/{uuid}", Privilege: PrivCreate},
-		{Name: "delete", Method: http.MethodDelete, Pattern: testSharePrefix + "/{uuid}", Privilege: PrivDelete},
-		{Name: "activity", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}/activity", Privilege: PrivGet},
+	Operations: []access.Operation{
+		{Name: "list", Method: http.MethodGet, Pattern: testSharePrefix, Privilege: access.PrivList},
+		{Name: "create", Method: http.MethodPost, Pattern: testSharePrefix, Privilege: access.PrivCreate},
+		{Name: "get", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivGet},
+		{Name: "update", Method: http.MethodPut, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivCreate},
+		{Name: "delete", Method: http.MethodDelete, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivDelete},
+		{Name: "activity", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}/activity", Privilege: access.PrivGet},
 	},
 }
 

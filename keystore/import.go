@@ -14,7 +14,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // Importing keys: many keys in one call, each with the fields of a create
@@ -36,10 +38,10 @@ const MaxImport = 20000
 const MaxImportBody = 64 << 20
 
 // Foreign token bounds: a token of another gateway is 16 to 512 printable
-// US-ASCII characters. A token of our own form (TokenPrefix) must pass our
+// US-ASCII characters. A token of our own form (token.Prefix) must pass our
 // checks instead.
 const (
-	minForeignToken = 16
+	MinForeignToken = 16
 	maxForeignToken = 512
 )
 
@@ -123,11 +125,11 @@ type SkippedConsumer struct {
 // ImportedKey is a key of the report: where it came from and what it is,
 // without any part of its token.
 type ImportedKey struct {
-	Line    int     `json:"line"`
-	ID      string  `json:"id"`
-	Service Service `json:"service"`
-	Name    string  `json:"name"`
-	Owner   string  `json:"owner"`
+	Line    int            `json:"line"`
+	ID      string         `json:"id"`
+	Service access.Service `json:"service"`
+	Name    string         `json:"name"`
+	Owner   string         `json:"owner"`
 	// ConsumerID is the consumer the key belongs to, if any.
 	ConsumerID *string `json:"consumerId"`
 	// NewToken marks a key that came without a token and got one of
@@ -170,25 +172,25 @@ var ErrTokenTaken = problem.New(409, problem.CodeConflict, "a token of the impor
 // foreignToken reports whether token may be another gateway's: not of
 // our form, and 16 to 512 printable US-ASCII characters without spaces
 // (a bearer token has none).
-func foreignToken(token string) bool {
-	if len(token) < minForeignToken || len(token) > maxForeignToken || hasTokenPrefix(token) {
+func foreignToken(tok string) bool {
+	if len(tok) < MinForeignToken || len(tok) > maxForeignToken || hasTokenPrefix(tok) {
 		return false
 	}
-	for i := 0; i < len(token); i++ {
-		if c := token[i]; c <= ' ' || c > '~' {
+	for i := 0; i < len(tok); i++ {
+		if c := tok[i]; c <= ' ' || c > '~' {
 			return false
 		}
 	}
 	return true
 }
 
-func hasTokenPrefix(token string) bool {
-	return len(token) >= len(TokenPrefix) && token[:len(TokenPrefix)] == TokenPrefix
+func hasTokenPrefix(tok string) bool {
+	return len(tok) >= len(token.Prefix) && tok[:len(token.Prefix)] == token.Prefix
 }
 
-// maxImportProblems bounds the problems an import reports: a file that
+// MaxImportProblems bounds the problems an import reports: a file that
 // is wrong throughout says so in a readable reply.
-const maxImportProblems = 1000
+const MaxImportProblems = 1000
 
 // lineAt is the field of a problem at line n of the source.
 func lineAt(n int) string { return "lines[" + strconv.Itoa(n) + "]" }
@@ -201,7 +203,7 @@ func addProblems(f *problem.Fields, where string, err error) error {
 		return err
 	}
 	for _, e := range d.Errors {
-		f.Add(where+"."+e.Field, e.Code, quietValues(e.Message))
+		f.Add(where+"."+e.Field, e.Code, QuietValues(e.Message))
 	}
 	return nil
 }
@@ -252,7 +254,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 	recs := make([]*Record, 0, len(keys))
 	tokens := make([]string, 0, len(keys))
 	lines := make([]int, 0, len(keys))
-	seen := make(map[TokenHash]int, len(keys))
+	seen := make(map[token.Hash]int, len(keys))
 	k.mu.RLock()
 	for i := range keys {
 		in := &keys[i]
@@ -268,7 +270,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 				if in.NoGrant && prior != nil && (e.Field == "service" || strings.HasPrefix(e.Field, "privileges")) {
 					continue
 				}
-				f.Add(where+"."+e.Field, e.Code, quietValues(e.Message))
+				f.Add(where+"."+e.Field, e.Code, QuietValues(e.Message))
 			}
 		} else if err != nil {
 			k.mu.RUnlock()
@@ -284,18 +286,18 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 			k.mu.RUnlock()
 			return ImportReport{}, err
 		}
-		token := in.Token
+		tok := in.Token
 		switch {
-		case token == "":
-			token = NewToken()
-		case hasTokenPrefix(token) && !wellFormedToken(token):
-			f.Add(tokenAt, "invalid", "a token that starts with "+TokenPrefix+" must be a well-formed keygate token")
+		case tok == "":
+			tok = token.New()
+		case hasTokenPrefix(tok) && !token.WellFormed(tok):
+			f.Add(tokenAt, "invalid", "a token that starts with "+token.Prefix+" must be a well-formed keygate token")
 			continue
-		case !hasTokenPrefix(token) && !foreignToken(token):
-			f.Add(tokenAt, "invalid", fmt.Sprintf("a token is %d to %d printable US-ASCII characters without spaces", minForeignToken, maxForeignToken))
+		case !hasTokenPrefix(tok) && !foreignToken(tok):
+			f.Add(tokenAt, "invalid", fmt.Sprintf("a token is %d to %d printable US-ASCII characters without spaces", MinForeignToken, maxForeignToken))
 			continue
 		}
-		h := HashToken(token)
+		h := token.HashOf(tok)
 		if first, dup := seen[h]; dup {
 			f.Add(tokenAt, "duplicate", "the same token as line "+strconv.Itoa(first))
 			continue
@@ -307,8 +309,8 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 		}
 		key.ID = uuid.NewString()
 		key.CreationTime, key.LastModificationTime = now, now
-		key.TokenPrefix = tokenPrefixOf(token)
-		recs = append(recs, &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID))})
+		key.TokenPrefix = tokenPrefixOf(tok)
+		recs = append(recs, &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID))})
 		tokens = append(tokens, in.Token)
 		lines = append(lines, in.Line)
 	}
@@ -346,7 +348,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 	for _, rec := range recs {
 		e := k.newEntry(rec, Usage{})
 		e.born = born
-		var h TokenHash
+		var h token.Hash
 		copy(h[:], rec.TokenHash)
 		k.byHash.put(h, e)
 		k.byID[rec.ID] = e
@@ -510,12 +512,13 @@ func sameID(a, b *string) bool {
 // import never says a token back.
 var quotedValue = regexp.MustCompile(`"[^"]{16,}"`)
 
-// quietValues replaces the long quoted values of msg.
-func quietValues(msg string) string {
+// QuietValues replaces the long quoted values of msg, for any message an
+// import reports (the importers' too).
+func QuietValues(msg string) string {
 	return quotedValue.ReplaceAllString(msg, `"(a value of 16 characters or more)"`)
 }
 
-// capProblems keeps the first maxImportProblems problems of err (a 400
+// capProblems keeps the first MaxImportProblems problems of err (a 400
 // problem) and says how many more there are.
 func capProblems(err error) error {
 	var d *problem.Details
@@ -527,11 +530,11 @@ func capProblems(err error) error {
 	slices.SortStableFunc(d.Errors, func(a, b problem.FieldError) int {
 		return cmp.Compare(problemLine(a.Field), problemLine(b.Field))
 	})
-	if len(d.Errors) <= maxImportProblems {
+	if len(d.Errors) <= MaxImportProblems {
 		return err
 	}
-	more := len(d.Errors) - maxImportProblems
-	errs := append(d.Errors[:maxImportProblems:maxImportProblems], problem.FieldError{Field: "lines", Code: "too_many",
+	more := len(d.Errors) - MaxImportProblems
+	errs := append(d.Errors[:MaxImportProblems:MaxImportProblems], problem.FieldError{Field: "lines", Code: "too_many",
 		Message: strconv.Itoa(more) + " more problems are not listed: fix these and try again"})
 	out := problem.Invalid(errs)
 	return out
@@ -552,11 +555,11 @@ func problemLine(field string) int {
 }
 
 // RedactPath replaces the segments of a request path that are tokens:
-// keygate's by their form (RedactTokens), another gateway's imported
+// keygate's by their form (token.Redact), another gateway's imported
 // ones by being a key's token here. For the audit log, off the request
 // path: a segment of 16 to 512 characters costs a hash.
 func (k *Keys) RedactPath(path string) string {
-	path = RedactTokens(path)
+	path = token.Redact(path)
 	var b strings.Builder
 	changed := false
 	for i := 0; i < len(path); {
@@ -566,7 +569,7 @@ func (k *Keys) RedactPath(path string) string {
 			end = i + j
 		}
 		seg := path[i:end]
-		if len(seg) >= minForeignToken && len(seg) <= maxForeignToken && !hasTokenPrefix(seg) && k.Lookup(HashToken(seg)) != nil {
+		if len(seg) >= MinForeignToken && len(seg) <= maxForeignToken && !hasTokenPrefix(seg) && k.Lookup(token.HashOf(seg)) != nil {
 			if !changed {
 				b.WriteString(path[:i])
 				changed = true
@@ -589,7 +592,7 @@ func (k *Keys) RedactPath(path string) string {
 	return b.String()
 }
 
-// tokenPrefixOf is what a key shows of its token: our TokenPrefix and 9
+// tokenPrefixOf is what a key shows of its token: our token.Prefix and 9
 // characters of the random part, or of a foreign token its first 4
 // characters, a quarter of the shortest one, so that a short secret is
 // not half shown.

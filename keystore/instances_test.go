@@ -12,6 +12,7 @@ import (
 	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // followingInstance is a second instance on e's PostgreSQL database, with
@@ -50,7 +51,7 @@ func TestInstancesAddUsage(t *testing.T) {
 		if err := other.Resync(); err != nil {
 			t.Fatal(err)
 		}
-		ea, eb := e.keys.Lookup(HashToken(k.Token)), other.Lookup(HashToken(k.Token))
+		ea, eb := e.keys.Lookup(token.HashOf(k.Token)), other.Lookup(token.HashOf(k.Token))
 		if ea == nil || eb == nil {
 			t.Fatal("the key is not on both instances")
 		}
@@ -107,16 +108,16 @@ func TestResyncFollowsOtherInstance(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Before the resync, the other instance still has the old state.
-		if other.Lookup(HashToken(gone.Token)) == nil || other.Lookup(HashToken(added.Token)) != nil {
+		if other.Lookup(token.HashOf(gone.Token)) == nil || other.Lookup(token.HashOf(added.Token)) != nil {
 			t.Fatal("the other instance changed without a resync")
 		}
 		if err := other.Resync(); err != nil {
 			t.Fatal(err)
 		}
-		if other.Lookup(HashToken(gone.Token)) != nil {
+		if other.Lookup(token.HashOf(gone.Token)) != nil {
 			t.Error("a key deleted elsewhere still checks here")
 		}
-		if other.Lookup(HashToken(added.Token)) == nil {
+		if other.Lookup(token.HashOf(added.Token)) == nil {
 			t.Error("a key created elsewhere is unknown here")
 		}
 		if g, err := other.Get(changed.ID); err != nil || len(g.Privileges) != 2 {
@@ -135,9 +136,9 @@ func TestFollowHearsOtherInstance(t *testing.T) {
 	// The first resync runs once LISTEN is in place; a key created before
 	// arrives through it, one created after through a notification.
 	before := mustCreate(t, e.keys, `{`+validContracts+`}`)
-	testwait.For(t, testwait.Generous, "a key created before it listened", func() bool { return other.Lookup(HashToken(before.Token)) != nil })
+	testwait.For(t, testwait.Generous, "a key created before it listened", func() bool { return other.Lookup(token.HashOf(before.Token)) != nil })
 	k := mustCreate(t, e.keys, `{`+validContracts+`}`)
-	testwait.For(t, testwait.Generous, "the create", func() bool { return other.Lookup(HashToken(k.Token)) != nil })
+	testwait.For(t, testwait.Generous, "the create", func() bool { return other.Lookup(token.HashOf(k.Token)) != nil })
 	if _, err := e.keys.Update(k.ID, mustInput(t, `{"privileges":["get","search"]}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -157,12 +158,12 @@ func TestFollowHearsOtherInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.For(t, testwait.Generous, "the roll", func() bool {
-		return other.Lookup(HashToken(rolled.Token)) != nil && other.Lookup(HashToken(k.Token)) != nil
+		return other.Lookup(token.HashOf(rolled.Token)) != nil && other.Lookup(token.HashOf(k.Token)) != nil
 	})
 	if err := e.keys.Delete(k.ID); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, testwait.Generous, "the delete", func() bool { return other.Lookup(HashToken(k.Token)) == nil })
+	testwait.For(t, testwait.Generous, "the delete", func() bool { return other.Lookup(token.HashOf(k.Token)) == nil })
 
 	// A change of many keys at once (caddy webapi migrate) notifies "*":
 	// every key is read again. The key is stored by a backend that
@@ -175,7 +176,7 @@ func TestFollowHearsOtherInstance(t *testing.T) {
 	if _, err := db.(*pgdb.DB).Pool.Exec(context.Background(), "SELECT pg_notify($1, $2)", db.(*pgdb.DB).Channel(keysTopic), resyncAll); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, testwait.Generous, "a key announced by \"*\"", func() bool { return other.Lookup(HashToken(silent.Token)) != nil })
+	testwait.For(t, testwait.Generous, "a key announced by \"*\"", func() bool { return other.Lookup(token.HashOf(silent.Token)) != nil })
 }
 
 func mustInput(t *testing.T, body string) *KeyInput {

@@ -8,26 +8,29 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/keygate/keygate/internal/access"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // Key is an API key as administrators see it (docs/administrators.md, Keys). The token
 // itself is never part of it, except once in the reply to a create.
 type Key struct {
-	ID                   string      `json:"id"`
-	Service              Service     `json:"service"`
-	Name                 string      `json:"name"`
-	Description          string      `json:"description"`
-	Owner                string      `json:"owner"`
-	Privileges           []Privilege `json:"privileges"`
-	NotValidBefore       *time.Time  `json:"notValidBefore"`
-	NotValidAfter        *time.Time  `json:"notValidAfter"`
-	AllowedIPs           []string    `json:"allowedIps"`
-	AdminProjects        []string    `json:"adminProjects,omitempty"`
-	CreationTime         time.Time   `json:"creationTime"`
-	LastModificationTime time.Time   `json:"lastModificationTime"`
-	LastUsageTime        *time.Time  `json:"lastUsageTime"`
-	UsageCount           uint64      `json:"usageCount"`
-	TokenPrefix          string      `json:"tokenPrefix"`
+	ID                   string             `json:"id"`
+	Service              access.Service     `json:"service"`
+	Name                 string             `json:"name"`
+	Description          string             `json:"description"`
+	Owner                string             `json:"owner"`
+	Privileges           []access.Privilege `json:"privileges"`
+	NotValidBefore       *time.Time         `json:"notValidBefore"`
+	NotValidAfter        *time.Time         `json:"notValidAfter"`
+	AllowedIPs           []string           `json:"allowedIps"`
+	AdminProjects        []string           `json:"adminProjects,omitempty"`
+	CreationTime         time.Time          `json:"creationTime"`
+	LastModificationTime time.Time          `json:"lastModificationTime"`
+	LastUsageTime        *time.Time         `json:"lastUsageTime"`
+	UsageCount           uint64             `json:"usageCount"`
+	TokenPrefix          string             `json:"tokenPrefix"`
 	// Enabled is false for a key switched off: refused 401 key_disabled,
 	// everything else kept, until it is enabled again.
 	Enabled bool `json:"enabled"`
@@ -117,11 +120,11 @@ type Usage struct {
 // nothing to check them.
 type compiled struct {
 	key    Key
-	hash   TokenHash
+	hash   token.Hash
 	sealed []byte
 	// prevHash is the replaced token's hash, which answers until
 	// prevUntil (hasPrev false: none).
-	prevHash  TokenHash
+	prevHash  token.Hash
 	prevUntil time.Time
 	hasPrev   bool
 	// warnedFor is the record's ExpiryWarnedFor, kept across changes.
@@ -146,19 +149,19 @@ type compiled struct {
 	policyHeader string
 }
 
-func privBit(p Privilege) uint8 {
+func privBit(p access.Privilege) uint8 {
 	switch p {
-	case PrivGet:
+	case access.PrivGet:
 		return 1 << 0
-	case PrivSearch:
+	case access.PrivSearch:
 		return 1 << 1
-	case PrivCreate:
+	case access.PrivCreate:
 		return 1 << 2
-	case PrivArchive:
+	case access.PrivArchive:
 		return 1 << 3
-	case PrivDelete:
+	case access.PrivDelete:
 		return 1 << 4
-	case PrivList:
+	case access.PrivList:
 		return 1 << 5
 	}
 	return 0
@@ -229,15 +232,15 @@ func parseRange(s string) (netip.Prefix, bool) {
 
 // hashes are the lookup hashes that lead to the key: its token's, and the
 // replaced token's while it may still answer.
-func (c *compiled) hashes() []TokenHash {
+func (c *compiled) hashes() []token.Hash {
 	if c.hasPrev {
-		return []TokenHash{c.hash, c.prevHash}
+		return []token.Hash{c.hash, c.prevHash}
 	}
-	return []TokenHash{c.hash}
+	return []token.Hash{c.hash}
 }
 
 // has reports whether the snapshot holds privilege p.
-func (c *compiled) has(p Privilege) bool { return c.privs&privBit(p) != 0 }
+func (c *compiled) has(p access.Privilege) bool { return c.privs&privBit(p) != 0 }
 
 // allows reports whether ip may use the key: any address when the list is
 // empty, else one inside a listed range.

@@ -13,10 +13,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // Keys is the key registry: every key in memory, indexed by the SHA-256 of
@@ -83,11 +85,11 @@ func (k *Keys) EmitTo(sink events.Sink) {
 
 // keyEvent is the data of a key event: who and what, never the token.
 type keyEvent struct {
-	ID      string    `json:"id"`
-	Name    string    `json:"name"`
-	Owner   string    `json:"owner"`
-	Service Service   `json:"service"`
-	Time    time.Time `json:"time"`
+	ID      string         `json:"id"`
+	Name    string         `json:"name"`
+	Owner   string         `json:"owner"`
+	Service access.Service `json:"service"`
+	Time    time.Time      `json:"time"`
 	// NotValidAfter is when the key stops working (key.expiring).
 	NotValidAfter *time.Time `json:"notValidAfter,omitempty"`
 	// Quota and PeriodStart are the quota that was spent and the start
@@ -200,7 +202,7 @@ func (e *Entry) laterUse(ns int64) {
 }
 
 // Service is the entry's service.
-func (e *Entry) Service() Service { return e.snap.Load().key.Service }
+func (e *Entry) Service() access.Service { return e.snap.Load().key.Service }
 
 // ErrNotFound is the problem for an unknown key id.
 var ErrNotFound = problem.NotFound("no key with this id")
@@ -237,25 +239,25 @@ func Open(backend Backend, sealer *seal.Sealer, now func() time.Time) (*Keys, er
 //
 // It takes no lock: a read lock's shared counter, written by every
 // request on every core, cost the key check more than the probe.
-func (k *Keys) Lookup(h TokenHash) *Entry { return k.byHash.get(h) }
+func (k *Keys) Lookup(h token.Hash) *Entry { return k.byHash.get(h) }
 
 // hashIndex maps token hashes to keys for lookups that take no lock
 // (sync.Map: a load of a stable key is a plain read). A delete is seen by
 // every lookup that begins after it returns.
 type hashIndex struct{ m sync.Map }
 
-func (x *hashIndex) get(h TokenHash) *Entry {
+func (x *hashIndex) get(h token.Hash) *Entry {
 	if e, ok := x.m.Load(h); ok {
 		return e.(*Entry)
 	}
 	return nil
 }
 
-func (x *hashIndex) put(h TokenHash, e *Entry) { x.m.Store(h, e) }
-func (x *hashIndex) del(h TokenHash)           { x.m.Delete(h) }
+func (x *hashIndex) put(h token.Hash, e *Entry) { x.m.Store(h, e) }
+func (x *hashIndex) del(h token.Hash)           { x.m.Delete(h) }
 
 // delIf removes h while it still leads to e.
-func (x *hashIndex) delIf(h TokenHash, e *Entry) { x.m.CompareAndDelete(h, e) }
+func (x *hashIndex) delIf(h token.Hash, e *Entry) { x.m.CompareAndDelete(h, e) }
 
 // Use counts one authorized use of e at now.
 func (k *Keys) Use(e *Entry, now time.Time) {
@@ -337,10 +339,10 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	now := k.now().UTC().Truncate(time.Millisecond)
 	key.ID = uuid.NewString()
 	key.CreationTime, key.LastModificationTime = now, now
-	token := NewToken()
-	key.TokenPrefix = tokenPrefixOf(token)
-	h := HashToken(token)
-	rec := &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID))}
+	tok := token.New()
+	key.TokenPrefix = tokenPrefixOf(tok)
+	h := token.HashOf(tok)
+	rec := &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID))}
 	if err := k.backend.Put(context.Background(), rec, nil); err != nil {
 		return Key{}, err
 	}
@@ -353,7 +355,7 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	k.byID[key.ID] = e
 	k.mu.Unlock()
 	out := k.view(e)
-	out.Token = token
+	out.Token = tok
 	return out, nil
 }
 
@@ -453,12 +455,12 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 	old := e.snap.Load()
 	now := k.now().UTC().Truncate(time.Millisecond)
 	key := old.key
-	token := NewToken()
-	h := HashToken(token)
-	key.TokenPrefix = token[:12]
+	tok := token.New()
+	h := token.HashOf(tok)
+	key.TokenPrefix = tok[:12]
 	key.LastModificationTime = now
 	key.PreviousTokenExpiry = nil
-	rec := &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(token), []byte(key.ID)), ExpiryWarnedFor: old.warnedFor}
+	rec := &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID)), ExpiryWarnedFor: old.warnedFor}
 	// The previous token is kept, also without a grace period, so that a
 	// client still sending it is told it expired rather than that it is
 	// unknown.
@@ -473,7 +475,7 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 	k.rehash(e, old, next)
 	k.mu.Unlock()
 	out := k.view(e)
-	out.Token = token
+	out.Token = tok
 	return out, nil
 }
 
@@ -524,7 +526,7 @@ func (k *Keys) Get(id string) (Key, error) {
 }
 
 // List returns the keys of service (all when empty), oldest first.
-func (k *Keys) List(service Service) []Key {
+func (k *Keys) List(service access.Service) []Key {
 	k.mu.RLock()
 	list := make([]Key, 0, len(k.byID))
 	for _, e := range k.byID {
@@ -543,7 +545,7 @@ func (k *Keys) List(service Service) []Key {
 }
 
 // Count returns how many keys service has.
-func (k *Keys) Count(service Service) int {
+func (k *Keys) Count(service access.Service) int {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	n := 0

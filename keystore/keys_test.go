@@ -2,14 +2,10 @@ package keystore
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -17,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/token"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testkit/testclock"
@@ -44,8 +42,8 @@ func TestCreateEveryField(t *testing.T) {
 			"notValidAfter":"2026-12-31T23:59:59.5Z","allowedIps":["192.0.2.7"," 10.0.0.5/8 ","2001:DB8::1","2001:db8:1::/48","::ffff:198.51.100.9"],
 			"adminProjects":["p1","*"]}`)
 		want := Key{
-			ID: key.ID, Service: ServiceShare, Name: "Build ✓ bot", Description: desc, Owner: "alice@example.com",
-			Privileges:     []Privilege{PrivList, PrivGet, PrivCreate, PrivDelete},
+			ID: key.ID, Service: access.ServiceShare, Name: "Build ✓ bot", Description: desc, Owner: "alice@example.com",
+			Privileges:     []access.Privilege{access.PrivList, access.PrivGet, access.PrivCreate, access.PrivDelete},
 			NotValidBefore: ptime("2026-03-01T12:00:00Z"), NotValidAfter: ptime("2026-12-31T23:59:59.5Z"),
 			AllowedIPs:    []string{"192.0.2.7", "10.0.0.0/8", "2001:db8::1", "2001:db8:1::/48", "198.51.100.9"},
 			AdminProjects: []string{"p1", "*"},
@@ -216,7 +214,7 @@ func TestUpdate(t *testing.T) {
 			{name: "empty body keeps everything", body: `{}`, want: func(k *Key) {}},
 			{name: "name only", body: `{"name":"renamed"}`, want: func(k *Key) { k.Name = "renamed" }},
 			{name: "description cleared", body: `{"description":""}`, want: func(k *Key) { k.Description = "" }},
-			{name: "privileges replaced", body: `{"privileges":["create"]}`, want: func(k *Key) { k.Privileges = []Privilege{PrivCreate} }},
+			{name: "privileges replaced", body: `{"privileges":["create"]}`, want: func(k *Key) { k.Privileges = []access.Privilege{access.PrivCreate} }},
 			{name: "null clears both bounds", body: `{"notValidBefore":null,"notValidAfter":null}`,
 				want: func(k *Key) { k.NotValidBefore, k.NotValidAfter = nil, nil }},
 			{name: "null clears one bound", body: `{"notValidAfter":null}`, want: func(k *Key) { k.NotValidAfter = nil }},
@@ -270,7 +268,7 @@ func TestUpdate(t *testing.T) {
 					t.Fatalf("Update: %v", err)
 				}
 				want := orig
-				want.Privileges = append([]Privilege(nil), orig.Privileges...)
+				want.Privileges = append([]access.Privilege(nil), orig.Privileges...)
 				tt.want(&want)
 				want.LastModificationTime = t0.Add(time.Minute)
 				if !reflect.DeepEqual(got, want) {
@@ -294,7 +292,7 @@ func TestUpdate(t *testing.T) {
 	})
 }
 
-var tokenRE = regexp.MustCompile(`^` + TokenPattern + `$`)
+var tokenRE = regexp.MustCompile(`^` + token.Pattern + `$`)
 
 func TestTokens(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
@@ -320,9 +318,9 @@ func TestTokens(t *testing.T) {
 			if err != nil || got != k.Token {
 				t.Errorf("Reveal = %q, %v; want %q", got, err, k.Token)
 			}
-			ent := e.keys.Lookup(HashToken(k.Token))
+			ent := e.keys.Lookup(token.HashOf(k.Token))
 			if ent == nil || ent.snap.Load().key.ID != k.ID {
-				t.Errorf("Lookup(HashToken(token)) did not find key %s", k.ID)
+				t.Errorf("Lookup(token.HashOf(token)) did not find key %s", k.ID)
 			}
 			if g, _ := e.keys.Get(k.ID); g.Token != "" {
 				t.Errorf("Get shows the token")
@@ -333,7 +331,7 @@ func TestTokens(t *testing.T) {
 				t.Errorf("List shows the token of %s", k.ID)
 			}
 		}
-		if e.keys.Lookup(HashToken(NewToken())) != nil {
+		if e.keys.Lookup(token.HashOf(token.New())) != nil {
 			t.Error("Lookup found a key for a token never handed out")
 		}
 		// The database holds neither a token nor its base64 body in clear.
@@ -368,14 +366,14 @@ func TestDelete(t *testing.T) {
 		e := newEnv(t, db)
 		keep := mustCreate(t, e.keys, `{`+validShare+`}`)
 		gone := mustCreate(t, e.keys, `{`+validShare+`}`)
-		e.keys.Use(e.keys.Lookup(HashToken(gone.Token)), t0)
+		e.keys.Use(e.keys.Lookup(token.HashOf(gone.Token)), t0)
 		if _, err := e.keys.FlushUsage(); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.keys.Delete(gone.ID); err != nil {
 			t.Fatal(err)
 		}
-		if e.keys.Lookup(HashToken(gone.Token)) != nil {
+		if e.keys.Lookup(token.HashOf(gone.Token)) != nil {
 			t.Error("Lookup still finds a deleted key")
 		}
 		if _, err := e.keys.Get(gone.ID); !problem.IsNotFound(err) {
@@ -390,7 +388,7 @@ func TestDelete(t *testing.T) {
 		if _, err := e.keys.Reveal(gone.ID); !problem.IsNotFound(err) {
 			t.Errorf("Reveal of deleted key: %v", err)
 		}
-		if n := e.keys.Count(ServiceShare); n != 1 {
+		if n := e.keys.Count(access.ServiceShare); n != 1 {
 			t.Errorf("Count = %d, want 1", n)
 		}
 		// A use counted before the delete must not bring the key's usage back.
@@ -401,7 +399,7 @@ func TestDelete(t *testing.T) {
 		if _, err := re.Get(gone.ID); !problem.IsNotFound(err) {
 			t.Errorf("deleted key back after reopen: %v", err)
 		}
-		if re.Lookup(HashToken(gone.Token)) != nil {
+		if re.Lookup(token.HashOf(gone.Token)) != nil {
 			t.Error("deleted key's token works after reopen")
 		}
 		if _, err := re.Get(keep.ID); err != nil {
@@ -429,7 +427,7 @@ func TestBackendFailure(t *testing.T) {
 	if _, err := ks.Create(input(t, `{`+validContracts+`}`)); !errors.Is(err, boom) {
 		t.Errorf("Create: %v", err)
 	}
-	if n := ks.Count(ServiceContracts); n != 1 {
+	if n := ks.Count(access.ServiceContracts); n != 1 {
 		t.Errorf("failed create left %d keys", n)
 	}
 	if _, err := ks.Update(k.ID, input(t, `{"name":"new"}`)); !errors.Is(err, boom) {
@@ -444,7 +442,7 @@ func TestBackendFailure(t *testing.T) {
 	if _, err := ks.Get(k.ID); err != nil {
 		t.Fatalf("failed delete forgot the key, which is still stored: %v", err)
 	}
-	ks.Use(ks.Lookup(HashToken(k.Token)), t0)
+	ks.Use(ks.Lookup(token.HashOf(k.Token)), t0)
 	if _, err := ks.FlushUsage(); !errors.Is(err, boom) {
 		t.Errorf("FlushUsage: %v", err)
 	}
@@ -522,7 +520,7 @@ func TestUsagePersistence(t *testing.T) {
 		e := newEnv(t, db)
 		a := mustCreate(t, e.keys, `{`+validContracts+`}`)
 		b := mustCreate(t, e.keys, `{`+validShare+`}`)
-		ea := e.keys.Lookup(HashToken(a.Token))
+		ea := e.keys.Lookup(token.HashOf(a.Token))
 
 		if n, err := e.keys.FlushUsage(); err != nil || n != 0 {
 			t.Fatalf("FlushUsage with nothing used = %d, %v", n, err)
@@ -559,7 +557,7 @@ func TestUsagePersistence(t *testing.T) {
 		if n, _ := re.FlushUsage(); n != 0 {
 			t.Errorf("reopened store flushed %d keys without a use", n)
 		}
-		re.Use(re.Lookup(HashToken(a.Token)), used.Add(time.Minute))
+		re.Use(re.Lookup(token.HashOf(a.Token)), used.Add(time.Minute))
 		if _, err := re.FlushUsage(); err != nil {
 			t.Fatal(err)
 		}
@@ -569,7 +567,7 @@ func TestUsagePersistence(t *testing.T) {
 		}
 		// Only the time changed: still a flush.
 		e2 := e.reopen(t)
-		ent := e2.Lookup(HashToken(a.Token))
+		ent := e2.Lookup(token.HashOf(a.Token))
 		ent.lastUse.Store(used.Add(2 * time.Minute).UnixNano())
 		if n, _ := e2.FlushUsage(); n != 1 {
 			t.Errorf("changed lastUsage alone flushed %d keys, want 1", n)
@@ -589,20 +587,20 @@ func TestListAndCount(t *testing.T) {
 		if len(got) != 3 || got[0].ID != ids[2] || got[1].ID != ids[1] || got[2].ID != ids[0] {
 			t.Errorf("List not oldest first: %v", got)
 		}
-		if s := e.keys.List(ServiceShare); len(s) != 2 || s[0].ID != ids[2] || s[1].ID != ids[0] {
+		if s := e.keys.List(access.ServiceShare); len(s) != 2 || s[0].ID != ids[2] || s[1].ID != ids[0] {
 			t.Errorf("List(share) = %v", s)
 		}
-		if c := e.keys.Count(ServiceContracts); c != 1 {
+		if c := e.keys.Count(access.ServiceContracts); c != 1 {
 			t.Errorf("Count(contracts) = %d", c)
 		}
 		// What List and Get hand out is a copy: changing it changes no key.
-		l := e.keys.List(ServiceShare)
-		l[0].Privileges[0] = PrivDelete
+		l := e.keys.List(access.ServiceShare)
+		l[0].Privileges[0] = access.PrivDelete
 		l[0].AllowedIPs = append(l[0].AllowedIPs, "x")
-		if g, _ := e.keys.Get(ids[2]); g.Privileges[0] != PrivGet {
+		if g, _ := e.keys.Get(ids[2]); g.Privileges[0] != access.PrivGet {
 			t.Errorf("changing a listed key changed the stored one: %v", g.Privileges)
 		}
-		if ent := e.keys.Lookup(HashToken(mustReveal(t, e.keys, ids[2]))); !ent.snap.Load().has(PrivGet) {
+		if ent := e.keys.Lookup(token.HashOf(mustReveal(t, e.keys, ids[2]))); !ent.snap.Load().has(access.PrivGet) {
 			t.Error("lost privilege")
 		}
 	})
@@ -650,85 +648,11 @@ func TestStoredBadRangeFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := Authorize(&Request{Service: ServiceContracts, Authorization: []string{"Bearer " + k.Token},
+	d := Authorize(&Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + k.Token},
 		ClientIP: netip.MustParseAddr("203.0.113.1"), Method: http.MethodGet, Path: "/webapi/contracts/x", Now: t0},
 		&testContractsTable, re.Lookup)
 	if d.Reason != problem.CodeIPNotAllowed {
 		t.Fatalf("key with an unreadable allowedIps entry: reason %q, want ip_not_allowed", d.Reason)
-	}
-}
-
-func TestRedactTokens(t *testing.T) {
-	tok := NewToken()
-	for in, want := range map[string]string{
-		"/webapi/contracts/abc":                        "/webapi/contracts/abc",
-		"/webapi/contracts/" + tok:                     "/webapi/contracts/kg_[redacted]",
-		"/x/" + tok + "/y/" + tok[:20] + "/kg_/kg_abc": "/x/kg_[redacted]/y/kg_[redacted]/kg_/kg_abc",
-	} {
-		if got := RedactTokens(in); got != want {
-			t.Errorf("RedactTokens(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestLoadOrCreateMasterKey(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "sub", "master.key")
-	k1, err := LoadOrCreateMasterKey(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(k1) != 32 || bytes.Equal(k1, make([]byte, 32)) {
-		t.Fatalf("key %x", k1)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != 0o600 || fi.Size() != 32 {
-		t.Errorf("file mode %v size %d, want 0600 and 32", fi.Mode().Perm(), fi.Size())
-	}
-	if di, _ := os.Stat(filepath.Dir(path)); di.Mode().Perm() != 0o700 {
-		t.Errorf("directory mode %v, want 0700", di.Mode().Perm())
-	}
-	k2, err := LoadOrCreateMasterKey(path)
-	if err != nil || !bytes.Equal(k1, k2) {
-		t.Errorf("second load = %x, %v; want %x", k2, err, k1)
-	}
-	entries, _ := os.ReadDir(filepath.Dir(path))
-	if len(entries) != 1 {
-		t.Errorf("key directory holds %d entries, want only the key", len(entries))
-	}
-	for _, size := range []int{0, 31, 33} {
-		bad := filepath.Join(dir, "bad.key")
-		if err := os.WriteFile(bad, make([]byte, size), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := LoadOrCreateMasterKey(bad); err == nil {
-			t.Errorf("a %d-byte key file was accepted", size)
-		}
-	}
-	// As ssh does with a private key: a key that group or others may
-	// read or write is refused, with the file and its mode named.
-	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620} {
-		loose := filepath.Join(dir, "loose.key")
-		if err := os.WriteFile(loose, k1, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(loose, mode); err != nil {
-			t.Fatal(err)
-		}
-		_, err := LoadOrCreateMasterKey(loose)
-		if err == nil || !strings.Contains(err.Error(), loose) || !strings.Contains(err.Error(), fmt.Sprintf("%04o", mode)) {
-			t.Errorf("a key file of mode %04o: %v; want an error naming the file and its mode", mode, err)
-		}
-		os.Remove(loose)
-	}
-	if err := os.Chmod(path, 0o400); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadOrCreateMasterKey(path); err != nil {
-		t.Errorf("a key file of mode 0400: %v", err)
 	}
 }
 
@@ -751,16 +675,5 @@ func TestOptional(t *testing.T) {
 	}
 	if o := patch.Some("v"); !o.Set || o.Null || o.Value != "v" {
 		t.Errorf("Some = %+v", o)
-	}
-}
-
-func TestHashToken(t *testing.T) {
-	for _, tok := range []string{"", "kg_", NewToken(), NewToken() + "x", strings.Repeat("a", 200)} {
-		if got, want := HashToken(tok), TokenHash(sha256.Sum256([]byte(tok))); got != want {
-			t.Errorf("HashToken(%q) = %x, want %x", tok, got, want)
-		}
-	}
-	if HashToken("kg_a") == HashToken("kg_b") {
-		t.Error("different tokens hash alike")
 	}
 }

@@ -25,9 +25,10 @@ type RateLimit struct {
 
 const (
 	// MaxRateLimits is how many policies a key may carry.
-	MaxRateLimits    = 4
-	maxRateLimit     = 1_000_000_000
-	maxRateWindow    = 86_400
+	MaxRateLimits = 4
+	maxRateLimit  = 1_000_000_000
+	// MaxRateWindow is a policy's longest window, in seconds.
+	MaxRateWindow    = 86_400
 	maxPolicyNameLen = 20
 )
 
@@ -66,7 +67,7 @@ func checkRateLimits(f *problem.Fields, list []json.RawMessage) []RateLimit {
 			p.Name = name
 		}
 		p.Limit, _ = wholeNumber(f, at+".limit", in["limit"], 1, maxRateLimit, "limit must be a whole number from 1 to 1000000000")
-		p.WindowSeconds, _ = wholeNumber(f, at+".windowSeconds", in["windowSeconds"], 1, maxRateWindow, "windowSeconds must be a whole number from 1 to 86400")
+		p.WindowSeconds, _ = wholeNumber(f, at+".windowSeconds", in["windowSeconds"], 1, MaxRateWindow, "windowSeconds must be a whole number from 1 to 86400")
 		out = append(out, p)
 	}
 	if len(f.List()) > bad {

@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // TestRoll: a roll gives the key a new token (returned once) and keeps its
@@ -26,7 +28,7 @@ func TestRoll(t *testing.T) {
 		e.keys.EmitTo(sink)
 		k := mustCreate(t, e.keys, `{"service":"contracts","name":"ci","owner":"alice","privileges":["get","search"]}`)
 		check := func(keys *Keys, token string) Decision {
-			return Authorize(&Request{Service: ServiceContracts, Authorization: []string{"Bearer " + token},
+			return Authorize(&Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + token},
 				ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts", Now: e.clock.Now()},
 				&testContractsTable, keys.Lookup)
 		}
@@ -37,7 +39,7 @@ func TestRoll(t *testing.T) {
 			t.Fatal(err)
 		}
 		until := e.clock.Now().Add(time.Hour)
-		if r1.ID != k.ID || r1.Token == k.Token || !regexp.MustCompile(`^`+TokenPattern+`$`).MatchString(r1.Token) ||
+		if r1.ID != k.ID || r1.Token == k.Token || !regexp.MustCompile(`^`+token.Pattern+`$`).MatchString(r1.Token) ||
 			r1.TokenPrefix != r1.Token[:12] || r1.UsageCount != 1 || len(r1.Privileges) != 2 ||
 			r1.PreviousTokenExpiry == nil || !r1.PreviousTokenExpiry.Equal(until) {
 			t.Fatalf("rolled: %+v", r1)

@@ -74,7 +74,8 @@ type ConsumerInput struct {
 }
 
 const (
-	maxScopeNameLen  = 100
+	// MaxScopeNameLen is the longest name of a plan or consumer, in runes.
+	MaxScopeNameLen  = 100
 	maxExternalIDLen = 255
 )
 
@@ -148,7 +149,7 @@ func checkScopeName(f *problem.Fields, in patch.Field[string], create bool, name
 	case !in.Set && create, in.Set && in.Null:
 		f.Add("name", "required", "name is required: 1 to 100 printable characters")
 	case !in.Set:
-	case !text.Printable(in.Value, maxScopeNameLen) || untrimmed(in.Value):
+	case !text.Printable(in.Value, MaxScopeNameLen) || untrimmed(in.Value):
 		f.Add("name", "invalid", "name must be 1 to 100 printable characters, not beginning or ending with a space")
 	default:
 		*name = in.Value

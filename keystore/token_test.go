@@ -3,95 +3,21 @@ package keystore
 import (
 	"context"
 
-	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"hash/crc32"
 	"net/http"
 	"net/netip"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/token"
 )
-
-// TestTokenFormat: a new token is kg_, 43 base62 characters, '_' and their
-// base62 CRC32; every typo (one character changed, two swapped, one left
-// out or added) fails the checksum, and tokens of the earlier format
-// (kg_ and 43 base64url characters) are still well formed.
-func TestTokenFormat(t *testing.T) {
-	re := regexp.MustCompile(`^` + TokenPattern + `$`)
-	for range 200 {
-		tok := NewToken()
-		if !re.MatchString(tok) || len(tok) != tokenLen || !wellFormedToken(tok) {
-			t.Fatalf("NewToken = %q", tok)
-		}
-		if got := tokenChecksum(tok[3:46]); got != tok[47:] || crc32.ChecksumIEEE([]byte(tok[3:46])) != decode62(tok[47:]) {
-			t.Fatalf("checksum of %q = %s", tok, got)
-		}
-		for i := len(TokenPrefix); i < len(tok); i++ {
-			if tok[i] == '_' {
-				continue
-			}
-			for _, c := range []byte{'0', 'z', 'Q', '-', '_', '+'} {
-				if c == tok[i] {
-					continue
-				}
-				typo := tok[:i] + string(c) + tok[i+1:]
-				if wellFormedToken(typo) {
-					t.Fatalf("%q (from %q) is well formed", typo, tok)
-				}
-			}
-			if i+1 < len(tok) && tok[i] != tok[i+1] && tok[i+1] != '_' {
-				swapped := tok[:i] + string(tok[i+1]) + string(tok[i]) + tok[i+2:]
-				if wellFormedToken(swapped) {
-					t.Fatalf("%q (swapped from %q) is well formed", swapped, tok)
-				}
-			}
-		}
-		for _, bad := range []string{tok[:len(tok)-1], tok + "0", "kg-" + tok[3:], strings.ToUpper(tok[:3]) + tok[3:]} {
-			if wellFormedToken(bad) {
-				t.Fatalf("%q is well formed", bad)
-			}
-		}
-	}
-	if wellFormedToken(TokenPrefix + strings.Repeat("!", 43)) {
-		t.Error("a token of the earlier length with other characters is well formed")
-	}
-	legacy := TokenPrefix + base64.RawURLEncoding.EncodeToString(make([]byte, 32))
-	if !wellFormedToken(legacy) || !wellFormedToken(TokenPrefix+RandomString()) {
-		t.Errorf("a token of the earlier format is refused: %q", legacy)
-	}
-	if n := testing.AllocsPerRun(100, func() { wellFormedToken("kg_SWdFeyUrLC4w16QTOVtCdZzoBdYxqs0wIKEjYNxmncf_0sWiqL") }); n != 0 {
-		t.Errorf("wellFormedToken allocates %v times", n)
-	}
-}
-
-// TestCRC32: the key check's CRC32 is the standard library's, for every
-// length around its 8-byte steps.
-func TestCRC32(t *testing.T) {
-	s := "kg_SWdFeyUrLC4w16QTOVtCdZzoBdYxqs0wIKEjYNxmncf_0sWiqL\x00\xff"
-	for n := 0; n <= len(s); n++ {
-		if got, want := crc32IEEE(s[:n]), crc32.ChecksumIEEE([]byte(s[:n])); got != want {
-			t.Errorf("crc32IEEE(%q) = %08x, want %08x", s[:n], got, want)
-		}
-	}
-}
-
-// decode62 reads base62 digits (the test's own decoder, to check the
-// checksum against the standard library's CRC32).
-func decode62(s string) uint32 {
-	var n uint64
-	for i := 0; i < len(s); i++ {
-		n = n*62 + uint64(strings.IndexByte(base62Digits, s[i]))
-	}
-	return uint32(n)
-}
 
 // TestTokenChecksumBeforeLookup: a token whose checksum fails is refused
 // invalid_key without a lookup; a key issued with the earlier format
@@ -102,9 +28,9 @@ func TestTokenChecksumBeforeLookup(t *testing.T) {
 		k := mustCreate(t, e.keys, `{`+validContracts+`}`)
 		table := &testContractsTable
 		lookups := 0
-		lookup := func(h TokenHash) *Entry { lookups++; return e.keys.Lookup(h) }
+		lookup := func(h token.Hash) *Entry { lookups++; return e.keys.Lookup(h) }
 		req := func(token string) Decision {
-			return Authorize(&Request{Service: ServiceContracts, Authorization: []string{"Bearer " + token},
+			return Authorize(&Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + token},
 				ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts/00000000-0000-4000-8000-000000000000", Now: time.Now()}, table, lookup)
 		}
 		if d := req(k.Token); !d.Authorized() || lookups != 1 {
@@ -120,8 +46,8 @@ func TestTokenChecksumBeforeLookup(t *testing.T) {
 		}
 
 		// A key stored by an earlier version, with a token of the earlier format.
-		legacy := TokenPrefix + RandomString()
-		h := HashToken(legacy)
+		legacy := token.Prefix + token.Random()
+		h := token.HashOf(legacy)
 		old := mustCreate(t, e.keys, `{`+validContracts+`}`)
 		rec := &Record{Key: old, TokenHash: h[:], SealedToken: e.sealer.Seal([]byte(legacy), []byte(old.ID))}
 		rec.Token, rec.TokenPrefix = "", legacy[:12]

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
@@ -185,7 +186,7 @@ func TestRateLimitInput(t *testing.T) {
 
 // checkAt runs the key check of token at now.
 func checkAt(keys *Keys, token string, now time.Time) Decision {
-	return Authorize(&Request{Service: ServiceContracts, Authorization: []string{"Bearer " + token},
+	return Authorize(&Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + token},
 		ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts/x", Now: now},
 		&testContractsTable, keys.Lookup)
 }

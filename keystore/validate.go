@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/text"
@@ -41,7 +42,8 @@ type KeyInput struct {
 }
 
 const (
-	maxNameLen        = 40
+	// MaxNameLen is the longest name of a key, in runes.
+	MaxNameLen        = 40
 	maxDescriptionLen = 4000
 	maxOwnerLen       = 255
 	maxAllowedIPs     = 1000
@@ -59,10 +61,10 @@ func applyCreate(in *KeyInput) (Key, error) {
 	switch {
 	case !in.Service.Set || in.Service.Null || in.Service.Value == "":
 		f.Add("service", "required", "service is required: contracts or share")
-	case !Service(in.Service.Value).Valid():
+	case !access.Service(in.Service.Value).Valid():
 		f.Add("service", "invalid", "service must be contracts or share")
 	default:
-		k.Service = Service(in.Service.Value)
+		k.Service = access.Service(in.Service.Value)
 	}
 	if !in.Name.Set || in.Name.Null {
 		f.Add("name", "required", "name is required")
@@ -98,7 +100,7 @@ func applyUpdate(k Key, in *KeyInput) (Key, error) {
 	if in.Privileges.Set && in.Privileges.Null {
 		f.Add("privileges", "required", "privileges must name at least one privilege")
 	}
-	k.Privileges = append([]Privilege(nil), k.Privileges...)
+	k.Privileges = append([]access.Privilege(nil), k.Privileges...)
 	applyEditable(&f, &k, in)
 	return k, f.Err()
 }
@@ -106,7 +108,7 @@ func applyUpdate(k Key, in *KeyInput) (Key, error) {
 // applyEditable checks and applies the fields both create and update take.
 func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 	if in.Name.Set && !in.Name.Null {
-		if !text.Printable(in.Name.Value, maxNameLen) {
+		if !text.Printable(in.Name.Value, MaxNameLen) {
 			f.Add("name", "invalid", "name must be 1 to 40 printable characters")
 		} else {
 			k.Name = in.Name.Value
@@ -121,7 +123,7 @@ func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 		}
 	}
 	if in.Privileges.Set && !in.Privileges.Null {
-		k.Privileges = checkPrivileges(f, k.Service, in.Privileges.Value)
+		k.Privileges = CheckPrivileges(f, k.Service, in.Privileges.Value)
 	}
 	nvb, okB := checkTime(f, "notValidBefore", in.NotValidBefore)
 	nva, okA := checkTime(f, "notValidAfter", in.NotValidAfter)
@@ -156,7 +158,10 @@ func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 	}
 }
 
-func checkPrivileges(f *problem.Fields, s Service, list []string) []Privilege {
+// CheckPrivileges checks list as the privileges of a key of s, adding
+// each problem to f, and returns them; the importers check a privileges
+// map's groups with it.
+func CheckPrivileges(f *problem.Fields, s access.Service, list []string) []access.Privilege {
 	if len(list) == 0 {
 		f.Add("privileges", "required", "privileges must name at least one privilege")
 		return nil
@@ -165,27 +170,27 @@ func checkPrivileges(f *problem.Fields, s Service, list []string) []Privilege {
 		f.Add("privileges", "too_many", fmt.Sprintf("privileges lists at most %d privileges, each once", maxPrivileges))
 		return nil
 	}
-	out := make([]Privilege, 0, len(list))
-	seen := map[Privilege]bool{}
+	out := make([]access.Privilege, 0, len(list))
+	seen := map[access.Privilege]bool{}
 	for i, p := range list {
 		field := fmt.Sprintf("privileges[%d]", i)
 		switch {
-		case s == "" && !ServiceContracts.Allows(Privilege(p)) && !ServiceShare.Allows(Privilege(p)):
+		case s == "" && !access.ServiceContracts.Allows(access.Privilege(p)) && !access.ServiceShare.Allows(access.Privilege(p)):
 			// The service is itself invalid: still report what no service knows.
 			f.Add(field, "unknown_privilege", fmt.Sprintf("%q is not a privilege of any service", p))
-		case s != "" && !s.Allows(Privilege(p)):
+		case s != "" && !s.Allows(access.Privilege(p)):
 			f.Add(field, "unknown_privilege", fmt.Sprintf("%q is not a privilege of %s keys (%s)", p, s, joinPrivileges(s.Privileges())))
-		case seen[Privilege(p)]:
+		case seen[access.Privilege(p)]:
 			f.Add(field, "duplicate", fmt.Sprintf("%q is listed twice", p))
 		default:
-			seen[Privilege(p)] = true
-			out = append(out, Privilege(p))
+			seen[access.Privilege(p)] = true
+			out = append(out, access.Privilege(p))
 		}
 	}
 	return out
 }
 
-func joinPrivileges(ps []Privilege) string {
+func joinPrivileges(ps []access.Privilege) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = string(p)
@@ -228,8 +233,8 @@ func checkRanges(f *problem.Fields, list []string) []string {
 	return out
 }
 
-func checkAdminProjects(f *problem.Fields, s Service, list []string) []string {
-	if s == ServiceContracts && len(list) > 0 {
+func checkAdminProjects(f *problem.Fields, s access.Service, list []string) []string {
+	if s == access.ServiceContracts && len(list) > 0 {
 		f.Add("adminProjects", "invalid", "adminProjects is only for share keys")
 		return nil
 	}

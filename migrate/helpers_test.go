@@ -19,6 +19,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/notify"
 	"github.com/keygate/keygate/internal/seal"
@@ -177,7 +178,7 @@ func (w *world) serve(token string, r *http.Request) (reply, *httptest.ResponseR
 	method, target := r.Method, r.URL.String()
 	rec := httptest.NewRecorder()
 	var h http.Handler
-	var table *keystore.Table
+	var table *access.Table
 	switch {
 	case strings.HasPrefix(r.URL.Path, contracts.Prefix):
 		h, table = w.contractsAPI, &contracts.Operations
@@ -198,7 +199,7 @@ func (w *world) serve(token string, r *http.Request) (reply, *httptest.ResponseR
 			return reply{Status: d.Status, Body: d.Reason}, rec
 		}
 		w.keys.Use(d.Entry, now)
-		r = r.WithContext(keystore.WithIdentity(r.Context(), d.Identity()))
+		r = r.WithContext(access.WithIdentity(r.Context(), d.Identity()))
 	}
 	h.ServeHTTP(rec, r)
 	out := reply{Status: rec.Code, Headers: map[string]string{}, Body: rec.Body.String()}

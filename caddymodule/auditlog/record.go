@@ -11,9 +11,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/keygate/keygate/internal/token"
 	"go.uber.org/zap/zapcore"
-
-	"github.com/keygate/keygate/keystore"
 )
 
 // Record is one audit entry as a request leaves it: plain values, no
@@ -116,7 +115,7 @@ func (rec *Record) encodeWho(e fieldEncoder) {
 
 // encodeWhat gives the fields of the request itself: encode's second part.
 func (rec *Record) encodeWhat(e fieldEncoder) {
-	e.str("path", keystore.RedactTokens(rec.Path)) // a token pasted into a path stays out of the log
+	e.str("path", token.Redact(rec.Path)) // a token pasted into a path stays out of the log
 	e.ip("client_ip", rec.ClientIP)
 	e.int("status", rec.Status)
 	if rec.Reason != "" {

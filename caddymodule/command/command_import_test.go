@@ -28,7 +28,7 @@ func TestImportCommand(t *testing.T) {
 		t.Fatalf("import: %v\n%s", err, out)
 	}
 	grants := write("groups.yaml", "readers: {service: contracts, privileges: [get, search]}\nwriters: {service: contracts, privileges: [create]}\nshare-readers: {service: share, privileges: [get, list]}\n")
-	out, _, err = runCLI(t, "keys", "import", "../../keystore/testdata/kong.yaml", "--format", "kong", "--privileges-map", grants, "--json")
+	out, _, err = runCLI(t, "keys", "import", "../../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", grants, "--json")
 	if err != nil || !strings.Contains(out, `"imported": 3`) || !strings.Contains(out, `"owner": "cust-42"`) || !strings.Contains(out, `"externalId": "cust-42"`) {
 		t.Fatalf("kong import: %v\n%s", err, out)
 	}
@@ -77,14 +77,14 @@ func TestImportCommandKong(t *testing.T) {
 	}{
 		{
 			name: "every problem at once",
-			args: []string{"../../keystore/testdata/kong-every-problem.yaml", "--format", "kong", "--privileges-map", groups},
+			args: []string{"../../keystore/keyimport/testdata/kong-every-problem.yaml", "--format", "kong", "--privileges-map", groups},
 			wantErr: []string{"privilegesMap.writers.privileges[0]: group writers", "lines[6].plugins:", "lines[8].key:",
 				"lines[14].acls:", "lines[14].rateLimits[0].limit:", "lines[24].key:", "lines[25].key:"},
 			lines: 7,
 		},
 		{
 			name:    "a syntax error of the privileges map",
-			args:    []string{"../../keystore/testdata/kong.yaml", "--format", "kong", "--privileges-map", write("bad-groups.yaml", "readers: {service: contracts, privileges: [get]\nwriters: x\n")},
+			args:    []string{"../../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", write("bad-groups.yaml", "readers: {service: contracts, privileges: [get]\nwriters: x\n")},
 			wantErr: []string{"--privileges-map", "line 2, column 1"},
 		},
 		{
@@ -95,13 +95,13 @@ func TestImportCommandKong(t *testing.T) {
 		},
 		{
 			name:    "a decK dump without --format kong",
-			args:    []string{"../../keystore/testdata/kong.yaml"},
+			args:    []string{"../../keystore/keyimport/testdata/kong.yaml"},
 			wantErr: []string{"this looks like a decK dump", "--format kong"},
 			lines:   1,
 		},
 		{
 			name: "a consumer without credentials, dry run",
-			args: []string{"../../keystore/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--dry-run"},
+			args: []string{"../../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--dry-run"},
 			wantOut: []string{"would import (dry run, nothing stored) 3 keys", "  2 consumers: 2 new, 0 existing\n",
 				"line 27: consumer no-key has no key-auth credential: not imported"},
 		},
@@ -127,7 +127,7 @@ consumers:
 		},
 		{
 			name:    "a consumer without credentials, as JSON",
-			args:    []string{"../../keystore/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--json"},
+			args:    []string{"../../keystore/keyimport/testdata/kong.yaml", "--format", "kong", "--privileges-map", good, "--json"},
 			wantOut: []string{`"imported": 3`, `"consumer": "no-key"`},
 		},
 	}

@@ -16,7 +16,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/keystore/keyimport"
 )
 
 // keyFlags are the flags of keys create and keys update.
@@ -79,7 +81,7 @@ func importCommand() *cobra.Command {
 				}
 				// Read here, checked by the gateway with the file, so that
 				// a bad group comes in the one reply with the rest.
-				grants, err := keystore.ParsePrivilegesMap(raw)
+				grants, err := keyimport.ParsePrivilegesMap(raw)
 				if err != nil {
 					return fmt.Errorf("--privileges-map %s: %v", f, err)
 				}
@@ -314,7 +316,7 @@ func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
 	})
 }
 
-func joinPrivs(ps []keystore.Privilege) string {
+func joinPrivs(ps []access.Privilege) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = string(p)

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/migrate"
 )
 
@@ -93,7 +93,7 @@ func runMigrate(c *cobra.Command, _ []string) error {
 	if _, err := pgdb.CheckDSN(dsn); err != nil {
 		return fmt.Errorf("--dsn-file %s: %w", dsnFile, err)
 	}
-	masterKey, err := keystore.LoadMasterKey(keyFile)
+	masterKey, err := seal.LoadMasterKey(keyFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no master key at %s: give the stopped gateway's master key file with --master-key-file (a new key would open none of its tokens)", keyFile)
 	}

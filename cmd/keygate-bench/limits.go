@@ -7,7 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/access"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // The figures of rate limits and quotas: what a key's policies cost a
@@ -32,7 +33,7 @@ func policy(name string, limit, windowSeconds int64) map[string]any {
 // createKey creates a contracts key through g's admin endpoint, with
 // extra attributes (rateLimits, quota), and returns it.
 func (g *gatewayProc) createKey(name string, privileges []string, extra map[string]any) (id, token string) {
-	k, err := g.CreateKey(string(keystore.ServiceContracts), name, "user-00", privileges, extra)
+	k, err := g.CreateKey(string(access.ServiceContracts), name, "user-00", privileges, extra)
 	if err != nil {
 		fatalf("creating key %s: %v", name, err)
 	}
@@ -99,7 +100,7 @@ func (g *gatewayProc) scopedAuth(d *dataset) float64 {
 // is over its limit for the whole run (every request 429, no create)
 // against the unknown-key flood.
 func (g *gatewayProc) neighbour(d *dataset) (createsPerSec, ratio, refusalRatio float64) {
-	h := auth(keystore.NewToken()) // well formed, in no store: looked up and refused
+	h := auth(token.New()) // well formed, in no store: looked up and refused
 	h.Set("Content-Type", "application/json")
 	unknown := newRequest("POST", g.apiAddr, "/webapi/contracts", h, contractBody(d.templates[0], 1), 401)
 	reader := g.getContract(d)

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage/pgdb"
@@ -35,7 +36,7 @@ type dataset struct {
 // the gateway uses, on either backend, from many goroutines so their
 // writes share commits.
 func prepare(st store, keys, contractCount, shareCount int) (*dataset, error) {
-	masterKey, err := keystore.LoadOrCreateMasterKey(filepath.Join(st.dir, "master.key"))
+	masterKey, err := seal.LoadOrCreateMasterKey(filepath.Join(st.dir, "master.key"))
 	if err != nil {
 		return nil, err
 	}
@@ -63,17 +64,17 @@ func prepare(st store, keys, contractCount, shareCount int) (*dataset, error) {
 		d.projects = append(d.projects, fmt.Sprintf("%d", 10000+i))
 	}
 
-	ck, err := ks.Create(keyInput(keystore.ServiceContracts, d.creators[0], "get", "search", "create", "archive", "delete"))
+	ck, err := ks.Create(keyInput(access.ServiceContracts, d.creators[0], "get", "search", "create", "archive", "delete"))
 	if err != nil {
 		return nil, err
 	}
-	sk, err := ks.Create(keyInput(keystore.ServiceShare, d.creators[0], "get", "list", "create", "delete"))
+	sk, err := ks.Create(keyInput(access.ServiceShare, d.creators[0], "get", "list", "create", "delete"))
 	if err != nil {
 		return nil, err
 	}
 	d.contractsToken, d.shareToken = ck.Token, sk.Token
 	if err := parallel(keys-1, func(i int) error {
-		_, err := ks.Create(keyInput(keystore.ServiceContracts, d.creators[i%len(d.creators)], "get"))
+		_, err := ks.Create(keyInput(access.ServiceContracts, d.creators[i%len(d.creators)], "get"))
 		return err
 	}); err != nil {
 		return nil, err
@@ -116,7 +117,7 @@ func prepare(st store, keys, contractCount, shareCount int) (*dataset, error) {
 	if err != nil {
 		return nil, err
 	}
-	owner := &keystore.Identity{Owner: d.creators[0], Service: keystore.ServiceShare, AdminProjects: []string{"*"}}
+	owner := &access.Identity{Owner: d.creators[0], Service: access.ServiceShare, AdminProjects: []string{"*"}}
 	if err := parallel(shareCount, func(i int) error {
 		var in share.CreateRequest
 		body := fmt.Sprintf(`{"type":"JQL","projectId":%q,"jql":"project = P%d"}`, d.projects[i%len(d.projects)], i%len(d.projects))
@@ -154,13 +155,13 @@ func prepare(st store, keys, contractCount, shareCount int) (*dataset, error) {
 	return d, nil
 }
 
-func keyInput(s keystore.Service, owner string, privs ...string) *keystore.KeyInput {
+func keyInput(s access.Service, owner string, privs ...string) *keystore.KeyInput {
 	in := &keystore.KeyInput{}
 	in.Service = patch.Some(string(s))
 	in.Name = patch.Some("bench")
 	in.Owner = patch.Some(owner)
 	in.Privileges = patch.Some(privs)
-	if s == keystore.ServiceShare {
+	if s == access.ServiceShare {
 		in.AdminProjects = patch.Some([]string{"*"})
 	}
 	return in

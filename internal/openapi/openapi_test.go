@@ -13,8 +13,8 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/openapi"
-	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 	"github.com/keygate/keygate/upstreams/share"
 )
@@ -100,7 +100,7 @@ func TestOperationTables(t *testing.T) {
 	param := regexp.MustCompile(`\{[^}]+\}`)
 	shape := func(p string) string { return param.ReplaceAllString(p, "{}") }
 	tables := []struct {
-		table  keystore.Table
+		table  access.Table
 		scheme string
 	}{
 		{contracts.Operations, "contractsKey"},

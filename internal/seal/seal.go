@@ -1,7 +1,8 @@
 // Package seal encrypts what keygate must store but must be able to read
 // again (API tokens, signing links, queued message bodies) with
-// AES-256-GCM under the master key. It is the one sealing implementation:
-// the key store and the notification outbox both use it.
+// AES-256-GCM under the master key, and reads or creates the master key's
+// file. It is the one sealing implementation: the key store and the
+// notification outbox both use it.
 package seal
 
 import (

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // TemplateBackend stores the template registry: templates by id with the
@@ -81,12 +81,12 @@ type Backend interface {
 
 	// SigningToken finds the contract and signer that a signing-link
 	// token hash belongs to, or answers errNoSigning.
-	SigningToken(ctx context.Context, tx storage.Tx, h keystore.TokenHash) (contract, signer uuid.UUID, err error)
+	SigningToken(ctx context.Context, tx storage.Tx, h token.Hash) (contract, signer uuid.UUID, err error)
 	// SigningPage reads, outside any transaction, what a signing page
 	// shows: the contract and signer of a signing-link token hash, and
 	// the contract's stored document (nil if missing); errNoSigning for
 	// an unknown token. One statement on PostgreSQL.
-	SigningPage(ctx context.Context, h keystore.TokenHash) (c *Contract, signer uuid.UUID, document []byte, err error)
+	SigningPage(ctx context.Context, h token.Hash) (c *Contract, signer uuid.UUID, document []byte, err error)
 
 	// PutAttachment stores data as attachment aid of contract cid.
 	PutAttachment(ctx context.Context, tx storage.Tx, cid, aid uuid.UUID, data []byte) error

@@ -16,7 +16,7 @@ import (
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // BoltBackend keeps templates and contracts in the buckets of the bbolt
@@ -270,7 +270,7 @@ func (b *BoltBackend) Document(_ context.Context, stx storage.Tx, digest []byte)
 }
 
 // SigningPage implements Backend with one read transaction.
-func (b *BoltBackend) SigningPage(ctx context.Context, h keystore.TokenHash) (c *Contract, sid uuid.UUID, doc []byte, err error) {
+func (b *BoltBackend) SigningPage(ctx context.Context, h token.Hash) (c *Contract, sid uuid.UUID, doc []byte, err error) {
 	err = b.db.View(ctx, func(tx storage.Tx) error {
 		var cid uuid.UUID
 		if cid, sid, err = b.SigningToken(ctx, tx, h); err != nil {
@@ -286,7 +286,7 @@ func (b *BoltBackend) SigningPage(ctx context.Context, h keystore.TokenHash) (c 
 }
 
 // SigningToken implements Backend.
-func (b *BoltBackend) SigningToken(_ context.Context, stx storage.Tx, h keystore.TokenHash) (uuid.UUID, uuid.UUID, error) {
+func (b *BoltBackend) SigningToken(_ context.Context, stx storage.Tx, h token.Hash) (uuid.UUID, uuid.UUID, error) {
 	v := boltdb.Of(stx).Bucket(bucketSigningTokens).Get(h[:])
 	if len(v) != 32 {
 		return uuid.UUID{}, uuid.UUID{}, errNoSigning

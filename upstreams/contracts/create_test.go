@@ -4,18 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/token"
+
 	"github.com/google/uuid"
 	"go.etcd.io/bbolt"
-
-	"github.com/keygate/keygate/keystore"
 )
 
 const fullBody = `{
@@ -420,8 +420,8 @@ func TestCreateSealsTokenToItsSigner(t *testing.T) {
 			if err != nil || got != want {
 				t.Errorf("signer %d: unsealed %q, created %q, %v", i, got, want, err)
 			}
-			token := strings.TrimPrefix(want, baseURL+"/sign/")
-			if stored.Signers[i].TokenHash != keystore.HashToken(token) {
+			tok := strings.TrimPrefix(want, baseURL+"/sign/")
+			if stored.Signers[i].TokenHash != token.HashOf(tok) {
 				t.Errorf("signer %d: stored hash is not the token's", i)
 			}
 		}

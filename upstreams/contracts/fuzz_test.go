@@ -9,13 +9,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testclock"
-	"github.com/keygate/keygate/keystore"
 )
 
 // fuzzTarget is newFixture for a fuzz function, on one backend: one
@@ -90,7 +90,7 @@ func fuzzServe(h http.Handler, method, target, contentType string, body []byte) 
 	if contentType != "" {
 		r.Header.Set("Content-Type", contentType)
 	}
-	r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "key-alice", Owner: alice, Service: keystore.ServiceContracts}))
+	r = r.WithContext(access.WithIdentity(r.Context(), &access.Identity{KeyID: "key-alice", Owner: alice, Service: access.ServiceContracts}))
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w

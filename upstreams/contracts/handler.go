@@ -10,11 +10,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/reply"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/keystore"
 )
 
 // handler serves the operation table. The gateway has checked the key and
@@ -50,7 +50,7 @@ func NewHandler(s *Store) http.Handler {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if keystore.IdentityFrom(r.Context()) == nil {
+	if access.IdentityFrom(r.Context()) == nil {
 		h.store.log.Error("contracts: request reached the API without an identity",
 			zap.String("method", r.Method), zap.String("path", r.URL.Path))
 		problem.Write(w, problem.Internal())
@@ -70,7 +70,7 @@ func (h *handler) unmatched(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) create(w http.ResponseWriter, r *http.Request) {
-	owner := keystore.IdentityFrom(r.Context()).Owner
+	owner := access.IdentityFrom(r.Context()).Owner
 	r = r.WithContext(WithOrigin(r.Context(), OriginOf(r)))
 	call, ok := h.store.cfg.Idempotency.Begin(w, r, owner, Prefix)
 	if !ok {
@@ -121,7 +121,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	v, err := h.store.view(c, true, keystore.IdentityFrom(r.Context()).Owner)
+	v, err := h.store.view(c, true, access.IdentityFrom(r.Context()).Owner)
 	if err != nil {
 		h.fail(w, r, err)
 		return

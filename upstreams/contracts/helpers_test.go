@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
@@ -24,7 +25,6 @@ import (
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/testkit/testclock"
-	"github.com/keygate/keygate/keystore"
 )
 
 const (
@@ -119,7 +119,7 @@ func (f *fixture) do(owner, method, target, body string, header ...string) *http
 		r.Header.Set(header[i], header[i+1])
 	}
 	if owner != "" {
-		r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "key-" + owner, Owner: owner, Service: keystore.ServiceContracts}))
+		r = r.WithContext(access.WithIdentity(r.Context(), &access.Identity{KeyID: "key-" + owner, Owner: owner, Service: access.ServiceContracts}))
 	}
 	w := httptest.NewRecorder()
 	f.h.ServeHTTP(w, r)

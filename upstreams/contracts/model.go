@@ -3,7 +3,7 @@ package contracts
 import (
 	"time"
 
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // Status is a contract's status (docs/clients.md, Status).
@@ -127,7 +127,7 @@ type Signer struct {
 
 	// TokenHash is the SHA-256 of the signing-link token, the only form
 	// the signing page looks a signer up by.
-	TokenHash keystore.TokenHash `json:"tokenHash"`
+	TokenHash token.Hash `json:"tokenHash"`
 	// SealedToken is the token sealed under the master key with the
 	// contract and signer ids as associated data, so the creator can be
 	// shown the link again.

@@ -5,7 +5,7 @@ package contracts
 import (
 	"net/http"
 
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/access"
 )
 
 // Prefix is the path the Contract Signing API owns.
@@ -13,15 +13,15 @@ const Prefix = "/webapi/contracts"
 
 // Operations is the API's endpoint table. webapi_auth checks keys against
 // it and Handler routes by it, so the two never disagree.
-var Operations = keystore.Table{
-	Service: keystore.ServiceContracts,
+var Operations = access.Table{
+	Service: access.ServiceContracts,
 	Prefix:  Prefix,
-	Operations: []keystore.Operation{
-		{Name: "search", Method: http.MethodGet, Pattern: Prefix, Privilege: keystore.PrivSearch},
-		{Name: "create", Method: http.MethodPost, Pattern: Prefix, Privilege: keystore.PrivCreate},
-		{Name: "get", Method: http.MethodGet, Pattern: Prefix + "/{id}", Privilege: keystore.PrivGet},
-		{Name: "archive", Method: http.MethodPatch, Pattern: Prefix + "/{id}", Privilege: keystore.PrivArchive},
-		{Name: "delete", Method: http.MethodDelete, Pattern: Prefix + "/{id}", Privilege: keystore.PrivDelete},
-		{Name: "attachment", Method: http.MethodGet, Pattern: Prefix + "/{id}/attachments/{attachmentId}", Privilege: keystore.PrivGet},
+	Operations: []access.Operation{
+		{Name: "search", Method: http.MethodGet, Pattern: Prefix, Privilege: access.PrivSearch},
+		{Name: "create", Method: http.MethodPost, Pattern: Prefix, Privilege: access.PrivCreate},
+		{Name: "get", Method: http.MethodGet, Pattern: Prefix + "/{id}", Privilege: access.PrivGet},
+		{Name: "archive", Method: http.MethodPatch, Pattern: Prefix + "/{id}", Privilege: access.PrivArchive},
+		{Name: "delete", Method: http.MethodDelete, Pattern: Prefix + "/{id}", Privilege: access.PrivDelete},
+		{Name: "attachment", Method: http.MethodGet, Pattern: Prefix + "/{id}/attachments/{attachmentId}", Privilege: access.PrivGet},
 	},
 }

@@ -7,8 +7,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/clientip"
-	"github.com/keygate/keygate/keystore"
 )
 
 // Origin is where a request that changed a contract came from, as the
@@ -31,7 +31,7 @@ const maxUserAgent = 512
 // printable and cut to maxUserAgent bytes.
 func OriginOf(r *http.Request) Origin {
 	var o Origin
-	if id := keystore.IdentityFrom(r.Context()); id != nil {
+	if id := access.IdentityFrom(r.Context()); id != nil {
 		o.KeyID, o.KeyName = id.KeyID, id.KeyName
 	}
 	if addr := clientip.From(r); addr.IsValid() {

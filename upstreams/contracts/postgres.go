@@ -17,7 +17,7 @@ import (
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // PostgresBackend keeps templates and contracts in the tables of
@@ -402,7 +402,7 @@ func (b *PostgresBackend) Document(ctx context.Context, tx storage.Tx, digest []
 
 // SigningPage implements Backend: one statement on the pool, the token's
 // row joined to the contract's record and its document.
-func (b *PostgresBackend) SigningPage(ctx context.Context, h keystore.TokenHash) (*Contract, uuid.UUID, []byte, error) {
+func (b *PostgresBackend) SigningPage(ctx context.Context, h token.Hash) (*Contract, uuid.UUID, []byte, error) {
 	var cid, sid uuid.UUID
 	var raw, doc []byte
 	err := b.db.Pool.QueryRow(ctx, `SELECT t.contract_id, t.signer_id, r.record, d.document
@@ -422,7 +422,7 @@ func (b *PostgresBackend) SigningPage(ctx context.Context, h keystore.TokenHash)
 }
 
 // SigningToken implements Backend.
-func (b *PostgresBackend) SigningToken(ctx context.Context, tx storage.Tx, h keystore.TokenHash) (uuid.UUID, uuid.UUID, error) {
+func (b *PostgresBackend) SigningToken(ctx context.Context, tx storage.Tx, h token.Hash) (uuid.UUID, uuid.UUID, error) {
 	var c, s uuid.UUID
 	err := pgdb.Of(tx).QueryRow(ctx, "SELECT contract_id, signer_id FROM signing_tokens WHERE token_hash = $1", h[:]).Scan(&c, &s)
 	if errors.Is(err, pgx.ErrNoRows) {

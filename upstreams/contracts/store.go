@@ -17,7 +17,7 @@ import (
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/text"
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/token"
 )
 
 // DefaultContractValidity is how long a contract stays open when the
@@ -201,8 +201,8 @@ func (s *Store) CreateWith(ctx context.Context, owner string, in *CreateRequest,
 	for i := range c.Signers {
 		sg := &c.Signers[i]
 		sg.ID = uuid.New().String()
-		sg.token = keystore.RandomString()
-		sg.TokenHash = keystore.HashToken(sg.token)
+		sg.token = token.Random()
+		sg.TokenHash = token.HashOf(sg.token)
 		sg.SealedToken = s.cfg.Sealer.Seal([]byte(sg.token), tokenAAD(c.ID, sg.ID))
 	}
 	st := searchText(c)
@@ -429,11 +429,11 @@ func (s *Store) AccessURL(c *Contract, i int) (string, error) {
 
 // SigningPage is BySigningToken with the contract's document (Document):
 // what a signing page shows, read at once (Backend.SigningPage).
-func (s *Store) SigningPage(ctx context.Context, token string) (c *Contract, signer int, doc *Document, err error) {
+func (s *Store) SigningPage(ctx context.Context, tok string) (c *Contract, signer int, doc *Document, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, -1, nil, err
 	}
-	c, sid, raw, err := s.backend.SigningPage(ctx, keystore.HashToken(token))
+	c, sid, raw, err := s.backend.SigningPage(ctx, token.HashOf(tok))
 	if err != nil {
 		return nil, -1, nil, err
 	}
@@ -454,12 +454,12 @@ func (s *Store) SigningPage(ctx context.Context, token string) (c *Contract, sig
 // BySigningToken finds the contract and the index of the signer that a
 // signing-link token belongs to, or answers a 404 problem. The contract
 // shows its effective status.
-func (s *Store) BySigningToken(ctx context.Context, token string) (*Contract, int, error) {
-	return s.ByTokenHash(ctx, keystore.HashToken(token))
+func (s *Store) BySigningToken(ctx context.Context, tok string) (*Contract, int, error) {
+	return s.ByTokenHash(ctx, token.HashOf(tok))
 }
 
 // ByTokenHash is BySigningToken for a token already hashed.
-func (s *Store) ByTokenHash(ctx context.Context, h keystore.TokenHash) (*Contract, int, error) {
+func (s *Store) ByTokenHash(ctx context.Context, h token.Hash) (*Contract, int, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, -1, err
 	}

@@ -11,13 +11,13 @@ import (
 
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/token"
 
 	"go.etcd.io/bbolt"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
-	"github.com/keygate/keygate/keystore"
 )
 
 func TestConcurrentCreates(t *testing.T) {
@@ -136,7 +136,7 @@ func TestCreateRefusesBadOwner(t *testing.T) {
 func TestSigningTokenLookup(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		f := newFixtureOn(t, db)
-		if _, _, err := f.store.BySigningToken(ctx(), keystore.RandomString()); !problem.IsNotFound(err) {
+		if _, _, err := f.store.BySigningToken(ctx(), token.Random()); !problem.IsNotFound(err) {
 			t.Errorf("unknown token: %v", err)
 		}
 		c, err := f.store.Create(ctx(), alice, &CreateRequest{TemplateID: "PAGE-1", Name: "N",

@@ -3,9 +3,9 @@ package share
 import (
 	"context"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/keystore"
 )
 
 // Activity page limits; docs/clients.md gives none, these follow the list's.
@@ -17,7 +17,7 @@ const (
 // Activity returns entries of the share named uuidStr, newest first,
 // skipping offset and returning at most limit (0: the default 100). Page
 // openings not yet flushed are included.
-func (s *Store) Activity(ctx context.Context, caller *keystore.Identity, uuidStr string, limit, offset int) ([]Activity, error) {
+func (s *Store) Activity(ctx context.Context, caller *access.Identity, uuidStr string, limit, offset int) ([]Activity, error) {
 	if caller == nil {
 		return nil, errNoIdentity
 	}

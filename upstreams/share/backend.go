@@ -3,8 +3,8 @@ package share
 import (
 	"context"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/keystore"
 )
 
 // Backend is the persistence of shares, in the share domain's words: the
@@ -59,7 +59,7 @@ type ListSpec struct {
 	IssueID, ProjectID, CreatedBy string
 	// VisibleTo, when set, keeps only the shares it created or whose
 	// project it administers.
-	VisibleTo *keystore.Identity
+	VisibleTo *access.Identity
 	// Sort is a SortFields value; Desc the direction.
 	Sort   string
 	Desc   bool

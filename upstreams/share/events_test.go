@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
-	"github.com/keygate/keygate/keystore"
 )
 
 // eventShare has a password and a list of selected users: neither the
@@ -230,7 +230,7 @@ func TestShareEventOwnerIsTheCreator(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		e := newEnv(t, db)
 		for _, tc := range []struct {
-			creator, actor *keystore.Identity
+			creator, actor *access.Identity
 		}{{carol, root}, {alice, bob}, {root, root}} {
 			sh := e.create(tc.creator, issueShare("I-"+tc.creator.Owner, "P1"))
 			if _, err := e.store.Update(t.Context(), tc.actor, sh.UUID, issueShare("I-"+tc.creator.Owner, "P1")); err != nil {

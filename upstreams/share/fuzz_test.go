@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -13,9 +12,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keygate/keygate/internal/access"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testkit/eventstest"
-	"github.com/keygate/keygate/keystore"
 )
 
 // fuzzEnvs is newEnv for a fuzz function: a database on each backend an
@@ -43,7 +44,7 @@ func eachEnv(t *testing.T, envs []*env, fn func(t *testing.T, e *env)) {
 
 // fuzzRequest builds a request without httptest.NewRequest's panics on
 // a target that is not a URL: path and raw query are set as given.
-func fuzzRequest(method, path, rawQuery, contentType string, body []byte, caller *keystore.Identity) *http.Request {
+func fuzzRequest(method, path, rawQuery, contentType string, body []byte, caller *access.Identity) *http.Request {
 	r := httptest.NewRequest(method, "/", bytes.NewReader(body))
 	r.URL.Path, r.URL.RawQuery = path, rawQuery
 	r.RequestURI = path
@@ -52,7 +53,7 @@ func fuzzRequest(method, path, rawQuery, contentType string, body []byte, caller
 		r.Header.Set("Content-Type", contentType)
 	}
 	if caller != nil {
-		r = r.WithContext(keystore.WithIdentity(r.Context(), caller))
+		r = r.WithContext(access.WithIdentity(r.Context(), caller))
 	}
 	return r
 }
@@ -75,7 +76,7 @@ func wantFuzzProblem(t *testing.T, w *httptest.ResponseRecorder) problem.Details
 
 // readBack checks that a 200 or 201 share reply names a share that reads
 // back as the same record, byte for byte, of the type that was sent.
-func readBack(t *testing.T, e *env, w *httptest.ResponseRecorder, caller *keystore.Identity, body []byte) *Share {
+func readBack(t *testing.T, e *env, w *httptest.ResponseRecorder, caller *access.Identity, body []byte) *Share {
 	t.Helper()
 	var sh Share
 	if err := json.Unmarshal(w.Body.Bytes(), &sh); err != nil || sh.UUID == "" {
@@ -187,7 +188,7 @@ func FuzzList(f *testing.F) {
 	f.Fuzz(func(t *testing.T, query string) {
 		eachEnv(t, envs, func(t *testing.T, e *env) {
 			_, qerr := url.ParseQuery(query)
-			for _, caller := range []*keystore.Identity{root, bob} {
+			for _, caller := range []*access.Identity{root, bob} {
 				w := serve(e.api, fuzzRequest(http.MethodGet, Prefix, query, "", nil, caller))
 				if storetest.Digest(t, e.db) != befores[e] {
 					t.Fatalf("a list (%d) changed the database", w.Code)

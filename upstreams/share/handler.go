@@ -9,13 +9,13 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/reply"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/text"
-	"github.com/keygate/keygate/keystore"
 )
 
 // api serves the External Share Web API. The gateway has checked the key
@@ -55,7 +55,7 @@ func NewHandler(s *Store) http.Handler {
 			problem.Write(w, problem.NotFound("no such path"))
 			return
 		}
-		if keystore.IdentityFrom(r.Context()) == nil {
+		if access.IdentityFrom(r.Context()) == nil {
 			s.log.Error("share: request without key identity; is webapi_auth in front of webapi_share?")
 			problem.Write(w, problem.Internal())
 			return
@@ -161,7 +161,7 @@ func (h *api) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	shares, total, err := h.s.List(r.Context(), keystore.IdentityFrom(r.Context()), lq)
+	shares, total, err := h.s.List(r.Context(), access.IdentityFrom(r.Context()), lq)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -199,7 +199,7 @@ func (h *api) create(w http.ResponseWriter, r *http.Request) {
 	if !h.noQuery(w, r) {
 		return
 	}
-	caller := keystore.IdentityFrom(r.Context())
+	caller := access.IdentityFrom(r.Context())
 	call, ok := h.s.idem.Begin(w, r, caller.Owner, Prefix)
 	if !ok {
 		return
@@ -227,7 +227,7 @@ func (h *api) create(w http.ResponseWriter, r *http.Request) {
 
 // createOnce is create with an Idempotency-Key: the reply is made in
 // the create's transaction and stored with the share.
-func (h *api) createOnce(w http.ResponseWriter, r *http.Request, call *idempotency.Call, caller *keystore.Identity, in *CreateRequest) {
+func (h *api) createOnce(w http.ResponseWriter, r *http.Request, call *idempotency.Call, caller *access.Identity, in *CreateRequest) {
 	_, err := h.s.CreateWith(r.Context(), caller, in, func(tx storage.Tx, sh *Share) error {
 		return call.SaveCreated(r.Context(), tx, Prefix+"/"+sh.UUID, sh)
 	})
@@ -238,7 +238,7 @@ func (h *api) get(w http.ResponseWriter, r *http.Request) {
 	if !h.noQuery(w, r) {
 		return
 	}
-	sh, err := h.s.Get(r.Context(), keystore.IdentityFrom(r.Context()), r.PathValue("uuid"))
+	sh, err := h.s.Get(r.Context(), access.IdentityFrom(r.Context()), r.PathValue("uuid"))
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -255,7 +255,7 @@ func (h *api) update(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	sh, err := h.s.Update(r.Context(), keystore.IdentityFrom(r.Context()), r.PathValue("uuid"), &in)
+	sh, err := h.s.Update(r.Context(), access.IdentityFrom(r.Context()), r.PathValue("uuid"), &in)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -267,7 +267,7 @@ func (h *api) delete(w http.ResponseWriter, r *http.Request) {
 	if !h.noQuery(w, r) {
 		return
 	}
-	if err := h.s.Delete(r.Context(), keystore.IdentityFrom(r.Context()), r.PathValue("uuid")); err != nil {
+	if err := h.s.Delete(r.Context(), access.IdentityFrom(r.Context()), r.PathValue("uuid")); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -293,7 +293,7 @@ func (h *api) activity(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	list, err := h.s.Activity(r.Context(), keystore.IdentityFrom(r.Context()), r.PathValue("uuid"), limit, offset)
+	list, err := h.s.Activity(r.Context(), access.IdentityFrom(r.Context()), r.PathValue("uuid"), limit, offset)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -4,14 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/access"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
 func TestCreateReturnsTheRecord(t *testing.T) {
@@ -173,7 +173,7 @@ func TestCreateMediaTypeAndSize(t *testing.T) {
 		req := func(ct, body string) *http.Request {
 			r, _ := http.NewRequest("POST", "/webapi/share", strings.NewReader(body))
 			r.Header.Set("Content-Type", ct)
-			return r.WithContext(keystore.WithIdentity(r.Context(), alice))
+			return r.WithContext(access.WithIdentity(r.Context(), alice))
 		}
 		w := serve(e.api, req("text/plain", `{"type":"ISSUE","issueId":"1"}`))
 		wantProblem(t, w, 415, "unsupported_media_type")
@@ -232,7 +232,7 @@ func TestVisibility(t *testing.T) {
 		aliceNoProject := e.create(alice, issueShare("I3", ""))
 		tests := []struct {
 			name   string
-			caller *keystore.Identity
+			caller *access.Identity
 			share  *Share
 			seen   bool
 		}{

@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
@@ -20,17 +21,16 @@ import (
 	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/testkit/testclock"
-	"github.com/keygate/keygate/keystore"
 )
 
 // Callers of the tests: alice and carol own shares; bob administers P1;
 // root administers everything; dave has no rights at all.
 var (
-	alice = &keystore.Identity{KeyID: "k-alice", Owner: "alice", Service: keystore.ServiceShare}
-	carol = &keystore.Identity{KeyID: "k-carol", Owner: "carol", Service: keystore.ServiceShare}
-	bob   = &keystore.Identity{KeyID: "k-bob", Owner: "bob", Service: keystore.ServiceShare, AdminProjects: []string{"P1"}}
-	root  = &keystore.Identity{KeyID: "k-root", Owner: "root", Service: keystore.ServiceShare, AdminProjects: []string{"*"}}
-	dave  = &keystore.Identity{KeyID: "k-dave", Owner: "dave", Service: keystore.ServiceShare}
+	alice = &access.Identity{KeyID: "k-alice", Owner: "alice", Service: access.ServiceShare}
+	carol = &access.Identity{KeyID: "k-carol", Owner: "carol", Service: access.ServiceShare}
+	bob   = &access.Identity{KeyID: "k-bob", Owner: "bob", Service: access.ServiceShare, AdminProjects: []string{"P1"}}
+	root  = &access.Identity{KeyID: "k-root", Owner: "root", Service: access.ServiceShare, AdminProjects: []string{"*"}}
+	dave  = &access.Identity{KeyID: "k-dave", Owner: "dave", Service: access.ServiceShare}
 )
 
 var testStart = time.Date(2025, 11, 24, 12, 0, 0, 0, time.UTC)
@@ -95,7 +95,7 @@ func envOn(tb testing.TB, db storage.DB) *env {
 func (e *env) nowMs() int64 { return e.clock.Now().UnixMilli() }
 
 // call sends an API request as caller (nil: no identity in context).
-func (e *env) call(caller *keystore.Identity, method, path string, body any) *httptest.ResponseRecorder {
+func (e *env) call(caller *access.Identity, method, path string, body any) *httptest.ResponseRecorder {
 	e.t.Helper()
 	var rd *bytes.Reader
 	switch b := body.(type) {
@@ -116,7 +116,7 @@ func (e *env) call(caller *keystore.Identity, method, path string, body any) *ht
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if caller != nil {
-		req = req.WithContext(keystore.WithIdentity(req.Context(), caller))
+		req = req.WithContext(access.WithIdentity(req.Context(), caller))
 	}
 	w := httptest.NewRecorder()
 	e.api.ServeHTTP(w, req)
@@ -124,7 +124,7 @@ func (e *env) call(caller *keystore.Identity, method, path string, body any) *ht
 }
 
 // create makes a share through the store and fails the test on error.
-func (e *env) create(caller *keystore.Identity, in *CreateRequest) *Share {
+func (e *env) create(caller *access.Identity, in *CreateRequest) *Share {
 	e.t.Helper()
 	sh, err := e.store.Create(context.Background(), caller, in)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/seal"
@@ -16,7 +17,6 @@ import (
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/testkit/idemtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
-	"github.com/keygate/keygate/keystore"
 )
 
 // newIdempotencyEnv is newEnv with a store that keeps idempotent
@@ -46,14 +46,14 @@ func newIdempotencyEnv(t *testing.T, db storage.DB) *env {
 
 // post creates body as caller, with the Idempotency-Key key unless it is
 // nil.
-func (e *env) post(caller *keystore.Identity, body string, key *string) *httptest.ResponseRecorder {
+func (e *env) post(caller *access.Identity, body string, key *string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(http.MethodPost, Prefix, strings.NewReader(body))
 	req.RemoteAddr = "198.51.100.7:40000"
 	req.Header.Set("Content-Type", "application/json")
 	if key != nil {
 		req.Header.Set(idempotency.Header, *key)
 	}
-	req = req.WithContext(keystore.WithIdentity(req.Context(), caller))
+	req = req.WithContext(access.WithIdentity(req.Context(), caller))
 	w := httptest.NewRecorder()
 	e.api.ServeHTTP(w, req)
 	return w

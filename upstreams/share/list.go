@@ -6,9 +6,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/keystore"
 )
 
 // List limits of docs/clients.md.
@@ -41,7 +41,7 @@ type listPlan struct {
 	issue, project, creator string
 	// checkVisible: some matches of the filters may be unseen by caller.
 	checkVisible bool
-	caller       *keystore.Identity
+	caller       *access.Identity
 	// empty: no share can match (a filter contradicts visibility).
 	empty bool
 }
@@ -49,7 +49,7 @@ type listPlan struct {
 // plan applies docs/clients.md's visibility rule to q. A caller that
 // administers the filtered project (or everything) sees every match; one
 // that does not sees only its own shares there, which is a creator filter.
-func plan(caller *keystore.Identity, q *ListQuery) listPlan {
+func plan(caller *access.Identity, q *ListQuery) listPlan {
 	p := listPlan{issue: q.IssueID, project: q.ProjectID, creator: q.UserID, caller: caller}
 	switch {
 	case caller.AdminOfAll():
@@ -93,7 +93,7 @@ func checkListQuery(q *ListQuery) error {
 // matches. A caller without adminProjects must name userId or projectId
 // (403). All of it is read in one read transaction, so pages taken at once
 // by many clients see the same snapshot.
-func (s *Store) List(ctx context.Context, caller *keystore.Identity, q ListQuery) ([]*Share, int, error) {
+func (s *Store) List(ctx context.Context, caller *access.Identity, q ListQuery) ([]*Share, int, error) {
 	if caller == nil {
 		return nil, 0, errNoIdentity
 	}

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/url"
 	"slices"
 	"strconv"
@@ -13,7 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/access"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
 // seedShares makes a varied set: three creators, projects P1-P3 and none,
@@ -21,7 +21,7 @@ import (
 // (some flushed, some still in memory).
 func seedShares(e *env, n int) []*Share {
 	e.t.Helper()
-	creators := []*keystore.Identity{alice, carol, bob}
+	creators := []*access.Identity{alice, carol, bob}
 	projects := []string{"P1", "P2", "P3", ""}
 	var out []*Share
 	for i := range n {
@@ -86,7 +86,7 @@ func getAll(e *env, all []*Share) []*Share {
 	return out
 }
 
-func reference(e *env, all []*Share, caller *keystore.Identity, q ListQuery) []uint64 {
+func reference(e *env, all []*Share, caller *access.Identity, q ListQuery) []uint64 {
 	e.t.Helper()
 	var rows []*Share
 	for _, full := range all {
@@ -191,7 +191,7 @@ func TestListMatchesReference(t *testing.T) {
 		full := getAll(e, all)
 		scopes := []struct {
 			name   string
-			caller *keystore.Identity
+			caller *access.Identity
 			q      ListQuery
 		}{
 			{"star admin, everything", root, ListQuery{}},
@@ -277,7 +277,7 @@ func TestListRefusals(t *testing.T) {
 		e := newEnv(t, db)
 		tests := []struct {
 			name   string
-			caller *keystore.Identity
+			caller *access.Identity
 			query  string
 			status int
 			code   string

@@ -6,7 +6,7 @@ package share
 import (
 	"net/http"
 
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/internal/access"
 )
 
 // Prefix is the path the External Share API owns.
@@ -14,15 +14,15 @@ const Prefix = "/webapi/share"
 
 // Operations is the API's endpoint table. On share, create also grants
 // update (PUT) and get grants activity (docs/clients.md, Keys).
-var Operations = keystore.Table{
-	Service: keystore.ServiceShare,
+var Operations = access.Table{
+	Service: access.ServiceShare,
 	Prefix:  Prefix,
-	Operations: []keystore.Operation{
-		{Name: "list", Method: http.MethodGet, Pattern: Prefix, Privilege: keystore.PrivList},
-		{Name: "create", Method: http.MethodPost, Pattern: Prefix, Privilege: keystore.PrivCreate},
-		{Name: "get", Method: http.MethodGet, Pattern: Prefix + "/{uuid}", Privilege: keystore.PrivGet},
-		{Name: "update", Method: http.MethodPut, Pattern: Prefix + "/{uuid}", Privilege: keystore.PrivCreate},
-		{Name: "delete", Method: http.MethodDelete, Pattern: Prefix + "/{uuid}", Privilege: keystore.PrivDelete},
-		{Name: "activity", Method: http.MethodGet, Pattern: Prefix + "/{uuid}/activity", Privilege: keystore.PrivGet},
+	Operations: []access.Operation{
+		{Name: "list", Method: http.MethodGet, Pattern: Prefix, Privilege: access.PrivList},
+		{Name: "create", Method: http.MethodPost, Pattern: Prefix, Privilege: access.PrivCreate},
+		{Name: "get", Method: http.MethodGet, Pattern: Prefix + "/{uuid}", Privilege: access.PrivGet},
+		{Name: "update", Method: http.MethodPut, Pattern: Prefix + "/{uuid}", Privilege: access.PrivCreate},
+		{Name: "delete", Method: http.MethodDelete, Pattern: Prefix + "/{uuid}", Privilege: access.PrivDelete},
+		{Name: "activity", Method: http.MethodGet, Pattern: Prefix + "/{uuid}/activity", Privilege: access.PrivGet},
 	},
 }

@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
-	"github.com/keygate/keygate/keystore"
 )
 
 // Values of the parity data set: creators with mixed case and non-ASCII
@@ -44,7 +44,7 @@ func parityLoad(t *testing.T, e *env, n int) {
 		if rnd.Intn(4) == 0 {
 			e.clock.Advance(time.Duration(rnd.Intn(3000)) * time.Millisecond)
 		}
-		caller := &keystore.Identity{Owner: parityCreators[rnd.Intn(len(parityCreators))], Service: keystore.ServiceShare}
+		caller := &access.Identity{Owner: parityCreators[rnd.Intn(len(parityCreators))], Service: access.ServiceShare}
 		project := parityProjects[rnd.Intn(len(parityProjects))]
 		var in *CreateRequest
 		switch rnd.Intn(5) {
@@ -72,7 +72,7 @@ func parityLoad(t *testing.T, e *env, n int) {
 		}
 		made = append(made, sh)
 	}
-	admin := &keystore.Identity{Owner: "root", Service: keystore.ServiceShare, AdminProjects: []string{"*"}}
+	admin := &access.Identity{Owner: "root", Service: access.ServiceShare, AdminProjects: []string{"*"}}
 	for range n / 10 {
 		e.clock.Advance(time.Duration(rnd.Intn(2000)) * time.Millisecond)
 		sh := made[rnd.Intn(len(made))]
@@ -114,11 +114,11 @@ func isNotFound(err error) bool {
 // directions under every filter combination, for callers of each kind,
 // whole pages and cut ones.
 func parityQueries() []struct {
-	caller *keystore.Identity
+	caller *access.Identity
 	q      ListQuery
 } {
 	rnd := rand.New(rand.NewSource(paritySeed + 2))
-	callers := []*keystore.Identity{
+	callers := []*access.Identity{
 		{Owner: "root", AdminProjects: []string{"*"}},
 		{Owner: "Alice", AdminProjects: []string{"P1", "proj-A", "Z"}},
 		{Owner: "émile", AdminProjects: []string{"p1"}},
@@ -135,7 +135,7 @@ func parityQueries() []struct {
 		return vals[rnd.Intn(len(vals))]
 	}
 	var out []struct {
-		caller *keystore.Identity
+		caller *access.Identity
 		q      ListQuery
 	}
 	for _, c := range callers {
@@ -160,7 +160,7 @@ func parityQueries() []struct {
 						q := base
 						q.Sort, q.Desc, q.Limit, q.Offset = sort, desc, page[0], page[1]
 						out = append(out, struct {
-							caller *keystore.Identity
+							caller *access.Identity
 							q      ListQuery
 						}{c, q})
 					}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/keygate/keygate/internal/host"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/keygate/keygate/internal/access"
+	"github.com/keygate/keygate/internal/host"
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
@@ -18,7 +20,6 @@ import (
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/keystore"
 )
 
 // Config is what the gateway hands the share store.
@@ -124,7 +125,7 @@ func notFound() *problem.Details { return problem.NotFound("no share with this u
 // visible is docs/clients.md's rule: the caller sees the shares it created and
 // those of projects it administers ("*": all). An issue share without a
 // project is seen by its creator and "*" administrators only.
-func visible(caller *keystore.Identity, createdBy, projectID string) bool {
+func visible(caller *access.Identity, createdBy, projectID string) bool {
 	return createdBy == caller.Owner || caller.AdminOf(projectID)
 }
 
@@ -156,7 +157,7 @@ func canonicalUUID(s string) ([]byte, bool) {
 
 // loadVisible reads the share named uuidStr that caller may see, or
 // answers the 404 a share the caller cannot see gets, as if absent.
-func (s *Store) loadVisible(tx storage.Tx, caller *keystore.Identity, uuidStr string) (*record, error) {
+func (s *Store) loadVisible(tx storage.Tx, caller *access.Identity, uuidStr string) (*record, error) {
 	r, err := s.loadByUUID(tx, uuidStr)
 	if err != nil {
 		return nil, err
@@ -188,7 +189,7 @@ func (s *Store) loadForUpdate(tx storage.Tx, uuidStr string) (*record, error) {
 // Create validates in, stores the share as caller's and writes the
 // activity entry "created". Creates share commits (db.Batch): many at
 // once cost few disk syncs, and a returned share is on disk.
-func (s *Store) Create(ctx context.Context, caller *keystore.Identity, in *CreateRequest) (*Share, error) {
+func (s *Store) Create(ctx context.Context, caller *access.Identity, in *CreateRequest) (*Share, error) {
 	return s.CreateWith(ctx, caller, in, nil)
 }
 
@@ -197,7 +198,7 @@ func (s *Store) Create(ctx context.Context, caller *keystore.Identity, in *Creat
 // it, for what must commit with it or not at all: an idempotent create's
 // stored reply. It may run more than once; an error fails this create
 // alone.
-func (s *Store) CreateWith(ctx context.Context, caller *keystore.Identity, in *CreateRequest, inTx func(tx storage.Tx, sh *Share) error) (*Share, error) {
+func (s *Store) CreateWith(ctx context.Context, caller *access.Identity, in *CreateRequest, inTx func(tx storage.Tx, sh *Share) error) (*Share, error) {
 	if caller == nil || caller.Owner == "" {
 		return nil, errNoIdentity
 	}
@@ -277,7 +278,7 @@ func (r *record) setContent(c *content) {
 }
 
 // Get returns the share named uuidStr if caller may see it, else a 404.
-func (s *Store) Get(ctx context.Context, caller *keystore.Identity, uuidStr string) (*Share, error) {
+func (s *Store) Get(ctx context.Context, caller *access.Identity, uuidStr string) (*Share, error) {
 	if caller == nil {
 		return nil, errNoIdentity
 	}
@@ -304,7 +305,7 @@ func (s *Store) Get(ctx context.Context, caller *keystore.Identity, uuidStr stri
 // the unflushed openings added as the read transaction would add them.
 // ok is false when a flush moved on between the read and the count: Get
 // then reads again in a transaction, which settles it.
-func (s *Store) getNow(ctx context.Context, caller *keystore.Identity, uuidStr string) (out *Share, ok bool, err error) {
+func (s *Store) getNow(ctx context.Context, caller *access.Identity, uuidStr string) (out *Share, ok bool, err error) {
 	if _, valid := canonicalUUID(uuidStr); !valid {
 		return nil, true, notFound()
 	}
@@ -341,7 +342,7 @@ func (s *Store) getNow(ctx context.Context, caller *keystore.Identity, uuidStr s
 // issueId and projectId cannot change; an absent password keeps the old
 // one, null removes it, a string replaces it; everything else is replaced
 // as sent. Writes the activity entry "updated".
-func (s *Store) Update(ctx context.Context, caller *keystore.Identity, uuidStr string, in *CreateRequest) (*Share, error) {
+func (s *Store) Update(ctx context.Context, caller *access.Identity, uuidStr string, in *CreateRequest) (*Share, error) {
 	if caller == nil || caller.Owner == "" {
 		return nil, errNoIdentity
 	}
@@ -449,7 +450,7 @@ func checkImmutable(f *problem.Fields, field string, check bool, sent, stored st
 
 // Delete removes the share named uuidStr, its index entries and its
 // activity.
-func (s *Store) Delete(ctx context.Context, caller *keystore.Identity, uuidStr string) error {
+func (s *Store) Delete(ctx context.Context, caller *access.Identity, uuidStr string) error {
 	if caller == nil {
 		return errNoIdentity
 	}

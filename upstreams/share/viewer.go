@@ -10,11 +10,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/host"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/reply"
-	"github.com/keygate/keygate/keystore"
 )
 
 // The public page's routes, under /s/ and without an API key.
@@ -85,15 +85,15 @@ func NewViewer(s *Store, h host.Host) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var allow string
 		switch {
-		case keystore.MatchPattern(pagePattern, r.URL.Path), keystore.MatchPattern(attachmentPattern, r.URL.Path),
-			keystore.MatchPattern(listIssuePattern, r.URL.Path), keystore.MatchPattern(listAttachmentPattern, r.URL.Path):
+		case access.MatchPattern(pagePattern, r.URL.Path), access.MatchPattern(attachmentPattern, r.URL.Path),
+			access.MatchPattern(listIssuePattern, r.URL.Path), access.MatchPattern(listAttachmentPattern, r.URL.Path):
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				allow = "GET, HEAD"
 			}
-		case keystore.MatchPattern(unlockPattern, r.URL.Path), keystore.MatchPattern(commentPattern, r.URL.Path),
-			keystore.MatchPattern(fieldPattern, r.URL.Path), keystore.MatchPattern(uploadPattern, r.URL.Path),
-			keystore.MatchPattern(listCommentPattern, r.URL.Path), keystore.MatchPattern(listFieldPattern, r.URL.Path),
-			keystore.MatchPattern(listUploadPattern, r.URL.Path):
+		case access.MatchPattern(unlockPattern, r.URL.Path), access.MatchPattern(commentPattern, r.URL.Path),
+			access.MatchPattern(fieldPattern, r.URL.Path), access.MatchPattern(uploadPattern, r.URL.Path),
+			access.MatchPattern(listCommentPattern, r.URL.Path), access.MatchPattern(listFieldPattern, r.URL.Path),
+			access.MatchPattern(listUploadPattern, r.URL.Path):
 			if r.Method != http.MethodPost {
 				allow = "POST"
 			}

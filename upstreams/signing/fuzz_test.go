@@ -19,13 +19,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testclock"
-	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -103,7 +103,7 @@ func (f *fuzzFixture) next(tb testing.TB) {
 		"signers":[{"fullName":"Sam Signer","accessKind":"url"},{"fullName":"Kim","accessKind":"url"}],
 		"watchers":[{"name":"Desk","email":"desk@example.com","notificationKinds":"signed|rejected"}]}`))
 	r.Header.Set("Content-Type", "application/json")
-	r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "key-alice", Owner: "alice", Service: keystore.ServiceContracts}))
+	r = r.WithContext(access.WithIdentity(r.Context(), &access.Identity{KeyID: "key-alice", Owner: "alice", Service: access.ServiceContracts}))
 	w := httptest.NewRecorder()
 	f.api.ServeHTTP(w, r)
 	var c created

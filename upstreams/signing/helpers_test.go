@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/docseal"
 	"github.com/keygate/keygate/internal/seal"
 
@@ -30,7 +31,6 @@ import (
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testclock"
 	"github.com/keygate/keygate/internal/testkit/testwait"
-	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -152,7 +152,7 @@ func (f *fixture) apiDo(method, target, body string) *httptest.ResponseRecorder 
 		r = httptest.NewRequest(method, target, strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
 	}
-	r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "key-alice", Owner: "alice", Service: keystore.ServiceContracts}))
+	r = r.WithContext(access.WithIdentity(r.Context(), &access.Identity{KeyID: "key-alice", Owner: "alice", Service: access.ServiceContracts}))
 	w := httptest.NewRecorder()
 	f.api.ServeHTTP(w, r)
 	return w

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/idempotency"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/testkit/storetest"
-	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -38,7 +38,7 @@ func (f *fixture) postKey(body, key string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodPost, contracts.Prefix, strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set(idempotency.Header, key)
-	r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "key-alice", Owner: "alice", Service: keystore.ServiceContracts}))
+	r = r.WithContext(access.WithIdentity(r.Context(), &access.Identity{KeyID: "key-alice", Owner: "alice", Service: access.ServiceContracts}))
 	w := httptest.NewRecorder()
 	f.api.ServeHTTP(w, r)
 	return w

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/pdftest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
-	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
 
@@ -30,8 +30,8 @@ func (f *fixture) createAs(body string) *created {
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("User-Agent", "billing-sync/2.1\x00\n(bot)")
 	r.RemoteAddr = "198.51.100.9:5000"
-	r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "0b6f7d1e-1111-4222-8333-944455556666",
-		KeyName: "Billing sync", Owner: "alice", Service: keystore.ServiceContracts}))
+	r = r.WithContext(access.WithIdentity(r.Context(), &access.Identity{KeyID: "0b6f7d1e-1111-4222-8333-944455556666",
+		KeyName: "Billing sync", Owner: "alice", Service: access.ServiceContracts}))
 	w := httptest.NewRecorder()
 	f.api.ServeHTTP(w, r)
 	if w.Code != http.StatusCreated {
@@ -258,8 +258,8 @@ func TestCertificateClientText(t *testing.T) {
 				r.Header.Set("Content-Type", "application/json")
 				r.Header.Set("User-Agent", tt.userAgent)
 				r.RemoteAddr = "198.51.100.9:5000"
-				r = r.WithContext(keystore.WithIdentity(r.Context(), &keystore.Identity{KeyID: "0b6f7d1e-1111-4222-8333-944455556666",
-					KeyName: tt.keyName, Owner: tt.owner, Service: keystore.ServiceContracts}))
+				r = r.WithContext(access.WithIdentity(r.Context(), &access.Identity{KeyID: "0b6f7d1e-1111-4222-8333-944455556666",
+					KeyName: tt.keyName, Owner: tt.owner, Service: access.ServiceContracts}))
 				w := httptest.NewRecorder()
 				f.api.ServeHTTP(w, r)
 				if w.Code != http.StatusCreated {

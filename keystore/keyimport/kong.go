@@ -1,4 +1,4 @@
-package keystore
+package keyimport
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
 )
 
 // What a decK dump's consumer groups and rate-limiting plugins become.
@@ -340,7 +341,7 @@ func rateLimitingAdvanced(config map[string]any, unmapped func(string)) (limits 
 		case !okN || !okW:
 			unmapped("a rate-limiting-advanced limit or window_size that is not a positive whole number")
 			ok = false
-		case w > maxRateWindow:
+		case w > keystore.MaxRateWindow:
 			unmapped("a rate-limiting-advanced window of " + strconv.FormatInt(w, 10) + " seconds, longer than the day a keygate policy can count")
 			ok = false
 		default:

@@ -1,4 +1,11 @@
-package keystore
+// Package keyimport reads the files a key import brings: JSON Lines of
+// keygate's own (ParseJSONL) and a decK dump of Kong's consumers, consumer
+// groups and plugins (ParseKong, with a privileges map read by
+// ParsePrivilegesMap). Each parser returns what keystore.Keys.Import
+// checks and stores in one transaction (the keys of a keystore.ImportSet,
+// or a whole set from a dump), with the line each entry came from, or a
+// 400 that names every bad line.
+package keyimport
 
 import (
 	"bytes"
@@ -18,21 +25,19 @@ import (
 	"go.yaml.in/yaml/v3"
 	yaml4 "go.yaml.in/yaml/v4"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
 )
-
-// The files an import reads: JSON Lines of our own (ParseJSONL) and a
-// decK dump of Kong's consumers (ParseKong). Each parser returns the keys
-// with the line each came from, or a 400 that names every bad line.
 
 // ParseJSONL reads one key a line: the fields of POST /webapi/keys and,
 // optionally, "token". Blank lines are skipped; service, when not empty,
 // is the service of lines that name none. It returns the keys of the
 // good lines and a 400 naming each bad one (Import reports both at once);
 // past MaxImport keys it stops.
-func ParseJSONL(data []byte, service string) ([]ImportKey, error) {
-	var out []ImportKey
+func ParseJSONL(data []byte, service string) ([]keystore.ImportKey, error) {
+	var out []keystore.ImportKey
 	var f problem.Fields
 	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a byte order mark
 	if looksLikeDeck(data) {
@@ -54,8 +59,8 @@ func ParseJSONL(data []byte, service string) ([]ImportKey, error) {
 			continue
 		}
 		where := "lines[" + strconv.Itoa(line) + "]"
-		if len(out) >= MaxImport {
-			f.Add("lines", "too_many", "an import holds at most "+strconv.Itoa(MaxImport)+" keys; split the file")
+		if len(out) >= keystore.MaxImport {
+			f.Add("lines", "too_many", "an import holds at most "+strconv.Itoa(keystore.MaxImport)+" keys; split the file")
 			break
 		}
 		if len(raw) > maxImportLine {
@@ -63,7 +68,7 @@ func ParseJSONL(data []byte, service string) ([]ImportKey, error) {
 			continue
 		}
 		var in struct {
-			KeyInput
+			keystore.KeyInput
 			Token *string `json:"token"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(raw))
@@ -76,7 +81,7 @@ func ParseJSONL(data []byte, service string) ([]ImportKey, error) {
 			f.Add(where, "invalid_json", "one JSON object a line")
 			continue
 		}
-		k := ImportKey{Line: line, Input: in.KeyInput}
+		k := keystore.ImportKey{Line: line, Input: in.KeyInput}
 		if in.Token != nil {
 			if *in.Token == "" {
 				f.Add(where+".token", "invalid", "token is empty: leave it out for a new one")
@@ -173,14 +178,14 @@ func checkGrants(f *problem.Fields, grants map[string]Grant) map[string]bool {
 	for _, g := range groups {
 		at := "privilegesMap." + g
 		grant := grants[g]
-		s := Service(grant.Service)
+		s := access.Service(grant.Service)
 		if !s.Valid() {
 			f.Add(at+".service", "invalid", "group "+g+": service must be contracts or share")
 			bad[g] = true
 			s = ""
 		}
 		var pf problem.Fields
-		checkPrivileges(&pf, s, grant.Privileges)
+		keystore.CheckPrivileges(&pf, s, grant.Privileges)
 		for _, e := range pf.List() {
 			f.Add(at+"."+e.Field, e.Code, "group "+g+": "+e.Message)
 			bad[g] = true
@@ -244,10 +249,10 @@ const maxKongTTL = 100 * 365 * 24 * 3600
 // with one is still read to the end, and its keys returned (NoGrant
 // when its groups do not map), so that Import adds the problems of their
 // fields and tokens to the same reply.
-func ParseKong(data []byte, grants map[string]Grant, service string, now time.Time) (ImportSet, error) {
+func ParseKong(data []byte, grants map[string]Grant, service string, now time.Time) (keystore.ImportSet, error) {
 	var doc yaml.Node
 	var f problem.Fields
-	var set ImportSet
+	var set keystore.ImportSet
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		line, msg := yamlSyntax(data, err)
 		f.Add(lineAt(line), "invalid_yaml", msg)
@@ -263,8 +268,8 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 		f.Add("lines[1]", "no_consumers", orJSONLines(data, "the dump has no consumers"))
 		return set, f.Err()
 	}
-	if len(consumers.Content) > MaxImport {
-		f.Add("consumers", "too_many", "an import holds at most "+strconv.Itoa(MaxImport)+" keys; split the dump")
+	if len(consumers.Content) > keystore.MaxImport {
+		f.Add("consumers", "too_many", "an import holds at most "+strconv.Itoa(keystore.MaxImport)+" keys; split the dump")
 		return set, f.Err()
 	}
 	badGroups := checkGrants(&f, grants)
@@ -331,7 +336,7 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 			owner = c.Username
 		}
 		if len(c.Credentials) == 0 {
-			set.Skipped = append(set.Skipped, SkippedConsumer{Line: node.Line, Consumer: who, Reason: "no key-auth credential"})
+			set.Skipped = append(set.Skipped, keystore.SkippedConsumer{Line: node.Line, Consumer: who, Reason: "no key-auth credential"})
 			continue
 		}
 		svc, privileges, noGrant := kongGrant(&f, where, who, &c, grants, badGroups, service)
@@ -375,8 +380,8 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 		}
 		lim, allowed := kongPolicies(&f, where, "consumer "+who, plugins, ownNames)
 		plan, note := kongScope(&f, where, "consumer "+who, group, ownNames)
-		ci := ImportConsumer{Line: node.Line, Note: note, Input: ConsumerInput{
-			Name:        patch.Some(cutRunes(name, maxScopeNameLen)),
+		ci := keystore.ImportConsumer{Line: node.Line, Note: note, Input: keystore.ConsumerInput{
+			Name:        patch.Some(cutRunes(name, keystore.MaxScopeNameLen)),
 			Description: patch.Some("imported from Kong consumer " + who),
 		}}
 		if c.CustomID != "" {
@@ -392,7 +397,7 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 			g := slices.Index(groups, plan)
 			if planOf[g] == 0 {
 				gl := limitsOf(g)
-				pi := ImportPlan{Line: plan.line, Input: PlanInput{
+				pi := keystore.ImportPlan{Line: plan.line, Input: keystore.PlanInput{
 					Name:        patch.Some(plan.Name),
 					Description: patch.Some("imported from Kong consumer group " + plan.Name),
 				}}
@@ -410,12 +415,12 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 		set.Consumers = append(set.Consumers, ci)
 		consumer := len(set.Consumers)
 		for j, cred := range c.Credentials {
-			keyName := cutRunes(who, maxNameLen)
+			keyName := cutRunes(who, keystore.MaxNameLen)
 			if len(c.Credentials) > 1 {
 				suffix := " #" + strconv.Itoa(j+1)
-				keyName = cutRunes(who, maxNameLen-len(suffix)) + suffix
+				keyName = cutRunes(who, keystore.MaxNameLen-len(suffix)) + suffix
 			}
-			in := KeyInput{
+			in := keystore.KeyInput{
 				Name:        patch.Some(keyName),
 				Description: patch.Some("imported from Kong consumer " + who),
 				Owner:       patch.Some(owner),
@@ -448,7 +453,7 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 				f.Add(lineAt(line)+".key", "required", "consumer "+who+" has a key-auth credential without a key")
 				continue
 			}
-			set.Keys = append(set.Keys, ImportKey{Line: line, Input: in, Consumer: consumer, Token: cred.Key, TokenField: "key", NoGrant: noGrant})
+			set.Keys = append(set.Keys, keystore.ImportKey{Line: line, Input: in, Consumer: consumer, Token: cred.Key, TokenField: "key", NoGrant: noGrant})
 		}
 	}
 	if len(set.Keys) == 0 && len(set.Skipped) > 0 && len(f.List()) == 0 {
@@ -679,7 +684,7 @@ func shown(s string) string {
 	switch {
 	case s == "":
 		return "(none)"
-	case len(s) >= minForeignToken:
+	case len(s) >= keystore.MinForeignToken:
 		return "(a value of 16 characters or more)"
 	}
 	return s
@@ -712,9 +717,9 @@ func yamlSyntax(data []byte, err error) (line int, msg string) {
 		if le.Mark.Column > 0 {
 			at += ", column " + strconv.Itoa(le.Mark.Column)
 		}
-		return le.Mark.Line, "YAML syntax error at " + at + ": " + quietValues(le.Message)
+		return le.Mark.Line, "YAML syntax error at " + at + ": " + keystore.QuietValues(le.Message)
 	}
-	return 1, "YAML syntax error: " + quietValues(strings.TrimPrefix(err.Error(), "yaml: "))
+	return 1, "YAML syntax error: " + keystore.QuietValues(strings.TrimPrefix(err.Error(), "yaml: "))
 }
 
 // orJSONLines adds to msg, a decK dump's problem, that data looks like
@@ -765,3 +770,6 @@ func cutRunes(s string, n int) string {
 	}
 	return string([]rune(s)[:n])
 }
+
+// lineAt names line n of a file in a problem, as Keys.Import does.
+func lineAt(n int) string { return "lines[" + strconv.Itoa(n) + "]" }

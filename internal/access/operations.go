@@ -1,4 +1,4 @@
-package keystore
+package access
 
 import (
 	"net/http"

@@ -1,55 +1,54 @@
-package keystore
+// Package token makes and checks the secrets keygate hands out: API key
+// tokens (their form, checksum and lookup hash, and their redaction from
+// logs) and the random strings of secret links.
+package token
 
 import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"hash/crc32"
-	"io"
 	"math/big"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
-// TokenPrefix starts every API key token, so secret scanners and people
+// Prefix starts every API key token, so secret scanners and people
 // can tell a keygate token at a glance.
-const TokenPrefix = "kg_"
+const Prefix = "kg_"
 
-// A token is TokenPrefix, 32 random bytes as 43 characters of base62, '_'
+// A token is Prefix, 32 random bytes as 43 characters of base62, '_'
 // and the CRC32 of those 43 characters as 6 characters of base62: one word
 // under a double click, a precise pattern for secret scanners
-// (TokenPattern), and a typo is refused from the checksum alone, before
-// any hash or lookup. Tokens issued before this format (TokenPrefix and 43
+// (Pattern), and a typo is refused from the checksum alone, before
+// any hash or lookup. Tokens issued before this format (Prefix and 43
 // characters of base64url) keep working.
 const (
 	tokenRandomLen = 43
 	tokenCheckLen  = 6
-	tokenLen       = len(TokenPrefix) + tokenRandomLen + 1 + tokenCheckLen
+	tokenLen       = len(Prefix) + tokenRandomLen + 1 + tokenCheckLen
 	// legacyTokenLen is "kg_" plus 43 characters of unpadded base64url.
-	legacyTokenLen = len(TokenPrefix) + 43
+	legacyTokenLen = len(Prefix) + 43
 )
 
-// TokenPattern matches the tokens keygate issues, for secret scanners.
-const TokenPattern = `kg_[0-9A-Za-z]{43}_[0-9A-Za-z]{6}`
+// Pattern matches the tokens keygate issues, for secret scanners.
+const Pattern = `kg_[0-9A-Za-z]{43}_[0-9A-Za-z]{6}`
 
-// TokenHash is the SHA-256 of a token, the only form the server looks
+// Hash is the SHA-256 of a token, the only form the server looks
 // tokens up by.
-type TokenHash [sha256.Size]byte
+type Hash [sha256.Size]byte
 
 const base62Digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
-// NewToken returns a fresh API key token: kg_, 32 random bytes in base62,
+// New returns a fresh API key token: kg_, 32 random bytes in base62,
 // '_' and the base62 CRC32 of the random part.
-func NewToken() string {
+func New() string {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		panic("keystore: crypto/rand failed: " + err.Error())
+		panic("token: crypto/rand failed: " + err.Error())
 	}
 	random := base62(new(big.Int).SetBytes(b[:]), tokenRandomLen)
-	return TokenPrefix + random + "_" + tokenChecksum(random)
+	return Prefix + random + "_" + tokenChecksum(random)
 }
 
 // base62 writes n in exactly width base62 digits, leading zeros
@@ -111,19 +110,19 @@ func checksumDigits(out *[tokenCheckLen]byte, random string) {
 	}
 }
 
-// RandomString returns 32 random bytes as unpadded base64url, the form of
+// Random returns 32 random bytes as unpadded base64url, the form of
 // every secret link keygate hands out.
-func RandomString() string {
+func Random() string {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		panic("keystore: crypto/rand failed: " + err.Error())
+		panic("token: crypto/rand failed: " + err.Error())
 	}
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// HashToken returns the lookup hash of token. A token of our length is
+// HashOf returns the lookup hash of token. A token of our length is
 // hashed from a stack copy, so the key check allocates nothing.
-func HashToken(token string) TokenHash {
+func HashOf(token string) Hash {
 	if len(token) <= tokenLen {
 		var buf [tokenLen]byte
 		n := copy(buf[:], token)
@@ -132,18 +131,18 @@ func HashToken(token string) TokenHash {
 	return sha256.Sum256([]byte(token))
 }
 
-// RedactTokens replaces every token-like run in s (TokenPrefix and at
-// least 8 base64url characters) with TokenPrefix + "[redacted]", for logs
+// Redact replaces every token-like run in s (Prefix and at
+// least 8 base64url characters) with Prefix + "[redacted]", for logs
 // of what a client sent: a client that puts its token into a URL path must
-// not find it in the audit log. s without TokenPrefix is returned as is.
-func RedactTokens(s string) string {
-	i := strings.Index(s, TokenPrefix)
+// not find it in the audit log. s without Prefix is returned as is.
+func Redact(s string) string {
+	i := strings.Index(s, Prefix)
 	if i < 0 {
 		return s
 	}
 	var b strings.Builder
 	for i >= 0 {
-		start := i + len(TokenPrefix)
+		start := i + len(Prefix)
 		end := start
 		for end < len(s) && isBase64URL(s[end]) {
 			end++
@@ -155,7 +154,7 @@ func RedactTokens(s string) string {
 			b.WriteString(s[:end])
 		}
 		s = s[end:]
-		i = strings.Index(s, TokenPrefix)
+		i = strings.Index(s, Prefix)
 	}
 	b.WriteString(s)
 	return b.String()
@@ -165,26 +164,26 @@ func isBase64URL(c byte) bool {
 	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_'
 }
 
-// wellFormedToken rejects tokens that cannot be ours before hashing them:
+// WellFormed rejects tokens that cannot be ours before hashing them:
 // a token of the current format whose checksum does not match (a typo, a
 // truncation, garbage), and anything that is neither it nor the earlier
 // format.
-func wellFormedToken(token string) bool {
+func WellFormed(token string) bool {
 	switch {
 	case len(token) == legacyTokenLen:
-		if token[:len(TokenPrefix)] != TokenPrefix {
+		if token[:len(Prefix)] != Prefix {
 			return false
 		}
-		for i := len(TokenPrefix); i < len(token); i++ {
+		for i := len(Prefix); i < len(token); i++ {
 			if !isBase64URL(token[i]) {
 				return false
 			}
 		}
 		return true
-	case len(token) != tokenLen || token[:len(TokenPrefix)] != TokenPrefix || token[tokenLen-tokenCheckLen-1] != '_':
+	case len(token) != tokenLen || token[:len(Prefix)] != Prefix || token[tokenLen-tokenCheckLen-1] != '_':
 		return false
 	}
-	random := token[len(TokenPrefix) : len(TokenPrefix)+tokenRandomLen]
+	random := token[len(Prefix) : len(Prefix)+tokenRandomLen]
 	for i := 0; i < len(random); i++ {
 		if !isBase62(random[i]) {
 			return false
@@ -203,95 +202,16 @@ func isBase62(c byte) bool {
 	return '0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z'
 }
 
-// LoadOrCreateMasterKey reads the 32-byte master key at path, creating it
-// with mode 0600 (and its directory with 0700) on first start. As ssh does
-// with a private key, it refuses a file that group or others may read or
-// write.
-func LoadOrCreateMasterKey(path string) ([]byte, error) {
-	key, err := LoadMasterKey(path)
-	if !errors.Is(err, os.ErrNotExist) {
-		return key, err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("creating master key directory: %w", err)
-	}
-	key = make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		// Another process created it between our read and open: use theirs.
-		return LoadOrCreateMasterKey(path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("creating master key: %w", err)
-	}
-	_, err = f.Write(key)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		// A short file would stop every later start; leave none.
-		os.Remove(path)
-		return nil, fmt.Errorf("writing master key: %w", err)
-	}
-	return key, nil
-}
-
-// LoadMasterKey reads the 32-byte master key at path, which must exist,
-// under the rules of LoadOrCreateMasterKey; an error for a missing file
-// wraps os.ErrNotExist. Tools that work on a gateway's data (caddy webapi
-// migrate) use it: a new key would open nothing that gateway sealed.
-func LoadMasterKey(path string) ([]byte, error) {
-	key, err := readMasterKey(path)
-	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("reading master key: %w", err)
-		}
-		return nil, err // names the file already
-	}
-	if len(key) != 32 {
-		return nil, fmt.Errorf("master key file %s holds %d bytes, want 32", path, len(key))
-	}
-	return key, nil
-}
-
-// readMasterKey reads the file at path once it has checked, on the open
-// file, that it is a regular file that only its owner may use.
-func readMasterKey(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("master key file %s is not a regular file (%s)", path, st.Mode().Type())
-	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("master key file %s has mode %04o: group and others must have no access (chmod 600 %s)", path, perm, path)
-	}
-	return io.ReadAll(f)
-}
-
 // MarshalText writes the hash as base64, so records that store it (signer
 // links) hold a short string rather than a JSON array of 32 numbers.
-func (h TokenHash) MarshalText() ([]byte, error) {
+func (h Hash) MarshalText() ([]byte, error) {
 	out := make([]byte, base64.RawStdEncoding.EncodedLen(len(h)))
 	base64.RawStdEncoding.Encode(out, h[:])
 	return out, nil
 }
 
 // UnmarshalText reads what MarshalText wrote.
-func (h *TokenHash) UnmarshalText(b []byte) error {
+func (h *Hash) UnmarshalText(b []byte) error {
 	var buf [sha256.Size + 3]byte
 	n, err := base64.RawStdEncoding.Decode(buf[:], b)
 	if err != nil || n != sha256.Size {

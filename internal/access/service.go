@@ -1,4 +1,4 @@
-package keystore
+package access
 
 // Service is the API a key belongs to; a key is of no use on the other.
 type Service string

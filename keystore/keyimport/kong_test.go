@@ -1,4 +1,4 @@
-package keystore
+package keyimport
 
 import (
 	"fmt"
@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
+	"github.com/keygate/keygate/internal/token"
+	"github.com/keygate/keygate/keystore"
 )
 
 // kongTwoKeys is a decK dump of one consumer with two key-auth
@@ -31,7 +34,7 @@ consumers:
 `
 
 // importKong parses dump with the tests' privileges map and imports it.
-func importKong(t *testing.T, k *Keys, dump string, dryRun bool) (ImportReport, error) {
+func importKong(t *testing.T, k *keystore.Keys, dump string, dryRun bool) (keystore.ImportReport, error) {
 	t.Helper()
 	set, err := ParseKong([]byte(dump), testGrants, "", t0)
 	return k.Import(set, dryRun, err)
@@ -71,15 +74,15 @@ func TestImportKongConsumer(t *testing.T) {
 				t.Errorf("reported key %s: consumer %v, want %s", k.Name, k.ConsumerID, rc.ID)
 			}
 		}
-		for _, keys := range []*Keys{e.keys, e.reopen(t)} {
+		for _, keys := range []*keystore.Keys{e.keys, e.reopen(t)} {
 			list := keys.ListConsumers()
 			if len(list) != 1 {
 				t.Fatalf("%d consumers, want 1", len(list))
 			}
 			c := list[0]
 			if c.ID != rc.ID || c.Name != "acme" || c.ExternalID == nil || *c.ExternalID != "crm-7" || c.KeyCount != 2 ||
-				len(c.RateLimits) != 1 || c.RateLimits[0] != (RateLimit{Name: "second", Limit: 5, WindowSeconds: 1}) ||
-				c.Quota == nil || *c.Quota != (Quota{Limit: 12, Period: QuotaMonth}) {
+				len(c.RateLimits) != 1 || c.RateLimits[0] != (keystore.RateLimit{Name: "second", Limit: 5, WindowSeconds: 1}) ||
+				c.Quota == nil || *c.Quota != (keystore.Quota{Limit: 12, Period: keystore.QuotaMonth}) {
 				t.Errorf("consumer %+v", c)
 			}
 			for _, k := range keys.List("") {
@@ -190,20 +193,20 @@ func TestImportKongGroups(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plans := map[string]Plan{}
+		plans := map[string]keystore.Plan{}
 		for _, p := range e.reopen(t).ListPlans() {
 			plans[p.Name] = p
 		}
 		gold, silver := plans["gold"], plans["silver"]
-		if len(plans) != 2 || !slices.Equal(gold.RateLimits, []RateLimit{{Name: "rla-60s", Limit: 3, WindowSeconds: 60}}) || gold.Quota != nil ||
-			!slices.Equal(silver.RateLimits, []RateLimit{{Name: "minute", Limit: 2, WindowSeconds: 60}}) || silver.Quota == nil || silver.Quota.Limit != 1000 {
+		if len(plans) != 2 || !slices.Equal(gold.RateLimits, []keystore.RateLimit{{Name: "rla-60s", Limit: 3, WindowSeconds: 60}}) || gold.Quota != nil ||
+			!slices.Equal(silver.RateLimits, []keystore.RateLimit{{Name: "minute", Limit: 2, WindowSeconds: 60}}) || silver.Quota == nil || silver.Quota.Limit != 1000 {
 			t.Fatalf("plans %+v", plans)
 		}
 		if len(report.Plans) != 2 || report.Plans[0].Name != "gold" || report.Plans[0].Consumers != 2 || report.Plans[0].Line != 3 ||
 			report.Plans[1].Name != "silver" || report.Plans[1].Consumers != 1 {
 			t.Errorf("reported plans %+v", report.Plans)
 		}
-		byName := map[string]ImportedConsumer{}
+		byName := map[string]keystore.ImportedConsumer{}
 		for _, c := range report.Consumers {
 			byName[c.Name] = c
 		}
@@ -220,8 +223,8 @@ func TestImportKongGroups(t *testing.T) {
 		if note := byName["gamma"].Note; !strings.Contains(note, "rate-limiting-advanced overrides consumer group gold") {
 			t.Errorf("gamma's note %q", note)
 		}
-		global := RateLimit{Name: "second", Limit: 1, WindowSeconds: 1}
-		for name, want := range map[string][]RateLimit{
+		global := keystore.RateLimit{Name: "second", Limit: 1, WindowSeconds: 1}
+		for name, want := range map[string][]keystore.RateLimit{
 			"alpha": {global},
 			"beta":  {global},
 			"gamma": {{Name: "rla-60s", Limit: 100, WindowSeconds: 60}, global},
@@ -234,9 +237,9 @@ func TestImportKongGroups(t *testing.T) {
 			}
 		}
 		for _, k := range e.keys.List("") {
-			want := []RateLimit{}
+			want := []keystore.RateLimit{}
 			if k.Name == "delta" {
-				want = []RateLimit{{Name: "rla-3600s", Limit: 50, WindowSeconds: 3600}}
+				want = []keystore.RateLimit{{Name: "rla-3600s", Limit: 50, WindowSeconds: 3600}}
 			}
 			if !slices.Equal(k.RateLimits, want) {
 				t.Errorf("key %s: limits %v, want %v", k.Name, k.RateLimits, want)
@@ -450,11 +453,11 @@ func TestImportJSONLScopes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = e.keys.Import(ImportSet{Keys: keys}, false, nil)
+		_, err = e.keys.Import(keystore.ImportSet{Keys: keys}, false, nil)
 		if got := fieldErrors(t, err); !slices.Equal(got, []string{"lines[2].consumerId:unknown", "lines[3].rateLimits[0].name:clashes"}) {
 			t.Errorf("errors %v", got)
 		}
-		report, err := e.keys.Import(ImportSet{Keys: keys[:1]}, false, nil)
+		report, err := e.keys.Import(keystore.ImportSet{Keys: keys[:1]}, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -486,18 +489,18 @@ func TestImportKongRace(t *testing.T) {
 - name: gold
   plugins: [{name: rate-limiting-advanced, config: {limit: [10], window_size: [60]}}]
 ` + strings.Replace(strings.Replace(kongTwoKeys, `_format_version: "3.0"`+"\n", "", 1), "  custom_id: crm-7\n", "  groups: [{name: gold}]\n", 1)
-		if _, err := importKong(t, e.keys, group, false); err != ErrPlanNameTaken {
+		if _, err := importKong(t, e.keys, group, false); err != keystore.ErrPlanNameTaken {
 			t.Errorf("a plan name taken meanwhile: %v", err)
 		}
 		mustConsumer(t, other, `{"name":"there","externalId":"crm-7"}`)
-		if _, err := importKong(t, e.keys, kongTwoKeys, false); err != ErrExternalIDTaken {
+		if _, err := importKong(t, e.keys, kongTwoKeys, false); err != keystore.ErrExternalIDTaken {
 			t.Errorf("an externalId taken meanwhile: %v", err)
 		}
 		re := e.reopen(t)
 		if len(re.List("")) != 0 || len(re.ListConsumers()) != 1 || len(re.ListPlans()) != 1 {
 			t.Errorf("a failed import stored something: %d keys, %d consumers, %d plans", len(re.List("")), len(re.ListConsumers()), len(re.ListPlans()))
 		}
-		if works(e.keys, ServiceContracts, "acme-first-key-0123456789ab") {
+		if works(e.keys, access.ServiceContracts, "acme-first-key-0123456789ab") {
 			t.Error("a failed import's token works")
 		}
 	})
@@ -511,13 +514,13 @@ func TestImportKongReachesOtherInstance(t *testing.T) {
 	e := newEnv(t, storetest.OpenPostgres(t))
 	other := followingInstance(t, e)
 	first := mustCreate(t, e.keys, `{`+validContracts+`}`)
-	testwait.For(t, testwait.Generous, "the other instance to listen", func() bool { return other.Lookup(HashToken(first.Token)) != nil })
+	testwait.For(t, testwait.Generous, "the other instance to listen", func() bool { return other.Lookup(token.HashOf(first.Token)) != nil })
 	if _, err := importKong(t, e.keys, kongTwoKeys, false); err != nil {
 		t.Fatal(err)
 	}
 	tokens := []string{"acme-first-key-0123456789ab", "acme-second-key-0123456789a"}
 	testwait.For(t, time.Second, "the imported keys on the other instance", func() bool {
-		return works(other, ServiceContracts, tokens[0]) && works(other, ServiceContracts, tokens[1])
+		return works(other, access.ServiceContracts, tokens[0]) && works(other, access.ServiceContracts, tokens[1])
 	})
 	// Past the second the probes above spent in.
 	later := e.clock.Now().Add(10 * time.Second)

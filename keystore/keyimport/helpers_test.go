@@ -1,0 +1,244 @@
+package keyimport
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/access"
+	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/seal"
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testclock"
+	"github.com/keygate/keygate/keystore"
+)
+
+// The two operation tables of upstreams/contracts and upstreams/share,
+// mirrored here because keystore cannot import upstreams (import cycle).
+const (
+	testContractsPrefix = "/webapi/contracts"
+	testSharePrefix     = "/webapi/share"
+)
+
+var testContractsTable = access.Table{
+	Service: access.ServiceContracts,
+	Prefix:  testContractsPrefix,
+	Operations: []access.Operation{
+		{Name: "search", Method: http.MethodGet, Pattern: testContractsPrefix, Privilege: access.PrivSearch},
+		{Name: "create", Method: http.MethodPost, Pattern: testContractsPrefix, Privilege: access.PrivCreate},
+		{Name: "get", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivGet},
+		{Name: "archive", Method: http.MethodPatch, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivArchive},
+		{Name: "delete", Method: http.MethodDelete, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivDelete},
+		{Name: "attachment", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}/attachments/{attachmentId}", Privilege: access.PrivGet},
+	},
+}
+
+var testShareTable = access.Table{
+	Service: access.ServiceShare,
+	Prefix:  testSharePrefix,
+	Operations: []access.Operation{
+		{Name: "list", Method: http.MethodGet, Pattern: testSharePrefix, Privilege: access.PrivList},
+		{Name: "create", Method: http.MethodPost, Pattern: testSharePrefix, Privilege: access.PrivCreate},
+		{Name: "get", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivGet},
+		{Name: "update", Method: http.MethodPut, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivCreate},
+		{Name: "delete", Method: http.MethodDelete, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivDelete},
+		{Name: "activity", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}/activity", Privilege: access.PrivGet},
+	},
+}
+
+// t0 is the fake clock's start.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+const validContracts = `"service":"contracts","name":"ci","owner":"alice","privileges":["get"]`
+
+// env is a key store on a real database (a bbolt file or a PostgreSQL
+// schema) with everything needed to open it again.
+type env struct {
+	db      storage.DB
+	backend keystore.Backend
+	sealer  *seal.Sealer
+	master  []byte
+	clock   *testclock.Clock
+	keys    *keystore.Keys
+}
+
+// stored is every plan, consumer and key a fresh load of the backend
+// finds, for tests that a refused or dry import stores nothing.
+func (e *env) stored(t testing.TB) []string {
+	t.Helper()
+	k := e.reopen(t)
+	var out []string
+	for _, p := range k.ListPlans() {
+		out = append(out, "plan "+p.ID)
+	}
+	for _, c := range k.ListConsumers() {
+		out = append(out, "consumer "+c.ID)
+	}
+	for _, s := range []access.Service{access.ServiceContracts, access.ServiceShare} {
+		for _, key := range k.List(s) {
+			out = append(out, "key "+key.ID)
+		}
+	}
+	return out
+}
+
+func randomKey(t testing.TB) []byte {
+	t.Helper()
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// newBackend is the key Backend of db's kind.
+func newBackend(t testing.TB, db storage.DB) keystore.Backend {
+	t.Helper()
+	return storetest.Pick[keystore.Backend](t, db,
+		func(d *boltdb.DB) (keystore.Backend, error) { return keystore.NewBoltBackend(d) },
+		func(d *pgdb.DB) keystore.Backend { return keystore.NewPostgresBackend(d) })
+}
+
+func newEnv(t testing.TB, db storage.DB) *env {
+	t.Helper()
+	master := randomKey(t)
+	sealer, err := seal.New(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{db: db, backend: newBackend(t, db), sealer: sealer, master: master, clock: testclock.New(t0)}
+	e.keys = e.reopen(t)
+	return e
+}
+
+// reopen loads the keys of the same backend into a fresh Keys.
+func (e *env) reopen(t testing.TB) *keystore.Keys {
+	t.Helper()
+	k, err := keystore.Open(e.backend, e.sealer, e.clock.Now)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return k
+}
+
+// input decodes a JSON body into a KeyInput, as the admin API does.
+func input(t testing.TB, body string) *keystore.KeyInput {
+	t.Helper()
+	in := new(keystore.KeyInput)
+	if err := json.Unmarshal([]byte(body), in); err != nil {
+		t.Fatalf("decoding %s: %v", body, err)
+	}
+	return in
+}
+
+func mustCreate(t testing.TB, k *keystore.Keys, body string) keystore.Key {
+	t.Helper()
+	key, err := k.Create(input(t, body))
+	if err != nil {
+		t.Fatalf("Create(%s): %v", body, err)
+	}
+	return key
+}
+
+// fieldErrors returns "field:code" for every field error of err, which
+// must be a 400 invalid_request problem.
+func fieldErrors(t testing.TB, err error) []string {
+	t.Helper()
+	var d *problem.Details
+	if !errors.As(err, &d) {
+		t.Fatalf("error %v (%T) is not a problem", err, err)
+	}
+	if d.Status != http.StatusBadRequest || d.Code != problem.CodeInvalidRequest {
+		t.Fatalf("problem %d %s, want 400 invalid_request", d.Status, d.Code)
+	}
+	out := make([]string, len(d.Errors))
+	for i, fe := range d.Errors {
+		if fe.Message == "" {
+			t.Errorf("field error %s has no message", fe.Field)
+		}
+		out[i] = fe.Field + ":" + fe.Code
+	}
+	return out
+}
+
+func planInput(t testing.TB, body string) *keystore.PlanInput {
+	t.Helper()
+	in := new(keystore.PlanInput)
+	if err := json.Unmarshal([]byte(body), in); err != nil {
+		t.Fatalf("decoding %s: %v", body, err)
+	}
+	return in
+}
+
+func consumerInput(t testing.TB, body string) *keystore.ConsumerInput {
+	t.Helper()
+	in := new(keystore.ConsumerInput)
+	if err := json.Unmarshal([]byte(body), in); err != nil {
+		t.Fatalf("decoding %s: %v", body, err)
+	}
+	return in
+}
+
+func mustPlan(t testing.TB, k *keystore.Keys, body string) keystore.Plan {
+	t.Helper()
+	p, err := k.CreatePlan(planInput(t, body))
+	if err != nil {
+		t.Fatalf("CreatePlan(%s): %v", body, err)
+	}
+	return p
+}
+
+func mustConsumer(t testing.TB, k *keystore.Keys, body string) keystore.Consumer {
+	t.Helper()
+	c, err := k.CreateConsumer(consumerInput(t, body))
+	if err != nil {
+		t.Fatalf("CreateConsumer(%s): %v", body, err)
+	}
+	return c
+}
+
+// followingInstance is a second instance on e's PostgreSQL database, with
+// a connection pool of its own, following the changes of others as a
+// gateway does until the test ends. Its resync comes every hour: only
+// the notifications can bring changes in time.
+func followingInstance(t *testing.T, e *env) *keystore.Keys {
+	t.Helper()
+	db2, err := pgdb.Open(context.Background(), pgdb.Config{DSN: pgtest.Shared(t).DSN, Schema: e.db.(*pgdb.DB).Schema(), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := keystore.Open(keystore.NewPostgresBackend(db2), e.sealer, e.clock.Now)
+	if err != nil {
+		db2.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		other.Follow(ctx, time.Hour, func(err error) { t.Errorf("follow: %v", err) })
+	}()
+	t.Cleanup(func() { cancel(); <-done; db2.Close() })
+	return other
+}
+
+// checkAt runs the key check of token at now.
+func checkAt(keys *keystore.Keys, token string, now time.Time) keystore.Decision {
+	return keystore.Authorize(&keystore.Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + token},
+		ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts/x", Now: now},
+		&testContractsTable, keys.Lookup)
+}
+
+// sameID reports whether two optional ids are the same.
+func sameID(a, b *string) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
