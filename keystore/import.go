@@ -554,10 +554,12 @@ func problemLine(field string) int {
 	return n
 }
 
-// RedactPath replaces the segments of a request path that are tokens:
-// keygate's by their form (token.Redact), another gateway's imported
-// ones by being a key's token here. For the audit log, off the request
-// path: a segment of 16 to 512 characters costs a hash.
+// RedactPath replaces what in a request path is a token: keygate's by
+// their form (token.Redact), another gateway's imported ones by being a
+// key's token here, as a whole segment or as a piece of one between
+// characters such tokens rarely hold (`Bearer X`, `X.json`, `x;X`). For
+// the audit log, off the request path: a segment or piece of 16 to 512
+// characters costs a hash.
 func (k *Keys) RedactPath(path string) string {
 	path = token.Redact(path)
 	var b strings.Builder
@@ -569,12 +571,12 @@ func (k *Keys) RedactPath(path string) string {
 			end = i + j
 		}
 		seg := path[i:end]
-		if len(seg) >= MinForeignToken && len(seg) <= maxForeignToken && !hasTokenPrefix(seg) && k.Lookup(token.HashOf(seg)) != nil {
+		if red, ok := k.redactSegment(seg); ok {
 			if !changed {
 				b.WriteString(path[:i])
 				changed = true
 			}
-			b.WriteString("[redacted]")
+			b.WriteString(red)
 		} else if changed {
 			b.WriteString(seg)
 		}
@@ -590,6 +592,45 @@ func (k *Keys) RedactPath(path string) string {
 		return path
 	}
 	return b.String()
+}
+
+// pieceBreaks are the characters between which RedactPath looks for an
+// imported token inside a segment.
+const pieceBreaks = " ;,.:=+&@!$'()*"
+
+// redactSegment returns seg with the imported tokens in it redacted, and
+// whether there was one.
+func (k *Keys) redactSegment(seg string) (string, bool) {
+	if k.isImportedToken(seg) {
+		return "[redacted]", true
+	}
+	if !strings.ContainsAny(seg, pieceBreaks) {
+		return seg, false
+	}
+	var b strings.Builder
+	written, start := 0, 0 // seg[:written] is in b; the piece begins at start
+	for i := 0; i <= len(seg); i++ {
+		if i < len(seg) && strings.IndexByte(pieceBreaks, seg[i]) < 0 {
+			continue
+		}
+		if k.isImportedToken(seg[start:i]) {
+			b.WriteString(seg[written:start])
+			b.WriteString("[redacted]")
+			written = i
+		}
+		start = i + 1
+	}
+	if written == 0 {
+		return seg, false
+	}
+	b.WriteString(seg[written:])
+	return b.String(), true
+}
+
+// isImportedToken reports whether s is the token of a key imported from
+// another gateway.
+func (k *Keys) isImportedToken(s string) bool {
+	return len(s) >= MinForeignToken && len(s) <= maxForeignToken && !hasTokenPrefix(s) && k.Lookup(token.HashOf(s)) != nil
 }
 
 // tokenPrefixOf is what a key shows of its token: our token.Prefix and 9

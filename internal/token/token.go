@@ -131,33 +131,74 @@ func HashOf(token string) Hash {
 	return sha256.Sum256([]byte(token))
 }
 
-// Redact replaces every token-like run in s (Prefix and at
-// least 8 base64url characters) with Prefix + "[redacted]", for logs
-// of what a client sent: a client that puts its token into a URL path must
-// not find it in the audit log. s without Prefix is returned as is.
+// Redact replaces what could be a keygate token in s with "[redacted]",
+// for logs of what a client sent: a client that puts its token into a URL
+// path must not find it in the audit log, nor enough of it to rebuild it.
+// In each run of token characters (base64url) it redacts
+//   - Prefix in any case (kg_, KG_, Kg_) and at least 8 characters after
+//     it, the prefix as written kept;
+//   - without the prefix, the body of a token: 43 base62 characters and
+//     '_' (the checksum may be mistyped), wherever it starts in the run;
+//   - a run of exactly 43 characters, the body of a token of the earlier
+//     format.
+//
+// s without any of these is returned as is, without allocating.
 func Redact(s string) string {
-	i := strings.Index(s, Prefix)
-	if i < 0 {
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(s); {
+		if !isBase64URL(s[i]) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(s) && isBase64URL(s[j]) {
+			j++
+		}
+		if from, keep, ok := secretIn(s[i:j]); ok {
+			b.WriteString(s[last : i+from+keep])
+			b.WriteString("[redacted]")
+			last = j
+		}
+		i = j
+	}
+	if last == 0 {
 		return s
 	}
-	var b strings.Builder
-	for i >= 0 {
-		start := i + len(Prefix)
-		end := start
-		for end < len(s) && isBase64URL(s[end]) {
-			end++
-		}
-		if end-start >= 8 {
-			b.WriteString(s[:start])
-			b.WriteString("[redacted]")
-		} else {
-			b.WriteString(s[:end])
-		}
-		s = s[end:]
-		i = strings.Index(s, Prefix)
-	}
-	b.WriteString(s)
+	b.WriteString(s[last:])
 	return b.String()
+}
+
+// secretIn finds a token in run, a run of base64url characters: it is
+// redacted from from to the run's end, keep characters of it (a prefix as
+// written) left in view.
+func secretIn(run string) (from, keep int, ok bool) {
+	for k := 0; k+len(Prefix) <= len(run); k++ {
+		if strings.EqualFold(run[k:k+len(Prefix)], Prefix) && len(run)-k-len(Prefix) >= 8 {
+			return k, len(Prefix), true
+		}
+	}
+	for k := 0; k+tokenRandomLen < len(run); k++ {
+		if run[k+tokenRandomLen] == '_' && allBase62(run[k:k+tokenRandomLen]) {
+			return k, 0, true
+		}
+	}
+	if len(run) == legacyTokenLen-len(Prefix) {
+		return 0, 0, true
+	}
+	return 0, 0, false
+}
+
+// checksumMatches reports whether body is 43 base62 characters, '_' and
+// their checksum: a token without its prefix.
+func checksumMatches(body string) bool {
+	random := body[:tokenRandomLen]
+	if !allBase62(random) {
+		return false
+	}
+	var want [tokenCheckLen]byte
+	checksumDigits(&want, random)
+	return string(want[:]) == body[tokenRandomLen+1:]
 }
 
 func isBase64URL(c byte) bool {
@@ -183,19 +224,16 @@ func WellFormed(token string) bool {
 	case len(token) != tokenLen || token[:len(Prefix)] != Prefix || token[tokenLen-tokenCheckLen-1] != '_':
 		return false
 	}
-	random := token[len(Prefix) : len(Prefix)+tokenRandomLen]
-	for i := 0; i < len(random); i++ {
-		if !isBase62(random[i]) {
+	return checksumMatches(token[len(Prefix):])
+}
+
+func allBase62(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isBase62(s[i]) {
 			return false
 		}
 	}
-	var want [tokenCheckLen]byte
-	checksumDigits(&want, random)
-	var diff byte // the checksum is no secret, but the loop costs nothing
-	for i, c := range want {
-		diff |= c ^ token[tokenLen-tokenCheckLen+i]
-	}
-	return diff == 0
+	return true
 }
 
 func isBase62(c byte) bool {

@@ -88,6 +88,19 @@ func TestRedact(t *testing.T) {
 		"/webapi/contracts/abc":                        "/webapi/contracts/abc",
 		"/webapi/contracts/" + tok:                     "/webapi/contracts/kg_[redacted]",
 		"/x/" + tok + "/y/" + tok[:20] + "/kg_/kg_abc": "/x/kg_[redacted]/y/kg_[redacted]/kg_/kg_abc",
+		// The prefix in another case, kept as written.
+		"/webapi/contracts/Kg_" + tok[3:]:     "/webapi/contracts/Kg_[redacted]",
+		"/webapi/contracts/KG_" + tok[3:]:     "/webapi/contracts/KG_[redacted]",
+		"/webapi/contracts/x.kG_" + tok[3:20]: "/webapi/contracts/x.kG_[redacted]",
+		// Without the prefix: the body, alone or in a run, checksum
+		// mistyped or not; the earlier format's 43 characters.
+		"/webapi/contracts/" + tok[3:]:                         "/webapi/contracts/[redacted]",
+		"/webapi/contracts/Bearer " + tok[3:] + ".json":        "/webapi/contracts/Bearer [redacted].json",
+		"/webapi/contracts/x" + tok[3:49] + "zzzzzz":           "/webapi/contracts/x[redacted]",
+		"/webapi/contracts/" + strings.Repeat("A-_", 14) + "b": "/webapi/contracts/[redacted]",
+		// What is no token stays.
+		"/webapi/contracts/0b6a3f7e-2c1d-4c8e-9f3a-5d6e7f8a9b0c": "/webapi/contracts/0b6a3f7e-2c1d-4c8e-9f3a-5d6e7f8a9b0c",
+		"/webapi/share/PAGE-42/kg/KG_short":                      "/webapi/share/PAGE-42/kg/KG_short",
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)

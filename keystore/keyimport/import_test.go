@@ -271,10 +271,19 @@ func TestRedactPath(t *testing.T) {
 	}
 	mine := mustCreate(t, e.keys, `{`+validContracts+`}`)
 	for path, want := range map[string]string{
-		"/webapi/share/foreign-token-in-a-path":                  "/webapi/share/[redacted]",
-		"/webapi/share/foreign-token-in-a-path/activity":         "/webapi/share/[redacted]/activity",
-		"/webapi/contracts/" + mine.Token:                        "/webapi/contracts/kg_[redacted]",
-		"/webapi/share/not-a-token-of-any-key-here":              "/webapi/share/not-a-token-of-any-key-here",
+		"/webapi/share/foreign-token-in-a-path":          "/webapi/share/[redacted]",
+		"/webapi/share/foreign-token-in-a-path/activity": "/webapi/share/[redacted]/activity",
+		"/webapi/contracts/" + mine.Token:                "/webapi/contracts/kg_[redacted]",
+		"/webapi/share/not-a-token-of-any-key-here":      "/webapi/share/not-a-token-of-any-key-here",
+		// Inside a segment, between characters tokens rarely hold.
+		"/webapi/share/Bearer foreign-token-in-a-path": "/webapi/share/Bearer [redacted]",
+		"/webapi/share/foreign-token-in-a-path.json":   "/webapi/share/[redacted].json",
+		"/webapi/share/x;foreign-token-in-a-path;y":    "/webapi/share/x;[redacted];y",
+		"/webapi/share/a.foreign-token-in-a-path/b":    "/webapi/share/a.[redacted]/b",
+		"/webapi/share/x.not-a-token-of-any-key-here":  "/webapi/share/x.not-a-token-of-any-key-here",
+		// keygate's own, its prefix in another case or left out.
+		"/webapi/contracts/KG_" + mine.Token[3:]:                 "/webapi/contracts/KG_[redacted]",
+		"/webapi/contracts/" + mine.Token[3:]:                    "/webapi/contracts/[redacted]",
 		"/webapi/contracts/01a2139b-46b7-72cb-bd43-7aba811f6931": "/webapi/contracts/01a2139b-46b7-72cb-bd43-7aba811f6931",
 	} {
 		if got := e.keys.RedactPath(path); got != want {
