@@ -18,6 +18,7 @@ import (
 	"github.com/keygate/keygate/internal/testkit/browsertest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // TestAdminPageInBrowser is an administrator's session on the Web API
@@ -141,8 +142,8 @@ func testAdminPageInBrowser(t *testing.T, b backend) {
 	if len(keys) != 1 || keys[0].Name != "browser key" || keys[0].Owner != "bob" || strings.Join(privileges(keys[0]), ",") != "get,list" || keys[0].Description != "made in the browser test" {
 		t.Fatalf("the stored key: %+v", keys)
 	}
-	wantLimits := []keystore.RateLimit{{Name: "burst", Limit: 20, WindowSeconds: 1}, {Name: "daily", Limit: 3, WindowSeconds: 86400}}
-	wantQuota := keystore.Quota{Limit: 100000, Period: keystore.QuotaMonth}
+	wantLimits := []traffic.RateLimit{{Name: "burst", Limit: 20, WindowSeconds: 1}, {Name: "daily", Limit: 3, WindowSeconds: 86400}}
+	wantQuota := traffic.Quota{Limit: 100000, Period: traffic.QuotaMonth}
 	checkLimits := func(when string, k keystore.Key) {
 		t.Helper()
 		if !slices.Equal(k.RateLimits, wantLimits) || k.Quota == nil || *k.Quota != wantQuota {
@@ -561,8 +562,8 @@ func testAdminPageConsumersInBrowser(t *testing.T, b backend) {
 	var plans []keystore.Plan
 	do(t, http.MethodGet, adminURL+"/webapi/plans", nil).json(t, &plans)
 	if len(plans) != 1 || plans[0].Name != "gold" || plans[0].Description != "for paying clients" ||
-		!slices.Equal(plans[0].RateLimits, []keystore.RateLimit{{Name: "hourly", Limit: 100, WindowSeconds: 3600}}) ||
-		plans[0].Quota == nil || *plans[0].Quota != (keystore.Quota{Limit: 1000, Period: keystore.QuotaDay}) {
+		!slices.Equal(plans[0].RateLimits, []traffic.RateLimit{{Name: "hourly", Limit: 100, WindowSeconds: 3600}}) ||
+		plans[0].Quota == nil || *plans[0].Quota != (traffic.Quota{Limit: 1000, Period: traffic.QuotaDay}) {
 		t.Fatalf("the plans: %+v", plans)
 	}
 	plan := plans[0]
@@ -596,7 +597,7 @@ func testAdminPageConsumersInBrowser(t *testing.T, b backend) {
 	do(t, http.MethodGet, adminURL+"/webapi/consumers", nil).json(t, &consumers)
 	if len(consumers) != 1 || consumers[0].Name != "ACME" || consumers[0].ExternalID == nil || *consumers[0].ExternalID != "acme-1" ||
 		consumers[0].Description != "the ACME integration" || consumers[0].PlanID == nil || *consumers[0].PlanID != plan.ID ||
-		!slices.Equal(consumers[0].RateLimits, []keystore.RateLimit{{Name: "minute", Limit: 50, WindowSeconds: 60}}) || consumers[0].Quota != nil {
+		!slices.Equal(consumers[0].RateLimits, []traffic.RateLimit{{Name: "minute", Limit: 50, WindowSeconds: 60}}) || consumers[0].Quota != nil {
 		t.Fatalf("the consumers: %+v", consumers)
 	}
 	consumer := consumers[0]
@@ -792,7 +793,7 @@ func testAdminPageConsumersInBrowser(t *testing.T, b backend) {
 	waitStatus("Saved consumer ACME Corp")
 	var edited keystore.Consumer
 	do(t, http.MethodGet, adminURL+"/webapi/consumers/"+consumer.ID, nil).json(t, &edited)
-	if edited.Name != "ACME Corp" || edited.PlanID != nil || edited.Quota == nil || *edited.Quota != (keystore.Quota{Limit: 5000, Period: keystore.QuotaMonth}) ||
+	if edited.Name != "ACME Corp" || edited.PlanID != nil || edited.Quota == nil || *edited.Quota != (traffic.Quota{Limit: 5000, Period: traffic.QuotaMonth}) ||
 		edited.ExternalID == nil || *edited.ExternalID != "acme-1" || edited.Description != "the ACME integration" || len(edited.RateLimits) != 1 {
 		t.Errorf("the edited consumer: %+v", edited)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // TestRateLimits: a key with policies carries the RateLimit headers on
@@ -24,7 +25,7 @@ func testRateLimits(t *testing.T, b backend) {
 	g := startGateway(t, b, echoSite)
 	k := createKey(t, map[string]any{"service": "contracts", "name": "limited", "owner": "alice", "privileges": []string{"search"},
 		"rateLimits": []map[string]any{{"name": "burst", "limit": 3, "windowSeconds": 60}, {"name": "hour", "limit": 1000, "windowSeconds": 3600}}})
-	if len(k.RateLimits) != 2 || k.RateLimits[0] != (keystore.RateLimit{Name: "burst", Limit: 3, WindowSeconds: 60}) {
+	if len(k.RateLimits) != 2 || k.RateLimits[0] != (traffic.RateLimit{Name: "burst", Limit: 3, WindowSeconds: 60}) {
 		t.Fatalf("created %+v", k.RateLimits)
 	}
 	plain := createKey(t, map[string]any{"service": "contracts", "name": "plain", "owner": "bob", "privileges": []string{"search"}})

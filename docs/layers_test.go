@@ -65,6 +65,12 @@ var layerRules = []layerRule{
 		mayNot: append([]string{"upstreams"}, assembly...),
 	},
 	{
+		// (The rule of keys above holds for it too.)
+		why:    "traffic knows nothing of keys: keystore imports it, never the reverse",
+		from:   anyOf("keystore/traffic"),
+		mayNot: []string{"keystore"},
+	},
+	{
 		why: "internal packages sit below keys and the Web APIs",
 		from: func(p string) bool {
 			return under(p, "internal") && !anyOf("internal/stores", "internal/testkit", "internal/e2e")(p)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // Buckets of the key store, named once.
@@ -62,15 +63,8 @@ type Backend interface {
 	// PurgeUsage removes the hourly counts of hours before before, and
 	// the quota periods that began before it.
 	PurgeUsage(ctx context.Context, before time.Time) error
-	// LeaseQuota takes up to want of key id's quota limit for the period
-	// span, in one transaction, never beyond limit. The
-	// lease that takes the period's last unit runs emit in it, once per
-	// period (key.quota_exhausted).
-	LeaseQuota(ctx context.Context, id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error)
-	// ReturnQuota gives back n units of the period, unspent.
-	ReturnQuota(ctx context.Context, id string, span QuotaSpan, n int64) error
-	// QuotaUsed reads what instances have taken of the period's quota.
-	QuotaUsed(ctx context.Context, id string, span QuotaSpan) (int64, error)
+	// The quota periods of keys and consumers.
+	traffic.Store
 
 	// Plans and consumers. A key's or consumer's quota, rate-limit
 	// counts and hours are stored under its own id, by the methods above.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // hourKey is the key_usage_hourly key of key id's hour and outcome.
@@ -102,23 +103,23 @@ func increment(b []byte) bool {
 
 // quotaKey is the key_quota key of key id's period span: the id, the
 // start, and the kind's initial (h, d, m).
-func quotaKey(id []byte, span QuotaSpan) []byte {
+func quotaKey(id []byte, span traffic.QuotaSpan) []byte {
 	k := binary.BigEndian.AppendUint64(append(make([]byte, 0, 25), id...), uint64(span.Start.Unix()))
 	return append(k, span.Period[0])
 }
 
 // quotaSpanOf reads the span of a key_quota key.
-func quotaSpanOf(k []byte) (QuotaSpan, bool) {
+func quotaSpanOf(k []byte) (traffic.QuotaSpan, bool) {
 	if len(k) != 25 {
-		return QuotaSpan{}, false
+		return traffic.QuotaSpan{}, false
 	}
 	start := time.Unix(int64(binary.BigEndian.Uint64(k[16:24])), 0).UTC()
-	for _, p := range []QuotaPeriod{QuotaHour, QuotaDay, QuotaMonth} {
+	for _, p := range []traffic.QuotaPeriod{traffic.QuotaHour, traffic.QuotaDay, traffic.QuotaMonth} {
 		if p[0] == k[24] {
-			return QuotaSpan{p, start}, true
+			return traffic.QuotaSpan{Period: p, Start: start}, true
 		}
 	}
-	return QuotaSpan{}, false
+	return traffic.QuotaSpan{}, false
 }
 
 // quotaRow decodes a key_quota value: used and whether key.quota_exhausted
@@ -150,15 +151,15 @@ func leaseQuota(used int64, exhausted bool, limit, want int64) (granted, total i
 }
 
 // LeaseQuota implements Backend.
-func (b *BoltBackend) LeaseQuota(_ context.Context, id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+func (b *BoltBackend) LeaseQuota(_ context.Context, id string, span traffic.QuotaSpan, limit, want int64, emit func(storage.Tx) error) (traffic.QuotaLease, error) {
 	k, err := idBytes(id)
 	if err != nil {
-		return QuotaLease{}, err
+		return traffic.QuotaLease{}, err
 	}
-	var l QuotaLease
+	var l traffic.QuotaLease
 	err = b.db.Update(func(tx *bbolt.Tx) error {
 		if !holderExists(tx, k) {
-			l = QuotaLease{}
+			l = traffic.QuotaLease{}
 			return nil // deleted meanwhile: nothing to spend
 		}
 		qb := tx.Bucket(bucketKeyQuota)
@@ -173,14 +174,14 @@ func (b *BoltBackend) LeaseQuota(_ context.Context, id string, span QuotaSpan, l
 				return err
 			}
 		}
-		l = QuotaLease{Granted: granted, Used: total}
+		l = traffic.QuotaLease{Granted: granted, Used: total}
 		return nil
 	})
 	return l, err
 }
 
 // ReturnQuota implements Backend.
-func (b *BoltBackend) ReturnQuota(_ context.Context, id string, span QuotaSpan, n int64) error {
+func (b *BoltBackend) ReturnQuota(_ context.Context, id string, span traffic.QuotaSpan, n int64) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return err
@@ -198,7 +199,7 @@ func (b *BoltBackend) ReturnQuota(_ context.Context, id string, span QuotaSpan, 
 }
 
 // QuotaUsed implements Backend.
-func (b *BoltBackend) QuotaUsed(_ context.Context, id string, span QuotaSpan) (int64, error) {
+func (b *BoltBackend) QuotaUsed(_ context.Context, id string, span traffic.QuotaSpan) (int64, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return 0, nil

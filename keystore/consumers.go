@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // Notification payloads of plan and consumer changes on the keys channel,
@@ -66,8 +67,8 @@ func (k *Keys) setConsumer(c *Consumer) {
 	}
 	ce := k.consumers[c.ID]
 	if ce == nil {
-		ce = &consumerEntry{keys: k}
-		ce.holder = ce
+		ce = &consumerEntry{}
+		ce.holder, ce.keys = ce, k
 		k.consumers[c.ID] = ce
 	}
 	ce.set(newConsumerSnap(*c, plan))
@@ -235,9 +236,9 @@ func (k *Keys) UpdatePlan(id string, in *PlanInput) (Plan, error) {
 // policies of one name, or two quotas, naming the plan's field.
 func (k *Keys) checkPlanHolders(p *Plan, in *PlanInput) error {
 	var f problem.Fields
-	clash := func(what, name string, limits []RateLimit, quota *Quota) {
+	clash := func(what, name string, limits []traffic.RateLimit, quota *traffic.Quota) {
 		for i, l := range p.RateLimits {
-			if in.RateLimits.Set && slices.ContainsFunc(limits, func(o RateLimit) bool { return o.Name == l.Name }) {
+			if in.RateLimits.Set && slices.ContainsFunc(limits, func(o traffic.RateLimit) bool { return o.Name == l.Name }) {
 				f.Add(fmt.Sprintf("rateLimits[%d].name", i), "clashes", what+" "+name+" has a policy named "+l.Name+" of its own")
 			}
 		}
@@ -312,7 +313,7 @@ func planView(p *Plan) Plan {
 	out := *p
 	out.RateLimits = slices.Clone(p.RateLimits)
 	if out.RateLimits == nil {
-		out.RateLimits = []RateLimit{}
+		out.RateLimits = []traffic.RateLimit{}
 	}
 	if p.Quota != nil {
 		q := *p.Quota
@@ -450,7 +451,7 @@ func (k *Keys) consumerView(ce *consumerEntry, keyCount int) Consumer {
 	c := ce.snap.Load().consumer
 	c.RateLimits = slices.Clone(c.RateLimits)
 	if c.RateLimits == nil {
-		c.RateLimits = []RateLimit{}
+		c.RateLimits = []traffic.RateLimit{}
 	}
 	if c.Quota != nil {
 		q := *c.Quota

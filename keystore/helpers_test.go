@@ -16,6 +16,7 @@ import (
 	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/keystore/traffic"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
@@ -440,11 +441,11 @@ func (m *memBackend) PurgeUsage(_ context.Context, before time.Time) error {
 	return m.fail
 }
 
-func (m *memBackend) LeaseQuota(_ context.Context, id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+func (m *memBackend) LeaseQuota(_ context.Context, id string, span traffic.QuotaSpan, limit, want int64, emit func(storage.Tx) error) (traffic.QuotaLease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail != nil {
-		return QuotaLease{}, m.fail
+		return traffic.QuotaLease{}, m.fail
 	}
 	k := id + string(span.Period) + span.Start.String()
 	row := m.quotaRows()[k]
@@ -455,14 +456,14 @@ func (m *memBackend) LeaseQuota(_ context.Context, id string, span QuotaSpan, li
 	granted, total, first := leaseQuota(row.used, row.exhausted, limit, want)
 	if first && emit != nil {
 		if err := emit(nil); err != nil {
-			return QuotaLease{}, err
+			return traffic.QuotaLease{}, err
 		}
 	}
 	row.used, row.exhausted = total, row.exhausted || first
-	return QuotaLease{Granted: granted, Used: total}, nil
+	return traffic.QuotaLease{Granted: granted, Used: total}, nil
 }
 
-func (m *memBackend) ReturnQuota(_ context.Context, id string, span QuotaSpan, n int64) error {
+func (m *memBackend) ReturnQuota(_ context.Context, id string, span traffic.QuotaSpan, n int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if row := m.quotaRows()[id+string(span.Period)+span.Start.String()]; row != nil {
@@ -471,7 +472,7 @@ func (m *memBackend) ReturnQuota(_ context.Context, id string, span QuotaSpan, n
 	return m.fail
 }
 
-func (m *memBackend) QuotaUsed(_ context.Context, id string, span QuotaSpan) (int64, error) {
+func (m *memBackend) QuotaUsed(_ context.Context, id string, span traffic.QuotaSpan) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if row := m.quotaRows()[id+string(span.Period)+span.Start.String()]; row != nil {

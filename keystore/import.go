@@ -17,6 +17,7 @@ import (
 	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/token"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // Importing keys: many keys in one call, each with the fields of a create
@@ -490,7 +491,7 @@ func countHolder(report *ImportReport, plan *Plan) {
 
 // samePolicies reports whether two holders' rate limits (in any order)
 // and quotas are the same.
-func samePolicies(la []RateLimit, qa *Quota, lb []RateLimit, qb *Quota) bool {
+func samePolicies(la []traffic.RateLimit, qa *traffic.Quota, lb []traffic.RateLimit, qb *traffic.Quota) bool {
 	if len(la) != len(lb) || (qa == nil) != (qb == nil) || qa != nil && *qa != *qb {
 		return false
 	}

@@ -1,6 +1,8 @@
 // Package keystore holds API keys: their model and rules, token handling,
 // persistence, the in-memory lookup index with usage counters, and the
-// authorization decision. It knows nothing of Caddy.
+// authorization decision with what a request spends of its key's and
+// consumer's limits (their windows and quota blocks are
+// keystore/traffic's). It knows nothing of Caddy.
 package keystore
 
 import (
@@ -11,6 +13,7 @@ import (
 
 	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/token"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // Key is an API key as administrators see it (docs/administrators.md, Keys). The token
@@ -39,9 +42,9 @@ type Key struct {
 	// a grace period).
 	PreviousTokenExpiry *time.Time `json:"previousTokenExpiry"`
 	// RateLimits are the key's named rate-limit policies (at most 4).
-	RateLimits []RateLimit `json:"rateLimits"`
+	RateLimits []traffic.RateLimit `json:"rateLimits"`
 	// Quota bounds the key's requests per calendar period; nil: none.
-	Quota *Quota `json:"quota"`
+	Quota *traffic.Quota `json:"quota"`
 	// QuotaUsed is what the key has spent of its quota this period and
 	// QuotaResetsAt when the next period begins; shown, never stored.
 	QuotaUsed     *int64     `json:"quotaUsed"`
@@ -139,8 +142,8 @@ type compiled struct {
 	identities sync.Map
 	// limits and quota are what the key counts: its own policies and its
 	// plan's, its own quota or its plan's.
-	limits []RateLimit
-	quota  *Quota
+	limits []traffic.RateLimit
+	quota  *traffic.Quota
 	// consumer is the consumer the key belongs to, nil for none: its
 	// meter is shared by all its keys.
 	consumer *consumerEntry
@@ -190,9 +193,9 @@ func (k *Keys) compile(rec *Record) *compiled {
 	}
 	c.key.Token = ""
 	c.key.QuotaUsed, c.key.QuotaResetsAt = nil, nil
-	c.policyHeader = policyHeader("", c.limits, c.quota)
+	c.policyHeader = traffic.PolicyHeader("", c.limits, c.quota)
 	if c.consumer != nil {
-		c.policyHeader = joinHeader(c.policyHeader, c.consumer.snap.Load().header)
+		c.policyHeader = traffic.JoinHeader(c.policyHeader, c.consumer.snap.Load().header)
 	}
 	for _, p := range rec.Privileges {
 		c.privs |= privBit(p)

@@ -19,6 +19,7 @@ import (
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/token"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // Keys is the key registry: every key in memory, indexed by the SHA-256 of
@@ -95,8 +96,8 @@ type keyEvent struct {
 	// Quota and PeriodStart are the quota that was spent and the start
 	// of its period (key.quota_exhausted): an hour's and a day's look
 	// alike otherwise.
-	Quota       *Quota     `json:"quota,omitempty"`
-	PeriodStart *time.Time `json:"periodStart,omitempty"`
+	Quota       *traffic.Quota `json:"quota,omitempty"`
+	PeriodStart *time.Time     `json:"periodStart,omitempty"`
 }
 
 // emitFor returns what Put runs in the transaction of key's change from
@@ -120,7 +121,7 @@ func (k *Keys) emitKey(typ string, key *Key, now time.Time) func(storage.Tx) err
 		ev.NotValidAfter = key.NotValidAfter
 	case events.KeyQuotaExhausted:
 		if q := key.Quota; q != nil {
-			start := q.Period.start(now)
+			start := q.Period.Start(now)
 			ev.Quota, ev.PeriodStart = q, &start
 		}
 	}
@@ -154,14 +155,12 @@ type Entry struct {
 	// a flood writes one entry a second.
 	lastLimitAudit atomic.Int64
 	unaudited      [2]atomic.Uint64 // rate_limited, quota_exceeded
-	// keys leases the quota's blocks.
-	keys *Keys
 }
 
 // newEntry is rec in memory with its stored usage u.
 func (k *Keys) newEntry(rec *Record, u Usage) *Entry {
-	e := &Entry{keys: k}
-	e.holder = e
+	e := &Entry{}
+	e.holder, e.keys = e, k
 	e.setSnap(k.compile(rec))
 	e.setStored(u)
 	return e
@@ -170,7 +169,7 @@ func (k *Keys) newEntry(rec *Record, u Usage) *Entry {
 // setSnap makes c the key's snapshot; rate-limit policies that stay keep
 // their counts.
 func (e *Entry) setSnap(c *compiled) {
-	var old *Quota
+	var old *traffic.Quota
 	if o := e.snap.Swap(c); o != nil {
 		old = o.quota
 	}
@@ -587,7 +586,7 @@ func (k *Keys) view(e *Entry) Key {
 	}
 	key.RateLimits = slices.Clone(key.RateLimits)
 	if key.RateLimits == nil {
-		key.RateLimits = []RateLimit{}
+		key.RateLimits = []traffic.RateLimit{}
 	}
 	if key.Quota != nil {
 		q := *key.Quota

@@ -19,6 +19,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/token"
+	"github.com/keygate/keygate/keystore/traffic"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testkit/testclock"
@@ -48,7 +49,7 @@ func TestCreateEveryField(t *testing.T) {
 			AllowedIPs:    []string{"192.0.2.7", "10.0.0.0/8", "2001:db8::1", "2001:db8:1::/48", "198.51.100.9"},
 			AdminProjects: []string{"p1", "*"},
 			CreationTime:  t0, LastModificationTime: t0,
-			TokenPrefix: key.Token[:12], Token: key.Token, Enabled: true, RateLimits: []RateLimit{},
+			TokenPrefix: key.Token[:12], Token: key.Token, Enabled: true, RateLimits: []traffic.RateLimit{},
 		}
 		if !reflect.DeepEqual(key, want) {
 			t.Fatalf("Create returned\n%+v\nwant\n%+v", key, want)

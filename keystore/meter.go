@@ -7,6 +7,7 @@ import (
 
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // meter is what one scope spends on this instance: a key (its own
@@ -16,10 +17,12 @@ import (
 type meter struct {
 	// limits, quota and hourly are the scope's rate-limit windows, its
 	// quota block, and its requests per hour.
-	limits limiter
-	quota  quotaState
+	limits traffic.Limiter
+	quota  traffic.QuotaState
 	hourly hourly
 	holder holder
+	// keys leases the quota's blocks and emits the holder's events.
+	keys *Keys
 }
 
 // holder is what a meter spends for.
@@ -27,7 +30,7 @@ type holder interface {
 	// holderID is the id the meter's rows are stored under.
 	holderID() string
 	// policies are the scope's rate limits and quota as they are now.
-	policies() ([]RateLimit, *Quota)
+	policies() ([]traffic.RateLimit, *traffic.Quota)
 	// quotaExhausted is what the lease that spends the period's last unit
 	// runs in its transaction: the event, if any.
 	quotaExhausted(now time.Time) func(storage.Tx) error
@@ -37,9 +40,9 @@ type holder interface {
 // quota before, nil at first): policies that stay (same name and window)
 // keep their counts, and a lowered quota gives back the block leased
 // under the higher one.
-func (m *meter) follow(k *Keys, id string, limits []RateLimit, old, q *Quota) {
-	m.limits.adopt(limits)
-	m.quota.changed(old, q, func(span QuotaSpan, n int64) {
+func (m *meter) follow(k *Keys, id string, limits []traffic.RateLimit, old, q *traffic.Quota) {
+	m.limits.Adopt(limits)
+	m.quota.Changed(old, q, func(span traffic.QuotaSpan, n int64) {
 		// Given back apart from the locks of the change; until it lands
 		// the period counts the units as spent, never less.
 		go k.giveBack(id, span, n)
@@ -50,7 +53,7 @@ func (m *meter) follow(k *Keys, id string, limits []RateLimit, old, q *Quota) {
 func (e *Entry) holderID() string { return e.snap.Load().key.ID }
 
 // policies implements holder.
-func (e *Entry) policies() ([]RateLimit, *Quota) {
+func (e *Entry) policies() ([]traffic.RateLimit, *traffic.Quota) {
 	s := e.snap.Load()
 	return s.limits, s.quota
 }
@@ -69,7 +72,6 @@ func (e *Entry) quotaExhausted(now time.Time) func(storage.Tx) error {
 type consumerEntry struct {
 	meter
 	snap atomic.Pointer[consumerSnap]
-	keys *Keys
 }
 
 // consumerSnap is a consumer in the form the key check reads.
@@ -78,8 +80,8 @@ type consumerSnap struct {
 	// limits and quota are what the consumer counts: its own and its
 	// plan's. names are the limits' names as refusals report them
 	// (consumer:NAME), header their RateLimit-Policy items.
-	limits []RateLimit
-	quota  *Quota
+	limits []traffic.RateLimit
+	quota  *traffic.Quota
 	names  []string
 	header string
 }
@@ -91,14 +93,14 @@ func newConsumerSnap(c Consumer, p *Plan) *consumerSnap {
 	for _, l := range s.limits {
 		s.names = append(s.names, consumerPolicy+l.Name)
 	}
-	s.header = policyHeader(consumerPolicy, s.limits, s.quota)
+	s.header = traffic.PolicyHeader(consumerPolicy, s.limits, s.quota)
 	return s
 }
 
 // set makes s the consumer's snapshot; policies that stay keep their
 // counts.
 func (c *consumerEntry) set(s *consumerSnap) {
-	var old *Quota
+	var old *traffic.Quota
 	if o := c.snap.Swap(s); o != nil {
 		old = o.quota
 	}
@@ -109,19 +111,19 @@ func (c *consumerEntry) set(s *consumerSnap) {
 func (c *consumerEntry) holderID() string { return c.snap.Load().consumer.ID }
 
 // policies implements holder.
-func (c *consumerEntry) policies() ([]RateLimit, *Quota) {
+func (c *consumerEntry) policies() ([]traffic.RateLimit, *traffic.Quota) {
 	s := c.snap.Load()
 	return s.limits, s.quota
 }
 
 // consumerEvent is the data of consumer.quota_exhausted.
 type consumerEvent struct {
-	ID          string     `json:"id"`
-	Name        string     `json:"name"`
-	ExternalID  *string    `json:"externalId"`
-	Time        time.Time  `json:"time"`
-	Quota       *Quota     `json:"quota"`
-	PeriodStart *time.Time `json:"periodStart"`
+	ID          string         `json:"id"`
+	Name        string         `json:"name"`
+	ExternalID  *string        `json:"externalId"`
+	Time        time.Time      `json:"time"`
+	Quota       *traffic.Quota `json:"quota"`
+	PeriodStart *time.Time     `json:"periodStart"`
 }
 
 // quotaExhausted implements holder: consumer.quota_exhausted.
@@ -133,7 +135,7 @@ func (c *consumerEntry) quotaExhausted(now time.Time) func(storage.Tx) error {
 	s := c.snap.Load()
 	ev := consumerEvent{ID: s.consumer.ID, Name: s.consumer.Name, ExternalID: s.consumer.ExternalID, Time: now, Quota: s.quota}
 	if s.quota != nil {
-		start := s.quota.Period.start(now)
+		start := s.quota.Period.Start(now)
 		ev.PeriodStart = &start
 	}
 	data, err := json.Marshal(ev)

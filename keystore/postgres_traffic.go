@@ -12,6 +12,7 @@ import (
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // queueHours queues the additions of hours to key k's hourly counts,
@@ -69,14 +70,14 @@ func (b *PostgresBackend) PurgeUsage(ctx context.Context, before time.Time) erro
 // LeaseQuota implements Backend: the period's row is created if need be
 // and locked while the lease is computed, so instances leasing at once
 // take turns and never grant beyond the limit together.
-func (b *PostgresBackend) LeaseQuota(ctx context.Context, id string, span QuotaSpan, limit, want int64, emit func(storage.Tx) error) (QuotaLease, error) {
+func (b *PostgresBackend) LeaseQuota(ctx context.Context, id string, span traffic.QuotaSpan, limit, want int64, emit func(storage.Tx) error) (traffic.QuotaLease, error) {
 	k, err := idBytes(id)
 	if err != nil {
-		return QuotaLease{}, err
+		return traffic.QuotaLease{}, err
 	}
-	var l QuotaLease
+	var l traffic.QuotaLease
 	err = b.db.Update(ctx, func(tx storage.Tx) error {
-		l = QuotaLease{}
+		l = traffic.QuotaLease{}
 		db := pgdb.Of(tx)
 		_, err := db.Exec(ctx, `INSERT INTO key_quota (key_id, period, period_start, used)
 				SELECT $1, $2, $3, 0 WHERE `+holderExistsSQL+`
@@ -104,14 +105,14 @@ func (b *PostgresBackend) LeaseQuota(ctx context.Context, id string, span QuotaS
 				return err
 			}
 		}
-		l = QuotaLease{Granted: granted, Used: total}
+		l = traffic.QuotaLease{Granted: granted, Used: total}
 		return nil
 	})
 	return l, err
 }
 
 // ReturnQuota implements Backend.
-func (b *PostgresBackend) ReturnQuota(ctx context.Context, id string, span QuotaSpan, n int64) error {
+func (b *PostgresBackend) ReturnQuota(ctx context.Context, id string, span traffic.QuotaSpan, n int64) error {
 	k, err := idBytes(id)
 	if err != nil {
 		return err
@@ -124,7 +125,7 @@ func (b *PostgresBackend) ReturnQuota(ctx context.Context, id string, span Quota
 }
 
 // QuotaUsed implements Backend.
-func (b *PostgresBackend) QuotaUsed(ctx context.Context, id string, span QuotaSpan) (int64, error) {
+func (b *PostgresBackend) QuotaUsed(ctx context.Context, id string, span traffic.QuotaSpan) (int64, error) {
 	k, err := idBytes(id)
 	if err != nil {
 		return 0, nil
@@ -147,7 +148,7 @@ func (b *PostgresBackend) QuotaUsed(ctx context.Context, id string, span QuotaSp
 // before it; one batch adds this instance's deltas, drops windows that
 // ended before the previous one and marks the instance as seen, then
 // the counts still current are read and the claims added.
-func (b *PostgresBackend) ShareRates(now time.Time, instance string, live time.Duration, deltas, demand []RateCount, claim func(RateShare) []RateCount) error {
+func (b *PostgresBackend) ShareRates(now time.Time, instance string, live time.Duration, deltas, demand []traffic.RateCount, claim func(traffic.RateShare) []traffic.RateCount) error {
 	ctx := context.Background()
 	sec, ms := now.Unix(), now.UnixMilli()
 	self, err := uuid.Parse(instance)
@@ -156,7 +157,7 @@ func (b *PostgresBackend) ShareRates(now time.Time, instance string, live time.D
 	}
 	sortRateCounts(deltas)
 	return b.db.Update(ctx, func(tx storage.Tx) error {
-		var share RateShare
+		var share traffic.RateShare
 		var q pgx.Batch
 		q.Queue("SELECT pg_advisory_xact_lock(hashtext('keygate rate sync'))")
 		queueRateCounts(&q, deltas)
@@ -165,7 +166,7 @@ func (b *PostgresBackend) ShareRates(now time.Time, instance string, live time.D
 		q.Queue(`INSERT INTO rate_instances (instance, seen_at) VALUES ($1, $2)
 			ON CONFLICT (instance) DO UPDATE SET seen_at = greatest(rate_instances.seen_at, excluded.seen_at)`, self, ms)
 		for _, d := range demand {
-			if k, err := idBytes(d.KeyID); err == nil {
+			if k, err := idBytes(d.HolderID); err == nil {
 				q.Queue(`INSERT INTO rate_demand (key_id, policy, window_seconds, instance, asked, seen_at)
 						SELECT $1, $2, $3, $4, $5, $6 WHERE `+holderExistsSQL+`
 					ON CONFLICT (key_id, policy, window_seconds, instance) DO UPDATE SET asked = excluded.asked, seen_at = excluded.seen_at`,
@@ -215,20 +216,20 @@ func (b *PostgresBackend) ShareRates(now time.Time, instance string, live time.D
 
 // readRateCounts reads the rows of query, each a key id, policy, window
 // seconds, window index and count.
-func readRateCounts(ctx context.Context, tx storage.Tx, query string, arg int64) ([]RateCount, error) {
+func readRateCounts(ctx context.Context, tx storage.Tx, query string, arg int64) ([]traffic.RateCount, error) {
 	rows, err := pgdb.Of(tx).Query(ctx, query, arg)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []RateCount
+	var out []traffic.RateCount
 	for rows.Next() {
 		var id [16]byte
-		var c RateCount
+		var c traffic.RateCount
 		if err := rows.Scan(&id, &c.Policy, &c.WindowSeconds, &c.Index, &c.Count); err != nil {
 			return nil, err
 		}
-		c.KeyID = uuidString(id)
+		c.HolderID = uuidString(id)
 		out = append(out, c)
 	}
 	return out, rows.Err()
@@ -237,9 +238,9 @@ func readRateCounts(ctx context.Context, tx storage.Tx, query string, arg int64)
 // queueRateCounts queues the addition of each of list to its window's
 // count (a claim given back subtracts; a count never goes below 0); a
 // key deleted meanwhile gets none.
-func queueRateCounts(q *pgx.Batch, list []RateCount) {
+func queueRateCounts(q *pgx.Batch, list []traffic.RateCount) {
 	for _, d := range list {
-		k, err := idBytes(d.KeyID)
+		k, err := idBytes(d.HolderID)
 		if err != nil {
 			continue
 		}
@@ -251,16 +252,16 @@ func queueRateCounts(q *pgx.Batch, list []RateCount) {
 	}
 }
 
-var _ RateSharer = (*PostgresBackend)(nil)
+var _ traffic.RateSharer = (*PostgresBackend)(nil)
 
 // uuidString is a key id as the key store names it.
 func uuidString(id [16]byte) string { return uuid.UUID(id).String() }
 
 // sortRateCounts orders deltas by key, policy and window, the order in
 // which every instance adds them.
-func sortRateCounts(list []RateCount) {
-	slices.SortFunc(list, func(a, b RateCount) int {
-		return cmp.Or(cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Policy, b.Policy),
+func sortRateCounts(list []traffic.RateCount) {
+	slices.SortFunc(list, func(a, b traffic.RateCount) int {
+		return cmp.Or(cmp.Compare(a.HolderID, b.HolderID), cmp.Compare(a.Policy, b.Policy),
 			cmp.Compare(a.WindowSeconds, b.WindowSeconds), cmp.Compare(a.Index, b.Index))
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/text"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // Plan is a named set of rate-limit policies and a quota that keys and
@@ -19,13 +20,13 @@ import (
 // changing the plan changes every holder at once. A key counts its plan's
 // policies as its own; a consumer counts its plan's for all its keys.
 type Plan struct {
-	ID                   string      `json:"id"`
-	Name                 string      `json:"name"`
-	Description          string      `json:"description"`
-	RateLimits           []RateLimit `json:"rateLimits"`
-	Quota                *Quota      `json:"quota"`
-	CreationTime         time.Time   `json:"creationTime"`
-	LastModificationTime time.Time   `json:"lastModificationTime"`
+	ID                   string              `json:"id"`
+	Name                 string              `json:"name"`
+	Description          string              `json:"description"`
+	RateLimits           []traffic.RateLimit `json:"rateLimits"`
+	Quota                *traffic.Quota      `json:"quota"`
+	CreationTime         time.Time           `json:"creationTime"`
+	LastModificationTime time.Time           `json:"lastModificationTime"`
 }
 
 // Consumer is a named client that holds keys: its rate limits and quota,
@@ -36,13 +37,13 @@ type Consumer struct {
 	Name string `json:"name"`
 	// ExternalID is the client's id elsewhere (a Kong consumer's
 	// custom_id), unique among consumers; nil: none.
-	ExternalID           *string     `json:"externalId"`
-	Description          string      `json:"description"`
-	RateLimits           []RateLimit `json:"rateLimits"`
-	Quota                *Quota      `json:"quota"`
-	PlanID               *string     `json:"planId"`
-	CreationTime         time.Time   `json:"creationTime"`
-	LastModificationTime time.Time   `json:"lastModificationTime"`
+	ExternalID           *string             `json:"externalId"`
+	Description          string              `json:"description"`
+	RateLimits           []traffic.RateLimit `json:"rateLimits"`
+	Quota                *traffic.Quota      `json:"quota"`
+	PlanID               *string             `json:"planId"`
+	CreationTime         time.Time           `json:"creationTime"`
+	LastModificationTime time.Time           `json:"lastModificationTime"`
 	// QuotaUsed and QuotaResetsAt show the consumer's quota (its own or
 	// its plan's) in the current period; KeyCount how many keys it holds.
 	// Shown, never stored.
@@ -176,12 +177,12 @@ func checkScopeDescription(f *problem.Fields, in patch.Field[string], d *string)
 // in the headers and violatedPolicies. ownSent tells whether the holder's
 // policies came with this request (the field to name); otherwise the
 // planId did.
-func checkClash(f *problem.Fields, limits []RateLimit, quota *Quota, p *Plan, ownSent, quotaSent bool) {
+func checkClash(f *problem.Fields, limits []traffic.RateLimit, quota *traffic.Quota, p *Plan, ownSent, quotaSent bool) {
 	if p == nil {
 		return
 	}
 	for i, l := range limits {
-		if !slices.ContainsFunc(p.RateLimits, func(q RateLimit) bool { return q.Name == l.Name }) {
+		if !slices.ContainsFunc(p.RateLimits, func(q traffic.RateLimit) bool { return q.Name == l.Name }) {
 			continue
 		}
 		field := "planId"
@@ -201,7 +202,7 @@ func checkClash(f *problem.Fields, limits []RateLimit, quota *Quota, p *Plan, ow
 
 // effective is what a holder counts: its own policies and its plan's,
 // and its own quota or its plan's.
-func effective(limits []RateLimit, quota *Quota, p *Plan) ([]RateLimit, *Quota) {
+func effective(limits []traffic.RateLimit, quota *traffic.Quota, p *Plan) ([]traffic.RateLimit, *traffic.Quota) {
 	if p == nil {
 		return limits, quota
 	}
@@ -214,17 +215,17 @@ func effective(limits []RateLimit, quota *Quota, p *Plan) ([]RateLimit, *Quota) 
 
 // applyLimits checks and applies the rateLimits and quota fields of a
 // key's, plan's or consumer's input: null (or []) removes them.
-func applyLimits(f *problem.Fields, rl patch.Field[[]json.RawMessage], q patch.Field[json.RawMessage], limits *[]RateLimit, quota **Quota) {
+func applyLimits(f *problem.Fields, rl patch.Field[[]json.RawMessage], q patch.Field[json.RawMessage], limits *[]traffic.RateLimit, quota **traffic.Quota) {
 	if rl.Set {
 		*limits = nil
 		if !rl.Null {
-			*limits = checkRateLimits(f, rl.Value)
+			*limits = traffic.CheckRateLimits(f, rl.Value)
 		}
 	}
 	if q.Set {
 		*quota = nil
 		if !q.Null {
-			*quota = checkQuota(f, q.Value)
+			*quota = traffic.CheckQuota(f, q.Value)
 		}
 	}
 }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 func init() {
@@ -275,7 +276,7 @@ func scopeRef(c *cobra.Command, collection string, id *string) string {
 }
 
 // rateLimitsText is a key's policies as --rate-limit takes them.
-func rateLimitsText(list []keystore.RateLimit) string {
+func rateLimitsText(list []traffic.RateLimit) string {
 	out := make([]string, len(list))
 	for i, p := range list {
 		w := fmt.Sprintf("%ds", p.WindowSeconds)
@@ -295,7 +296,7 @@ func rateLimitsText(list []keystore.RateLimit) string {
 // quotaText is a quota as --quota takes it, with what is used of it and
 // when it resets where the gateway says (a key's and a consumer's: of
 // the quota of its own, or else of its plan's).
-func quotaText(q *keystore.Quota, used *int64, resets *time.Time) string {
+func quotaText(q *traffic.Quota, used *int64, resets *time.Time) string {
 	s := "-"
 	if q != nil {
 		s = fmt.Sprintf("%d/%s", q.Limit, q.Period)

@@ -9,7 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/keygate/keygate/internal/problem"
-	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // What a decK dump's consumer groups and rate-limiting plugins become.
@@ -341,7 +341,7 @@ func rateLimitingAdvanced(config map[string]any, unmapped func(string)) (limits 
 		case !okN || !okW:
 			unmapped("a rate-limiting-advanced limit or window_size that is not a positive whole number")
 			ok = false
-		case w > keystore.MaxRateWindow:
+		case w > traffic.MaxRateWindow:
 			unmapped("a rate-limiting-advanced window of " + strconv.FormatInt(w, 10) + " seconds, longer than the day a keygate policy can count")
 			ok = false
 		default:

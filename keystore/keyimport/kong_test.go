@@ -14,6 +14,7 @@ import (
 	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/internal/token"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/keystore/traffic"
 )
 
 // kongTwoKeys is a decK dump of one consumer with two key-auth
@@ -81,8 +82,8 @@ func TestImportKongConsumer(t *testing.T) {
 			}
 			c := list[0]
 			if c.ID != rc.ID || c.Name != "acme" || c.ExternalID == nil || *c.ExternalID != "crm-7" || c.KeyCount != 2 ||
-				len(c.RateLimits) != 1 || c.RateLimits[0] != (keystore.RateLimit{Name: "second", Limit: 5, WindowSeconds: 1}) ||
-				c.Quota == nil || *c.Quota != (keystore.Quota{Limit: 12, Period: keystore.QuotaMonth}) {
+				len(c.RateLimits) != 1 || c.RateLimits[0] != (traffic.RateLimit{Name: "second", Limit: 5, WindowSeconds: 1}) ||
+				c.Quota == nil || *c.Quota != (traffic.Quota{Limit: 12, Period: traffic.QuotaMonth}) {
 				t.Errorf("consumer %+v", c)
 			}
 			for _, k := range keys.List("") {
@@ -198,8 +199,8 @@ func TestImportKongGroups(t *testing.T) {
 			plans[p.Name] = p
 		}
 		gold, silver := plans["gold"], plans["silver"]
-		if len(plans) != 2 || !slices.Equal(gold.RateLimits, []keystore.RateLimit{{Name: "rla-60s", Limit: 3, WindowSeconds: 60}}) || gold.Quota != nil ||
-			!slices.Equal(silver.RateLimits, []keystore.RateLimit{{Name: "minute", Limit: 2, WindowSeconds: 60}}) || silver.Quota == nil || silver.Quota.Limit != 1000 {
+		if len(plans) != 2 || !slices.Equal(gold.RateLimits, []traffic.RateLimit{{Name: "rla-60s", Limit: 3, WindowSeconds: 60}}) || gold.Quota != nil ||
+			!slices.Equal(silver.RateLimits, []traffic.RateLimit{{Name: "minute", Limit: 2, WindowSeconds: 60}}) || silver.Quota == nil || silver.Quota.Limit != 1000 {
 			t.Fatalf("plans %+v", plans)
 		}
 		if len(report.Plans) != 2 || report.Plans[0].Name != "gold" || report.Plans[0].Consumers != 2 || report.Plans[0].Line != 3 ||
@@ -223,8 +224,8 @@ func TestImportKongGroups(t *testing.T) {
 		if note := byName["gamma"].Note; !strings.Contains(note, "rate-limiting-advanced overrides consumer group gold") {
 			t.Errorf("gamma's note %q", note)
 		}
-		global := keystore.RateLimit{Name: "second", Limit: 1, WindowSeconds: 1}
-		for name, want := range map[string][]keystore.RateLimit{
+		global := traffic.RateLimit{Name: "second", Limit: 1, WindowSeconds: 1}
+		for name, want := range map[string][]traffic.RateLimit{
 			"alpha": {global},
 			"beta":  {global},
 			"gamma": {{Name: "rla-60s", Limit: 100, WindowSeconds: 60}, global},
@@ -237,9 +238,9 @@ func TestImportKongGroups(t *testing.T) {
 			}
 		}
 		for _, k := range e.keys.List("") {
-			want := []keystore.RateLimit{}
+			want := []traffic.RateLimit{}
 			if k.Name == "delta" {
-				want = []keystore.RateLimit{{Name: "rla-3600s", Limit: 50, WindowSeconds: 3600}}
+				want = []traffic.RateLimit{{Name: "rla-3600s", Limit: 50, WindowSeconds: 3600}}
 			}
 			if !slices.Equal(k.RateLimits, want) {
 				t.Errorf("key %s: limits %v, want %v", k.Name, k.RateLimits, want)

@@ -1,152 +1,12 @@
-package keystore
+package traffic
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"maps"
 	"math"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/keygate/keygate/internal/problem"
 )
 
-// RateLimit is one named policy of a key: in any window of WindowSeconds,
-// at most about Limit requests of the key are let through.
-type RateLimit struct {
-	Name          string `json:"name"`
-	Limit         int64  `json:"limit"`
-	WindowSeconds int64  `json:"windowSeconds"`
-}
-
-const (
-	// MaxRateLimits is how many policies a key may carry.
-	MaxRateLimits = 4
-	maxRateLimit  = 1_000_000_000
-	// MaxRateWindow is a policy's longest window, in seconds.
-	MaxRateWindow    = 86_400
-	maxPolicyNameLen = 20
-)
-
-// checkRateLimits reads and checks every policy of list, each a JSON
-// object as sent, naming every bad field of every policy at once.
-func checkRateLimits(f *problem.Fields, list []json.RawMessage) []RateLimit {
-	bad := len(f.List())
-	if len(list) > MaxRateLimits {
-		f.Add("rateLimits", "too_many", fmt.Sprintf("at most %d rate-limit policies", MaxRateLimits))
-		if len(list) > 4*MaxRateLimits {
-			// Not each policy too: a body of thousands would be answered
-			// with thousands of errors, many times its size.
-			return nil
-		}
-	}
-	out := make([]RateLimit, 0, len(list))
-	seen := map[string]bool{}
-	for i, raw := range list {
-		at := fmt.Sprintf("rateLimits[%d]", i)
-		in, ok := jsonObject(f, at, raw, "name", "limit", "windowSeconds")
-		if !ok {
-			continue
-		}
-		var p RateLimit
-		name, ok := jsonString(f, at+".name", in["name"], "a policy needs a name: 1 to 20 characters of a-z, 0-9, _ and -")
-		switch {
-		case !ok:
-		case !validPolicyName(name):
-			f.Add(at+".name", "invalid", "name must be 1 to 20 characters of a-z, 0-9, _ and -")
-		case name == quotaPolicy:
-			f.Add(at+".name", "reserved", `"quota" names the quota in the RateLimit headers`)
-		case seen[name]:
-			f.Add(at+".name", "duplicate", fmt.Sprintf("%q names two policies", name))
-		default:
-			seen[name] = true
-			p.Name = name
-		}
-		p.Limit, _ = wholeNumber(f, at+".limit", in["limit"], 1, maxRateLimit, "limit must be a whole number from 1 to 1000000000")
-		p.WindowSeconds, _ = wholeNumber(f, at+".windowSeconds", in["windowSeconds"], 1, MaxRateWindow, "windowSeconds must be a whole number from 1 to 86400")
-		out = append(out, p)
-	}
-	if len(f.List()) > bad {
-		return nil
-	}
-	return out
-}
-
-// jsonObject reads raw, the value of field, as a JSON object whose
-// members are among names; each other member is an unknown_field, and
-// the known ones are checked all the same.
-func jsonObject(f *problem.Fields, field string, raw json.RawMessage, names ...string) (map[string]json.RawMessage, bool) {
-	var in map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &in); err != nil || in == nil {
-		f.Add(field, "invalid", field+" must be a JSON object")
-		return nil, false
-	}
-	for _, k := range slices.Sorted(maps.Keys(in)) {
-		if !slices.Contains(names, k) {
-			f.Add(field+"."+k, "unknown_field", fmt.Sprintf("%s has no field %q (it has %s)", field, k, strings.Join(names, ", ")))
-		}
-	}
-	return in, true
-}
-
-// jsonString reads a required JSON string.
-func jsonString(f *problem.Fields, field string, raw json.RawMessage, msg string) (string, bool) {
-	var s string
-	switch {
-	case raw == nil || string(raw) == "null":
-		f.Add(field, "required", msg)
-		return "", false
-	case json.Unmarshal(raw, &s) != nil:
-		f.Add(field, "invalid", msg)
-		return "", false
-	}
-	return s, true
-}
-
-// wholeNumber reads a required JSON number that is a whole number within
-// [lo, hi]: 20, 20.0 and 2e1 alike.
-func wholeNumber(f *problem.Fields, field string, raw json.RawMessage, lo, hi int64, msg string) (int64, bool) {
-	if raw == nil || string(raw) == "null" {
-		f.Add(field, "required", msg)
-		return 0, false
-	}
-	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
-		f.Add(field, "invalid", msg) // a string, a boolean, an object
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(string(raw), 64)
-	switch {
-	case err != nil && errors.Is(err, strconv.ErrRange):
-		f.Add(field, "out_of_range", msg)
-		return 0, false
-	case err != nil || v != math.Trunc(v):
-		f.Add(field, "invalid", msg)
-		return 0, false
-	case v < float64(lo) || v > float64(hi):
-		f.Add(field, "out_of_range", msg)
-		return 0, false
-	}
-	return int64(v), true
-}
-
-func validPolicyName(s string) bool {
-	if len(s) == 0 || len(s) > maxPolicyNameLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// limiter is the rate-limit state of one key on this instance: for each
+// Limiter is the rate-limit state of one holder on this instance: for each
 // policy, the sliding-window counter of two fixed windows (Kong's
 // rate-limiting-advanced, Cloudflare): the estimate at time t, a fraction
 // f into window i, is count(i-1)·(1-f) + count(i). It is exact when the
@@ -156,7 +16,7 @@ func validPolicyName(s string) bool {
 // of requests let through, across instances: total holds what the last
 // sync read from the database (every instance's, ours included) and
 // local what this instance let through since.
-type limiter struct {
+type Limiter struct {
 	mu       sync.Mutex
 	policies []policyState
 	// dirty is set when a count changed since the last sync.
@@ -235,17 +95,17 @@ func (p *policyState) othersSince(ns int64) float64 {
 	return 0
 }
 
-// sharing is how an instance stands with the others sharing a limit.
-type sharing struct {
-	// instances is how many share it (1: this one alone).
-	instances int64
-	// claims is set while the instance syncs: it lets through only what
+// Sharing is how an instance stands with the others sharing a limit.
+type Sharing struct {
+	// Instances is how many share it (1: this one alone).
+	Instances int64
+	// Claims is set while the instance syncs: it lets through only what
 	// it claimed at the last sync. Otherwise (one instance, or the
 	// database away) it goes by its own counts.
-	claims bool
-	// ahead is how long until the next sync (ns), as the last interval
+	Claims bool
+	// Ahead is how long until the next sync (ns), as the last interval
 	// was: what a claim is for.
-	ahead int64
+	Ahead int64
 }
 
 // room is how many more requests p lets through at ns on this instance,
@@ -255,21 +115,21 @@ type sharing struct {
 // has left, in a burst shorter than the sync interval, would let through
 // the limit once each. Out of touch with the others, an instance spends
 // its share of what the last sync left, in whole requests.
-func (p *policyState) room(ns int64, sh sharing) float64 {
-	if sh.claims {
+func (p *policyState) room(ns int64, sh Sharing) float64 {
+	if sh.Claims {
 		if p.claim == 0 && p.spent == 0 && p.lastAsked == 0 {
 			// An instance that was asked nothing claimed nothing; the
 			// first request to come is not refused for want of a claim
 			// while every instance could do the same within the limit.
-			return min(math.Floor((float64(p.Limit)-p.estimate(ns))/float64(sh.instances)), 1)
+			return min(math.Floor((float64(p.Limit)-p.estimate(ns))/float64(sh.Instances)), 1)
 		}
 		return float64(p.claim - p.spent)
 	}
 	r := float64(p.Limit) - p.estimate(ns)
-	if sh.instances > 1 {
+	if sh.Instances > 1 {
 		// Whole requests: every instance taking its share together stays
 		// within the limit.
-		share := math.Floor((float64(p.Limit)-p.synced(ns))/float64(sh.instances)) - float64(p.curLocal)
+		share := math.Floor((float64(p.Limit)-p.synced(ns))/float64(sh.Instances)) - float64(p.curLocal)
 		r = min(r, share)
 	}
 	return r
@@ -284,7 +144,7 @@ func (p *policyState) room(ns int64, sh sharing) float64 {
 // asked anything. Syncs take turns, so each sees the claims before it,
 // and the claims never add up to more than is left. It returns out with
 // the changes to the window counts that the claim makes.
-func (p *policyState) reclaim(id string, ns int64, sh sharing, demand int64, out []RateCount) []RateCount {
+func (p *policyState) reclaim(id string, ns int64, sh Sharing, demand int64, out []RateCount) []RateCount {
 	unused := max(p.claim-p.used, 0)
 	var keep int64 // the unused claim, when it is in the current window
 	switch p.claimIdx {
@@ -297,26 +157,26 @@ func (p *policyState) reclaim(id string, ns int64, sh sharing, demand int64, out
 		}
 	}
 	var c int64
-	if sh.instances > 1 {
+	if sh.Instances > 1 {
 		// The room as it will be at the next sync, within this window:
 		// the previous window's weight falls meanwhile, and a claim of
 		// only what is free now would lose that room to every interval.
-		at := min(ns+sh.ahead, (p.index+1)*p.window-1)
+		at := min(ns+sh.Ahead, (p.index+1)*p.window-1)
 		free := float64(p.Limit) - p.synced(at) + float64(keep)
 		// Its demand first while there is enough for it, else its part
 		// by demand; twice its demand at most, so that a growing load
 		// finds room. An instance asked nothing keeps a standing claim of
 		// a quarter of its share of what is free: a burst that comes to
-		// an idle key is let through at once, up to a quarter of what is
-		// left, while a busy key leaves little free for idle instances
-		// to hold.
+		// an idle holder is let through at once, up to a quarter of what
+		// is left, while a busy holder leaves little free for idle
+		// instances to hold.
 		asked := float64(p.lastAsked)
 		part := free * asked / float64(max(demand, p.lastAsked, 1))
 		c = int64(min(free, 2*asked, max(asked, part)))
 		if p.lastAsked > 0 {
 			c = max(c, min(int64(free), 1))
 		} else {
-			c = int64(free / float64(4*sh.instances))
+			c = int64(free / float64(4*sh.Instances))
 		}
 		c = max(c, 0)
 	}
@@ -366,9 +226,9 @@ func (p *policyState) roll(ns int64) {
 	p.cur, p.curLocal, p.index = 0, 0, idx
 }
 
-// adopt makes the limiter follow policies, keeping the counts of those
+// Adopt makes the limiter follow policies, keeping the counts of those
 // that stay (same name and window).
-func (l *limiter) adopt(policies []RateLimit) {
+func (l *Limiter) Adopt(policies []RateLimit) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := make([]policyState, len(policies))
@@ -384,20 +244,20 @@ func (l *limiter) adopt(policies []RateLimit) {
 	l.policies = next
 }
 
-// rateResult is what the limiter decided for one request.
-type rateResult struct {
-	// violated has a bit per policy (by index) that refused.
-	violated uint8
-	// retryAfter is the whole seconds until the refused policies would
+// Result is what Take decided for one request.
+type Result struct {
+	// Violated has a bit per policy (by index) that refused.
+	Violated uint8
+	// RetryAfter is the whole seconds until the refused policies would
 	// let one more through (at least 1).
-	retryAfter int64
+	RetryAfter int64
 }
 
-// take lets one request through at ns if every policy has room on this
+// Take lets one request through at ns if every policy has room on this
 // instance, counting it in each; else counts nothing and says which
 // refused.
-func (l *limiter) take(ns int64, sh sharing) rateResult {
-	var res rateResult
+func (l *Limiter) Take(ns int64, sh Sharing) Result {
+	var res Result
 	l.mu.Lock()
 	for i := range l.policies {
 		p := &l.policies[i]
@@ -407,17 +267,17 @@ func (l *limiter) take(ns int64, sh sharing) rateResult {
 		// steady flow that holds each window to the limit (a whole
 		// request of room would hold small limits to one less).
 		if p.room(ns, sh) <= 0 {
-			res.violated |= 1 << i
-			if s := p.wait(ns); s > res.retryAfter {
-				res.retryAfter = s
+			res.Violated |= 1 << i
+			if s := p.wait(ns); s > res.RetryAfter {
+				res.RetryAfter = s
 			}
 		}
 	}
-	if res.violated == 0 {
+	if res.Violated == 0 {
 		for i := range l.policies {
 			p := &l.policies[i]
 			p.curLocal++
-			if sh.claims {
+			if sh.Claims {
 				// Within the claim and its window, the claim holds it;
 				// past either (the first request of an instance asked
 				// nothing), the next sync sends it.
@@ -434,9 +294,9 @@ func (l *limiter) take(ns int64, sh sharing) rateResult {
 	return res
 }
 
-// untake takes back a request that take let through but the quota then
+// Untake takes back a request that Take let through but the quota then
 // refused: it was not let through after all.
-func (l *limiter) untake(ns int64) {
+func (l *Limiter) Untake(ns int64) {
 	l.mu.Lock()
 	for i := range l.policies {
 		p := &l.policies[i]
@@ -479,10 +339,10 @@ func (p *policyState) wait(ns int64) int64 {
 	return max(s, 1)
 }
 
-// state is the remaining count of p at ns on this instance: how many requests take would let through now, so that 0
+// state is the remaining count of p at ns on this instance: how many requests Take would let through now, so that 0
 // means the next is refused; and the whole seconds until the window is
 // restored in full.
-func (p *policyState) state(ns int64, sh sharing) (remaining, reset int64) {
+func (p *policyState) state(ns int64, sh Sharing) (remaining, reset int64) {
 	remaining = max(int64(math.Ceil(p.room(ns, sh))), 0)
 	end := (p.index + 1) * p.window
 	switch {
@@ -494,9 +354,9 @@ func (p *policyState) state(ns int64, sh sharing) (remaining, reset int64) {
 	return remaining, (reset + int64(time.Second) - 1) / int64(time.Second)
 }
 
-// closest returns the policy closest to being exhausted at ns on this
+// Closest returns the policy Closest to being exhausted at ns on this
 // instance: its index, remaining and reset seconds; -1 without policies.
-func (l *limiter) closest(ns int64, sh sharing) (idx int, remaining, reset int64, frac float64) {
+func (l *Limiter) Closest(ns int64, sh Sharing) (idx int, remaining, reset int64, frac float64) {
 	idx, frac = -1, 2
 	l.mu.Lock()
 	for i := range l.policies {
@@ -511,21 +371,21 @@ func (l *limiter) closest(ns int64, sh sharing) (idx int, remaining, reset int64
 	return idx, remaining, reset, frac
 }
 
-// RateCount is one policy window's count of one key, as instances share
-// them through the database.
+// RateCount is one policy window's count of one holder (a key, a
+// consumer), as instances share them through the database.
 type RateCount struct {
-	KeyID         string
+	HolderID      string
 	Policy        string
 	WindowSeconds int64
 	Index         int64 // the window: unix seconds / WindowSeconds
 	Count         int64
 }
 
-// pending takes what this instance let through since the last sync, as
+// Pending takes what this instance let through since the last sync, as
 // deltas to add, and counts them into the totals meanwhile (what its
 // claim covers is in the totals already); and what it was asked, as its
 // demand.
-func (l *limiter) pending(id string, out, demand []RateCount) ([]RateCount, []RateCount) {
+func (l *Limiter) Pending(id string, out, demand []RateCount) ([]RateCount, []RateCount) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range l.policies {
@@ -563,9 +423,9 @@ func (l *limiter) pending(id string, out, demand []RateCount) ([]RateCount, []Ra
 	return out, demand
 }
 
-// reclaim makes this instance's claims for the next sync interval, after
-// a sync read the counts and demands at ns; see policyState.reclaim.
-func (l *limiter) reclaim(id string, ns int64, sh sharing, demands []RateCount, out []RateCount) []RateCount {
+// Reclaim makes this instance's claims for the next sync interval, after
+// a sync read the counts and demands at ns; see policyState.Reclaim.
+func (l *Limiter) Reclaim(id string, ns int64, sh Sharing, demands []RateCount, out []RateCount) []RateCount {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range l.policies {
@@ -582,10 +442,10 @@ func (l *limiter) reclaim(id string, ns int64, sh sharing, demands []RateCount, 
 	return out
 }
 
-// commitClaims makes the claims of a sync that committed the limiter's;
-// dropClaims forgets those of one that failed: the database kept the
+// CommitClaims makes the claims of a sync that committed the limiter's;
+// DropClaims forgets those of one that failed: the database kept the
 // claims before it, which go on.
-func (l *limiter) commitClaims() {
+func (l *Limiter) CommitClaims() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range l.policies {
@@ -593,7 +453,7 @@ func (l *limiter) commitClaims() {
 	}
 }
 
-func (l *limiter) dropClaims() {
+func (l *Limiter) DropClaims() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range l.policies {
@@ -601,9 +461,9 @@ func (l *limiter) dropClaims() {
 	}
 }
 
-// policy is the state of the policy c counts for, nil if the key no
+// policy is the state of the policy c counts for, nil if the holder no
 // longer has it. The caller holds mu.
-func (l *limiter) policy(c RateCount) *policyState {
+func (l *Limiter) policy(c RateCount) *policyState {
 	for i := range l.policies {
 		if p := &l.policies[i]; p.Name == c.Policy && p.WindowSeconds == c.WindowSeconds {
 			return p
@@ -612,8 +472,8 @@ func (l *limiter) policy(c RateCount) *policyState {
 	return nil
 }
 
-// unsent gives back deltas that could not be sent.
-func (l *limiter) unsent(c RateCount) {
+// Unsent gives back deltas that could not be sent.
+func (l *Limiter) Unsent(c RateCount) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.policy(c)
@@ -631,10 +491,10 @@ func (l *limiter) unsent(c RateCount) {
 	l.dirty = true
 }
 
-// apply takes the counts of every instance as the database holds them
+// Apply takes the counts of every instance as the database holds them
 // after a sync at ns, this instance's deltas included: rows are the
-// key's counts of the windows still current.
-func (l *limiter) apply(rows []RateCount, ns int64) {
+// holder's counts of the windows still current.
+func (l *Limiter) Apply(rows []RateCount, ns int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range l.policies {
@@ -666,53 +526,4 @@ func (l *limiter) apply(rows []RateCount, ns int64) {
 		p.syncedAt = ns
 		p.cur = cur
 	}
-}
-
-// policyHeader is the RateLimit-Policy value of a holder's policies and
-// quota (draft-ietf-httpapi-ratelimit-headers-10), each name after
-// prefix; empty without any.
-func policyHeader(prefix string, policies []RateLimit, q *Quota) string {
-	var b []byte
-	for _, p := range policies {
-		if len(b) > 0 {
-			b = append(b, ", "...)
-		}
-		b = appendItem(b, prefix, p.Name, ";q=", p.Limit, ";w=", p.WindowSeconds)
-	}
-	if q != nil {
-		if len(b) > 0 {
-			b = append(b, ", "...)
-		}
-		b = appendItem(b, prefix, quotaPolicy, ";q=", q.Limit, ";w=", q.Period.nominalSeconds())
-	}
-	return string(b)
-}
-
-// joinHeader joins two lists of structured-field items.
-func joinHeader(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + ", " + b
-}
-
-// appendRateLimit appends the RateLimit item of one policy.
-func appendRateLimit(b []byte, prefix, name string, r, t int64) []byte {
-	return appendItem(b, prefix, name, ";r=", r, ";t=", t)
-}
-
-// appendItem appends a structured-field item: the policy's name as a
-// string with two integer parameters.
-func appendItem(b []byte, prefix, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
-	b = append(b, '"')
-	b = append(b, prefix...)
-	b = append(b, name...)
-	b = append(b, '"')
-	b = append(b, k1...)
-	b = strconv.AppendInt(b, v1, 10)
-	b = append(b, k2...)
-	return strconv.AppendInt(b, v2, 10)
 }

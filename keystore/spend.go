@@ -6,31 +6,8 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore/traffic"
 )
-
-// RateSharer is a Backend that instances share rate-limit counts
-// through. ShareRates, in one transaction and one at a time across
-// instances: adds each delta to its window's count, records this
-// instance's demand of each policy (a RateCount's Count, without an
-// Index; each one replaces the instance's last), marks instance as seen
-// at now, reads every instance's counts of the windows still current at
-// now (this one and the one before, for each policy), the demands and
-// the instances seen within live of now, hands them to claim, and adds
-// the changes claim returns (this instance's claims) as well.
-type RateSharer interface {
-	ShareRates(now time.Time, instance string, live time.Duration, deltas, demand []RateCount, claim func(RateShare) []RateCount) error
-}
-
-// RateShare is what a sync of rate-limit counts reads back.
-type RateShare struct {
-	Counts []RateCount
-	// Demand is, for each policy of each key, what the instances seen
-	// lately were asked in their last sync interval, added up.
-	Demand []RateCount
-	// Instances is how many instances shared counts lately, this one
-	// included (at least 1).
-	Instances int
-}
 
 // claimsHold is how long an instance goes on by its last claims when it
 // cannot sync, at the least, before it spends its share of the limit
@@ -62,46 +39,44 @@ func (e *Entry) spend(d Decision, s *compiled, now time.Time) Decision {
 	}
 	keyTook := len(s.limits) > 0
 	if keyTook {
-		if r := e.limits.take(ns, sh); r.violated != 0 {
+		if r := e.limits.Take(ns, sh); r.Violated != 0 {
 			return d.rateLimited(r, s.limits, nil)
 		}
 	}
 	consumerTook := cs != nil && len(cs.limits) > 0
 	if consumerTook {
-		if r := s.consumer.limits.take(ns, sh); r.violated != 0 {
+		if r := s.consumer.limits.Take(ns, sh); r.Violated != 0 {
 			if keyTook {
-				e.limits.untake(ns)
+				e.limits.Untake(ns)
 			}
 			return d.rateLimited(r, cs.limits, cs.names)
 		}
 	}
 	untake := func() {
 		if keyTook {
-			e.limits.untake(ns)
+			e.limits.Untake(ns)
 		}
 		if consumerTook {
-			s.consumer.limits.untake(ns)
+			s.consumer.limits.Untake(ns)
 		}
 	}
-	var keyPeriod int64
-	var keyGeneration uint64
+	var keySpent traffic.Spent
 	if q := s.quota; q != nil && e.keys != nil {
-		keyGeneration = e.quota.generation.Load()
-		if err := e.keys.spendQuota(&e.meter, q, now); err != nil {
+		var err error
+		if keySpent, err = e.quota.Spend(q, now, e.leaser()); err != nil {
 			untake()
-			return d.quotaRefused(err, q, quotaPolicy, now)
+			return d.quotaRefused(err, q, traffic.QuotaPolicy, now)
 		}
-		keyPeriod = e.quota.period.Load()
 	}
 	if cs != nil && cs.quota != nil && e.keys != nil {
-		if err := e.keys.spendQuota(&s.consumer.meter, cs.quota, now); err != nil {
+		if _, err := s.consumer.quota.Spend(cs.quota, now, s.consumer.leaser()); err != nil {
 			untake()
 			if s.quota != nil {
 				// The key's unit was not spent after all: back into the
 				// block it came from, if that is still the block.
-				e.quota.refund(keyPeriod, keyGeneration)
+				e.quota.Refund(keySpent)
 			}
-			return d.quotaRefused(err, cs.quota, consumerPolicy+quotaPolicy, now)
+			return d.quotaRefused(err, cs.quota, consumerPolicy+traffic.QuotaPolicy, now)
 		}
 	}
 	return d
@@ -109,10 +84,10 @@ func (e *Entry) spend(d Decision, s *compiled, now time.Time) Decision {
 
 // rateLimited is the 429 of the policies of limits that r says refused,
 // named by names when set (a consumer's) or by their own names.
-func (d Decision) rateLimited(r rateResult, limits []RateLimit, names []string) Decision {
-	d.RetryAfter = r.retryAfter
+func (d Decision) rateLimited(r traffic.Result, limits []traffic.RateLimit, names []string) Decision {
+	d.RetryAfter = r.RetryAfter
 	for i, p := range limits {
-		if r.violated&(1<<i) != 0 {
+		if r.Violated&(1<<i) != 0 {
 			if names != nil {
 				d.Violated = append(d.Violated, names[i])
 			} else {
@@ -123,11 +98,11 @@ func (d Decision) rateLimited(r rateResult, limits []RateLimit, names []string) 
 	return d.refuse(http.StatusTooManyRequests, problem.CodeRateLimited)
 }
 
-// quotaRefused is the refusal of quota q, named name, that spendQuota
+// quotaRefused is the refusal of quota q, named name, that Spend
 // answered err: 429 when its period is spent, else 503.
-func (d Decision) quotaRefused(err error, q *Quota, name string, now time.Time) Decision {
-	if errors.Is(err, errQuotaSpent) {
-		reset := q.Period.next(q.Period.start(now))
+func (d Decision) quotaRefused(err error, q *traffic.Quota, name string, now time.Time) Decision {
+	if errors.Is(err, traffic.ErrQuotaSpent) {
+		reset := q.Period.Next(q.Period.Start(now))
 		d.RetryAfter = max(int64(reset.Sub(now)+time.Second-1)/int64(time.Second), 1)
 		d.Violated = []string{name}
 		return d.refuse(http.StatusTooManyRequests, problem.CodeQuotaExceeded)
@@ -139,12 +114,12 @@ func (d Decision) quotaRefused(err error, q *Quota, name string, now time.Time) 
 // sharing is how e's instance stands with the others at ns: how many
 // share its limits, and whether its claims of the last sync still hold
 // (a few sync intervals; then the database is taken to be away).
-func (e *Entry) sharing(ns int64) sharing {
+func (e *Entry) sharing(ns int64) traffic.Sharing {
 	if e.keys == nil {
-		return sharing{instances: 1}
+		return traffic.Sharing{Instances: 1}
 	}
 	n := e.keys.instances.Load()
-	return sharing{instances: n, claims: n > 1 && ns < e.keys.claimsUntil.Load()}
+	return traffic.Sharing{Instances: n, Claims: n > 1 && ns < e.keys.claimsUntil.Load()}
 }
 
 // SyncRates shares this instance's rate-limit counts with the other
@@ -152,16 +127,16 @@ func (e *Entry) sharing(ns int64) sharing {
 // it does nothing. On an error the counts stay to be sent next time, and
 // the limits go on from memory.
 func (k *Keys) SyncRates(now time.Time) error {
-	rs, ok := k.backend.(RateSharer)
+	rs, ok := k.backend.(traffic.RateSharer)
 	if !ok {
 		return nil
 	}
-	var deltas, demand []RateCount
+	var deltas, demand []traffic.RateCount
 	var limited []*meter
 	for _, m := range k.meters() {
 		if l, _ := m.holder.policies(); len(l) > 0 {
 			limited = append(limited, m)
-			deltas, demand = m.limits.pending(m.holder.holderID(), deltas, demand)
+			deltas, demand = m.limits.Pending(m.holder.holderID(), deltas, demand)
 		}
 	}
 	if len(limited) == 0 {
@@ -178,33 +153,33 @@ func (k *Keys) SyncRates(now time.Time) error {
 		// seconds to come (measured: 118 through against 100).
 		ahead = min(ns-last, int64(maxAhead))
 	}
-	err := rs.ShareRates(now, k.instance, live, deltas, demand, func(share RateShare) []RateCount {
+	err := rs.ShareRates(now, k.instance, live, deltas, demand, func(share traffic.RateShare) []traffic.RateCount {
 		n := int64(max(share.Instances, 1))
 		k.instances.Store(n)
-		counts, demands := byKey(share.Counts), byKey(share.Demand)
-		var claims []RateCount
+		counts, demands := byHolder(share.Counts), byHolder(share.Demand)
+		var claims []traffic.RateCount
 		for _, m := range limited {
 			id := m.holder.holderID()
-			m.limits.apply(counts[id], ns)
-			claims = m.limits.reclaim(id, ns, sharing{instances: n, claims: n > 1, ahead: ahead}, demands[id], claims)
+			m.limits.Apply(counts[id], ns)
+			claims = m.limits.Reclaim(id, ns, traffic.Sharing{Instances: n, Claims: n > 1, Ahead: ahead}, demands[id], claims)
 		}
 		return claims
 	})
 	if err != nil {
 		for _, d := range deltas {
-			if m := k.meterOf(d.KeyID); m != nil {
-				m.limits.unsent(d)
+			if m := k.meterOf(d.HolderID); m != nil {
+				m.limits.Unsent(d)
 			}
 		}
 		for _, m := range limited {
-			m.limits.dropClaims()
+			m.limits.DropClaims()
 		}
 		return err
 	}
 	// The claims hold from here: the transaction that made them (once or
 	// run again) has committed.
 	for _, m := range limited {
-		m.limits.commitClaims()
+		m.limits.CommitClaims()
 	}
 	// Claims hold a while without a sync: an instance that falls back
 	// to its share while the others still claim could spend what they
@@ -214,11 +189,11 @@ func (k *Keys) SyncRates(now time.Time) error {
 	return nil
 }
 
-// byKey groups list by key id.
-func byKey(list []RateCount) map[string][]RateCount {
-	m := make(map[string][]RateCount)
+// byHolder groups list by holder id.
+func byHolder(list []traffic.RateCount) map[string][]traffic.RateCount {
+	m := make(map[string][]traffic.RateCount)
 	for _, c := range list {
-		m[c.KeyID] = append(m[c.KeyID], c)
+		m[c.HolderID] = append(m[c.HolderID], c)
 	}
 	return m
 }
@@ -245,7 +220,7 @@ func (d *Decision) RateLimitHeaders(now time.Time) (policy, current string) {
 		c.meter(&s.consumer.meter, consumerPolicy, cs.limits, cs.quota, ns, sh, now)
 	}
 	var buf [112]byte
-	return s.policyHeader, string(appendRateLimit(buf[:0], c.prefix, c.name, c.r, c.t))
+	return s.policyHeader, string(traffic.AppendRateLimit(buf[:0], c.prefix, c.name, c.r, c.t))
 }
 
 // closest is the policy closest to exhaustion among those seen so far.
@@ -256,18 +231,18 @@ type closest struct {
 }
 
 // meter takes m's policies and quota into account, named after prefix.
-func (c *closest) meter(m *meter, prefix string, limits []RateLimit, q *Quota, ns int64, sh sharing, now time.Time) {
+func (c *closest) meter(m *meter, prefix string, limits []traffic.RateLimit, q *traffic.Quota, ns int64, sh traffic.Sharing, now time.Time) {
 	if len(limits) > 0 {
-		if i, r, t, frac := m.limits.closest(ns, sh); i >= 0 && i < len(limits) && (c.name == "" || frac < c.frac) {
+		if i, r, t, frac := m.limits.Closest(ns, sh); i >= 0 && i < len(limits) && (c.name == "" || frac < c.frac) {
 			*c = closest{prefix, limits[i].Name, r, t, frac}
 		}
 	}
 	if q != nil {
-		used, reset := m.quotaUsed(q, now)
+		used, reset := m.quota.Used(q, now)
 		qr := max(q.Limit-used, 0)
 		if f := float64(qr) / float64(q.Limit); c.name == "" || f < c.frac {
 			t := max(int64(reset.Sub(now)+time.Second-1)/int64(time.Second), 0)
-			*c = closest{prefix, quotaPolicy, qr, t, f}
+			*c = closest{prefix, traffic.QuotaPolicy, qr, t, f}
 		}
 	}
 }
