@@ -12,6 +12,8 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/token"
+	"github.com/keygate/keygate/upstreams/contracts"
+	"github.com/keygate/keygate/upstreams/share"
 
 	"github.com/keygate/keygate/internal/problem"
 )
@@ -233,9 +235,9 @@ func TestAuthorize(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				table := &testContractsTable
+				table := &contracts.Operations
 				if tt.service == access.ServiceShare {
-					table = &testShareTable
+					table = &share.Operations
 				}
 				var auth []string
 				if tt.auth != nil {
@@ -317,7 +319,7 @@ func TestAuthorizeSeesChanges(t *testing.T) {
 		check := func() Decision {
 			return Authorize(&Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + k.Token},
 				ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts", Now: t0},
-				&testContractsTable, e.keys.Lookup)
+				&contracts.Operations, e.keys.Lookup)
 		}
 		if d := check(); !d.Authorized() {
 			t.Fatalf("fresh key refused: %s", d.Reason)

@@ -12,6 +12,8 @@ import (
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/upstreams/contracts"
+	"github.com/keygate/keygate/upstreams/share"
 )
 
 // TestConcurrentUseAndFlush counts uses from many goroutines while flushes,
@@ -64,7 +66,7 @@ func TestConcurrentUseAndFlush(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < uses; i++ {
-					d := Authorize(&req, &testShareTable, e.keys.Lookup)
+					d := Authorize(&req, &share.Operations, e.keys.Lookup)
 					if !d.Authorized() {
 						t.Errorf("refused: %s", d.Reason)
 						return
@@ -110,7 +112,7 @@ func BenchmarkAuthorize(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				d := Authorize(req, &testContractsTable, lookup)
+				d := Authorize(req, &contracts.Operations, lookup)
 				if !d.Authorized() {
 					b.Fatal(d.Reason)
 				}
@@ -183,7 +185,7 @@ func benchAuthorizeLimited(b *testing.B, ks *Keys, token string) {
 	b.ReportAllocs()
 	for b.Loop() {
 		req.Now = time.Now()
-		d := Authorize(req, &testContractsTable, lookup)
+		d := Authorize(req, &contracts.Operations, lookup)
 		if !d.Authorized() {
 			b.Fatal(d.Reason)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/upstreams/contracts"
 
 	"github.com/keygate/keygate/internal/problem"
 )
@@ -84,7 +85,7 @@ func FuzzAuthorize(f *testing.F) {
 		addr, _ := netip.ParseAddr(ip)
 		req := &Request{Service: access.ServiceContracts, Authorization: values, ClientIP: addr,
 			Method: method, Path: path, Now: e.clock.Now()}
-		d := Authorize(req, &testContractsTable, e.keys.Lookup)
+		d := Authorize(req, &contracts.Operations, e.keys.Lookup)
 		if d.Authorized() {
 			if len(values) != 1 {
 				t.Fatalf("authorized %d Authorization values", len(values))

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/keystore/traffic"
@@ -24,39 +23,6 @@ import (
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/testkit/testclock"
 )
-
-// The two operation tables of upstreams/contracts and upstreams/share,
-// mirrored here because keystore cannot import upstreams (import cycle).
-const (
-	testContractsPrefix = "/webapi/contracts"
-	testSharePrefix     = "/webapi/share"
-)
-
-var testContractsTable = access.Table{
-	Service: access.ServiceContracts,
-	Prefix:  testContractsPrefix,
-	Operations: []access.Operation{
-		{Name: "search", Method: http.MethodGet, Pattern: testContractsPrefix, Privilege: access.PrivSearch},
-		{Name: "create", Method: http.MethodPost, Pattern: testContractsPrefix, Privilege: access.PrivCreate},
-		{Name: "get", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivGet},
-		{Name: "archive", Method: http.MethodPatch, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivArchive},
-		{Name: "delete", Method: http.MethodDelete, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivDelete},
-		{Name: "attachment", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}/attachments/{attachmentId}", Privilege: access.PrivGet},
-	},
-}
-
-var testShareTable = access.Table{
-	Service: access.ServiceShare,
-	Prefix:  testSharePrefix,
-	Operations: []access.Operation{
-		{Name: "list", Method: http.MethodGet, Pattern: testSharePrefix, Privilege: access.PrivList},
-		{Name: "create", Method: http.MethodPost, Pattern: testSharePrefix, Privilege: access.PrivCreate},
-		{Name: "get", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivGet},
-		{Name: "update", Method: http.MethodPut, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivCreate},
-		{Name: "delete", Method: http.MethodDelete, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivDelete},
-		{Name: "activity", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}/activity", Privilege: access.PrivGet},
-	},
-}
 
 // t0 is the fake clock's start.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

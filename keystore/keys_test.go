@@ -20,6 +20,7 @@ import (
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/token"
 	"github.com/keygate/keygate/keystore/traffic"
+	"github.com/keygate/keygate/upstreams/contracts"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testkit/testclock"
@@ -651,7 +652,7 @@ func TestStoredBadRangeFailsClosed(t *testing.T) {
 	}
 	d := Authorize(&Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + k.Token},
 		ClientIP: netip.MustParseAddr("203.0.113.1"), Method: http.MethodGet, Path: "/webapi/contracts/x", Now: t0},
-		&testContractsTable, re.Lookup)
+		&contracts.Operations, re.Lookup)
 	if d.Reason != problem.CodeIPNotAllowed {
 		t.Fatalf("key with an unreadable allowedIps entry: reason %q, want ip_not_allowed", d.Reason)
 	}

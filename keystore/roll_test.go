@@ -14,6 +14,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/token"
+	"github.com/keygate/keygate/upstreams/contracts"
 )
 
 // TestRoll: a roll gives the key a new token (returned once) and keeps its
@@ -30,7 +31,7 @@ func TestRoll(t *testing.T) {
 		check := func(keys *Keys, token string) Decision {
 			return Authorize(&Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + token},
 				ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts", Now: e.clock.Now()},
-				&testContractsTable, keys.Lookup)
+				&contracts.Operations, keys.Lookup)
 		}
 		e.keys.Use(check(e.keys, k.Token).Entry, e.clock.Now())
 

@@ -17,6 +17,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/token"
+	"github.com/keygate/keygate/upstreams/contracts"
 )
 
 // TestTokenChecksumBeforeLookup: a token whose checksum fails is refused
@@ -26,7 +27,7 @@ func TestTokenChecksumBeforeLookup(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, db storage.DB) {
 		e := newEnv(t, db)
 		k := mustCreate(t, e.keys, `{`+validContracts+`}`)
-		table := &testContractsTable
+		table := &contracts.Operations
 		lookups := 0
 		lookup := func(h token.Hash) *Entry { lookups++; return e.keys.Lookup(h) }
 		req := func(token string) Decision {

@@ -20,6 +20,7 @@ import (
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/keystore/traffic"
+	"github.com/keygate/keygate/upstreams/contracts"
 )
 
 // TestRateLimitInput: every bad field of every policy and of the quota
@@ -65,7 +66,7 @@ func TestRateLimitInput(t *testing.T) {
 func checkAt(keys *Keys, token string, now time.Time) Decision {
 	return Authorize(&Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + token},
 		ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts/x", Now: now},
-		&testContractsTable, keys.Lookup)
+		&contracts.Operations, keys.Lookup)
 }
 
 // TestQuota: exactly the quota is let through, on two instances of one

@@ -20,40 +20,8 @@ import (
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testclock"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
 )
-
-// The two operation tables of upstreams/contracts and upstreams/share,
-// mirrored here because keystore cannot import upstreams (import cycle).
-const (
-	testContractsPrefix = "/webapi/contracts"
-	testSharePrefix     = "/webapi/share"
-)
-
-var testContractsTable = access.Table{
-	Service: access.ServiceContracts,
-	Prefix:  testContractsPrefix,
-	Operations: []access.Operation{
-		{Name: "search", Method: http.MethodGet, Pattern: testContractsPrefix, Privilege: access.PrivSearch},
-		{Name: "create", Method: http.MethodPost, Pattern: testContractsPrefix, Privilege: access.PrivCreate},
-		{Name: "get", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivGet},
-		{Name: "archive", Method: http.MethodPatch, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivArchive},
-		{Name: "delete", Method: http.MethodDelete, Pattern: testContractsPrefix + "/{id}", Privilege: access.PrivDelete},
-		{Name: "attachment", Method: http.MethodGet, Pattern: testContractsPrefix + "/{id}/attachments/{attachmentId}", Privilege: access.PrivGet},
-	},
-}
-
-var testShareTable = access.Table{
-	Service: access.ServiceShare,
-	Prefix:  testSharePrefix,
-	Operations: []access.Operation{
-		{Name: "list", Method: http.MethodGet, Pattern: testSharePrefix, Privilege: access.PrivList},
-		{Name: "create", Method: http.MethodPost, Pattern: testSharePrefix, Privilege: access.PrivCreate},
-		{Name: "get", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivGet},
-		{Name: "update", Method: http.MethodPut, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivCreate},
-		{Name: "delete", Method: http.MethodDelete, Pattern: testSharePrefix + "/{uuid}", Privilege: access.PrivDelete},
-		{Name: "activity", Method: http.MethodGet, Pattern: testSharePrefix + "/{uuid}/activity", Privilege: access.PrivGet},
-	},
-}
 
 // t0 is the fake clock's start.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -235,7 +203,7 @@ func followingInstance(t *testing.T, e *env) *keystore.Keys {
 func checkAt(keys *keystore.Keys, token string, now time.Time) keystore.Decision {
 	return keystore.Authorize(&keystore.Request{Service: access.ServiceContracts, Authorization: []string{"Bearer " + token},
 		ClientIP: netip.MustParseAddr("192.0.2.1"), Method: http.MethodGet, Path: "/webapi/contracts/x", Now: now},
-		&testContractsTable, keys.Lookup)
+		&contracts.Operations, keys.Lookup)
 }
 
 // sameID reports whether two optional ids are the same.

@@ -16,13 +16,15 @@ import (
 	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/internal/token"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/upstreams/contracts"
+	"github.com/keygate/keygate/upstreams/share"
 )
 
 // works reports whether token opens key check of service.
 func works(k *keystore.Keys, service access.Service, token string) bool {
-	table := &testContractsTable
+	table := &contracts.Operations
 	if service == access.ServiceShare {
-		table = &testShareTable
+		table = &share.Operations
 	}
 	path := "/webapi/contracts"
 	if service == access.ServiceShare {
