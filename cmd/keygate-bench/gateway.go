@@ -73,12 +73,16 @@ func fatalf(format string, args ...any) {
 }
 
 // startGateway runs bin on st's store with the bench's sites, the audit
-// log through buffered_file as in the default Caddyfile, and the default
-// log at WARN.
+// log through buffered_file as in the default Caddyfile, the default log
+// at WARN, and its mail sent over SMTP to benchMail when the run has one.
 func startGateway(bin string, st store) (*gatewayProc, error) {
+	webapi := st.webapi
+	if benchMail != nil {
+		webapi += smtpTo(benchMail.addr)
+	}
 	g, err := gatewayproc.Start(gatewayproc.Options{
 		Bin: bin, Dir: st.dir, Site: benchSite, ExtraSites: benchExtraSites,
-		AuditOutput: "buffered_file", LogLevel: "WARN", WebAPI: st.webapi,
+		AuditOutput: "buffered_file", LogLevel: "WARN", WebAPI: webapi,
 	})
 	if err != nil {
 		return nil, err
@@ -87,6 +91,19 @@ func startGateway(bin string, st store) (*gatewayProc, error) {
 	running = &gatewayProc{Gateway: g, apiAddr: hostPort(g.Site), adminAddr: hostPort(g.Admin),
 		bareAddr: hostPort(g.Extra[0]), authAddr: hostPort(g.Extra[1])}
 	return running, nil
+}
+
+// benchMail is the SMTP server on loopback the bench gateways send their
+// mail to, as a production gateway sends to its relay
+// (examples/production.Caddyfile). Without it (-mail drop) they write
+// each message into the data directory's mail drop, the development
+// default, whose file and fsync per message cost as much CPU as the
+// filesystem makes them.
+var benchMail *mailSink
+
+// smtpTo is the webapi block's lines that send mail to addr.
+func smtpTo(addr string) string {
+	return fmt.Sprintf("\n\t\tsmtp %s {\n\t\t\tfrom \"Contracts <contracts@example.com>\"\n\t\t\ttls none\n\t\t}", addr)
 }
 
 func (g *gatewayProc) stop() {

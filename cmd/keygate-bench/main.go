@@ -24,6 +24,7 @@ var (
 	caddyBin  = flag.String("caddy", "./bin/caddy", "the keygate build to measure")
 	runFor    = flag.Duration("duration", 3*time.Second, "length of one throughput run")
 	rounds    = flag.Int("rounds", 3, "interleaved rounds of each throughput comparison")
+	mailTo    = flag.String("mail", "smtp", "where the gateway's mail goes: smtp (a server on loopback, as production sends to its relay) or drop (the data directory's mail drop, the development default)")
 	clients   = flag.Int("clients", 32, "concurrent connections of a throughput run")
 	large     = flag.Int("n", 100000, "keys, contracts and shares in the large store")
 	keep      = flag.Bool("keep", false, "keep the data directories")
@@ -109,7 +110,21 @@ func main() {
 	}
 
 	fmt.Printf("keygate benchmark: %d clients, %d interleaved rounds of %s, %d in the large store\n", *clients, *rounds, *runFor, *large)
-	fmt.Printf("storage backend: %s\n\n", be.describe())
+	fmt.Printf("storage backend: %s\n", be.describe())
+	switch *mailTo {
+	case "smtp", "drop":
+	default:
+		fatalf("-mail %q: smtp or drop", *mailTo)
+	}
+	if *mailTo == "smtp" {
+		if benchMail, err = startMailSink(); err != nil {
+			fatalf("mail sink: %v", err)
+		}
+		defer benchMail.close()
+		fmt.Printf("mail: SMTP to a server on loopback, as in production (-mail drop: the development mail drop)\n\n")
+	} else {
+		fmt.Printf("mail: the development mail drop, a file and an fsync a message\n\n")
+	}
 
 	gw, err := startGateway(*caddyBin, smallStore)
 	if err != nil {

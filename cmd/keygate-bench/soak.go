@@ -216,7 +216,7 @@ func runSoak(bin, tmp string) (failed bool) {
 	defer sink.close()
 	g, err := gatewayproc.Start(gatewayproc.Options{
 		Bin: bin, Dir: dir, AuditOutput: "buffered_file",
-		WebAPI: fmt.Sprintf("smtp %s {\n\t\t\tfrom \"Contracts <contracts@example.com>\"\n\t\t\ttls none\n\t\t}", sink.addr),
+		WebAPI: smtpTo(sink.addr),
 	})
 	if err != nil {
 		log.Fatal(err)
