@@ -18,20 +18,20 @@ type Backend interface {
 	// ShareByUUID reads the share named uuid (canonical form); nil when
 	// absent. forUpdate: tx is about to change or delete it (PostgreSQL
 	// locks the row).
-	ShareByUUID(tx storage.Tx, uuid string, forUpdate bool) (*record, error)
+	ShareByUUID(tx storage.Tx, uuid string, forUpdate bool) (*Record, error)
 	// ShareNow reads the share named uuid (canonical form) outside any
 	// transaction: one statement on PostgreSQL, no BEGIN or COMMIT around
 	// it. seen reports whether that read sees the writes of the
 	// transaction marked mark (true for mark 0), as Sees would.
-	ShareNow(ctx context.Context, uuid string, mark int64) (r *record, seen bool, err error)
+	ShareNow(ctx context.Context, uuid string, mark int64) (r *Record, seen bool, err error)
 	// ShareByID reads share id; nil when absent.
-	ShareByID(tx storage.Tx, id uint64) (*record, error)
+	ShareByID(tx storage.Tx, id uint64) (*Record, error)
 	// CreateShare stores a new share, giving it the next id (r.ID).
-	CreateShare(tx storage.Tx, r *record) error
+	CreateShare(tx storage.Tx, r *Record) error
 	// UpdateShare replaces old, read in tx, with r (same id and uuid).
-	UpdateShare(tx storage.Tx, old, r *record) error
+	UpdateShare(tx storage.Tx, old, r *Record) error
 	// DeleteShare removes r, its indexes and its activity.
-	DeleteShare(tx storage.Tx, r *record) error
+	DeleteShare(tx storage.Tx, r *Record) error
 	// AddActivity appends an entry to share id's activity.
 	AddActivity(tx storage.Tx, id uint64, a Activity) error
 	// Activity reads at most n entries of share id, newest first (ties:
@@ -43,7 +43,7 @@ type Backend interface {
 	AddOpenings(tx storage.Tx, id uint64, n int64, entries []Activity) error
 	// List returns one page of the shares that match q, in q's order with
 	// ties by id in the same direction, and the number of all matches.
-	List(ctx context.Context, tx storage.Tx, q *ListSpec) ([]*record, int, error)
+	List(ctx context.Context, tx storage.Tx, q *ListSpec) ([]*Record, int, error)
 	// Mark names the writing transaction tx of a flush, and Sees reports
 	// whether the read transaction tx sees the writes of the transaction
 	// marked mark (committed before tx began): the in-memory view batch is

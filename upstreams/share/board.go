@@ -24,7 +24,7 @@ const maxBoard = 500
 // boardIssues reads the issues of a BOARD or TIMELINE share, a page of
 // 100 at a time, up to maxBoard; a timeline keeps those with a start or
 // due date.
-func boardIssues(ctx context.Context, h host.Host, rec *record) ([]host.Issue, error) {
+func boardIssues(ctx context.Context, h host.Host, rec *Record) ([]host.Issue, error) {
 	q := &host.Query{}
 	if rec.Type == TypeBoard && rec.Board != nil && rec.Board.ID != "" {
 		q.SavedQuery = rec.Board.ID
@@ -55,7 +55,7 @@ func fieldValue(in *host.Issue, id string) string { f, _ := in.Field(id); return
 
 // shownDates are the start and due dates of in that rec lets the party
 // view ("" for one it may not).
-func shownDates(rec *record, in *host.Issue) (start, due string) {
+func shownDates(rec *Record, in *host.Issue) (start, due string) {
 	if rec.may("startdate", PermView) {
 		start = dateOnly(fieldValue(in, "startdate"))
 	}
@@ -67,7 +67,7 @@ func shownDates(rec *record, in *host.Issue) (start, due string) {
 
 // boardIssue reads issue id opened from a board or timeline: only while
 // it is among the share's issues.
-func boardIssue(ctx context.Context, h host.Host, rec *record, id string) (*sharedIssue, error) {
+func boardIssue(ctx context.Context, h host.Host, rec *Record, id string) (*sharedIssue, error) {
 	issues, err := boardIssues(ctx, h, rec)
 	if err != nil {
 		return nil, err
@@ -91,7 +91,7 @@ type sharedBoard struct {
 	share      string
 }
 
-func viewBoard(ctx context.Context, h host.Host, rec *record) (*sharedBoard, error) {
+func viewBoard(ctx context.Context, h host.Host, rec *Record) (*sharedBoard, error) {
 	issues, err := boardIssues(ctx, h, rec)
 	if err != nil {
 		return nil, err

@@ -32,13 +32,13 @@ func NewBoltBackend(db *boltdb.DB) (Backend, error) {
 var _ Backend = (*BoltBackend)(nil)
 
 // ShareByUUID implements Backend.
-func (*BoltBackend) ShareByUUID(tx storage.Tx, uuidStr string, _ bool) (*record, error) {
+func (*BoltBackend) ShareByUUID(tx storage.Tx, uuidStr string, _ bool) (*Record, error) {
 	return loadByUUID(boltdb.Of(tx), uuidStr)
 }
 
 // ShareNow implements Backend with a read transaction, which costs bbolt
 // no round trip.
-func (b *BoltBackend) ShareNow(ctx context.Context, uuidStr string, mark int64) (r *record, seen bool, err error) {
+func (b *BoltBackend) ShareNow(ctx context.Context, uuidStr string, mark int64) (r *Record, seen bool, err error) {
 	err = b.db.View(ctx, func(tx storage.Tx) error {
 		if r, err = loadByUUID(boltdb.Of(tx), uuidStr); err != nil {
 			return err
@@ -50,12 +50,12 @@ func (b *BoltBackend) ShareNow(ctx context.Context, uuidStr string, mark int64) 
 }
 
 // ShareByID implements Backend.
-func (*BoltBackend) ShareByID(tx storage.Tx, id uint64) (*record, error) {
+func (*BoltBackend) ShareByID(tx storage.Tx, id uint64) (*Record, error) {
 	return loadByID(boltdb.Of(tx), u64(id))
 }
 
 // CreateShare implements Backend: the id is the shares bucket's sequence.
-func (*BoltBackend) CreateShare(t storage.Tx, r *record) error {
+func (*BoltBackend) CreateShare(t storage.Tx, r *Record) error {
 	tx := boltdb.Of(t)
 	key, ok := canonicalUUID(r.UUID)
 	if !ok {
@@ -81,7 +81,7 @@ func (*BoltBackend) CreateShare(t storage.Tx, r *record) error {
 }
 
 // UpdateShare implements Backend.
-func (*BoltBackend) UpdateShare(t storage.Tx, old, r *record) error {
+func (*BoltBackend) UpdateShare(t storage.Tx, old, r *Record) error {
 	tx := boltdb.Of(t)
 	if err := deleteIndexes(tx, old); err != nil {
 		return err
@@ -90,7 +90,7 @@ func (*BoltBackend) UpdateShare(t storage.Tx, old, r *record) error {
 }
 
 // DeleteShare implements Backend.
-func (*BoltBackend) DeleteShare(t storage.Tx, r *record) error {
+func (*BoltBackend) DeleteShare(t storage.Tx, r *Record) error {
 	tx := boltdb.Of(t)
 	key, _ := canonicalUUID(r.UUID)
 	if err := tx.Bucket(bucketShareUUIDs).Delete(key); err != nil {
@@ -169,7 +169,7 @@ func (*BoltBackend) Sees(tx storage.Tx, mark int64) (bool, error) {
 // filter, in order for the orders an index keeps (id, created_at,
 // updated_at), else reading that filter's matches and sorting them in
 // memory.
-func (*BoltBackend) List(ctx context.Context, t storage.Tx, q *ListSpec) ([]*record, int, error) {
+func (*BoltBackend) List(ctx context.Context, t storage.Tx, q *ListSpec) ([]*Record, int, error) {
 	tx := boltdb.Of(t)
 	p := listPlan{issue: q.IssueID, project: q.ProjectID, creator: q.CreatedBy,
 		checkVisible: q.VisibleTo != nil, caller: q.VisibleTo}
@@ -185,7 +185,7 @@ func (*BoltBackend) List(ctx context.Context, t storage.Tx, q *ListSpec) ([]*rec
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make([]*record, 0, len(ids))
+	out := make([]*Record, 0, len(ids))
 	for _, id := range ids {
 		r, err := loadByID(tx, u64(id))
 		if err != nil {
@@ -260,7 +260,7 @@ func allBuckets() [][]byte {
 
 // dimValue is the value of r in dimension d; ok is false when r has none
 // (an issue share without project, any share but ISSUE for dimIssue).
-func dimValue(r *record, d dim) (v string, ok bool) {
+func dimValue(r *Record, d dim) (v string, ok bool) {
 	switch d {
 	case dimProject:
 		return r.ProjectID, r.ProjectID != ""
@@ -292,7 +292,7 @@ func dimPrefix(d dim, v string) []byte {
 }
 
 // indexKey is r's key in index (d, o).
-func indexKey(d dim, o order, v string, r *record) []byte {
+func indexKey(d dim, o order, v string, r *Record) []byte {
 	k := dimPrefix(d, v)
 	switch o {
 	case orderCreated:
@@ -306,7 +306,7 @@ func indexKey(d dim, o order, v string, r *record) []byte {
 // putIndexes writes r's entries in every index. Keys of an unchanged
 // record are overwritten in place (a flush of opening counts rewrites only
 // the meta).
-func putIndexes(tx *bbolt.Tx, r *record) error {
+func putIndexes(tx *bbolt.Tx, r *Record) error {
 	m := encodeMeta(r)
 	for d := range numDims {
 		v, ok := dimValue(r, d)
@@ -323,7 +323,7 @@ func putIndexes(tx *bbolt.Tx, r *record) error {
 }
 
 // deleteIndexes removes r's entries from every index.
-func deleteIndexes(tx *bbolt.Tx, r *record) error {
+func deleteIndexes(tx *bbolt.Tx, r *Record) error {
 	for d := range numDims {
 		v, ok := dimValue(r, d)
 		if !ok {
@@ -359,7 +359,7 @@ func countKey(kind byte, values ...string) []byte {
 }
 
 // recordCountKeys are the counters r belongs to.
-func recordCountKeys(r *record) [][]byte {
+func recordCountKeys(r *Record) [][]byte {
 	keys := [][]byte{countKey(countAll), countKey(countCreator, r.CreatedBy)}
 	if r.ProjectID != "" {
 		keys = append(keys, countKey(countProject, r.ProjectID), countKey(countProjectCreator, r.ProjectID, r.CreatedBy))
@@ -372,7 +372,7 @@ func recordCountKeys(r *record) [][]byte {
 
 // adjustCounts adds delta to every counter of r, dropping counters that
 // reach zero so that the bucket does not grow with deleted projects.
-func adjustCounts(tx *bbolt.Tx, r *record, delta int64) error {
+func adjustCounts(tx *bbolt.Tx, r *Record, delta int64) error {
 	b := tx.Bucket(bucketShareCounts)
 	for _, k := range recordCountKeys(r) {
 		n := int64(readCount(b, k)) + delta
@@ -405,7 +405,7 @@ var typeCodes = []string{"", TypeIssue, TypeBoard, TypeJQL, TypeTimeline}
 // a uvarint length and the bytes.
 const metaFixed = 8*5 + 16 + 1
 
-func encodeMeta(r *record) []byte {
+func encodeMeta(r *Record) []byte {
 	b := make([]byte, metaFixed, metaFixed+len(r.IssueID)+len(r.ProjectID)+len(r.CreatedBy)+6)
 	binary.BigEndian.PutUint64(b[0:], r.ID)
 	binary.BigEndian.PutUint64(b[8:], uint64(r.CreatedAt))
@@ -459,7 +459,7 @@ func (m metaView) strings() (issue, project, creator []byte, err error) {
 func hasPrefix(k, prefix []byte) bool { return bytes.HasPrefix(k, prefix) }
 
 // loadByUUID reads the share named uuidStr in tx; nil when absent.
-func loadByUUID(tx *bbolt.Tx, uuidStr string) (*record, error) {
+func loadByUUID(tx *bbolt.Tx, uuidStr string) (*Record, error) {
 	key, ok := canonicalUUID(uuidStr)
 	if !ok {
 		return nil, nil
@@ -473,12 +473,12 @@ func loadByUUID(tx *bbolt.Tx, uuidStr string) (*record, error) {
 
 // loadByID decodes the record stored under idKey; decoding copies it out
 // of the transaction. nil when absent.
-func loadByID(tx *bbolt.Tx, idKey []byte) (*record, error) {
+func loadByID(tx *bbolt.Tx, idKey []byte) (*Record, error) {
 	v := tx.Bucket(bucketShares).Get(idKey)
 	if v == nil {
 		return nil, nil
 	}
-	r := new(record)
+	r := new(Record)
 	if err := json.Unmarshal(v, r); err != nil {
 		return nil, err
 	}
@@ -486,7 +486,7 @@ func loadByID(tx *bbolt.Tx, idKey []byte) (*record, error) {
 }
 
 // putShare writes r with its uuid entry and index entries.
-func putShare(tx *bbolt.Tx, r *record) error {
+func putShare(tx *bbolt.Tx, r *Record) error {
 	v, err := json.Marshal(r)
 	if err != nil {
 		return err

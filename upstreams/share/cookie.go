@@ -20,7 +20,7 @@ const (
 // unlockMAC signs uuid, expiry and e-mail. The password hash is part of
 // the signed text (it never leaves the server), so changing or removing a
 // share's password ends every cookie issued under the old one.
-func (s *Store) unlockMAC(r *record, expiry int64, email string) []byte {
+func (s *Store) unlockMAC(r *Record, expiry int64, email string) []byte {
 	m := hmac.New(sha256.New, s.cookieKey)
 	m.Write([]byte("keygate share unlock v1\x00"))
 	m.Write([]byte(r.UUID))
@@ -35,7 +35,7 @@ func (s *Store) unlockMAC(r *record, expiry int64, email string) []byte {
 
 // unlockCookie is the cookie for r and email, issued at now. Its value is
 // expiry.email.mac, the last two base64url.
-func (s *Store) unlockCookie(r *record, email string, now time.Time, secure bool) *http.Cookie {
+func (s *Store) unlockCookie(r *Record, email string, now time.Time, secure bool) *http.Cookie {
 	expires := now.Add(unlockCookieTTL)
 	exp := expires.Unix()
 	enc := base64.RawURLEncoding
@@ -55,7 +55,7 @@ func (s *Store) unlockCookie(r *record, email string, now time.Time, secure bool
 
 // unlockedBy returns the e-mail of a valid unlock cookie of r in req
 // (comparing MACs in constant time); ok is false when there is none.
-func (s *Store) unlockedBy(req *http.Request, r *record, now time.Time) (email string, ok bool) {
+func (s *Store) unlockedBy(req *http.Request, r *Record, now time.Time) (email string, ok bool) {
 	enc := base64.RawURLEncoding
 	for _, c := range req.CookiesNamed(unlockCookieName) {
 		parts := strings.Split(c.Value, ".")

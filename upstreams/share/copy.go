@@ -39,7 +39,7 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx) ([]storage.Copied,
 		"created_at", "updated_at", "expiration", "opened_count", "record")
 	if shares != nil {
 		err := shares.ForEach(func(k, v []byte) error {
-			r := new(record)
+			r := new(Record)
 			if err := json.Unmarshal(v, r); err != nil {
 				return fmt.Errorf("share %x: the stored record does not decode: %w", k, err)
 			}

@@ -133,9 +133,9 @@ func (e *env) create(caller *access.Identity, in *CreateRequest) *Share {
 	return sh
 }
 
-func (e *env) stored(uuid string) *record {
+func (e *env) stored(uuid string) *Record {
 	e.t.Helper()
-	var r *record
+	var r *Record
 	if err := e.db.View(context.Background(), func(tx storage.Tx) error {
 		var err error
 		r, err = e.store.loadByUUID(tx, uuid)
@@ -208,7 +208,7 @@ func (e *env) checkIndexes() {
 		counts := map[string]uint64{}
 		uuids := 0
 		err := tx.Bucket(bucketShares).ForEach(func(k, v []byte) error {
-			var r record
+			var r Record
 			if err := json.Unmarshal(v, &r); err != nil {
 				return err
 			}
@@ -312,7 +312,7 @@ func (e *env) checkColumns() {
 		if err := rows.Scan(&id, &u, &typ, &issue, &project, &creator, &created, &updated, &exp, &opened, &raw); err != nil {
 			e.t.Fatal(err)
 		}
-		var r record
+		var r Record
 		if err := json.Unmarshal(raw, &r); err != nil {
 			e.t.Fatal(err)
 		}

@@ -133,14 +133,14 @@ func errItemGone() *problem.Details { return problem.NotFound(itemGone) }
 
 // viewIssue reads the issue of an ISSUE share from the tracker and keeps
 // what the share lets an outside party view.
-func viewIssue(ctx context.Context, h host.Host, rec *record) (*sharedIssue, error) {
+func viewIssue(ctx context.Context, h host.Host, rec *Record) (*sharedIssue, error) {
 	return viewIssueOf(ctx, h, rec, rec.IssueID, true)
 }
 
 // viewIssueOf reads issue id of the share's project and keeps what the
 // share lets the party view; writes says whether the page may offer its
 // forms (not yet for an issue opened from a list).
-func viewIssueOf(ctx context.Context, h host.Host, rec *record, id string, writes bool) (*sharedIssue, error) {
+func viewIssueOf(ctx context.Context, h host.Host, rec *Record, id string, writes bool) (*sharedIssue, error) {
 	in, err := h.Issue(ctx, id)
 	switch {
 	case errors.Is(err, host.ErrNotFound):
@@ -196,7 +196,7 @@ type sharedList struct {
 const listPage = 50
 
 // viewList runs the query of a JQL share for page (from 1).
-func viewList(ctx context.Context, h host.Host, rec *record, page int) (*sharedList, error) {
+func viewList(ctx context.Context, h host.Host, rec *Record, page int) (*sharedList, error) {
 	q, err := shareQuery(rec)
 	if err != nil {
 		return nil, err
@@ -224,7 +224,7 @@ func viewList(ctx context.Context, h host.Host, rec *record, page int) (*sharedL
 
 // shareQuery is the parsed query of a JQL share; one that does not parse
 // (a share made before a tracker was connected) cannot be shown.
-func shareQuery(rec *record) (*host.Query, error) {
+func shareQuery(rec *Record) (*host.Query, error) {
 	if rec.JQL == nil || rec.ProjectID == "" {
 		return nil, problem.New(http.StatusConflict, problem.CodeConflict, "this share has no query the issue tracker can run")
 	}
@@ -248,7 +248,7 @@ func searchError(err error) error {
 
 // issueBase is the page of issue id of rec: the share's own for its
 // issue, else the page of an issue opened from its list.
-func issueBase(rec *record, id string) string {
+func issueBase(rec *Record, id string) string {
 	if rec.Type == TypeIssue {
 		return "/s/" + rec.UUID
 	}
@@ -257,7 +257,7 @@ func issueBase(rec *record, id string) string {
 
 // listedIssue reads issue id opened from a JQL share's list, a board or
 // a timeline: only while the share shows it, else 404.
-func listedIssue(ctx context.Context, h host.Host, rec *record, id string) (*sharedIssue, error) {
+func listedIssue(ctx context.Context, h host.Host, rec *Record, id string) (*sharedIssue, error) {
 	switch rec.Type {
 	case TypeJQL:
 		return queryIssue(ctx, h, rec, id)
@@ -269,7 +269,7 @@ func listedIssue(ctx context.Context, h host.Host, rec *record, id string) (*sha
 
 // queryIssue reads issue id opened from a JQL share's list: only while
 // the query still matches it, else 404.
-func queryIssue(ctx context.Context, h host.Host, rec *record, id string) (*sharedIssue, error) {
+func queryIssue(ctx context.Context, h host.Host, rec *Record, id string) (*sharedIssue, error) {
 	q, err := shareQuery(rec)
 	if err != nil {
 		return nil, err

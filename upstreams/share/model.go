@@ -172,9 +172,9 @@ type Activity struct {
 	IP        *string `json:"ip"`
 }
 
-// record is a share as stored: the reply's fields without the computed
+// Record is a share as stored: the reply's fields without the computed
 // ones (status, url), plus the password hash.
-type record struct {
+type Record struct {
 	ID                   uint64                `json:"id"`
 	UUID                 string                `json:"uuid"`
 	Type                 string                `json:"type"`
@@ -195,19 +195,19 @@ type record struct {
 }
 
 // expired reports whether the share's expiration has passed at nowMs.
-func (r *record) expired(nowMs int64) bool { return r.Expiration != 0 && nowMs >= r.Expiration }
+func (r *Record) expired(nowMs int64) bool { return r.Expiration != 0 && nowMs >= r.Expiration }
 
 // gated reports whether an outside party must unlock the share first.
-func (r *record) gated() bool { return r.PasswordHash != "" || r.selectedOnly() }
+func (r *Record) gated() bool { return r.PasswordHash != "" || r.selectedOnly() }
 
 // selectedOnly reports whether the share is limited to listed e-mails.
-func (r *record) selectedOnly() bool {
+func (r *Record) selectedOnly() bool {
 	return r.SelectedUsersConfig != nil && r.SelectedUsersConfig.Allowed
 }
 
 // toShare builds the reply record. pendingViews are openings counted in
 // memory and not yet flushed (see views.go).
-func (r *record) toShare(baseURL string, nowMs, pendingViews int64) *Share {
+func (r *Record) toShare(baseURL string, nowMs, pendingViews int64) *Share {
 	s := &Share{
 		ID:                   r.ID,
 		UUID:                 r.UUID,

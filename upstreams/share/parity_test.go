@@ -242,8 +242,8 @@ func TestListParity(t *testing.T) {
 }
 
 // storedByID reads share id as stored (flushed openings only).
-func (e *env) storedByID(id uint64) (*record, error) {
-	var r *record
+func (e *env) storedByID(id uint64) (*Record, error) {
+	var r *Record
 	err := e.db.View(context.Background(), func(tx storage.Tx) error {
 		var err error
 		r, err = e.store.be.ShareByID(tx, id)

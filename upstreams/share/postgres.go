@@ -36,7 +36,7 @@ var _ Backend = (*PostgresBackend)(nil)
 
 const shareColumns = "opened_count, record"
 
-func scanShare(row pgx.Row) (*record, error) {
+func scanShare(row pgx.Row) (*Record, error) {
 	var opened int64
 	var raw []byte
 	if err := row.Scan(&opened, &raw); err != nil {
@@ -45,7 +45,7 @@ func scanShare(row pgx.Row) (*record, error) {
 		}
 		return nil, err
 	}
-	r := new(record)
+	r := new(Record)
 	if err := json.Unmarshal(raw, r); err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func scanShare(row pgx.Row) (*record, error) {
 }
 
 // ShareByUUID implements Backend.
-func (*PostgresBackend) ShareByUUID(tx storage.Tx, uuid string, forUpdate bool) (*record, error) {
+func (*PostgresBackend) ShareByUUID(tx storage.Tx, uuid string, forUpdate bool) (*Record, error) {
 	q := "SELECT " + shareColumns + " FROM shares WHERE uuid = $1"
 	if forUpdate {
 		q += " FOR UPDATE"
@@ -66,7 +66,7 @@ func (*PostgresBackend) ShareByUUID(tx storage.Tx, uuid string, forUpdate bool) 
 // come at once (pgdb.Lookup), which reads the share and the statement's
 // snapshot; mark's visibility in it is decided here, as
 // pg_visible_in_snapshot decides it.
-func (b *PostgresBackend) ShareNow(ctx context.Context, uuid string, mark int64) (*record, bool, error) {
+func (b *PostgresBackend) ShareNow(ctx context.Context, uuid string, mark int64) (*Record, bool, error) {
 	v, found, err := b.now.Get(ctx, uuid)
 	if err != nil || !found {
 		return nil, true, err
@@ -81,7 +81,7 @@ func (b *PostgresBackend) ShareNow(ctx context.Context, uuid string, mark int64)
 	if err != nil {
 		return nil, false, err
 	}
-	r := new(record)
+	r := new(Record)
 	if err := json.Unmarshal([]byte(raw), r); err != nil {
 		return nil, false, err
 	}
@@ -120,13 +120,13 @@ func visibleIn(snapshot string, xid int64) (bool, error) {
 }
 
 // ShareByID implements Backend.
-func (*PostgresBackend) ShareByID(tx storage.Tx, id uint64) (*record, error) {
+func (*PostgresBackend) ShareByID(tx storage.Tx, id uint64) (*Record, error) {
 	return scanShare(pgdb.Of(tx).QueryRow(context.Background(),
 		"SELECT "+shareColumns+" FROM shares WHERE id = $1", int64(id)))
 }
 
 // CreateShare implements Backend: the id is the sequence share_id_seq.
-func (*PostgresBackend) CreateShare(t storage.Tx, r *record) error {
+func (*PostgresBackend) CreateShare(t storage.Tx, r *Record) error {
 	tx := pgdb.Of(t)
 	ctx := context.Background()
 	var id int64
@@ -151,7 +151,7 @@ func (*PostgresBackend) CreateShare(t storage.Tx, r *record) error {
 // pgCountKeys are the counters of share_counts that r belongs to, the
 // same as bbolt's (recordCountKeys), in one order for every transaction
 // so that concurrent ones lock the rows alike.
-func pgCountKeys(r *record) (kinds, as, bs []string) {
+func pgCountKeys(r *Record) (kinds, as, bs []string) {
 	add := func(k, a, b string) {
 		kinds, as, bs = append(kinds, k), append(as, a), append(bs, b)
 	}
@@ -169,7 +169,7 @@ func pgCountKeys(r *record) (kinds, as, bs []string) {
 
 // adjustPgCounts adds delta to every counter of r in one statement each
 // way, deleting the counters that reach zero.
-func adjustPgCounts(tx pgx.Tx, r *record, delta int64) error {
+func adjustPgCounts(tx pgx.Tx, r *Record, delta int64) error {
 	kinds, as, bs := pgCountKeys(r)
 	ctx := context.Background()
 	_, err := tx.Exec(ctx, `INSERT INTO share_counts (kind, a, b, n)
@@ -207,7 +207,7 @@ func pgCountKey(q *ListSpec) (kind, a, b string, ok bool) {
 
 // UpdateShare implements Backend. The opening count is left as it is:
 // flushes add to it.
-func (*PostgresBackend) UpdateShare(t storage.Tx, _, r *record) error {
+func (*PostgresBackend) UpdateShare(t storage.Tx, _, r *Record) error {
 	raw, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -219,7 +219,7 @@ func (*PostgresBackend) UpdateShare(t storage.Tx, _, r *record) error {
 }
 
 // DeleteShare implements Backend; the activity goes with the row.
-func (*PostgresBackend) DeleteShare(t storage.Tx, r *record) error {
+func (*PostgresBackend) DeleteShare(t storage.Tx, r *Record) error {
 	tx := pgdb.Of(t)
 	tag, err := tx.Exec(context.Background(), "DELETE FROM shares WHERE id = $1", int64(r.ID))
 	if err != nil || tag.RowsAffected() == 0 {
@@ -312,7 +312,7 @@ var sortColumns = map[string]string{
 // List implements Backend with the same matches, order and total as the
 // bbolt indexes: text columns compare bytes (COLLATE "C"), uuids their 16
 // bytes, ties go by id in the sort's direction.
-func (*PostgresBackend) List(ctx context.Context, t storage.Tx, q *ListSpec) ([]*record, int, error) {
+func (*PostgresBackend) List(ctx context.Context, t storage.Tx, q *ListSpec) ([]*Record, int, error) {
 	tx := pgdb.Of(t)
 	var where []string
 	var args []any
@@ -392,7 +392,7 @@ func (*PostgresBackend) List(ctx context.Context, t storage.Tx, q *ListSpec) ([]
 		return nil, 0, err
 	}
 	defer rows.Close()
-	out := []*record{}
+	out := []*Record{}
 	for rows.Next() {
 		r, err := scanShare(rows)
 		if err != nil {

@@ -157,7 +157,7 @@ func canonicalUUID(s string) ([]byte, bool) {
 
 // loadVisible reads the share named uuidStr that caller may see, or
 // answers the 404 a share the caller cannot see gets, as if absent.
-func (s *Store) loadVisible(tx storage.Tx, caller *access.Identity, uuidStr string) (*record, error) {
+func (s *Store) loadVisible(tx storage.Tx, caller *access.Identity, uuidStr string) (*Record, error) {
 	r, err := s.loadByUUID(tx, uuidStr)
 	if err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ func (s *Store) loadVisible(tx storage.Tx, caller *access.Identity, uuidStr stri
 
 // loadByUUID reads the share named uuidStr in tx; nil when absent or not
 // a canonical uuid.
-func (s *Store) loadByUUID(tx storage.Tx, uuidStr string) (*record, error) {
+func (s *Store) loadByUUID(tx storage.Tx, uuidStr string) (*Record, error) {
 	if _, ok := canonicalUUID(uuidStr); !ok {
 		return nil, nil
 	}
@@ -179,7 +179,7 @@ func (s *Store) loadByUUID(tx storage.Tx, uuidStr string) (*record, error) {
 
 // loadForUpdate is loadByUUID in a transaction that changes the share:
 // on PostgreSQL the row stays locked until tx ends.
-func (s *Store) loadForUpdate(tx storage.Tx, uuidStr string) (*record, error) {
+func (s *Store) loadForUpdate(tx storage.Tx, uuidStr string) (*Record, error) {
 	if _, ok := canonicalUUID(uuidStr); !ok {
 		return nil, nil
 	}
@@ -223,7 +223,7 @@ func (s *Store) CreateWith(ctx context.Context, caller *access.Identity, in *Cre
 		hash = h
 	}
 	u := uuid.New()
-	r := &record{
+	r := &Record{
 		UUID: u.String(), CreatedBy: caller.Owner, CreatedAt: now, UpdatedBy: caller.Owner, UpdatedAt: now,
 		PasswordHash: hash,
 	}
@@ -265,7 +265,7 @@ func (s *Store) emit(tx storage.Tx, typ string, sh *Share, nowMs int64) error {
 
 // setContent copies the editable fields of c into r (not the password,
 // whose rule differs between create and update).
-func (r *record) setContent(c *content) {
+func (r *Record) setContent(c *content) {
 	r.Type = c.Type
 	r.IssueID = c.IssueID
 	r.ProjectID = c.ProjectID
@@ -352,7 +352,7 @@ func (s *Store) Update(ctx context.Context, caller *access.Identity, uuidStr str
 	now := s.nowMs()
 	// Read first: an unseen share is a 404 whatever the body says, and the
 	// password is hashed outside any transaction.
-	var cur *record
+	var cur *Record
 	err := s.db.View(ctx, func(tx storage.Tx) error {
 		r, err := s.loadByUUID(tx, uuidStr)
 		cur = r

@@ -50,7 +50,7 @@ type publicView struct {
 	Tracker bool `json:"trackerConnected"`
 }
 
-func newPublicView(r *record) *publicView {
+func newPublicView(r *Record) *publicView {
 	v := &publicView{UUID: r.UUID, Type: r.Type, IssueID: nonEmpty(r.IssueID), ProjectID: nonEmpty(r.ProjectID),
 		Board: r.Board, JQL: r.JQL, FieldsConfig: r.FieldsConfig}
 	if r.Expiration != 0 {
@@ -154,9 +154,9 @@ func pageMessage(d *problem.Details) string {
 
 // open reads the share named in the path for an outside party: unknown
 // is 404, expired 410.
-func (v *viewer) open(r *http.Request, now time.Time) (*record, error) {
+func (v *viewer) open(r *http.Request, now time.Time) (*Record, error) {
 	// One read outside a transaction: the page shows no opening count.
-	var rec *record
+	var rec *Record
 	var err error
 	if _, ok := canonicalUUID(r.PathValue("uuid")); ok {
 		rec, _, err = v.s.be.ShareNow(r.Context(), r.PathValue("uuid"), 0)
@@ -174,7 +174,7 @@ func (v *viewer) open(r *http.Request, now time.Time) (*record, error) {
 
 // onList reports whether email is on the share's selected users, ignoring
 // case as mail systems do in practice.
-func (r *record) onList(email string) bool {
+func (r *Record) onList(email string) bool {
 	if r.SelectedUsersConfig == nil || email == "" {
 		return false
 	}
@@ -187,7 +187,7 @@ func (r *record) onList(email string) bool {
 }
 
 // lockedPage is the unlock form, or for JSON a 401 naming what to send.
-func (v *viewer) locked(w http.ResponseWriter, r *http.Request, rec *record, status int, message, email string) {
+func (v *viewer) locked(w http.ResponseWriter, r *http.Request, rec *Record, status int, message, email string) {
 	if reply.WantsJSON(r) {
 		d := problem.New(status, problem.CodeForbidden, message)
 		if status == http.StatusUnauthorized && message == lockedMessage {
@@ -282,7 +282,7 @@ func (v *viewer) page(w http.ResponseWriter, r *http.Request) {
 // openedBy reports whether req may see rec: an open share, or one its
 // unlock cookie opened (for a share limited to selected users, by an
 // e-mail on the list); email is the unlocking one.
-func (s *Store) openedBy(req *http.Request, rec *record, now time.Time) (email string, ok bool) {
+func (s *Store) openedBy(req *http.Request, rec *Record, now time.Time) (email string, ok bool) {
 	if !rec.gated() {
 		return "", true
 	}
@@ -441,7 +441,7 @@ func (v *viewer) unlock(w http.ResponseWriter, r *http.Request) {
 	v.unlocked(w, r, rec, asJSON)
 }
 
-func wrongMessage(rec *record) string {
+func wrongMessage(rec *Record) string {
 	switch {
 	case rec.PasswordHash != "" && rec.selectedOnly():
 		return "The e-mail address or the password is wrong."
@@ -452,7 +452,7 @@ func wrongMessage(rec *record) string {
 }
 
 // unlocked sends a person back to the page and tells a JSON client 204.
-func (v *viewer) unlocked(w http.ResponseWriter, r *http.Request, rec *record, asJSON bool) {
+func (v *viewer) unlocked(w http.ResponseWriter, r *http.Request, rec *Record, asJSON bool) {
 	problem.SecureHeaders(w.Header()) // may carry the unlock cookie
 	if asJSON {
 		w.WriteHeader(http.StatusNoContent)

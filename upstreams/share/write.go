@@ -57,7 +57,7 @@ const (
 // comment, a request from the page's own origin, and stays within the
 // limit of writes per share and client.
 func (v *viewer) comment(w http.ResponseWriter, r *http.Request) {
-	v.write(w, r, "comment", PermAdd, func(rec *record, issue, email string) (string, error) {
+	v.write(w, r, "comment", PermAdd, func(rec *Record, issue, email string) (string, error) {
 		body, err := readText(w, r, "body", maxComment, true)
 		if err != nil {
 			return "", err
@@ -73,7 +73,7 @@ func (v *viewer) comment(w http.ResponseWriter, r *http.Request) {
 // the value as sent.
 func (v *viewer) field(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("field")
-	v.write(w, r, id, PermEdit, func(_ *record, issue, _ string) (string, error) {
+	v.write(w, r, id, PermEdit, func(_ *Record, issue, _ string) (string, error) {
 		if !slices.Contains(editable, id) && !isCustomField(id) {
 			return "", problem.New(http.StatusForbidden, problem.CodeForbidden, id+" cannot be changed from a share's page")
 		}
@@ -93,7 +93,7 @@ func (v *viewer) field(w http.ResponseWriter, r *http.Request) {
 // ADD on attachment. Recorded as attachment-added; a form is answered
 // with a redirect back to the page, JSON with 201 and the file's name.
 func (v *viewer) upload(w http.ResponseWriter, r *http.Request) {
-	v.write(w, r, "attachment", PermAdd, func(_ *record, issue, _ string) (string, error) {
+	v.write(w, r, "attachment", PermAdd, func(_ *Record, issue, _ string) (string, error) {
 		name, contentType, content, err := readUpload(w, r)
 		if err != nil {
 			return "", err
@@ -177,7 +177,7 @@ func uploadName(name string) string {
 // activity action and the event record it; a form gets a redirect back
 // to the page, JSON status and {issueId, name: written}.
 func (v *viewer) write(w http.ResponseWriter, r *http.Request, field, perm string,
-	do func(rec *record, issue, email string) (string, error), action, event string, status int, name string) {
+	do func(rec *Record, issue, email string) (string, error), action, event string, status int, name string) {
 	now := v.s.now()
 	rec, err := v.open(r, now)
 	if err != nil {
@@ -249,7 +249,7 @@ func (v *viewer) write(w http.ResponseWriter, r *http.Request, field, perm strin
 }
 
 // may reports whether the share gives perm on field id.
-func (r *record) may(id, perm string) bool {
+func (r *Record) may(id, perm string) bool {
 	if r.FieldsConfig == nil {
 		return false
 	}
@@ -368,7 +368,7 @@ func (s *Store) sameOrigin(r *http.Request) error {
 
 // recordWrite records a write from the page in the share's activity and
 // emits its event (if any), in one transaction.
-func (s *Store) recordWrite(ctx context.Context, rec *record, act Activity, event string) error {
+func (s *Store) recordWrite(ctx context.Context, rec *Record, act Activity, event string) error {
 	return s.db.Update(ctx, func(tx storage.Tx) error {
 		if err := s.be.AddActivity(tx, rec.ID, act); err != nil {
 			return err
