@@ -23,6 +23,7 @@ import (
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testkit/openapitest"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
@@ -73,13 +74,7 @@ func kgObject(t *testing.T, r response) map[string]any {
 // checks that each has a message.
 func kgFieldCodes(t *testing.T, p problem.Details) []string {
 	t.Helper()
-	out := make([]string, 0, len(p.Errors))
-	for _, e := range p.Errors {
-		if e.Message == "" {
-			t.Errorf("field error without a message: %+v", e)
-		}
-		out = append(out, e.Field+":"+e.Code)
-	}
+	out := problemtest.FieldCodes(t, &p)
 	sort.Strings(out)
 	return out
 }

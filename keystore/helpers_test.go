@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/keystore/traffic"
 
-	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
 	"github.com/keygate/keygate/internal/storage/pgdb"
@@ -170,27 +168,6 @@ func mustCreate(t testing.TB, k *Keys, body string) Key {
 		t.Fatalf("Create(%s): %v", body, err)
 	}
 	return key
-}
-
-// fieldErrors returns "field:code" for every field error of err, which
-// must be a 400 invalid_request problem.
-func fieldErrors(t testing.TB, err error) []string {
-	t.Helper()
-	var d *problem.Details
-	if !errors.As(err, &d) {
-		t.Fatalf("error %v (%T) is not a problem", err, err)
-	}
-	if d.Status != http.StatusBadRequest || d.Code != problem.CodeInvalidRequest {
-		t.Fatalf("problem %d %s, want 400 invalid_request", d.Status, d.Code)
-	}
-	out := make([]string, len(d.Errors))
-	for i, fe := range d.Errors {
-		if fe.Message == "" {
-			t.Errorf("field error %s has no message", fe.Field)
-		}
-		out[i] = fe.Field + ":" + fe.Code
-	}
-	return out
 }
 
 // memBackend is an in-memory Backend whose operations can be made to fail

@@ -173,7 +173,7 @@ func (e *Entry) setSnap(c *compiled) {
 	if o := e.snap.Swap(c); o != nil {
 		old = o.quota
 	}
-	e.follow(e.keys, c.key.ID, c.limits, old, c.quota)
+	e.follow(c.key.ID, c.limits, old, c.quota)
 }
 
 // setStored takes the stored usage u: its count, and its last use when

@@ -17,6 +17,7 @@ import (
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/token"
 	"github.com/keygate/keygate/keystore/traffic"
@@ -183,7 +184,7 @@ func TestCreateValidation(t *testing.T) {
 				if err == nil {
 					t.Fatalf("Create accepted %+v", key)
 				}
-				if got := fieldErrors(t, err); !reflect.DeepEqual(got, tt.want) {
+				if got := problemtest.InvalidRequest(t, err); !reflect.DeepEqual(got, tt.want) {
 					t.Errorf("field errors\n%q\nwant\n%q", got, tt.want)
 				}
 				if key.ID != "" || key.Token != "" {
@@ -258,7 +259,7 @@ func TestUpdate(t *testing.T) {
 					if err == nil {
 						t.Fatalf("Update accepted: %+v", got)
 					}
-					if fe := fieldErrors(t, err); !reflect.DeepEqual(fe, tt.errs) {
+					if fe := problemtest.InvalidRequest(t, err); !reflect.DeepEqual(fe, tt.errs) {
 						t.Errorf("field errors\n%q\nwant\n%q", fe, tt.errs)
 					}
 					if now, _ := e.keys.Get(orig.ID); !reflect.DeepEqual(now, orig) {
@@ -287,7 +288,7 @@ func TestUpdate(t *testing.T) {
 		t.Run("contracts key refuses adminProjects", func(t *testing.T) {
 			k := mustCreate(t, e.keys, `{`+validContracts+`}`)
 			_, err := e.keys.Update(k.ID, input(t, `{"adminProjects":["p1"]}`))
-			if fe := fieldErrors(t, err); !reflect.DeepEqual(fe, []string{"adminProjects:invalid"}) {
+			if fe := problemtest.InvalidRequest(t, err); !reflect.DeepEqual(fe, []string{"adminProjects:invalid"}) {
 				t.Errorf("field errors %q", fe)
 			}
 		})

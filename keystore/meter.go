@@ -40,12 +40,12 @@ type holder interface {
 // quota before, nil at first): policies that stay (same name and window)
 // keep their counts, and a lowered quota gives back the block leased
 // under the higher one.
-func (m *meter) follow(k *Keys, id string, limits []traffic.RateLimit, old, q *traffic.Quota) {
+func (m *meter) follow(id string, limits []traffic.RateLimit, old, q *traffic.Quota) {
 	m.limits.Adopt(limits)
 	m.quota.Changed(old, q, func(span traffic.QuotaSpan, n int64) {
 		// Given back apart from the locks of the change; until it lands
 		// the period counts the units as spent, never less.
-		go k.giveBack(id, span, n)
+		go m.keys.giveBack(id, span, n)
 	})
 }
 
@@ -104,7 +104,7 @@ func (c *consumerEntry) set(s *consumerSnap) {
 	if o := c.snap.Swap(s); o != nil {
 		old = o.quota
 	}
-	c.follow(c.keys, s.consumer.ID, s.limits, old, s.quota)
+	c.follow(s.consumer.ID, s.limits, old, s.quota)
 }
 
 // holderID implements holder.

@@ -2,7 +2,6 @@ package keystore
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
@@ -54,18 +54,8 @@ func mustConsumer(t testing.TB, k *Keys, body string) Consumer {
 // problemOf returns err's status and "field:code" of each field error.
 func problemOf(t testing.TB, err error) (int, []string) {
 	t.Helper()
-	var d *problem.Details
-	if !errors.As(err, &d) {
-		t.Fatalf("error %v (%T) is not a problem", err, err)
-	}
-	var out []string
-	for _, fe := range d.Errors {
-		if fe.Message == "" {
-			t.Errorf("field error %s has no message", fe.Field)
-		}
-		out = append(out, fe.Field+":"+fe.Code)
-	}
-	return d.Status, out
+	d := problemtest.Of(t, err)
+	return d.Status, problemtest.FieldCodes(t, d)
 }
 
 // TestScopesStored: plans and consumers are created, changed, listed,

@@ -17,6 +17,7 @@ import (
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/keystore/traffic"
@@ -52,7 +53,7 @@ func TestRateLimitInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, storetest.OpenBolt(t))
 			_, err := e.keys.Create(input(t, `{`+validContracts+`,`+tc.body+`}`))
-			if got := fieldErrors(t, err); !slices.Equal(got, tc.want) {
+			if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, tc.want) {
 				t.Errorf("errors %v\nwant   %v", got, tc.want)
 			}
 			if n := len(e.keys.List("")); n != 0 {

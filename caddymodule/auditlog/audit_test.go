@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/logging"
+	"github.com/keygate/keygate/internal/token"
 	"go.uber.org/zap"
 	"go.uber.org/zap/buffer"
 	"go.uber.org/zap/zapcore"
@@ -168,6 +169,7 @@ func asZapFields(l *zap.Logger, recs []Record) {
 		if ce == nil {
 			continue
 		}
+		rec.Path = token.Redact(rec.Path) // as the writer redacts it
 		var z zapFields
 		rec.encode(&z)
 		ce.Write(z.fields...)
@@ -435,12 +437,8 @@ func keys(m map[string]any) []string {
 	return out
 }
 
-// redacted is a path as the log shows it.
-func redacted(p string) string {
-	var z zapFields
-	(&Record{Path: p}).encodeWhat(&z)
-	return z.fields[0].String
-}
+// redacted is a path as a log without Keys.RedactPath shows it.
+func redacted(p string) string { return token.Redact(p) }
 
 // An object whose fields are written with an object's ObjectEncoder.
 type object struct{ n int }

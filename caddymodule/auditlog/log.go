@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keygate/keygate/internal/token"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -46,7 +47,8 @@ type Log struct {
 	errOut zapcore.WriteSyncer
 	// RedactPath, when set before Start, replaces the tokens in a
 	// request's path (keystore's Keys.RedactPath), on the writer
-	// goroutine; else keygate's tokens are redacted by their form.
+	// goroutine; else keygate's tokens are redacted by their form
+	// (token.Redact).
 	RedactPath func(string) string
 
 	mu      sync.Mutex
@@ -177,22 +179,26 @@ func (a *Log) write(batch []Record) {
 	if len(batch) == 0 {
 		return
 	}
-	if a.RedactPath != nil {
-		// A path like the one before it is redacted as that one was: a
-		// client's requests often follow each other on one resource, and
-		// redacting hashes each segment that could be a token.
-		var raw, redacted string
-		for i := range batch {
-			p := batch[i].Path
-			if p == "" {
-				continue
-			}
-			if p != raw {
-				raw, redacted = p, a.RedactPath(p)
-			}
-			if redacted != raw { // else the record keeps its own, unwritten
-				batch[i].Path = redacted
-			}
+	// The one place a path is redacted, whichever encoder writes it. A
+	// path like the one before it is redacted as that one was: a client's
+	// requests often follow each other on one resource, and redacting
+	// scans each segment (and hashes those that could be imported
+	// tokens).
+	redact := a.RedactPath
+	if redact == nil {
+		redact = token.Redact
+	}
+	var raw, redacted string
+	for i := range batch {
+		p := batch[i].Path
+		if p == "" {
+			continue
+		}
+		if p != raw {
+			raw, redacted = p, redact(p)
+		}
+		if redacted != raw { // else the record keeps its own, unwritten
+			batch[i].Path = redacted
 		}
 	}
 	a.writeMu.Lock()

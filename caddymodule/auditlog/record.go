@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/keygate/keygate/internal/token"
 	"go.uber.org/zap/zapcore"
 )
 
@@ -115,7 +114,7 @@ func (rec *Record) encodeWho(e fieldEncoder) {
 
 // encodeWhat gives the fields of the request itself: encode's second part.
 func (rec *Record) encodeWhat(e fieldEncoder) {
-	e.str("path", token.Redact(rec.Path)) // a token pasted into a path stays out of the log
+	e.str("path", rec.Path) // redacted by the writer (Log.write)
 	e.ip("client_ip", rec.ClientIP)
 	e.int("status", rec.Status)
 	if rec.Reason != "" {

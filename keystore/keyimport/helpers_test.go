@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/keygate/keygate/internal/access"
-	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/seal"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/boltdb"
@@ -115,27 +113,6 @@ func mustCreate(t testing.TB, k *keystore.Keys, body string) keystore.Key {
 		t.Fatalf("Create(%s): %v", body, err)
 	}
 	return key
-}
-
-// fieldErrors returns "field:code" for every field error of err, which
-// must be a 400 invalid_request problem.
-func fieldErrors(t testing.TB, err error) []string {
-	t.Helper()
-	var d *problem.Details
-	if !errors.As(err, &d) {
-		t.Fatalf("error %v (%T) is not a problem", err, err)
-	}
-	if d.Status != http.StatusBadRequest || d.Code != problem.CodeInvalidRequest {
-		t.Fatalf("problem %d %s, want 400 invalid_request", d.Status, d.Code)
-	}
-	out := make([]string, len(d.Errors))
-	for i, fe := range d.Errors {
-		if fe.Message == "" {
-			t.Errorf("field error %s has no message", fe.Field)
-		}
-		out[i] = fe.Field + ":" + fe.Code
-	}
-	return out
 }
 
 func planInput(t testing.TB, body string) *keystore.PlanInput {

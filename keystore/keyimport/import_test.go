@@ -12,6 +12,7 @@ import (
 
 	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/internal/token"
@@ -114,7 +115,7 @@ func TestImport(t *testing.T) {
 		_, err = e.keys.Import(keystore.ImportSet{Keys: keys}, false, nil)
 		want := []string{"lines[2].token:exists", "lines[3].token:duplicate", "lines[4].token:exists", "lines[5].token:invalid",
 			"lines[6].token:invalid", "lines[7].token:invalid", "lines[8].service:invalid", "lines[8].name:invalid"}
-		if got := fieldErrors(t, err); !slices.Equal(got, want) {
+		if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, want) {
 			t.Errorf("errors %v, want %v", got, want)
 		}
 		if n := len(e.stored(t)); n != stored || works(e.keys, access.ServiceShare, "another-good-token-0123") {
@@ -197,7 +198,7 @@ func TestImportReportsEverything(t *testing.T) {
 		`{"` + secret + `":1}`
 	keys, perr := ParseJSONL([]byte(file), "")
 	_, err := e.keys.Import(keystore.ImportSet{Keys: keys}, false, perr)
-	got := fieldErrors(t, err)
+	got := problemtest.InvalidRequest(t, err)
 	if want := []string{"lines[1]:invalid_json", "lines[2].privileges[0]:unknown_privilege", "lines[3]:invalid_json"}; !slices.Equal(got, want) {
 		t.Errorf("errors %v, want %v", got, want)
 	}
@@ -211,7 +212,7 @@ func TestImportReportsEverything(t *testing.T) {
 	}
 	keys, perr = ParseJSONL([]byte(strings.Join(lines, "\n")), "")
 	_, err = e.keys.Import(keystore.ImportSet{Keys: keys}, false, perr)
-	if got := fieldErrors(t, err); len(got) != keystore.MaxImportProblems+1 || got[keystore.MaxImportProblems] != "lines:too_many" {
+	if got := problemtest.InvalidRequest(t, err); len(got) != keystore.MaxImportProblems+1 || got[keystore.MaxImportProblems] != "lines:too_many" {
 		t.Errorf("%d problems, the last %q", len(got), got[len(got)-1])
 	}
 
@@ -220,7 +221,7 @@ func TestImportReportsEverything(t *testing.T) {
 		lines = append(lines, fmt.Sprintf(`{"service":"share","name":"k%d","owner":"o","privileges":["get"]}`, i))
 	}
 	keys, perr = ParseJSONL([]byte(strings.Join(lines, "\n")), "")
-	if len(keys) != keystore.MaxImport || !slices.Contains(fieldErrors(t, perr), "lines:too_many") {
+	if len(keys) != keystore.MaxImport || !slices.Contains(problemtest.InvalidRequest(t, perr), "lines:too_many") {
 		t.Errorf("%d keys read of %d lines", len(keys), keystore.MaxImport+1)
 	}
 }
@@ -325,7 +326,7 @@ func TestImportKongEveryProblem(t *testing.T) {
 			"lines[24].key:duplicate",                               // twice in the file
 			"lines[25].key:exists",                                  // stored before
 		}
-		if got := fieldErrors(t, err); !slices.Equal(got, want) {
+		if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, want) {
 			t.Errorf("errors\n%v, want\n%v", got, want)
 		}
 		if n := len(e.stored(t)); n != before || works(e.keys, access.ServiceContracts, "twice-in-this-file-0123456789") ||

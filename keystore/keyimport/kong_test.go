@@ -10,6 +10,7 @@ import (
 	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/internal/token"
@@ -366,7 +367,7 @@ func TestParseKongGroups(t *testing.T) {
 				}
 				return
 			}
-			if got := fieldErrors(t, err); !slices.Equal(got, tt.errs) {
+			if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, tt.errs) {
 				t.Errorf("errors %v, want %v\n%s", got, tt.errs, problemText(err))
 			}
 			if !strings.Contains(problemText(err), tt.says) {
@@ -417,7 +418,7 @@ consumers:
 		// another) are named, and nothing is stored.
 		before := len(e.stored(t))
 		_, err = importKong(t, e.keys, dump("acme-third-token-0123456789", "20"), false)
-		if got := fieldErrors(t, err); !slices.Equal(got, []string{"lines[2].name:exists"}) {
+		if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, []string{"lines[2].name:exists"}) {
 			t.Errorf("other limits: %v", got)
 		}
 		twice := dump("acme-fourth-token-012345678", "10") + `- username: again
@@ -427,11 +428,11 @@ consumers:
   acls: [{group: readers}]
 `
 		_, err = importKong(t, e.keys, twice, false)
-		if got := fieldErrors(t, err); !slices.Equal(got, []string{"lines[11].externalId:duplicate"}) {
+		if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, []string{"lines[11].externalId:duplicate"}) {
 			t.Errorf("a custom_id twice: %v", got)
 		}
 		_, err = importKong(t, e.keys, strings.Replace(dump("acme-fifth-token-0123456789", "10"), "groups: [{name: gold}]", "groups: []", 1), false)
-		if got := fieldErrors(t, err); !slices.Equal(got, []string{"lines[5].externalId:exists"}) || !strings.Contains(problemText(err), first.Consumers[0].ID) {
+		if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, []string{"lines[5].externalId:exists"}) || !strings.Contains(problemText(err), first.Consumers[0].ID) {
 			t.Errorf("the consumer with another plan: %v\n%s", got, problemText(err))
 		}
 		if n := len(e.stored(t)); n != before || len(e.reopen(t).ListConsumers()) != 1 {
@@ -455,7 +456,7 @@ func TestImportJSONLScopes(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = e.keys.Import(keystore.ImportSet{Keys: keys}, false, nil)
-		if got := fieldErrors(t, err); !slices.Equal(got, []string{"lines[2].consumerId:unknown", "lines[3].rateLimits[0].name:clashes"}) {
+		if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, []string{"lines[2].consumerId:unknown", "lines[3].rateLimits[0].name:clashes"}) {
 			t.Errorf("errors %v", got)
 		}
 		report, err := e.keys.Import(keystore.ImportSet{Keys: keys[:1]}, false, nil)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -27,7 +28,7 @@ func TestParseJSONL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseJSONL([]byte(tt.line), "")
-			if got := fieldErrors(t, err); len(got) != 1 || got[0] != tt.want {
+			if got := problemtest.InvalidRequest(t, err); len(got) != 1 || got[0] != tt.want {
 				t.Errorf("errors %v, want %s", got, tt.want)
 			}
 			if strings.Contains(err.Error(), "12345678901234567") {
@@ -92,7 +93,7 @@ func TestParseKong(t *testing.T) {
 	if rep.Input.Service.Value != "share" || rep.Input.Owner.Value != "reporting" || rep.Consumer != 2 {
 		t.Errorf("reporting's key: %+v, consumer %d", rep.Input, rep.Consumer)
 	}
-	if _, err := ParseKong(raw, testGrants, "share", t0); err == nil || !slices.Equal(fieldErrors(t, err), []string{"lines[6].acls:other_service"}) {
+	if _, err := ParseKong(raw, testGrants, "share", t0); err == nil || !slices.Equal(problemtest.InvalidRequest(t, err), []string{"lines[6].acls:other_service"}) {
 		t.Errorf("--service share: %v", err)
 	}
 
@@ -102,7 +103,7 @@ func TestParseKong(t *testing.T) {
 	}
 	_, err = ParseKong(raw, testGrants, "", t0)
 	want := []string{"lines[3].acls:unmapped", "lines[8].acls:two_services", "lines[14].plugins:unmapped"}
-	if got := fieldErrors(t, err); !slices.Equal(got, want) {
+	if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, want) {
 		t.Errorf("errors %v, want %v", got, want)
 	}
 	if strings.Contains(err.Error(), "key-0123") {
@@ -125,7 +126,7 @@ func TestParseKongPlugins(t *testing.T) {
 	}
 	set, err := ParseKong(raw, testGrants, "", t0)
 	want := []string{"lines[14].ttl:out_of_range", "lines[22].plugins:unmapped", "lines[30].plugins:unmapped"}
-	if got := fieldErrors(t, err); !slices.Equal(got, want) {
+	if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, want) {
 		t.Errorf("errors %v, want %v", got, want)
 	}
 	consumers := map[string]keystore.ImportConsumer{}
@@ -153,7 +154,7 @@ func TestParseKongPlugins(t *testing.T) {
 	// A bad privileges map is named by group, and the dump's problems
 	// come with it; a consumer of a bad group is not also unmapped.
 	_, err = ParseKong(raw, map[string]Grant{"readers": {Service: "contract", Privileges: []string{"get"}}, "x": {Service: "share"}}, "", t0)
-	if got := fieldErrors(t, err); !slices.Equal(got, append([]string{"privilegesMap.readers.service:invalid", "privilegesMap.x.privileges:required"}, want...)) {
+	if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, append([]string{"privilegesMap.readers.service:invalid", "privilegesMap.x.privileges:required"}, want...)) {
 		t.Errorf("a bad map: %v", got)
 	}
 }
@@ -180,7 +181,7 @@ func TestParseKongReferences(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			set, err := ParseKong([]byte(fmt.Sprintf(kongRefDump, tt.ref)), testGrants, "", t0)
 			if tt.errs != nil {
-				if got := fieldErrors(t, err); !slices.Equal(got, tt.errs) {
+				if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, tt.errs) {
 					t.Errorf("errors %v, want %v", got, tt.errs)
 				}
 				if strings.Contains(problemText(err), "0b7c4c2e") {
@@ -205,7 +206,7 @@ func TestParseKongReferences(t *testing.T) {
 		strings.Replace(fmt.Sprintf(kongRefDump, "crm"), "custom_id: beta", "custom_id: crm", 1),
 		strings.Replace(fmt.Sprintf(kongRefDump, "gamma"), "username: alpha", "username: gamma", 1),
 	} {
-		if _, err := ParseKong([]byte(dump), testGrants, "", t0); !slices.Equal(fieldErrors(t, err), []string{"lines[18].consumer:ambiguous"}) {
+		if _, err := ParseKong([]byte(dump), testGrants, "", t0); !slices.Equal(problemtest.InvalidRequest(t, err), []string{"lines[18].consumer:ambiguous"}) {
 			t.Errorf("a name of two consumers: %v", err)
 		}
 	}
@@ -242,7 +243,7 @@ func TestParseKongDenied(t *testing.T) {
 				}
 				return
 			}
-			if got := fieldErrors(t, err); !slices.Equal(got, tt.errs) {
+			if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, tt.errs) {
 				t.Errorf("errors %v, want %v", got, tt.errs)
 			}
 			if !strings.Contains(problemText(err), "blocked") {
