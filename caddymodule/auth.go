@@ -43,6 +43,10 @@ type Auth struct {
 	audit   *auditlog.Log
 	logger  *zap.Logger
 	metrics map[string]*opMetrics // by operation name, "none" for unrouted
+	// refused is keygate_auth_refusals_total by reason, looked up once
+	// at provision: a flood of refusals then hashes no label values and
+	// takes no lock of the vector on each.
+	refused map[string]prometheus.Counter
 }
 
 // opMetrics are one operation's series, looked up once at provision so
@@ -114,6 +118,10 @@ func (h *Auth) Provision(ctx caddy.Context) error {
 		for _, op := range h.table.Operations {
 			h.metrics[op.Name] = newOpMetrics(h.Service, op.Name)
 		}
+	}
+	h.refused = make(map[string]prometheus.Counter, len(refusals))
+	for reason := range refusals {
+		h.refused[reason] = metrics.refusals.WithLabelValues(h.Service, reason)
 	}
 	return nil
 }
@@ -313,7 +321,11 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 	if d.Operation != nil {
 		operation = d.Operation.Name
 	}
-	metrics.refusals.WithLabelValues(h.Service, d.Reason).Inc()
+	if c, ok := h.refused[d.Reason]; ok {
+		c.Inc()
+	} else {
+		metrics.refusals.WithLabelValues(h.Service, d.Reason).Inc()
+	}
 	h.metrics[operation].count(d.Status)
 	rec := auditlog.Record{
 		At:        start,
@@ -348,22 +360,31 @@ func (h *Auth) refuse(w http.ResponseWriter, r *http.Request, d *keystore.Decisi
 // limitBodies holds the encoded problem bodies of rate-limit and quota
 // refusals by reason and violated policies: a flood of them is answered
 // without encoding each (a refusal of a known key must cost no more than
-// one of an unknown key). At most maxLimitBodies are kept.
+// one of an unknown key). The map is replaced, never written, so a
+// lookup takes no lock; its key is built without allocating for the
+// usual one violated policy. At most maxLimitBodies are kept.
 var (
-	limitBodies     sync.Map // string -> []byte
-	limitBodiesKept atomic.Int64
+	limitBodies   atomic.Pointer[map[limitBodyKey][]byte]
+	limitBodiesMu sync.Mutex // serializes replacing limitBodies
 )
+
+type limitBodyKey struct{ reason, policies string }
 
 const maxLimitBodies = 10000
 
 // writeLimitRefusal writes the 429 of d, which names violated policies.
 func writeLimitRefusal(w http.ResponseWriter, d *keystore.Decision, detail string) {
-	key := d.Reason
-	for _, v := range d.Violated {
-		key += "\x00" + v
+	key := limitBodyKey{reason: d.Reason}
+	if len(d.Violated) == 1 {
+		key.policies = d.Violated[0]
+	} else {
+		key.policies = strings.Join(d.Violated, "\x00")
 	}
-	body, ok := limitBodies.Load(key)
-	if !ok {
+	var body []byte
+	if m := limitBodies.Load(); m != nil {
+		body = (*m)[key]
+	}
+	if body == nil {
 		p := problem.New(d.Status, d.Reason, detail)
 		p.ViolatedPolicies = d.Violated
 		b, err := json.Marshal(p)
@@ -372,16 +393,33 @@ func writeLimitRefusal(w http.ResponseWriter, d *keystore.Decision, detail strin
 			return
 		}
 		body = append(b, '\n')
-		if limitBodiesKept.Add(1) <= maxLimitBodies {
-			limitBodies.Store(key, body)
-		}
+		keepLimitBody(key, body)
 	}
 	h := w.Header()
 	problem.SecureHeaders(h)
 	h["Content-Type"] = []string{problem.ContentType}
 	h["Retry-After"] = []string{strconv.FormatInt(d.RetryAfter, 10)}
 	w.WriteHeader(d.Status)
-	_, _ = w.Write(body.([]byte))
+	_, _ = w.Write(body)
+}
+
+// keepLimitBody adds body to limitBodies, in a copy of the map.
+func keepLimitBody(key limitBodyKey, body []byte) {
+	limitBodiesMu.Lock()
+	defer limitBodiesMu.Unlock()
+	var old map[limitBodyKey][]byte
+	if m := limitBodies.Load(); m != nil {
+		old = *m
+	}
+	if len(old) >= maxLimitBodies {
+		return
+	}
+	m := make(map[limitBodyKey][]byte, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[key] = body
+	limitBodies.Store(&m)
 }
 
 // requestClientIP is Caddy's client_ip, which honours trusted_proxies.

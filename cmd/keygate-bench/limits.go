@@ -54,7 +54,7 @@ func (g *gatewayProc) limitedAuth(d *dataset) float64 {
 		"rateLimits": []any{policy("burst", 1e9, 1), policy("minute", 1e9, 60)},
 		"quota":      map[string]any{"limit": 1e12, "period": "month"},
 	})
-	return g.compare("key without policies (a)", g.authRespond(d),
+	return g.compareFor(*authRounds, *authFor, "key without policies (a)", g.authRespond(d),
 		"2 policies + quota (b)", g.authRespondWith("auth-limited", token))
 }
 
@@ -82,7 +82,7 @@ func (g *gatewayProc) scopedAuth(d *dataset) float64 {
 		"planId":     plan.ID,
 		"consumerId": consumer.ID,
 	})
-	return g.compare("key without policies (a)", g.authRespond(d),
+	return g.compareFor(*authRounds, *authFor, "key without policies (a)", g.authRespond(d),
 		"own + plan + consumer (b)", g.authRespondWith("auth-scopes", token))
 }
 

@@ -21,18 +21,23 @@ import (
 )
 
 var (
-	caddyBin  = flag.String("caddy", "./bin/caddy", "the keygate build to measure")
-	runFor    = flag.Duration("duration", 3*time.Second, "length of one throughput run")
-	rounds    = flag.Int("rounds", 3, "interleaved rounds of each throughput comparison")
-	mailTo    = flag.String("mail", "smtp", "where the gateway's mail goes: smtp (a server on loopback, as production sends to its relay) or drop (the data directory's mail drop, the development default)")
-	clients   = flag.Int("clients", 32, "concurrent connections of a throughput run")
-	large     = flag.Int("n", 100000, "keys, contracts and shares in the large store")
-	keep      = flag.Bool("keep", false, "keep the data directories")
-	profile   = flag.String("profile", "", "write a CPU profile of the gateway during the first run named by -profile-of to this file")
-	profileOf = flag.String("profile-of", "auth", "the run to profile: auth, auth-limited, auth-scopes, contract-get, share-get, share-page, share-page-host, contract-create, flood-limited, flood-unknown, flood-refused")
-	backendOf = flag.String("backend", "bolt", "the storage backend: bolt, or postgres (a throwaway durable PostgreSQL started for the run)")
-	instances = flag.Int("instances", 1, "with -backend postgres and more than 1: only compare that many gateways on one database with one")
-	figures   = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, host, seal, creates, limits, scopes, import, neighbour, rotation, large; with -instances: spread, accuracy")
+	caddyBin = flag.String("caddy", "./bin/caddy", "the keygate build to measure")
+	runFor   = flag.Duration("duration", 3*time.Second, "length of one throughput run")
+	rounds   = flag.Int("rounds", 3, "interleaved rounds of each throughput comparison")
+	// The key check's figures differ by a few per cent: a median of many
+	// short rounds holds still where one of three long ones moves by
+	// that much on a shared machine.
+	authRounds = flag.Int("auth-rounds", 30, "interleaved rounds of the key check's figures (overhead, limits, scopes, the large store's key lookup), each of -auth-duration")
+	authFor    = flag.Duration("auth-duration", time.Second, "length of one run of the key check's figures")
+	mailTo     = flag.String("mail", "smtp", "where the gateway's mail goes: smtp (a server on loopback, as production sends to its relay) or drop (the data directory's mail drop, the development default)")
+	clients    = flag.Int("clients", 32, "concurrent connections of a throughput run")
+	large      = flag.Int("n", 100000, "keys, contracts and shares in the large store")
+	keep       = flag.Bool("keep", false, "keep the data directories")
+	profile    = flag.String("profile", "", "write a CPU profile of the gateway during the first run named by -profile-of to this file")
+	profileOf  = flag.String("profile-of", "auth", "the run to profile: bare, bare-no-key, auth, auth-limited, auth-scopes, contract-get, share-get, share-page, share-page-host, contract-create, flood-limited, flood-unknown, flood-refused")
+	backendOf  = flag.String("backend", "bolt", "the storage backend: bolt, or postgres (a throwaway durable PostgreSQL started for the run)")
+	instances  = flag.Int("instances", 1, "with -backend postgres and more than 1: only compare that many gateways on one database with one")
+	figures    = flag.String("figures", "all", "comma-separated figures to measure, for a shorter run: overhead, contract-get, share-get, host, seal, creates, limits, scopes, import, neighbour, rotation, large; with -instances: spread, accuracy")
 )
 
 // want says whether -figures asks for figure name.
@@ -132,8 +137,11 @@ func main() {
 	}
 	var authSmall float64
 	if want("overhead") || want("large") {
-		authSmall = gw.compare("bare respond (a)", gw.bare(), "webapi_auth contracts + respond (b)", gw.authRespond(small))
+		fmt.Printf("overhead: %d interleaved rounds of %s, both given the same request with its Authorization header\n", *authRounds, *authFor)
+		authSmall = gw.compareFor(*authRounds, *authFor, "bare respond (a)", gw.bare(small), "webapi_auth contracts + respond (b)", gw.authRespond(small))
 		fmt.Printf("gateway overhead:        b/a = %.3f   (goal >= %.2f)\n", authSmall, goal.overhead)
+		header := gw.compareFor(*authRounds, *authFor, "bare respond, no header (a)", gw.bareNoKey(), "bare respond, Authorization (b)", gw.bare(small))
+		fmt.Printf("the Authorization header alone, to bare respond: b/a = %.3f (so webapi_auth + respond against bare respond without it: about %.3f)\n", header, header*authSmall)
 	}
 	if want("limits") {
 		r := gw.limitedAuth(small)
@@ -150,11 +158,11 @@ func main() {
 		sealFigure(be, tmp)
 	}
 	if want("contract-get") {
-		getContract := gw.compare("bare respond", gw.bare(), "GET /webapi/contracts/{id}", gw.getContract(small))
+		getContract := gw.compare("bare respond", gw.bare(small), "GET /webapi/contracts/{id}", gw.getContract(small))
 		fmt.Printf("contract get:            ratio = %.3f   (goal >= %.2f)\n", getContract, goal.contractGet)
 	}
 	if want("share-get") {
-		getShare := gw.compare("bare respond", gw.bare(), "GET /webapi/share/{uuid}", gw.getShare(small))
+		getShare := gw.compare("bare respond", gw.bare(small), "GET /webapi/share/{uuid}", gw.getShare(small))
 		fmt.Printf("share get:               ratio = %.3f   (%s)\n", getShare, goal.atLeast(goal.shareGet))
 	}
 	if want("creates") {
@@ -192,7 +200,7 @@ func main() {
 	if err != nil {
 		fatalf("%v", err)
 	}
-	authLarge := gw.compare("bare respond (a)", gw.bare(), fmt.Sprintf("webapi_auth + respond, %d keys (b)", *large), gw.authRespond(big))
+	authLarge := gw.compareFor(*authRounds, *authFor, "bare respond (a)", gw.bare(big), fmt.Sprintf("webapi_auth + respond, %d keys (b)", *large), gw.authRespond(big))
 	fmt.Printf("key lookup vs store size: (b/a with %d keys) / (b/a with 1 key) = %.3f   (goal >= %.2f)\n", *large, authLarge/authSmall, goal.keyLookup)
 	p50, p99 := gw.latency(gw.searchByTemplateCreator(big), 2000)
 	fmt.Printf("contract search, template+creator, creation-date-desc: p50 %s  p99 %s   (goal p99 <= %s)\n", p50, p99, goal.search)
@@ -209,20 +217,36 @@ func main() {
 // machine that others load, throughput swings with their work, while
 // what a request costs the gateway moves much less.
 func (g *gatewayProc) compare(baseName string, base loadSpec, subjName string, subject loadSpec) float64 {
+	return g.compareFor(*rounds, *runFor, baseName, base, subjName, subject)
+}
+
+// maxRoundLines is the most rounds of a comparison printed one by one;
+// more are summed up in one line.
+const maxRoundLines = 10
+
+// compareFor is compare with n rounds of d each.
+func (g *gatewayProc) compareFor(n int, d time.Duration, baseName string, base loadSpec, subjName string, subject loadSpec) float64 {
 	var ratios, cpuRatios []float64
 	var cpuA, cpuB []float64
-	for i := 0; i < *rounds; i++ {
-		a := g.run(base)
-		b := g.run(subject)
+	for i := 0; i < n; i++ {
+		a := g.runFor(base, d)
+		b := g.runFor(subject, d)
 		r := b.rps() / a.rps()
 		ratios = append(ratios, r)
 		ca, cb := a.cpuPerRequest(), b.cpuPerRequest()
 		cpuA, cpuB = append(cpuA, ca), append(cpuB, cb)
 		cpuRatios = append(cpuRatios, ca/cb)
-		fmt.Printf("  round %d: %-34s %8.0f req/s %5.1f µs   %-38s %8.0f req/s %5.1f µs   ratio %.3f\n", i+1, baseName, a.rps(), ca, subjName, b.rps(), cb, r)
+		if n <= maxRoundLines {
+			fmt.Printf("  round %d: %-34s %8.0f req/s %5.1f µs   %-38s %8.0f req/s %5.1f µs   ratio %.3f\n", i+1, baseName, a.rps(), ca, subjName, b.rps(), cb, r)
+		}
+	}
+	m := median(ratios) // sorts ratios
+	if n > maxRoundLines {
+		fmt.Printf("  %s against %s: ratios of %d rounds from %.3f to %.3f, middle half %.3f to %.3f\n",
+			subjName, baseName, n, ratios[0], ratios[n-1], ratios[n/4], ratios[(3*n)/4])
 	}
 	fmt.Printf("  gateway CPU per request (medians): %.1f µs and %.1f µs, first/second = %.3f\n", median(cpuA), median(cpuB), median(cpuRatios))
-	return median(ratios)
+	return m
 }
 
 func (g *gatewayProc) latency(spec loadSpec, n int) (p50, p99 time.Duration) {
@@ -248,13 +272,15 @@ func (g *gatewayProc) latency(spec loadSpec, n int) (p50, p99 time.Duration) {
 	return percentile(lat, 50).Round(10 * time.Microsecond), percentile(lat, 99).Round(10 * time.Microsecond)
 }
 
-func (g *gatewayProc) run(spec loadSpec) result {
+func (g *gatewayProc) run(spec loadSpec) result { return g.runFor(spec, *runFor) }
+
+func (g *gatewayProc) runFor(spec loadSpec, d time.Duration) result {
 	if *profile != "" && spec.name == *profileOf {
-		done := g.captureProfile(*profile, *runFor)
+		done := g.captureProfile(*profile, d)
 		defer func() { <-done; *profile = "" }()
 	}
 	cpu0 := g.cpuTime()
-	res, err := load(spec.addr, *clients, *runFor, false, spec.next)
+	res, err := load(spec.addr, *clients, d, false, spec.next)
 	res.cpu = g.cpuTime() - cpu0
 	if err != nil {
 		fatalf("load on %s: %v", spec.addr, err)
