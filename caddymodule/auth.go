@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -415,9 +416,7 @@ func keepLimitBody(key limitBodyKey, body []byte) {
 		return
 	}
 	m := make(map[limitBodyKey][]byte, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
+	maps.Copy(m, old)
 	m[key] = body
 	limitBodies.Store(&m)
 }

@@ -151,15 +151,21 @@ func (e *env) reopen(t testing.TB) *Keys {
 	return k
 }
 
-// input decodes a JSON body into a KeyInput, as the admin API does.
-func input(t testing.TB, body string) *KeyInput {
+// decodeInput decodes a JSON body into an input, as the admin API does.
+func decodeInput[T any](t testing.TB, body string) *T {
 	t.Helper()
-	in := new(KeyInput)
+	in := new(T)
 	if err := json.Unmarshal([]byte(body), in); err != nil {
 		t.Fatalf("decoding %s: %v", body, err)
 	}
 	return in
 }
+
+var (
+	input         = decodeInput[KeyInput]
+	planInput     = decodeInput[PlanInput]
+	consumerInput = decodeInput[ConsumerInput]
+)
 
 func mustCreate(t testing.TB, k *Keys, body string) Key {
 	t.Helper()

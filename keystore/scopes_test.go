@@ -15,24 +15,6 @@ import (
 	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
-func planInput(t testing.TB, body string) *PlanInput {
-	t.Helper()
-	in := new(PlanInput)
-	if err := json.Unmarshal([]byte(body), in); err != nil {
-		t.Fatalf("decoding %s: %v", body, err)
-	}
-	return in
-}
-
-func consumerInput(t testing.TB, body string) *ConsumerInput {
-	t.Helper()
-	in := new(ConsumerInput)
-	if err := json.Unmarshal([]byte(body), in); err != nil {
-		t.Fatalf("decoding %s: %v", body, err)
-	}
-	return in
-}
-
 func mustPlan(t testing.TB, k *Keys, body string) Plan {
 	t.Helper()
 	p, err := k.CreatePlan(planInput(t, body))

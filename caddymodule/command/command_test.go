@@ -76,10 +76,10 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	return out.String(), errOut.String(), err
 }
 
-// cliGateway runs a gateway on the test ports, with data in dir, whose
-// contracts site answers respond behind the key check: what the CLI
-// tests talk to.
-func cliGateway(t *testing.T, dir, respond string) {
+// cliGateway runs a gateway on the test ports, with data in dir and the
+// webapi app's further options, whose contracts site answers respond
+// behind the key check: what the CLI tests talk to.
+func cliGateway(t *testing.T, dir, respond string, options ...string) {
 	t.Helper()
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
 	tester.InitServer(fmt.Sprintf(`{
@@ -88,6 +88,7 @@ func cliGateway(t *testing.T, dir, respond string) {
 	https_port %[4]d
 	webapi {
 		data_dir %[1]s
+		%[6]s
 	}
 }
 http://localhost:%[3]d {
@@ -95,7 +96,7 @@ http://localhost:%[3]d {
 		webapi_auth contracts
 		respond %[5]q
 	}
-}`, dir, adminPort, sitePort, tlsPort, respond), "caddyfile")
+}`, dir, adminPort, sitePort, tlsPort, respond, strings.Join(options, "\n\t\t")), "caddyfile")
 }
 
 // stopGateway unloads the webapi app, which closes its database: the

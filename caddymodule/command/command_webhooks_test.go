@@ -1,14 +1,11 @@
 package command_test
 
 import (
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
@@ -20,20 +17,7 @@ func TestWebhooksCommandLine(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer recv.Close()
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
-	tester.InitServer(fmt.Sprintf(`{
-	admin localhost:%[2]d
-	http_port %[3]d
-	https_port %[4]d
-	webapi {
-		data_dir %[1]s
-		webhook_timeout 5s
-		webhook_allow_networks 127.0.0.1
-	}
-}
-http://localhost:%[3]d {
-	respond "ok"
-}`, t.TempDir(), adminPort, sitePort, tlsPort), "caddyfile")
+	cliGateway(t, t.TempDir(), "ok", "webhook_timeout 5s", "webhook_allow_networks 127.0.0.1")
 
 	secret, _, err := runCLI(t, "webhooks", "add", "--url", recv.URL+"/hook", "--events", "contract.signed,share.viewed",
 		"--owners", "alice,bob", "--description", "from the CLI")

@@ -96,15 +96,21 @@ func (e *env) reopen(t testing.TB) *keystore.Keys {
 	return k
 }
 
-// input decodes a JSON body into a KeyInput, as the admin API does.
-func input(t testing.TB, body string) *keystore.KeyInput {
+// decodeInput decodes a JSON body into an input, as the admin API does.
+func decodeInput[T any](t testing.TB, body string) *T {
 	t.Helper()
-	in := new(keystore.KeyInput)
+	in := new(T)
 	if err := json.Unmarshal([]byte(body), in); err != nil {
 		t.Fatalf("decoding %s: %v", body, err)
 	}
 	return in
 }
+
+var (
+	input         = decodeInput[keystore.KeyInput]
+	planInput     = decodeInput[keystore.PlanInput]
+	consumerInput = decodeInput[keystore.ConsumerInput]
+)
 
 func mustCreate(t testing.TB, k *keystore.Keys, body string) keystore.Key {
 	t.Helper()
@@ -113,24 +119,6 @@ func mustCreate(t testing.TB, k *keystore.Keys, body string) keystore.Key {
 		t.Fatalf("Create(%s): %v", body, err)
 	}
 	return key
-}
-
-func planInput(t testing.TB, body string) *keystore.PlanInput {
-	t.Helper()
-	in := new(keystore.PlanInput)
-	if err := json.Unmarshal([]byte(body), in); err != nil {
-		t.Fatalf("decoding %s: %v", body, err)
-	}
-	return in
-}
-
-func consumerInput(t testing.TB, body string) *keystore.ConsumerInput {
-	t.Helper()
-	in := new(keystore.ConsumerInput)
-	if err := json.Unmarshal([]byte(body), in); err != nil {
-		t.Fatalf("decoding %s: %v", body, err)
-	}
-	return in
 }
 
 func mustPlan(t testing.TB, k *keystore.Keys, body string) keystore.Plan {
