@@ -14,6 +14,31 @@ import (
 	"github.com/keygate/keygate/keystore/traffic"
 )
 
+// checkRefusalHeaders: a 429 of the key check keeps the security headers
+// but not Cache-Control, which no cache may apply to a 429, and so has
+// at most eight headers in the map (Server among them; net/http writes
+// Date and Content-Length outside it): a ninth makes every refusal of a
+// flood allocate a header table twice.
+func checkRefusalHeaders(t *testing.T, h http.Header) {
+	t.Helper()
+	if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" ||
+		!strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") || h.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("a 429 without its security headers: %v", h)
+	}
+	if v, ok := h["Cache-Control"]; ok {
+		t.Errorf("a 429 with Cache-Control %q", v)
+	}
+	n := len(h)
+	for _, name := range []string{"Date", "Content-Length"} {
+		if _, ok := h[name]; ok {
+			n--
+		}
+	}
+	if n > 8 {
+		t.Errorf("a 429 with %d headers besides Date and Content-Length, want at most 8: %v", n, h)
+	}
+}
+
 // TestRateLimits: a key with policies carries the RateLimit headers on
 // every response, is refused 429 rate_limited with Retry-After and
 // violatedPolicies beyond its limit before the privilege is looked at,
@@ -50,6 +75,7 @@ func testRateLimits(t *testing.T, b backend) {
 			r.header.Get("RateLimit-Policy") != policy || !strings.HasPrefix(r.header.Get("RateLimit"), `"burst";r=0;t=`) {
 			t.Fatalf("refusal %d: %d %v %s", i, r.status, r.header, r.body)
 		}
+		checkRefusalHeaders(t, r.header)
 	}
 	if n := metricValue(t, `keygate_auth_refusals_total{reason="rate_limited",service="contracts"}`); n != refusedBefore+5 {
 		t.Errorf("%d rate_limited refusals counted, want %d", n, refusedBefore+5)
@@ -134,6 +160,7 @@ func testQuotaOverAPI(t *testing.T, b backend) {
 			time.Duration(retry)*time.Second < time.Until(nextDay)-time.Second || time.Duration(retry)*time.Second > time.Until(nextDay)+time.Second {
 			t.Fatalf("request %d: %d retry %d %s", i, r.status, retry, r.body)
 		}
+		checkRefusalHeaders(t, r.header)
 	}
 	var got keystore.Key
 	do(t, "GET", adminURL+"/webapi/keys/"+k.ID, nil).json(t, &got)

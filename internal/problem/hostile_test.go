@@ -1,7 +1,9 @@
 package problem
 
 import (
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -79,21 +81,38 @@ func TestDecodeJSONHostile(t *testing.T) {
 }
 
 // TestSecureHeaders: every problem body, whoever writes it, carries the
-// headers that keep it from being sniffed, framed or cached.
+// headers that keep it from being sniffed, framed or cached; a 429 goes
+// without Cache-Control, since no cache may store one anyway.
 func TestSecureHeaders(t *testing.T) {
-	w := httptest.NewRecorder()
-	Write(w, NotFound("x"))
-	for h, want := range map[string]string{
-		"X-Content-Type-Options": "nosniff",
-		"X-Frame-Options":        "DENY",
-		"Cache-Control":          "no-store",
-		"Content-Type":           ContentType,
-	} {
-		if got := w.Header().Get(h); got != want {
-			t.Errorf("%s: %q, want %q", h, got, want)
-		}
+	tests := []struct {
+		name         string
+		d            *Details
+		cacheControl []string
+	}{
+		{"404", NotFound("x"), []string{"no-store"}},
+		{"400", Invalid([]FieldError{{Field: "name", Code: "required", Message: "required"}}), []string{"no-store"}},
+		{"503", Unavailable(), []string{"no-store"}},
+		{"429", New(http.StatusTooManyRequests, CodeRateLimited, "slow down"), nil},
 	}
-	if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") {
-		t.Errorf("Content-Security-Policy %q", csp)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			Write(w, tc.d)
+			for h, want := range map[string]string{
+				"X-Content-Type-Options": "nosniff",
+				"X-Frame-Options":        "DENY",
+				"Content-Type":           ContentType,
+			} {
+				if got := w.Header().Get(h); got != want {
+					t.Errorf("%s: %q, want %q", h, got, want)
+				}
+			}
+			if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") {
+				t.Errorf("Content-Security-Policy %q", csp)
+			}
+			if got := w.Header()["Cache-Control"]; !slices.Equal(got, tc.cacheControl) {
+				t.Errorf("Cache-Control %q, want %q", got, tc.cacheControl)
+			}
+		})
 	}
 }

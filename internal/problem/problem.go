@@ -164,16 +164,28 @@ func FromError(err error) *Details {
 // JSON: no MIME sniffing, no framing (the header and the CSP directive,
 // for old and new browsers), and no caching, since bodies hold personal
 // data or tokens. Pages set a fuller Content-Security-Policy afterwards.
-func SecureHeaders(h http.Header) {
-	// One allocation for the four values (h.Set makes one each); each
-	// value a slice of its own capacity, so a later Add copies instead of
-	// writing over the next.
+// A reply whose status may be 429 sets them with SecureHeadersFor.
+func SecureHeaders(h http.Header) { SecureHeadersFor(h, http.StatusOK) }
+
+// SecureHeadersFor sets SecureHeaders for a reply of status, without
+// Cache-Control on a 429: no cache may store a 429 whatever its headers
+// say (RFC 6585, section 4), and the refusals of a flood are where a
+// reply's headers cost most. With Caddy's Server, the rate limits' three
+// and Content-Type, Cache-Control would be a 429's ninth header, the one
+// that makes Go's header map and net/http's copy of it on WriteHeader
+// each allocate a table instead of holding eight entries inline.
+func SecureHeadersFor(h http.Header, status int) {
+	// One allocation for the values (h.Set makes one each); each value a
+	// slice of its own capacity, so a later Add copies instead of writing
+	// over the next.
 	v := secureValues
 	vs := v[:]
 	h["X-Content-Type-Options"] = vs[0:1:1]
 	h["X-Frame-Options"] = vs[1:2:2]
 	h["Content-Security-Policy"] = vs[2:3:3]
-	h["Cache-Control"] = vs[3:4:4]
+	if status != http.StatusTooManyRequests {
+		h["Cache-Control"] = vs[3:4:4]
+	}
 }
 
 var secureValues = [4]string{"nosniff", "DENY", "default-src 'none'; frame-ancestors 'none'", "no-store"}
@@ -181,7 +193,7 @@ var secureValues = [4]string{"nosniff", "DENY", "default-src 'none'; frame-ances
 // Write sends d. Extra headers (Allow, WWW-Authenticate) are the caller's to set first.
 func Write(w http.ResponseWriter, d *Details) {
 	h := w.Header()
-	SecureHeaders(h)
+	SecureHeadersFor(h, d.Status)
 	h.Set("Content-Type", ContentType)
 	if d.RetryAfter > 0 && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", strconv.Itoa(d.RetryAfter))

@@ -161,7 +161,7 @@ button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;
 // nothing is cached.
 func writePage(w http.ResponseWriter, d *pageData) {
 	h := w.Header()
-	problem.SecureHeaders(h)
+	problem.SecureHeadersFor(h, d.Status)
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
