@@ -163,8 +163,9 @@ func FromError(err error) *Details {
 // SecureHeaders sets the headers every body of keygate carries, page or
 // JSON: no MIME sniffing, no framing (the header and the CSP directive,
 // for old and new browsers), and no caching, since bodies hold personal
-// data or tokens. Pages set a fuller Content-Security-Policy afterwards.
-// A reply whose status may be 429 sets them with SecureHeadersFor.
+// data or tokens (a 429 excepted, which no cache may store anyway). Pages
+// set a fuller Content-Security-Policy afterwards. A reply whose status
+// may be 429 sets them with SecureHeadersFor.
 func SecureHeaders(h http.Header) { SecureHeadersFor(h, http.StatusOK) }
 
 // SecureHeadersFor sets SecureHeaders for a reply of status, without
@@ -185,6 +186,8 @@ func SecureHeadersFor(h http.Header, status int) {
 	h["Content-Security-Policy"] = vs[2:3:3]
 	if status != http.StatusTooManyRequests {
 		h["Cache-Control"] = vs[3:4:4]
+	} else {
+		delete(h, "Cache-Control") // should a caller have set it first
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/internal/testkit/testclock"
 )
 
@@ -176,6 +177,7 @@ func wantProblem(t *testing.T, w *httptest.ResponseRecorder, status int, code st
 	if ct := w.Header().Get("Content-Type"); ct != problem.ContentType {
 		t.Fatalf("Content-Type %q, want %q", ct, problem.ContentType)
 	}
+	problemtest.SecureHeaders(t, status, w.Header())
 	d := decode[problem.Details](t, w)
 	if d.Code != code || d.Status != status || d.Detail == "" {
 		t.Fatalf("problem %+v, want code %s", d, code)

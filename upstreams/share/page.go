@@ -158,7 +158,7 @@ button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;
 
 // writePage renders d with the headers every public page carries: the
 // uuid in the address is the share's secret, so no referrer leaves and
-// nothing is cached.
+// nothing is cached (a 429 says no-store by its status alone).
 func writePage(w http.ResponseWriter, d *pageData) {
 	h := w.Header()
 	problem.SecureHeadersFor(h, d.Status)

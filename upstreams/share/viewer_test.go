@@ -3,8 +3,6 @@ package share
 import (
 	"context"
 	"errors"
-	"github.com/keygate/keygate/internal/storage"
-	"github.com/keygate/keygate/internal/testkit/storetest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -13,6 +11,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
+	"github.com/keygate/keygate/internal/testkit/storetest"
 
 	"github.com/keygate/keygate/internal/clientip"
 )
@@ -352,6 +354,13 @@ func TestViewerRateLimit(t *testing.T) {
 			t.Fatalf("Retry-After %q", ra)
 		}
 		wantProblem(t, try("right", "203.0.113.7"), 429, "rate_limited")
+		// The page says so too, with the headers of any 429.
+		if w := e.page("POST", unlock, "", formType, "password=wrong", "203.0.113.7"); w.Code != 429 ||
+			!strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") || !strings.Contains(w.Body.String(), "Too many wrong attempts") {
+			t.Fatalf("the page: %d %v", w.Code, w.Header())
+		} else {
+			problemtest.SecureHeaders(t, w.Code, w.Header())
+		}
 		if w := try("wrong", "203.0.113.8"); w.Code != 401 {
 			t.Fatalf("another client is limited too: %d", w.Code)
 		}

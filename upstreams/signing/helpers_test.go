@@ -28,6 +28,7 @@ import (
 	"github.com/keygate/keygate/internal/testkit/eventstest"
 	"github.com/keygate/keygate/internal/testkit/mailtest"
 	"github.com/keygate/keygate/internal/testkit/pdftest"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testclock"
 	"github.com/keygate/keygate/internal/testkit/testwait"
@@ -342,6 +343,7 @@ func decodeProblem(t *testing.T, w *httptest.ResponseRecorder, status int, code 
 	if ct := w.Header().Get("Content-Type"); ct != problem.ContentType {
 		t.Fatalf("Content-Type %q, want %q; body %s", ct, problem.ContentType, w.Body)
 	}
+	problemtest.SecureHeaders(t, status, w.Header())
 	var d problem.Details
 	if err := json.Unmarshal(w.Body.Bytes(), &d); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"github.com/keygate/keygate/internal/testkit/pdftest"
 	"io"
 	"maps"
 	"mime/multipart"
@@ -19,6 +18,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/testkit/pdftest"
+	"github.com/keygate/keygate/internal/testkit/problemtest"
 
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/storetest"
@@ -95,6 +97,14 @@ func TestParallelSigning(t *testing.T) {
 		if ra := w.Header().Get("Retry-After"); ra != "30" {
 			t.Errorf("Retry-After %q, want 30", ra)
 		}
+		// From the page's form: the page with the message, and the
+		// headers of any 429.
+		w = f.page(http.MethodPost, "/sign/"+ann+"/otp", "application/x-www-form-urlencoded", "")
+		if w.Code != http.StatusTooManyRequests || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") ||
+			w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "ask again in") {
+			t.Errorf("otp from the form: %d %v", w.Code, w.Header())
+		}
+		problemtest.SecureHeaders(t, w.Code, w.Header())
 		f.unchanged(t, before, "a password asked for within the minute")
 
 		// Four wrong passwords are 400s, the fifth voids the password (429),

@@ -499,7 +499,8 @@ func (e *exchange) checkUnrouted() {
 	}
 	for name := range e.resp.Header {
 		switch {
-		case genericHeaders[name], name == "Allow", name == "Cache-Control", name == "Www-Authenticate", name == "Retry-After":
+		case genericHeaders[name], name == "Allow", name == "Www-Authenticate", name == "Retry-After":
+		case name == "Cache-Control" && status != http.StatusTooManyRequests: // no cache may store a 429
 		case keyCheck && rateLimitHeaders[name] != "":
 			e.checkHeaderValue(name, rateLimitHeaders[name])
 		default:

@@ -164,6 +164,10 @@ func TestCheck(t *testing.T) {
 			`{"type":"about:blank","title":"Service Unavailable","status":503,"code":"unavailable","detail":"x"}`, ""},
 		{"unknown path, 429", "GET", "/webapi/contracts/" + contractID + "/nothing", auth, "", 429,
 			limited(http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"3"}}), problem429, ""},
+		{"429 with Cache-Control", "GET", "/webapi/contracts/" + contractID, auth, "", 429,
+			limited(http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"3"}, "Cache-Control": {"no-store"}}), problem429, "Cache-Control"},
+		{"unknown path, 429 with Cache-Control", "GET", "/webapi/contracts/" + contractID + "/nothing", auth, "", 429,
+			limited(http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"3"}, "Cache-Control": {"no-store"}}), problem429, "Cache-Control"},
 		{"unknown path, RateLimit-Policy not in its syntax", "GET", "/webapi/contracts/" + contractID + "/nothing", auth, "", 404,
 			http.Header{"Content-Type": {"application/problem+json"}, "Ratelimit-Policy": {"burst=20"}}, problem404, "header Ratelimit-Policy"},
 		{"admin key with rate limits and a quota", "GET", "/webapi/keys/" + keyID, nil, "", 200,
@@ -186,7 +190,7 @@ func TestCheck(t *testing.T) {
 				req.Header[k] = vs
 			}
 			resp := &http.Response{StatusCode: tc.status, Header: secure(tc.header.Clone()), Request: req}
-			if tc.status == http.StatusNoContent || tc.status == http.StatusTooManyRequests {
+			if (tc.status == http.StatusNoContent || tc.status == http.StatusTooManyRequests) && tc.header.Get("Cache-Control") == "" {
 				resp.Header.Del("Cache-Control") // a 204 and a 429 carry none
 			}
 			err := v.Check(req, []byte(tc.reqBody), resp, []byte(tc.body))

@@ -5,6 +5,7 @@ package problemtest
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/keygate/keygate/internal/problem"
@@ -43,4 +44,24 @@ func InvalidRequest(t testing.TB, err error) []string {
 		t.Fatalf("problem %d %s, want 400 invalid_request", d.Status, d.Code)
 	}
 	return FieldCodes(t, d)
+}
+
+// SecureHeaders fails t unless h, the headers of a reply of status, has
+// what every reply of keygate carries: nosniff, DENY and a
+// Content-Security-Policy with frame-ancestors 'none', and
+// Cache-Control: no-store, which a 429 goes without (no cache may store
+// one).
+func SecureHeaders(t testing.TB, status int, h http.Header) {
+	t.Helper()
+	if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" ||
+		!strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Errorf("a %d without its security headers: %v", status, h)
+	}
+	cc, ok := h["Cache-Control"]
+	switch {
+	case status == http.StatusTooManyRequests && ok:
+		t.Errorf("a 429 with Cache-Control %q", cc)
+	case status != http.StatusTooManyRequests && h.Get("Cache-Control") != "no-store":
+		t.Errorf("a %d with Cache-Control %q, want no-store", status, cc)
+	}
 }
