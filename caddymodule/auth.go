@@ -397,7 +397,7 @@ func writeLimitRefusal(w http.ResponseWriter, d *keystore.Decision, detail strin
 		keepLimitBody(key, body)
 	}
 	h := w.Header()
-	problem.SecureHeadersFor(h, d.Status)
+	problem.SecureProblemHeaders(h, d.Status)
 	h["Content-Type"] = []string{problem.ContentType}
 	h["Retry-After"] = []string{strconv.FormatInt(d.RetryAfter, 10)}
 	w.WriteHeader(d.Status)

@@ -338,7 +338,7 @@ func checkVerify(t *testing.T, id string, finalized []byte, level string) {
 	if statuses != "429 " {
 		t.Errorf("the limit per address: %s", statuses)
 	}
-	// The page's form is told on the page, with the headers of any 429.
+	// The page's form is told on the page, which keeps no-store on a 429.
 	if r := upload(t, "file", finalized, "text/html"); r.status != 429 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") ||
 		r.header.Get("Retry-After") == "" {
 		t.Errorf("the limit per address, on the page: %d %v", r.status, r.header)

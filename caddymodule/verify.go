@@ -359,7 +359,7 @@ var verifyPage = template.Must(template.New("verify").Parse(`<!doctype html>
 // page writes the verify page with res or msg.
 func (h *Verify) page(w http.ResponseWriter, r *http.Request, status int, res *verifyResult, msg string) {
 	hdr := w.Header()
-	problem.SecureHeadersFor(hdr, status)
+	problem.SecureHeaders(hdr)
 	hdr.Set("Content-Security-Policy", "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	hdr.Set("Content-Type", "text/html; charset=utf-8")
 	var b bytes.Buffer

@@ -163,19 +163,21 @@ func FromError(err error) *Details {
 // SecureHeaders sets the headers every body of keygate carries, page or
 // JSON: no MIME sniffing, no framing (the header and the CSP directive,
 // for old and new browsers), and no caching, since bodies hold personal
-// data or tokens (a 429 excepted, which no cache may store anyway). Pages
-// set a fuller Content-Security-Policy afterwards. A reply whose status
-// may be 429 sets them with SecureHeadersFor.
-func SecureHeaders(h http.Header) { SecureHeadersFor(h, http.StatusOK) }
+// data or tokens. Pages set a fuller Content-Security-Policy afterwards.
+// A problem body sets them with SecureProblemHeaders.
+func SecureHeaders(h http.Header) { SecureProblemHeaders(h, http.StatusOK) }
 
-// SecureHeadersFor sets SecureHeaders for a reply of status, without
-// Cache-Control on a 429: no cache may store a 429 whatever its headers
-// say (RFC 6585, section 4), and the refusals of a flood are where a
-// reply's headers cost most. With Caddy's Server, the rate limits' three
-// and Content-Type, Cache-Control would be a 429's ninth header, the one
-// that makes Go's header map and net/http's copy of it on WriteHeader
-// each allocate a table instead of holding eight entries inline.
-func SecureHeadersFor(h http.Header, status int) {
+// SecureProblemHeaders sets SecureHeaders for a problem body of status,
+// without Cache-Control on a 429: no cache may store a 429 whatever its
+// headers say (RFC 6585, section 4), and an API client's flood of
+// refusals is where a reply's headers cost most. With Caddy's Server,
+// the rate limits' three and Content-Type, Cache-Control would be the
+// key check's ninth header on a 429, the one that makes Go's header map
+// and net/http's copy of it on WriteHeader each allocate a table instead
+// of holding eight entries inline. A page keeps no-store on a 429: a
+// browser's back-forward cache and history are no caches in that RFC's
+// sense, and the page shows what its reader typed.
+func SecureProblemHeaders(h http.Header, status int) {
 	// One allocation for the values (h.Set makes one each); each value a
 	// slice of its own capacity, so a later Add copies instead of writing
 	// over the next.
@@ -196,7 +198,7 @@ var secureValues = [4]string{"nosniff", "DENY", "default-src 'none'; frame-ances
 // Write sends d. Extra headers (Allow, WWW-Authenticate) are the caller's to set first.
 func Write(w http.ResponseWriter, d *Details) {
 	h := w.Header()
-	SecureHeadersFor(h, d.Status)
+	SecureProblemHeaders(h, d.Status)
 	h.Set("Content-Type", ContentType)
 	if d.RetryAfter > 0 && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", strconv.Itoa(d.RetryAfter))

@@ -158,10 +158,10 @@ button{font:inherit;padding:.5rem;border:0;border-radius:4px;background:#0052cc;
 
 // writePage renders d with the headers every public page carries: the
 // uuid in the address is the share's secret, so no referrer leaves and
-// nothing is cached (a 429 says no-store by its status alone).
+// nothing is cached.
 func writePage(w http.ResponseWriter, d *pageData) {
 	h := w.Header()
-	problem.SecureHeadersFor(h, d.Status)
+	problem.SecureHeaders(h)
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")

@@ -354,7 +354,7 @@ func TestViewerRateLimit(t *testing.T) {
 			t.Fatalf("Retry-After %q", ra)
 		}
 		wantProblem(t, try("right", "203.0.113.7"), 429, "rate_limited")
-		// The page says so too, with the headers of any 429.
+		// The page says so too, and keeps no-store on a 429.
 		if w := e.page("POST", unlock, "", formType, "password=wrong", "203.0.113.7"); w.Code != 429 ||
 			!strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") || !strings.Contains(w.Body.String(), "Too many wrong attempts") {
 			t.Fatalf("the page: %d %v", w.Code, w.Header())

@@ -40,8 +40,7 @@ type handler struct{ s *Service }
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	// The token in the address is the signer's secret: no referrer
-	// leaves the page, and nothing is cached (a 429 by its status alone)
-	// or indexed.
+	// leaves the page, and nothing is cached or indexed.
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Robots-Tag", "noindex, nofollow")

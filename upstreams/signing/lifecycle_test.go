@@ -97,8 +97,8 @@ func TestParallelSigning(t *testing.T) {
 		if ra := w.Header().Get("Retry-After"); ra != "30" {
 			t.Errorf("Retry-After %q, want 30", ra)
 		}
-		// From the page's form: the page with the message, and the
-		// headers of any 429.
+		// From the page's form: the page with the message, which keeps
+		// no-store on a 429.
 		w = f.page(http.MethodPost, "/sign/"+ann+"/otp", "application/x-www-form-urlencoded", "")
 		if w.Code != http.StatusTooManyRequests || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") ||
 			w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "ask again in") {

@@ -54,7 +54,7 @@ func writePage(w http.ResponseWriter, d *pageData) {
 		d.Title = d.View.Contract.Name
 	}
 	h := w.Header()
-	problem.SecureHeadersFor(h, d.Status)
+	problem.SecureHeaders(h)
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+d.Nonce+"'; style-src 'unsafe-inline'; img-src data: blob:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.WriteHeader(d.Status)

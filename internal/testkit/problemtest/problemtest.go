@@ -49,8 +49,9 @@ func InvalidRequest(t testing.TB, err error) []string {
 // SecureHeaders fails t unless h, the headers of a reply of status, has
 // what every reply of keygate carries: nosniff, DENY and a
 // Content-Security-Policy with frame-ancestors 'none', and
-// Cache-Control: no-store, which a 429 goes without (no cache may store
-// one).
+// Cache-Control: no-store, which a 429 problem body goes without (no
+// cache may store one; a page keeps it for the browser's back-forward
+// cache).
 func SecureHeaders(t testing.TB, status int, h http.Header) {
 	t.Helper()
 	if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" ||
@@ -59,9 +60,11 @@ func SecureHeaders(t testing.TB, status int, h http.Header) {
 	}
 	cc, ok := h["Cache-Control"]
 	switch {
-	case status == http.StatusTooManyRequests && ok:
-		t.Errorf("a 429 with Cache-Control %q", cc)
-	case status != http.StatusTooManyRequests && h.Get("Cache-Control") != "no-store":
-		t.Errorf("a %d with Cache-Control %q, want no-store", status, cc)
+	case status == http.StatusTooManyRequests && h.Get("Content-Type") == problem.ContentType:
+		if ok {
+			t.Errorf("a 429 problem with Cache-Control %q", cc)
+		}
+	case h.Get("Cache-Control") != "no-store":
+		t.Errorf("a %d (%s) with Cache-Control %q, want no-store", status, h.Get("Content-Type"), cc)
 	}
 }
