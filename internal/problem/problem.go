@@ -165,7 +165,7 @@ func FromError(err error) *Details {
 // for old and new browsers), and no caching, since bodies hold personal
 // data or tokens. Pages set a fuller Content-Security-Policy afterwards.
 // A problem body sets them with SecureProblemHeaders.
-func SecureHeaders(h http.Header) { SecureProblemHeaders(h, http.StatusOK) }
+func SecureHeaders(h http.Header) { secureHeaders(h, true) }
 
 // SecureProblemHeaders sets SecureHeaders for a problem body of status,
 // without Cache-Control on a 429: no cache may store a 429 whatever its
@@ -178,6 +178,10 @@ func SecureHeaders(h http.Header) { SecureProblemHeaders(h, http.StatusOK) }
 // browser's back-forward cache and history are no caches in that RFC's
 // sense, and the page shows what its reader typed.
 func SecureProblemHeaders(h http.Header, status int) {
+	secureHeaders(h, status != http.StatusTooManyRequests)
+}
+
+func secureHeaders(h http.Header, noStore bool) {
 	// One allocation for the values (h.Set makes one each); each value a
 	// slice of its own capacity, so a later Add copies instead of writing
 	// over the next.
@@ -186,7 +190,7 @@ func SecureProblemHeaders(h http.Header, status int) {
 	h["X-Content-Type-Options"] = vs[0:1:1]
 	h["X-Frame-Options"] = vs[1:2:2]
 	h["Content-Security-Policy"] = vs[2:3:3]
-	if status != http.StatusTooManyRequests {
+	if noStore {
 		h["Cache-Control"] = vs[3:4:4]
 	} else {
 		delete(h, "Cache-Control") // should a caller have set it first
