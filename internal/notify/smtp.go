@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/mail"
 	"strconv"
+	"sync"
 	"time"
 
 	gomail "github.com/wneessen/go-mail"
+	"github.com/wneessen/go-mail/smtp"
 )
 
 // TLSMode says how the SMTP connection is protected.
@@ -45,12 +47,33 @@ type SMTPConfig struct {
 	Timeout time.Duration
 }
 
-// SMTPSender delivers e-mails to an SMTP server, one connection per message.
+// SMTPSender delivers e-mails to an SMTP server. A connection is kept
+// open for KeepIdle after a message, so that a burst (the invitations of
+// a contract of 26 signers) takes one connection, one TLS handshake and
+// one AUTH, not one of each per message.
 type SMTPSender struct {
 	cfg  SMTPConfig
 	host string
 	port int
+
+	// mu serializes sends and guards the kept connection.
+	mu sync.Mutex
+	// client and conn are the connection kept from the last message, if
+	// any; idle closes it once it has been idle for KeepIdle, and gen
+	// tells that timer whether the connection it was set for is still
+	// the idle one.
+	client   *gomail.Client
+	conn     *smtp.Client
+	idle     *time.Timer
+	gen      uint64
+	closed   bool
+	keepIdle time.Duration // KeepIdle; shorter in tests
 }
+
+// KeepIdle is how long an SMTP connection stays open after a message,
+// for the next one: well within the five minutes RFC 5321 gives a
+// server to wait, and short enough that a quiet gateway holds none.
+const KeepIdle = 5 * time.Second
 
 // NewSMTPSender checks cfg and returns its sender.
 func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
@@ -83,11 +106,14 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 			cfg.TLSConfig.ServerName = host
 		}
 	}
-	return &SMTPSender{cfg: cfg, host: host, port: port}, nil
+	return &SMTPSender{cfg: cfg, host: host, port: port, keepIdle: KeepIdle}, nil
 }
 
-// Send delivers m over a new connection. The deadline of ctx, if sooner
-// than Timeout, bounds each exchange.
+// Send delivers m, over the connection kept from the last message when
+// it still answers, else over a new one. The deadline of ctx, if sooner
+// than Timeout, bounds each exchange (on a new connection: a kept one
+// has Timeout). An error means m was not accepted; m is never sent
+// twice by one call.
 func (s *SMTPSender) Send(ctx context.Context, m Message) error {
 	msg, err := compose(s.cfg.From, m)
 	if err != nil {
@@ -97,6 +123,114 @@ func (s *SMTPSender) Send(ctx context.Context, m Message) error {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(min(timeout, time.Until(dl)), time.Millisecond)
 	}
+	addr := net.JoinHostPort(s.host, strconv.Itoa(s.port))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil && timeout == s.cfg.Timeout {
+		client, conn := s.client, s.conn
+		s.forget()
+		err := client.SendWithSMTPClient(conn, msg)
+		if err == nil {
+			s.keep(client, conn)
+			return nil
+		}
+		_ = client.CloseWithSMTPClient(conn)
+		if accepted(err) {
+			return nil
+		}
+		var se *gomail.SendError
+		if !errors.As(err, &se) || se.Reason != gomail.ErrConnCheck {
+			return fmt.Errorf("smtp %s: %w", addr, err)
+		}
+		// The server had closed the kept connection (its NOOP failed):
+		// nothing of m was sent, so a new connection sends it.
+	}
+	client, err := s.newClient(timeout)
+	if err != nil {
+		return err
+	}
+	conn, err := client.DialToSMTPClientWithContext(ctx)
+	if err != nil {
+		return fmt.Errorf("smtp %s: %w", addr, err)
+	}
+	err = client.SendWithSMTPClient(conn, msg)
+	if err != nil || timeout != s.cfg.Timeout || s.closed {
+		// Not a connection to keep: one that failed, or one with a
+		// shorter deadline than Timeout. A failing QUIT must not turn
+		// an accepted message into an error, which would send it a
+		// second time.
+		_ = client.CloseWithSMTPClient(conn)
+		if !accepted(err) {
+			return fmt.Errorf("smtp %s: %w", addr, err)
+		}
+		return nil
+	}
+	s.keep(client, conn)
+	return nil
+}
+
+// accepted reports whether err, from SendWithSMTPClient, leaves the
+// message accepted by the server: no error, or only the RSET after an
+// accepted DATA failing (whose connection is not kept). Reporting that
+// as an error would have the worker send the message again.
+func accepted(err error) bool {
+	if err == nil {
+		return true
+	}
+	var se *gomail.SendError
+	return errors.As(err, &se) && se.Reason == gomail.ErrSMTPReset
+}
+
+// keep holds client and conn for the next message, until KeepIdle has
+// passed. Callers hold mu.
+func (s *SMTPSender) keep(client *gomail.Client, conn *smtp.Client) {
+	s.client, s.conn = client, conn
+	s.gen++
+	gen := s.gen
+	s.idle = time.AfterFunc(s.keepIdle, func() { s.closeIdle(gen) })
+}
+
+// forget takes the kept connection back from its idle timer. Callers
+// hold mu.
+func (s *SMTPSender) forget() {
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
+	}
+	s.client, s.conn = nil, nil
+	s.gen++
+}
+
+// closeIdle closes the kept connection if it is still the one of gen.
+func (s *SMTPSender) closeIdle(gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil || s.gen != gen {
+		return
+	}
+	client, conn := s.client, s.conn
+	s.forget()
+	_ = client.CloseWithSMTPClient(conn)
+}
+
+// Close ends the kept connection (QUIT) and keeps none from now on; a
+// send in flight finishes first. Send still works after Close, with a
+// connection per message.
+func (s *SMTPSender) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.conn == nil {
+		return
+	}
+	client, conn := s.client, s.conn
+	s.forget()
+	_ = client.CloseWithSMTPClient(conn)
+}
+
+// newClient is a go-mail client for one connection with exchanges
+// bounded by timeout.
+func (s *SMTPSender) newClient(timeout time.Duration) (*gomail.Client, error) {
 	opts := []gomail.Option{gomail.WithPort(s.port), gomail.WithTimeout(timeout)}
 	switch s.cfg.TLS {
 	case TLSStartTLS:
@@ -121,19 +255,7 @@ func (s *SMTPSender) Send(ctx context.Context, m Message) error {
 	}
 	client, err := gomail.NewClient(s.host, opts...)
 	if err != nil {
-		return fmt.Errorf("smtp client: %w", err)
+		return nil, fmt.Errorf("smtp client: %w", err)
 	}
-	addr := net.JoinHostPort(s.host, strconv.Itoa(s.port))
-	conn, err := client.DialToSMTPClientWithContext(ctx)
-	if err != nil {
-		return fmt.Errorf("smtp %s: %w", addr, err)
-	}
-	if err := client.SendWithSMTPClient(conn, msg); err != nil {
-		_ = client.CloseWithSMTPClient(conn)
-		return fmt.Errorf("smtp %s: %w", addr, err)
-	}
-	// The server has accepted the message. A failing QUIT must not turn
-	// that into an error, which would send the message a second time.
-	_ = client.CloseWithSMTPClient(conn)
-	return nil
+	return client, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -11,11 +12,14 @@ import (
 	"net/mail"
 	"strings"
 	"testing"
+	"time"
+
+	gomail "github.com/wneessen/go-mail"
 
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
-func smtpSender(t *testing.T, ts *testSMTP, mode TLSMode, user, password string) *SMTPSender {
+func smtpSender(t testing.TB, ts *testSMTP, mode TLSMode, user, password string) *SMTPSender {
 	t.Helper()
 	cfg := SMTPConfig{Addr: ts.addr, Username: user, Password: password, From: "Contracts <contracts@example.com>", TLS: mode}
 	if ts.roots != nil {
@@ -136,6 +140,129 @@ func TestSMTPStartTLSRequired(t *testing.T) {
 	}
 }
 
+// TestSMTPKeepsTheConnection: messages sent one after another share one
+// connection (one TLS handshake, one AUTH), each delivered once; a
+// connection the server hung up is replaced without the message being
+// lost or sent twice; an idle one is closed after keepIdle, and Close
+// ends it and keeps none after.
+func TestSMTPKeepsTheConnection(t *testing.T) {
+	for _, mode := range []TLSMode{TLSNone, TLSStartTLS} {
+		t.Run(string(mode), func(t *testing.T) {
+			ts := startSMTP(t, smtpSetup{mode: mode, user: "bot", password: "s3cret"})
+			s := smtpSender(t, ts, mode, "bot", "s3cret")
+			s.keepIdle = time.Hour // closed by the steps below, not by time
+			ctx := context.Background()
+			send := func(to string) {
+				t.Helper()
+				if err := s.Send(ctx, Message{Channel: Email, To: to, Subject: "Contract", Text: "please sign"}); err != nil {
+					t.Fatalf("send to %s: %v", to, err)
+				}
+			}
+			want := func(step string, mails, opened, closed int) {
+				t.Helper()
+				testwait.For(t, testwait.Generous, step, func() bool {
+					o, c := ts.connections()
+					return len(ts.mails()) == mails && o == opened && c == closed
+				})
+				if n := ts.dataAttempts(); n != mails {
+					t.Fatalf("%s: %d DATA commands for %d mails", step, n, mails)
+				}
+			}
+
+			for i := range 5 {
+				send(fmt.Sprintf("signer%d@example.org", i))
+			}
+			want("five mails on one connection", 5, 1, 0)
+
+			ts.hangUp() // as a server does with a connection idle too long
+			want("the server hung up", 5, 1, 1)
+			send("after@example.org")
+			want("a new connection, the mail sent once", 6, 2, 1)
+
+			s.Close()
+			want("Close ends the connection", 6, 2, 2)
+			send("closed1@example.org")
+			send("closed2@example.org")
+			want("after Close, a connection a mail", 8, 4, 4)
+		})
+	}
+}
+
+// TestSMTPClosesAnIdleConnection: a kept connection is closed once it
+// has been idle for keepIdle, and the next mail opens another.
+func TestSMTPClosesAnIdleConnection(t *testing.T) {
+	ts := startSMTP(t, smtpSetup{mode: TLSNone})
+	s := smtpSender(t, ts, TLSNone, "", "")
+	s.keepIdle = 50 * time.Millisecond
+	for i := range 2 {
+		if err := s.Send(context.Background(), Message{Channel: Email, To: "a@example.org", Text: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		testwait.For(t, testwait.Generous, "the idle connection closed", func() bool {
+			o, c := ts.connections()
+			return o == i+1 && c == i+1
+		})
+	}
+	if n := len(ts.mails()); n != 2 {
+		t.Fatalf("%d mails", n)
+	}
+}
+
+// TestSMTPRefusedOnAKeptConnection: a message the server refuses on a
+// kept connection is an error (the worker retries it later), sent once,
+// and the connection is not kept.
+func TestSMTPRefusedOnAKeptConnection(t *testing.T) {
+	ts := startSMTP(t, smtpSetup{mode: TLSNone})
+	s := smtpSender(t, ts, TLSNone, "", "")
+	s.keepIdle = time.Hour
+	ctx := context.Background()
+	if err := s.Send(ctx, Message{Channel: Email, To: "a@example.org", Text: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	ts.failNext(1, 451)
+	if err := s.Send(ctx, Message{Channel: Email, To: "b@example.org", Text: "x"}); err == nil {
+		t.Fatal("a refused message reported sent")
+	}
+	if n := ts.dataAttempts(); n != 2 {
+		t.Fatalf("%d DATA commands, want 2: the refused message was tried again", n)
+	}
+	if err := s.Send(ctx, Message{Channel: Email, To: "b@example.org", Text: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, testwait.Generous, "a new connection after the refusal", func() bool {
+		o, c := ts.connections()
+		return o == 2 && c == 1
+	})
+	if n := len(ts.mails()); n != 2 {
+		t.Fatalf("%d mails", n)
+	}
+}
+
+// TestSMTPAccepted: only a failed RSET after the DATA the server
+// accepted counts as sent; any other failure is retried.
+func TestSMTPAccepted(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"no error", nil, true},
+		{"RSET after DATA failed", &gomail.SendError{Reason: gomail.ErrSMTPReset}, true},
+		{"RSET failure among joined errors", errors.Join(&gomail.SendError{Reason: gomail.ErrSMTPReset}), true},
+		{"DATA refused", &gomail.SendError{Reason: gomail.ErrSMTPDataClose}, false},
+		{"connection gone", &gomail.SendError{Reason: gomail.ErrConnCheck}, false},
+		{"MAIL FROM refused", &gomail.SendError{Reason: gomail.ErrSMTPMailFrom}, false},
+		{"not a send error", errors.New("dial tcp: refused"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := accepted(tt.err); got != tt.want {
+				t.Fatalf("accepted = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestNewSMTPSenderRejectsBadConfig(t *testing.T) {
 	tests := []struct {
 		name string
@@ -199,5 +326,34 @@ func walkParts(t *testing.T, mr *multipart.Reader, name string) ([]byte, bool) {
 			return decodeBase64(t, raw), true
 		}
 		return raw, true
+	}
+}
+
+// BenchmarkSMTPSend: a message over the kept connection against one over
+// a connection of its own (a closed sender keeps none), both to the test
+// server on loopback, in plain SMTP and with STARTTLS.
+func BenchmarkSMTPSend(b *testing.B) {
+	for _, mode := range []TLSMode{TLSNone, TLSStartTLS} {
+		for _, keep := range []bool{true, false} {
+			name := string(mode) + "/a connection each"
+			if keep {
+				name = string(mode) + "/kept"
+			}
+			b.Run(name, func(b *testing.B) {
+				ts := startSMTP(b, smtpSetup{mode: mode, user: "bot", password: "s3cret"})
+				s := smtpSender(b, ts, mode, "bot", "s3cret")
+				if !keep {
+					s.Close()
+				}
+				m := Message{Channel: Email, To: "signer@example.org", Subject: "Contract", Text: "please sign"}
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := s.Send(context.Background(), m); err != nil {
+						b.Fatal(err)
+					}
+				}
+				s.Close()
+			})
+		}
 	}
 }

@@ -36,6 +36,10 @@ type testSMTP struct {
 	// failData answers that many next DATA commands with failErr.
 	failData int
 	failErr  *smtp.SMTPError
+	// conns are the connections opened so far, closed those closed
+	// since, by either side.
+	conns  []*smtp.Conn
+	closed int
 }
 
 type receivedMail struct {
@@ -52,12 +56,20 @@ type smtpSetup struct {
 	password string
 }
 
-func startSMTP(t *testing.T, setup smtpSetup) *testSMTP {
+func startSMTP(t testing.TB, setup smtpSetup) *testSMTP {
 	t.Helper()
 	ts := &testSMTP{user: setup.user, password: setup.password}
 	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) {
 		_, isTLS := c.TLSConnectionState()
-		return &testSession{srv: ts, tls: isTLS}, nil
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		// A connection's last session counts it: STARTTLS ends the
+		// plain one and starts another.
+		last := isTLS == (setup.mode != TLSNone)
+		if last {
+			ts.conns = append(ts.conns, c)
+		}
+		return &testSession{srv: ts, tls: isTLS, counted: last}, nil
 	}))
 	srv.Domain = "localhost"
 	srv.ReadTimeout = 10 * time.Second
@@ -113,6 +125,8 @@ type testSession struct {
 	authed string
 	from   string
 	to     []string
+	// counted: this session is the one that counts its connection.
+	counted bool
 }
 
 func (s *testSession) AuthMechanisms() []string { return []string{sasl.Plain} }
@@ -162,10 +176,36 @@ func (s *testSession) Data(r io.Reader) error {
 
 func (s *testSession) Reset() { s.from, s.to = "", nil }
 
-func (s *testSession) Logout() error { return nil }
+func (s *testSession) Logout() error {
+	if s.counted {
+		s.srv.mu.Lock()
+		defer s.srv.mu.Unlock()
+		s.srv.closed++
+	}
+	return nil
+}
+
+// connections is how many connections clients have opened, and how many
+// of them are closed.
+func (ts *testSMTP) connections() (opened, closed int) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return len(ts.conns), ts.closed
+}
+
+// hangUp closes every open connection from the server's side, as a
+// server does with one idle too long.
+func (ts *testSMTP) hangUp() {
+	ts.mu.Lock()
+	conns := append([]*smtp.Conn(nil), ts.conns...)
+	ts.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
 
 // selfSigned makes a certificate for 127.0.0.1 and a pool that trusts it.
-func selfSigned(t *testing.T) (*tls.Config, *x509.CertPool) {
+func selfSigned(t testing.TB) (*tls.Config, *x509.CertPool) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
