@@ -36,6 +36,8 @@ type testSMTP struct {
 	// failData answers that many next DATA commands with failErr.
 	failData int
 	failErr  *smtp.SMTPError
+	// failMail answers that many next MAIL FROM commands with 421.
+	failMail int
 	// conns are the connections opened so far, closed those closed
 	// since, by either side.
 	conns  []*smtp.Conn
@@ -72,8 +74,10 @@ func startSMTP(t testing.TB, setup smtpSetup) *testSMTP {
 		return &testSession{srv: ts, tls: isTLS, counted: last}, nil
 	}))
 	srv.Domain = "localhost"
-	srv.ReadTimeout = 10 * time.Second
-	srv.WriteTimeout = 10 * time.Second
+	// Longer than any pause of a loaded machine: a test that keeps a
+	// connection counts on the server not closing it.
+	srv.ReadTimeout = time.Minute
+	srv.WriteTimeout = time.Minute
 	srv.MaxMessageBytes = 32 << 20
 	srv.AllowInsecureAuth = setup.mode == TLSNone
 
@@ -144,6 +148,15 @@ func (s *testSession) Auth(mech string) (sasl.Server, error) {
 func (s *testSession) Mail(from string, _ *smtp.MailOptions) error {
 	if s.srv.user != "" && s.authed == "" {
 		return smtp.ErrAuthRequired
+	}
+	s.srv.mu.Lock()
+	fail := s.srv.failMail > 0
+	if fail {
+		s.srv.failMail--
+	}
+	s.srv.mu.Unlock()
+	if fail {
+		return &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 7, 0}, Message: "too many messages on this connection"}
 	}
 	s.from = from
 	return nil
