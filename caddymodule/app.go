@@ -344,7 +344,6 @@ func (a *App) Stop() error {
 	// writer, and a buffered one would keep the last entries.
 	bufferedfile.SyncAll()
 	a.state.dropSenders(a.senders, a.replaced)
-	a.senders.close()
 	return nil
 }
 

@@ -160,18 +160,6 @@ func emlFrom(publicBaseURL string) string {
 	return "Contracts <keygate@localhost>"
 }
 
-// close ends what snd holds open between messages (SMTP's kept
-// connection) when its config stops: no later config sends through it.
-// A send still in flight finishes first.
-func (snd *senders) close() {
-	if snd == nil {
-		return
-	}
-	if c, ok := snd.email.(interface{ Close() }); ok {
-		c.Close()
-	}
-}
-
 // dropSenders undoes useSenders when the config that installed snd stops
 // while its senders are still the installed ones: a reload that failed
 // after this config started leaves the running config's senders in place.

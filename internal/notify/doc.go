@@ -27,8 +27,7 @@
 // can fold the copies, and .eml files are written under a stable name, so a
 // redelivery replaces the earlier file instead of adding one.
 //
-// Senders: SMTPSender (github.com/wneessen/go-mail; one connection kept
-// open between the messages of a burst), EMLSender (one RFC 5322
+// Senders: SMTPSender (github.com/wneessen/go-mail), EMLSender (one RFC 5322
 // file per message, for deployments without SMTP) and SMSSender (an HTTP
 // shipper that takes {"to","from","text"} with a bearer token).
 package notify

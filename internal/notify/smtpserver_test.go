@@ -36,12 +36,6 @@ type testSMTP struct {
 	// failData answers that many next DATA commands with failErr.
 	failData int
 	failErr  *smtp.SMTPError
-	// failMail answers that many next MAIL FROM commands with 421.
-	failMail int
-	// conns are the connections opened so far, closed those closed
-	// since, by either side.
-	conns  []*smtp.Conn
-	closed int
 }
 
 type receivedMail struct {
@@ -58,26 +52,16 @@ type smtpSetup struct {
 	password string
 }
 
-func startSMTP(t testing.TB, setup smtpSetup) *testSMTP {
+func startSMTP(t *testing.T, setup smtpSetup) *testSMTP {
 	t.Helper()
 	ts := &testSMTP{user: setup.user, password: setup.password}
 	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) {
 		_, isTLS := c.TLSConnectionState()
-		ts.mu.Lock()
-		defer ts.mu.Unlock()
-		// A connection's last session counts it: STARTTLS ends the
-		// plain one and starts another.
-		last := isTLS == (setup.mode != TLSNone)
-		if last {
-			ts.conns = append(ts.conns, c)
-		}
-		return &testSession{srv: ts, tls: isTLS, counted: last}, nil
+		return &testSession{srv: ts, tls: isTLS}, nil
 	}))
 	srv.Domain = "localhost"
-	// Longer than any pause of a loaded machine: a test that keeps a
-	// connection counts on the server not closing it.
-	srv.ReadTimeout = time.Minute
-	srv.WriteTimeout = time.Minute
+	srv.ReadTimeout = 10 * time.Second
+	srv.WriteTimeout = 10 * time.Second
 	srv.MaxMessageBytes = 32 << 20
 	srv.AllowInsecureAuth = setup.mode == TLSNone
 
@@ -129,8 +113,6 @@ type testSession struct {
 	authed string
 	from   string
 	to     []string
-	// counted: this session is the one that counts its connection.
-	counted bool
 }
 
 func (s *testSession) AuthMechanisms() []string { return []string{sasl.Plain} }
@@ -148,15 +130,6 @@ func (s *testSession) Auth(mech string) (sasl.Server, error) {
 func (s *testSession) Mail(from string, _ *smtp.MailOptions) error {
 	if s.srv.user != "" && s.authed == "" {
 		return smtp.ErrAuthRequired
-	}
-	s.srv.mu.Lock()
-	fail := s.srv.failMail > 0
-	if fail {
-		s.srv.failMail--
-	}
-	s.srv.mu.Unlock()
-	if fail {
-		return &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 7, 0}, Message: "too many messages on this connection"}
 	}
 	s.from = from
 	return nil
@@ -189,36 +162,10 @@ func (s *testSession) Data(r io.Reader) error {
 
 func (s *testSession) Reset() { s.from, s.to = "", nil }
 
-func (s *testSession) Logout() error {
-	if s.counted {
-		s.srv.mu.Lock()
-		defer s.srv.mu.Unlock()
-		s.srv.closed++
-	}
-	return nil
-}
-
-// connections is how many connections clients have opened, and how many
-// of them are closed.
-func (ts *testSMTP) connections() (opened, closed int) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return len(ts.conns), ts.closed
-}
-
-// hangUp closes every open connection from the server's side, as a
-// server does with one idle too long.
-func (ts *testSMTP) hangUp() {
-	ts.mu.Lock()
-	conns := append([]*smtp.Conn(nil), ts.conns...)
-	ts.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
-}
+func (s *testSession) Logout() error { return nil }
 
 // selfSigned makes a certificate for 127.0.0.1 and a pool that trusts it.
-func selfSigned(t testing.TB) (*tls.Config, *x509.CertPool) {
+func selfSigned(t *testing.T) (*tls.Config, *x509.CertPool) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
