@@ -375,12 +375,8 @@ const maxLimitBodies = 10000
 
 // writeLimitRefusal writes the 429 of d, which names violated policies.
 func writeLimitRefusal(w http.ResponseWriter, d *keystore.Decision, detail string) {
-	key := limitBodyKey{reason: d.Reason}
-	if len(d.Violated) == 1 {
-		key.policies = d.Violated[0]
-	} else {
-		key.policies = strings.Join(d.Violated, "\x00")
-	}
+	// Join returns a single policy's name as it is, allocating nothing.
+	key := limitBodyKey{reason: d.Reason, policies: strings.Join(d.Violated, "\x00")}
 	var body []byte
 	if m := limitBodies.Load(); m != nil {
 		body = (*m)[key]
