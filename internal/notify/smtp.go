@@ -11,6 +11,7 @@ import (
 	"time"
 
 	gomail "github.com/wneessen/go-mail"
+	"github.com/wneessen/go-mail/smtp"
 )
 
 // TLSMode says how the SMTP connection is protected.
@@ -129,11 +130,20 @@ func (s *SMTPSender) Send(ctx context.Context, m Message) error {
 		return fmt.Errorf("smtp %s: %w", addr, err)
 	}
 	if err := client.SendWithSMTPClient(conn, msg); err != nil {
-		_ = client.CloseWithSMTPClient(conn)
+		quit(client, conn)
 		return fmt.Errorf("smtp %s: %w", addr, err)
 	}
 	// The server has accepted the message. A failing QUIT must not turn
 	// that into an error, which would send the message a second time.
-	_ = client.CloseWithSMTPClient(conn)
+	quit(client, conn)
 	return nil
+}
+
+// quit ends the session on conn. go-mail closes the socket only when
+// QUIT succeeds; after a refused or timed-out QUIT it is closed here, so
+// a server that answers QUIT badly cannot hold a connection per message.
+func quit(client *gomail.Client, conn *smtp.Client) {
+	if err := client.CloseWithSMTPClient(conn); err != nil {
+		_ = conn.Close()
+	}
 }

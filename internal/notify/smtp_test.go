@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -8,9 +9,11 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/mail"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
@@ -134,6 +137,103 @@ func TestSMTPStartTLSRequired(t *testing.T) {
 	if len(ts.mails()) != 0 {
 		t.Fatal("message sent in the clear")
 	}
+}
+
+// TestSMTPClosesAfterFailedQuit: however QUIT ends, refused or never
+// answered, the sender closes its socket, and a message the server
+// accepted before it is sent (never an error that would send it again).
+func TestSMTPClosesAfterFailedQuit(t *testing.T) {
+	tests := []struct {
+		name     string
+		rcpt     string // the reply to RCPT TO
+		quit     string // the reply to QUIT; "" never answers
+		wantSent bool
+	}{
+		{"QUIT refused after the message", "250 ok", "500 no", true},
+		{"QUIT refused after a refused recipient", "550 no such user", "500 no", false},
+		{"QUIT never answered", "250 ok", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr, closed := scriptedSMTP(t, tt.rcpt, tt.quit)
+			s, err := NewSMTPSender(SMTPConfig{Addr: addr, From: "contracts@example.com", TLS: TLSNone, Timeout: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.Send(context.Background(), Message{Channel: Email, To: "a@example.org", Subject: "s", Text: "x"})
+			if (err == nil) != tt.wantSent {
+				t.Errorf("Send = %v, want sent %v", err, tt.wantSent)
+			}
+			select {
+			case ok := <-closed:
+				if !ok {
+					t.Error("the sender left the connection open after QUIT")
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the server saw no QUIT")
+			}
+		})
+	}
+}
+
+// scriptedSMTP serves one SMTP session on a loopback port that answers
+// RCPT TO with rcpt and QUIT with quit ("" never answers), then reports
+// on closed whether the client closed the socket within ten seconds.
+func scriptedSMTP(t *testing.T, rcpt, quit string) (addr string, closed <-chan bool) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	done := make(chan bool, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		r := bufio.NewReader(c)
+		reply := func(s string) { fmt.Fprintf(c, "%s\r\n", s) }
+		reply("220 localhost ESMTP")
+		for inData := false; ; {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimRight(line, "\r\n")
+			if inData {
+				if line == "." {
+					inData = false
+					reply("250 queued")
+				}
+				continue
+			}
+			switch cmd := strings.ToUpper(strings.SplitN(line, " ", 2)[0]); cmd {
+			case "EHLO":
+				reply("250-localhost")
+				reply("250 8BITMIME")
+			case "RCPT":
+				reply(rcpt)
+			case "DATA":
+				inData = true
+				reply("354 go on")
+			case "QUIT":
+				if quit != "" {
+					reply(quit)
+				}
+				// The client's next move is to close; nothing more is read.
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				_, err := r.ReadByte()
+				done <- err == io.EOF
+				return
+			default: // MAIL, NOOP, RSET
+				reply("250 ok")
+			}
+		}
+	}()
+	return l.Addr().String(), done
 }
 
 func TestNewSMTPSenderRejectsBadConfig(t *testing.T) {
