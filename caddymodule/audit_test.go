@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/keygate/keygate/caddymodule/auditlog"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // inCaddyRecords are audit entries of several shapes (the auditlog
@@ -100,7 +101,7 @@ http://localhost:%[3]d {
 			ref.Close()
 			want := b.String()
 			for _, name := range c.files {
-				deadline := time.Now().Add(5 * time.Second)
+				deadline := time.Now().Add(testwait.Generous)
 				for {
 					got, _ := os.ReadFile(filepath.Join(dir, name))
 					if string(got) == want {

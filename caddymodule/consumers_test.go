@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
@@ -49,6 +50,7 @@ func testConsumersAndPlans(t *testing.T, b backend) {
 
 	// Three a minute for the two keys together.
 	const policy = `"burst";q=50;w=60, "consumer:minute";q=3;w=60`
+	clearOfWindowEdge(time.Minute, 10*time.Second)
 	through := 0
 	for i := range 6 {
 		tok := []string{a.Token, bk.Token}[i%2]

@@ -567,10 +567,11 @@ func testContractsSearch(t *testing.T, b backend) {
 	all := ctrIDs(created)
 
 	// A contract that expires while the test runs shows expired in reads
-	// and in status searches from its expirationTimestamp on.
+	// and in status searches from its expirationTimestamp on (far enough
+	// ahead for the create to land before it on a slow machine).
 	expiring := ctrCreate(t, alice, map[string]any{"templateId": "TPL-2", "name": "zeta short-lived",
 		"signers":             []map[string]any{{"fullName": "Ursula", "accessKind": "url"}},
-		"expirationTimestamp": time.Now().UTC().Add(1500 * time.Millisecond).Format(time.RFC3339Nano)})
+		"expirationTimestamp": time.Now().UTC().Add(3 * time.Second).Format(time.RFC3339Nano)})
 	testwait.For(t, testwait.Generous, "the contract to expire", func() bool {
 		var c ctrContract
 		do(t, "GET", siteURL+ctrURL+"/"+expiring.ID, nil, bearer(alice)...).json(t, &c)

@@ -303,7 +303,7 @@ func createKey(t *testing.T, body map[string]any) keystore.Key {
 func (g *gateway) readLogs(t *testing.T, wantIn string) string {
 	t.Helper()
 	var all string
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testwait.Generous)
 	for {
 		all = ""
 		for _, name := range []string{"audit.log", "caddy.log"} {
@@ -317,12 +317,21 @@ func (g *gateway) readLogs(t *testing.T, wantIn string) string {
 	}
 }
 
+// clearOfWindowEdge waits, when less than margin is left of the
+// current fixed window of the given length, for the next one to begin,
+// so a short run of requests falls in a single window.
+func clearOfWindowEdge(window, margin time.Duration) {
+	if now := time.Now(); now.Truncate(window).Add(window).Sub(now) < margin {
+		time.Sleep(time.Until(now.Truncate(window).Add(window + 10*time.Millisecond)))
+	}
+}
+
 // auditEntries reads the audit log once it holds wantRequests entries of
 // requests (used or refused); entries of administration (keys created by
 // the test's setup) are in the log too but do not count towards it.
 func (g *gateway) auditEntries(t *testing.T, wantRequests int) []map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testwait.Generous)
 	for {
 		b, _ := os.ReadFile(filepath.Join(g.dir, "audit.log"))
 		var out []map[string]any

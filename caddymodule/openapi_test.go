@@ -16,6 +16,7 @@ import (
 
 	"github.com/keygate/keygate/internal/openapi"
 	"github.com/keygate/keygate/internal/testkit/openapitest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // TestOpenAPIHandler: webapi_openapi serves the Web API document to
@@ -161,6 +162,7 @@ func TestOpenAPIRateLimitsAndUsage(t *testing.T) {
 		if len(limited.RateLimits) != 1 || limited.RateLimits[0].Name != "burst" || limited.Quota != nil || limited.QuotaUsed != nil {
 			t.Fatalf("created %+v", limited)
 		}
+		clearOfWindowEdge(time.Minute, 10*time.Second)
 		first := do(t, http.MethodGet, siteURL+"/webapi/contracts", nil, bearer(limited.Token)...)
 		if first.status != http.StatusOK {
 			t.Fatalf("first request: %d %s", first.status, first.body)
@@ -229,7 +231,7 @@ func TestOpenAPIRateLimitsAndUsage(t *testing.T) {
 			// Asked again while a usage flush is under way: it takes the
 			// hours out of memory before the database has them, and the
 			// series shows neither for that moment.
-			deadline := time.Now().Add(3 * time.Second)
+			deadline := time.Now().Add(testwait.Generous)
 			for {
 				r := do(t, http.MethodGet, usage+q, nil)
 				if r.status != http.StatusOK {

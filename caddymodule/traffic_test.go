@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/testkit/problemtest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/keystore/traffic"
 )
@@ -51,6 +52,7 @@ func testRateLimits(t *testing.T, b backend) {
 	plain := createKey(t, map[string]any{"service": "contracts", "name": "plain", "owner": "bob", "privileges": []string{"search"}})
 	const policy = `"burst";q=3;w=60, "hour";q=1000;w=3600`
 	refusedBefore := metricValue(t, `keygate_auth_refusals_total{reason="rate_limited",service="contracts"}`)
+	clearOfWindowEdge(time.Minute, 10*time.Second)
 	for i := 1; i <= 3; i++ {
 		r := do(t, "GET", siteURL+"/webapi/contracts", nil, bearer(k.Token)...)
 		// Restored in full once this window and the next have passed.
@@ -95,20 +97,32 @@ func testRateLimits(t *testing.T, b backend) {
 		t.Errorf("usage over time: %d ok, %d rate_limited; want 3 and 5: %+v", ok, limited, series.Buckets[len(series.Buckets)-2:])
 	}
 	// A flood is audited once a second, with the count it stands for:
-	// the first refusal at once, the four after it a second later in one
-	// entry of their own (no request's path: they had several).
-	logs := g.readLogs(t, `"refusals":4`)
+	// the first refusal at once, the ones after it a second later in an
+	// entry of their own (no request's path when it stands for several).
+	// The four normally share one entry; a slow machine may spread them
+	// over more seconds.
 	var entries []map[string]any
-	for _, line := range strings.Split(logs, "\n") {
-		if strings.Contains(line, `"reason":"rate_limited"`) {
-			var e map[string]any
-			must(t, "audit line", json.Unmarshal([]byte(line), &e))
-			entries = append(entries, e)
+	refusals := 0.0
+	testwait.For(t, testwait.Generous, "the five refusals to be audited", func() bool {
+		entries, refusals = nil, 0
+		for _, line := range strings.Split(g.readLogs(t, ""), "\n") {
+			if strings.Contains(line, `"reason":"rate_limited"`) {
+				var e map[string]any
+				must(t, "audit line", json.Unmarshal([]byte(line), &e))
+				entries = append(entries, e)
+				n, _ := e["refusals"].(float64)
+				refusals += n
+			}
 		}
+		return refusals >= 5
+	})
+	if len(entries) < 2 || refusals != 5 || entries[0]["refusals"] != 1.0 || entries[0]["path"] != "/webapi/contracts" {
+		t.Errorf("rate_limited audit entries %v, want one at once and the four after it in entries of their own", entries)
 	}
-	if len(entries) != 2 || entries[0]["refusals"] != 1.0 || entries[0]["path"] != "/webapi/contracts" ||
-		entries[1]["refusals"] != 4.0 || entries[1]["path"] != "" || entries[1]["key_id"] != k.ID || entries[1]["status"] != 429.0 {
-		t.Errorf("rate_limited audit entries %v, want one at once and one for the four after it", entries)
+	for _, e := range entries[1:] {
+		if e["key_id"] != k.ID || e["status"] != 429.0 || (e["refusals"] != 1.0 && e["path"] != "") {
+			t.Errorf("audit entry of the flood %v", e)
+		}
 	}
 	// No policies, no headers.
 	if r := do(t, "GET", siteURL+"/webapi/contracts", nil, bearer(plain.Token)...); r.status != 200 || r.header.Get("RateLimit") != "" || r.header.Get("RateLimit-Policy") != "" {
