@@ -338,7 +338,7 @@ func faultDiskFull(t *testing.T, logsToo bool) {
 		t.Fatal(err)
 	}
 	crashMust(t, "GET", g.Site+"/webapi/contracts?page-size=1", ak.Token, nil, http.StatusOK, nil)
-	testwait.For(t, 5*time.Second, "the audit log writes again once the disk has room", func() bool {
+	testwait.For(t, testwait.Generous, "the audit log writes again once the disk has room", func() bool {
 		b, _ := os.ReadFile(filepath.Join(o.Dir, "audit.log"))
 		return strings.Contains(string(b), `"key_id":"`+ak.ID+`"`)
 	})
