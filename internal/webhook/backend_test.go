@@ -12,6 +12,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 // TestBackend is the conformance suite of the two backends.
@@ -232,17 +233,37 @@ func testBackend(t *testing.T, db storage.DB) {
 				}
 				return b.AddDelivery(tx, &Delivery{SubscriptionID: "sub-l", MessageID: "msg_l", Event: "share.viewed", Body: []byte("{}"), EventAt: t0}, nil)
 			})
-			d, _, err := b.TakeDelivery(ctx, "holder-a", 300*time.Millisecond, nil, nil)
+			// The lease runs from the take's now(), which is after before:
+			// until before+lease it is surely held, and no one may take
+			// the delivery earlier than that. (The server's clock is this
+			// machine's: the tests' server runs on it.)
+			const lease = 3 * time.Second
+			before := time.Now()
+			d, _, err := b.TakeDelivery(ctx, "holder-a", lease, nil, nil)
 			if err != nil || d == nil {
 				t.Fatalf("take: %v %v", d, err)
 			}
-			if other, _, err := b.TakeDelivery(ctx, "holder-b", time.Minute, nil, nil); err != nil || other != nil {
-				t.Fatalf("taken twice: %v %v", other, err)
-			}
-			time.Sleep(400 * time.Millisecond) // the lease's end, as a dead holder's
 			other, _, err := b.TakeDelivery(ctx, "holder-b", time.Minute, nil, nil)
-			if err != nil || other == nil || other.ID != d.ID {
-				t.Fatalf("not taken after the lease: %v %v", other, err)
+			switch checked := time.Since(before); {
+			case err != nil:
+				t.Fatal(err)
+			case checked < lease && other != nil:
+				t.Fatalf("taken twice, %v from the first take's start, lease %v: %+v", checked, lease, other)
+			case checked >= lease:
+				t.Logf("second take %v after the first, past the %v lease: not checked for a double take", checked, lease)
+			}
+			// The lease's end, as a dead holder's: then holder-b takes it.
+			if other == nil {
+				testwait.For(t, testwait.Generous, "the delivery taken after the lease", func() bool {
+					other, _, err = b.TakeDelivery(ctx, "holder-b", time.Minute, nil, nil)
+					return err != nil || other != nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if waited := time.Since(before); other.ID != d.ID || waited < lease {
+				t.Fatalf("taken %v from the first take's start, lease %v: %+v", waited, lease, other)
 			}
 			// The first holder's late result changes nothing.
 			update(func(tx storage.Tx) error { return b.RescheduleDelivery(tx, d.ID, "holder-a", 0) })
