@@ -112,6 +112,28 @@ func (s *stuckSender) Send(context.Context, Message) error {
 	return fmt.Errorf("the process died")
 }
 
+// stampedSender captures messages and when each send began.
+type stampedSender struct {
+	captured
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (s *stampedSender) Send(ctx context.Context, m Message) error {
+	now := time.Now()
+	s.mu.Lock()
+	s.at = append(s.at, now)
+	s.mu.Unlock()
+	return s.captured.Send(ctx, m)
+}
+
+// sentAt is when the i-th send began.
+func (s *stampedSender) sentAt(i int) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.at[i]
+}
+
 // TestLeaseOfDeadInstance: an instance that dies while sending (its
 // context ends, its send never returns, nothing is released) keeps its
 // message from the other instance only until its lease ends; the other
@@ -136,18 +158,21 @@ func TestLeaseOfDeadInstance(t *testing.T) {
 		}
 	})
 
+	// The lease starts at the take's now(), after enqueued: no send by
+	// the other instance may begin before enqueued+lease. (The server's
+	// clock is this machine's: the tests' server runs on it.)
+	enqueued := time.Now()
 	enqueue(t, db1, ob1, Message{Channel: Email, To: "zoe@example.org", Subject: "Your password", Text: "123456"})
 	<-stuck.held
-	taken := time.Now()
 	kill()
 
-	var email captured
-	cfg = fastConfig(WorkerConfig{Email: &email})
+	email := &stampedSender{}
+	cfg = fastConfig(WorkerConfig{Email: email})
 	cfg.SendTimeout, cfg.Lease = lease/2, lease
 	runWorker(t, NewWorker(ob2, cfg))
 	testwait.For(t, testwait.Generous, "delivery by the other instance", func() bool { return len(email.all()) == 1 })
-	if waited := time.Since(taken); waited < lease-100*time.Millisecond {
-		t.Errorf("the other instance sent the message %v after it was taken, before the %v lease ended", waited, lease)
+	if waited := email.sentAt(0).Sub(enqueued); waited < lease {
+		t.Errorf("the other instance sent the message %v after it was queued, before the %v lease ended", waited, lease)
 	}
 	testwait.For(t, testwait.Generous, "removal", func() bool { return pending(t, db2) == 0 })
 
