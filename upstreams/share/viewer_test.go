@@ -15,6 +15,7 @@ import (
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 
 	"github.com/keygate/keygate/internal/clientip"
 )
@@ -468,13 +469,9 @@ func TestPageEventsFlushThemselvesWhenMany(t *testing.T) {
 		for range autoFlushAt {
 			e.store.recordPageEvent(sh.ID, Activity{Timestamp: e.nowMs(), Source: "share", Action: ActionViewed}, true)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for e.stored(sh.UUID).OpenedCount != autoFlushAt {
-			if time.Now().After(deadline) {
-				t.Fatalf("stored openedCount %d, want %d", e.stored(sh.UUID).OpenedCount, autoFlushAt)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testwait.For(t, testwait.Generous, "the automatic flush of all the events", func() bool {
+			return e.stored(sh.UUID).OpenedCount == autoFlushAt
+		})
 		if got, _ := e.store.Get(context.Background(), alice, sh.UUID); got.OpenedCount != autoFlushAt {
 			t.Fatalf("openedCount %d after the automatic flush", got.OpenedCount)
 		}
