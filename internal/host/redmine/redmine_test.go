@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/host"
+	"github.com/keygate/keygate/internal/testkit/testwait"
 )
 
 const testKey = "0123456789abcdef0123456789abcdef01234567"
@@ -59,9 +60,17 @@ func fakeRedmine(t *testing.T, answer func(w http.ResponseWriter, r *http.Reques
 	return srv, &calls
 }
 
+// connect is a connector to url whose calls may take as long as a loaded
+// machine makes them.
 func connect(t *testing.T, url, key string) *Redmine {
 	t.Helper()
-	r, err := New(Config{URL: url, APIKey: key, Timeout: 500 * time.Millisecond})
+	return connectWithin(t, url, key, testwait.Generous)
+}
+
+// connectWithin is a connector to url whose calls time out after timeout.
+func connectWithin(t *testing.T, url, key string, timeout time.Duration) *Redmine {
+	t.Helper()
+	r, err := New(Config{URL: url, APIKey: key, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +113,13 @@ func TestIssueRefusals(t *testing.T) {
 	}))
 	defer elsewhere.Close()
 	tests := []struct {
-		name   string
-		id     string
-		key    string
-		answer func(w http.ResponseWriter, r *http.Request) bool
-		want   error
-		calls  int64 // -1: any
+		name    string
+		id      string
+		key     string
+		answer  func(w http.ResponseWriter, r *http.Request) bool
+		want    error
+		calls   int64         // -1: any
+		timeout time.Duration // of the connector; 0: connect's
 	}{
 		{name: "private issue", id: "42", answer: func(w http.ResponseWriter, r *http.Request) bool {
 			if r.URL.Path != "/issues/42.json" {
@@ -136,7 +146,7 @@ func TestIssueRefusals(t *testing.T) {
 		{name: "no answer in time", id: "42", answer: func(w http.ResponseWriter, r *http.Request) bool {
 			<-r.Context().Done()
 			return true
-		}, want: host.ErrUnavailable, calls: -1},
+		}, want: host.ErrUnavailable, calls: -1, timeout: 500 * time.Millisecond},
 		{name: "not JSON", id: "42", answer: func(w http.ResponseWriter, r *http.Request) bool {
 			w.Write([]byte("<html>maintenance</html>"))
 			return true
@@ -149,7 +159,11 @@ func TestIssueRefusals(t *testing.T) {
 			if tt.key != "" {
 				key = tt.key
 			}
-			_, err := connect(t, srv.URL, key).Issue(context.Background(), tt.id)
+			c := connect(t, srv.URL, key)
+			if tt.timeout != 0 { // the case is about the timeout
+				c = connectWithin(t, srv.URL, key, tt.timeout)
+			}
+			_, err := c.Issue(context.Background(), tt.id)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Issue(%q) = %v, want %v", tt.id, err, tt.want)
 			}
