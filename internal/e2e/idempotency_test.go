@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 	"github.com/keygate/keygate/internal/testkit/testwait"
@@ -135,7 +134,7 @@ func TestIdempotencyAcrossInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, g := range c.gws {
-			testwait.For(t, time.Second, fmt.Sprintf("share key on instance %d", i), func() bool {
+			testwait.For(t, testwait.Generous, fmt.Sprintf("share key on instance %d", i), func() bool {
 				r, err := crashDo("GET", g.Site+"/webapi/share/00000000-0000-4000-8000-000000000000", k.Token, nil)
 				return err == nil && r.status == http.StatusNotFound
 			})

@@ -158,19 +158,27 @@ func TestSeveralInstances(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The polls are uses too, each that the key check let through
+		// (404): one per instance, as an instance that does not know the
+		// key yet (401) has nothing to count it for. They are counted,
+		// not read back from a store that may not have all of them yet.
+		var before int64
 		for _, g := range c.gws {
-			testwait.For(t, time.Second, "key known", func() bool { return status(t, g, k.Token, missing) == http.StatusNotFound })
+			testwait.For(t, testwait.Generous, "key known", func() bool {
+				if status(t, g, k.Token, missing) != http.StatusNotFound {
+					return false
+				}
+				before++
+				return true
+			})
 		}
-		// The polls above were uses too; count from what is stored now.
-		testwait.For(t, 10*time.Second, "the polls' uses flushed", func() bool { return c.usage(t, k.ID) > 0 })
-		time.Sleep(2 * time.Second) // every instance's flush interval has passed
-		before := c.usage(t, k.ID)
 		for i := range 60 {
 			if s := status(t, c.gws[i%3], k.Token, missing); s != http.StatusNotFound {
 				t.Fatalf("use %d: %d", i, s)
 			}
 		}
-		testwait.For(t, 10*time.Second, "60 uses stored", func() bool { return c.usage(t, k.ID) >= before+60 })
+		testwait.For(t, testwait.Generous, fmt.Sprintf("%d uses stored", before+60), func() bool { return c.usage(t, k.ID) >= before+60 })
+		// And no more, every instance's flush interval later.
 		time.Sleep(2 * time.Second)
 		if n := c.usage(t, k.ID); n != before+60 {
 			t.Fatalf("stored count %d, want %d", n, before+60)
@@ -331,7 +339,7 @@ func TestSeveralInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, g := range c.gws {
-			testwait.For(t, time.Second, fmt.Sprintf("share key on instance %d", i), func() bool {
+			testwait.For(t, testwait.Generous, fmt.Sprintf("share key on instance %d", i), func() bool {
 				r, err := crashDo("GET", g.Site+"/webapi/share/00000000-0000-4000-8000-000000000000", k.Token, nil)
 				return err == nil && r.status == http.StatusNotFound
 			})
@@ -409,7 +417,7 @@ func TestSeveralInstances(t *testing.T) {
 			n, _ := crashObject(t, r.body)["openedCount"].(float64)
 			return n
 		}
-		testwait.For(t, 10*time.Second, "30 openings counted", func() bool { return opened() >= 30 })
+		testwait.For(t, testwait.Generous, "30 openings counted", func() bool { return opened() >= 30 })
 		time.Sleep(2 * time.Second)
 		if n := opened(); n != 30 {
 			t.Errorf("openedCount %v, want 30", n)
@@ -429,9 +437,15 @@ func TestSeveralInstances(t *testing.T) {
 			return r
 		}
 		id := crashObject(t, createContract(t, c.gws[0], key, "Outage", "", "").body)["id"].(string)
-		// Uses from here on are counted; those before are stored first.
-		time.Sleep(2 * time.Second)
-		base := c.usage(t, keyID(t, c, key))
+		// Uses from here on are counted; those before are stored first:
+		// clusterKey's polls (clusterKeyUses) and the create.
+		base := int64(clusterKeyUses(c) + 1)
+		testwait.For(t, testwait.Generous, fmt.Sprintf("the %d uses before the outage stored", base), func() bool {
+			return c.usage(t, keyID(t, c, key)) >= base
+		})
+		if n := c.usage(t, keyID(t, c, key)); n != base {
+			t.Fatalf("stored count %d before the outage, want %d", n, base)
+		}
 		if err := c.pg.Halt(); err != nil {
 			t.Fatal(err)
 		}
@@ -486,23 +500,49 @@ func TestSeveralInstances(t *testing.T) {
 			uses++
 		}
 		// Uses counted while the database was down were kept and written.
-		testwait.For(t, 10*time.Second, "every use stored", func() bool { return c.usage(t, keyID(t, c, key)) == base+int64(uses) })
-		// Each instance listens again: a key change reaches the others.
+		testwait.For(t, testwait.Generous, "every use stored", func() bool { return c.usage(t, keyID(t, c, key)) == base+int64(uses) })
+		// Each instance listens again (a lost listener tries again a
+		// second later): a key change reaches the others by NOTIFY, within
+		// 1 s, where the resync every 30 s would bring it only later.
 		time.Sleep(2 * time.Second)
 		k, err := c.gws[1].CreateKey("contracts", "after outage", "alice", []string{"get"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
+		created := time.Now()
 		for i, g := range c.gws {
-			testwait.For(t, time.Second, fmt.Sprintf("key created after the outage on instance %d", i), func() bool {
+			seenWithin(t, created, time.Second, fmt.Sprintf("key created after the outage on instance %d", i), func() bool {
 				return status(t, g, k.Token, missing) == http.StatusNotFound
 			})
 		}
 	})
 }
 
+// seenWithin polls cond until it holds, as testwait.For with
+// testwait.Generous, and fails if a poll sent more than bound after since
+// (the reply of the change that cond waits for) still finds it false.
+// A poll sent earlier proves nothing however late its answer comes: the
+// server may have answered it at once.
+func seenWithin(t *testing.T, since time.Time, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	late := false
+	testwait.For(t, testwait.Generous, what, func() bool {
+		asked := time.Now()
+		if cond() {
+			t.Logf("%s: shown to a poll sent %s after the change's reply", what, asked.Sub(since).Round(time.Millisecond))
+			return true
+		}
+		if !late && asked.Sub(since) > bound {
+			late = true
+			t.Errorf("%s: not shown to a poll sent %s after the change's reply, want within %s", what, asked.Sub(since).Round(time.Millisecond), bound)
+		}
+		return false
+	})
+}
+
 // clusterKey creates a contracts key on the first instance and waits
-// until every instance checks it; it returns the token.
+// until every instance checks it; it returns the token. Its polls use the
+// key clusterKeyUses times.
 func clusterKey(t *testing.T, c *cluster, name string, privileges ...string) string {
 	t.Helper()
 	k, err := c.gws[0].CreateKey("contracts", name, "alice", privileges, nil)
@@ -510,7 +550,7 @@ func clusterKey(t *testing.T, c *cluster, name string, privileges ...string) str
 		t.Fatal(err)
 	}
 	for i, g := range c.gws {
-		testwait.For(t, time.Second, fmt.Sprintf("key %s on instance %d", name, i), func() bool {
+		testwait.For(t, testwait.Generous, fmt.Sprintf("key %s on instance %d", name, i), func() bool {
 			r, err := crashDo("GET", g.Site+"/webapi/contracts/00000000-0000-4000-8000-000000000000", k.Token, nil)
 			return err == nil && r.status == http.StatusNotFound
 		})
@@ -518,6 +558,11 @@ func clusterKey(t *testing.T, c *cluster, name string, privileges ...string) str
 	keyIDs.Store(k.Token, k.ID)
 	return k.Token
 }
+
+// clusterKeyUses is how many uses clusterKey's polls count for its key:
+// one on each instance, the first 404 that ends its polls there (an
+// instance that does not know the key yet answers 401 and counts none).
+func clusterKeyUses(c *cluster) int { return len(c.gws) }
 
 // keyIDs maps the tokens clusterKey made to their key ids.
 var keyIDs sync.Map
