@@ -246,7 +246,9 @@ http://127.0.0.1:%[3]d {
 }
 
 // Start writes the Caddyfile, starts the process and waits until both its
-// site and its admin endpoint answer.
+// site and its admin endpoint answer. Another process may take a chosen
+// port before the gateway binds it (test packages run side by side, each
+// starting servers on free ports): then it starts again on other ports.
 func Start(o Options) (*Gateway, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, err
@@ -256,6 +258,16 @@ func Start(o Options) (*Gateway, error) {
 			return nil, err
 		}
 	}
+	for attempt := 1; ; attempt++ {
+		g, err := startOnFreePorts(o)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return g, err
+		}
+	}
+}
+
+// startOnFreePorts is one attempt of Start.
+func startOnFreePorts(o Options) (*Gateway, error) {
 	ports, err := freePorts(2 + len(o.ExtraSites))
 	if err != nil {
 		return nil, err
@@ -385,12 +397,12 @@ func (g *Gateway) WaitReady(limit time.Duration) error {
 			}
 			select {
 			case <-g.Exited():
-				return fmt.Errorf("gateway exited at start: %v\n%s", g.ExitErr(), g.Tail(4096))
+				return fmt.Errorf("gateway exited at start: %v\n%s", g.ExitErr(), g.startLog())
 			default:
 			}
 			if time.Now().After(deadline) {
 				g.Kill()
-				return fmt.Errorf("gateway did not listen on %s within %s\n%s", addr, limit, g.Tail(4096))
+				return fmt.Errorf("gateway did not listen on %s within %s\n%s", addr, limit, g.startLog())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -474,8 +486,18 @@ func (g *Gateway) Kill() {
 }
 
 // Tail is the last n bytes of the process's output.
-func (g *Gateway) Tail(n int64) string {
-	f, err := os.Open(g.Output)
+func (g *Gateway) Tail(n int64) string { return tailOf(g.Output, n) }
+
+// startLog is what a failed start left: the process's output and, as
+// Caddy logs an error of its initial config to the configured default
+// log (caddy.log) rather than to stderr, that log's end too.
+func (g *Gateway) startLog() string {
+	return g.Tail(4096) + "\n--- caddy.log:\n" + tailOf(filepath.Join(g.opts.Dir, "caddy.log"), 4096)
+}
+
+// tailOf is the last n bytes of the file at path, or "" without it.
+func tailOf(path string, n int64) string {
+	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
