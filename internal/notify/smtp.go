@@ -99,6 +99,15 @@ func (s *SMTPSender) Send(ctx context.Context, m Message) error {
 		timeout = max(min(timeout, time.Until(dl)), time.Millisecond)
 	}
 	opts := []gomail.Option{gomail.WithPort(s.port), gomail.WithTimeout(timeout)}
+	// go-mail leaves the socket open when the session fails after the
+	// connect (a refused EHLO, STARTTLS or login): the dialer keeps it to
+	// be closed here. Not for implicit TLS: go-mail takes a dial of its
+	// own for an unencrypted one, and would then choose no login
+	// mechanism but SCRAM, NTLM or CRAM-MD5 (never PLAIN or LOGIN).
+	var d dialer
+	if s.cfg.TLS != TLSImplicit {
+		opts = append(opts, gomail.WithDialContextFunc(d.DialContext))
+	}
 	switch s.cfg.TLS {
 	case TLSStartTLS:
 		opts = append(opts, gomail.WithTLSPolicy(gomail.TLSMandatory))
@@ -127,16 +136,36 @@ func (s *SMTPSender) Send(ctx context.Context, m Message) error {
 	addr := net.JoinHostPort(s.host, strconv.Itoa(s.port))
 	conn, err := client.DialToSMTPClientWithContext(ctx)
 	if err != nil {
+		d.close()
 		return fmt.Errorf("smtp %s: %w", addr, err)
 	}
-	if err := client.SendWithSMTPClient(conn, msg); err != nil {
+	// Once the server has accepted the message, nothing after it (the
+	// RSET go-mail sends, QUIT) may turn that into an error, which would
+	// send the message a second time.
+	if err := client.SendWithSMTPClient(conn, msg); err != nil && !msg.IsDelivered() {
 		quit(client, conn)
 		return fmt.Errorf("smtp %s: %w", addr, err)
 	}
-	// The server has accepted the message. A failing QUIT must not turn
-	// that into an error, which would send the message a second time.
 	quit(client, conn)
 	return nil
+}
+
+// dialer dials as go-mail does by default and keeps the connection.
+type dialer struct{ conn net.Conn }
+
+func (d *dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := new(net.Dialer).DialContext(ctx, network, addr)
+	if err == nil {
+		d.conn = c
+	}
+	return c, err
+}
+
+// close closes the connection d dialled, if any.
+func (d *dialer) close() {
+	if d.conn != nil {
+		_ = d.conn.Close()
+	}
 }
 
 // quit ends the session on conn. go-mail closes the socket only when

@@ -139,24 +139,31 @@ func TestSMTPStartTLSRequired(t *testing.T) {
 	}
 }
 
-// TestSMTPClosesAfterFailedQuit: however QUIT ends, refused or never
-// answered, the sender closes its socket, and a message the server
-// accepted before it is sent (never an error that would send it again).
-func TestSMTPClosesAfterFailedQuit(t *testing.T) {
+// TestSMTPClosesItsConnection: however a session ends (a refused or
+// unanswered QUIT, a refused RSET after the message, a refused login, a
+// server without the STARTTLS the sender requires), the sender closes
+// its socket; and a message the server accepted is sent, never an error
+// that would send it again.
+func TestSMTPClosesItsConnection(t *testing.T) {
 	tests := []struct {
 		name     string
-		rcpt     string // the reply to RCPT TO
-		quit     string // the reply to QUIT; "" never answers
+		mode     TLSMode
+		user     string
+		replies  map[string]string // by command; "" never answers
 		wantSent bool
 	}{
-		{"QUIT refused after the message", "250 ok", "500 no", true},
-		{"QUIT refused after a refused recipient", "550 no such user", "500 no", false},
-		{"QUIT never answered", "250 ok", "", true},
+		{"QUIT refused after the message", TLSNone, "", map[string]string{"QUIT": "500 no"}, true},
+		{"QUIT refused after a refused recipient", TLSNone, "", map[string]string{"RCPT": "550 no such user", "QUIT": "500 no"}, false},
+		{"QUIT never answered", TLSNone, "", map[string]string{"QUIT": ""}, true},
+		{"RSET refused after the message", TLSNone, "", map[string]string{"RSET": "500 no"}, true},
+		{"login refused", TLSNone, "bot", map[string]string{"AUTH": "535 bad credentials"}, false},
+		{"STARTTLS required, not offered", TLSStartTLS, "", nil, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			addr, closed := scriptedSMTP(t, tt.rcpt, tt.quit)
-			s, err := NewSMTPSender(SMTPConfig{Addr: addr, From: "contracts@example.com", TLS: TLSNone, Timeout: 3 * time.Second})
+			addr, closed := scriptedSMTP(t, tt.replies)
+			s, err := NewSMTPSender(SMTPConfig{Addr: addr, From: "contracts@example.com", TLS: tt.mode, Timeout: 3 * time.Second,
+				Username: tt.user, Password: "pw"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,22 +171,19 @@ func TestSMTPClosesAfterFailedQuit(t *testing.T) {
 			if (err == nil) != tt.wantSent {
 				t.Errorf("Send = %v, want sent %v", err, tt.wantSent)
 			}
-			select {
-			case ok := <-closed:
-				if !ok {
-					t.Error("the sender left the connection open after QUIT")
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("the server saw no QUIT")
+			if !<-closed {
+				t.Error("the sender left the connection open")
 			}
 		})
 	}
 }
 
-// scriptedSMTP serves one SMTP session on a loopback port that answers
-// RCPT TO with rcpt and QUIT with quit ("" never answers), then reports
-// on closed whether the client closed the socket within ten seconds.
-func scriptedSMTP(t *testing.T, rcpt, quit string) (addr string, closed <-chan bool) {
+// scriptedSMTP serves one SMTP session on a loopback port, answering each
+// command as replies says ("" never answers) or else as a plain server
+// does (EHLO offers AUTH PLAIN, no STARTTLS), and reports on closed
+// whether the client closed the socket: false if it went ten seconds
+// without a word or close.
+func scriptedSMTP(t *testing.T, replies map[string]string) (addr string, closed <-chan bool) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -190,16 +194,18 @@ func scriptedSMTP(t *testing.T, rcpt, quit string) (addr string, closed <-chan b
 	go func() {
 		c, err := l.Accept()
 		if err != nil {
+			done <- false
 			return
 		}
 		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 		r := bufio.NewReader(c)
 		reply := func(s string) { fmt.Fprintf(c, "%s\r\n", s) }
 		reply("220 localhost ESMTP")
 		for inData := false; ; {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 			line, err := r.ReadString('\n')
 			if err != nil {
+				done <- err == io.EOF
 				return
 			}
 			line = strings.TrimRight(line, "\r\n")
@@ -210,25 +216,24 @@ func scriptedSMTP(t *testing.T, rcpt, quit string) (addr string, closed <-chan b
 				}
 				continue
 			}
-			switch cmd := strings.ToUpper(strings.SplitN(line, " ", 2)[0]); cmd {
+			cmd := strings.ToUpper(strings.SplitN(line, " ", 2)[0])
+			if answer, ok := replies[cmd]; ok {
+				if answer != "" {
+					reply(answer)
+				}
+				continue
+			}
+			switch cmd {
 			case "EHLO":
 				reply("250-localhost")
+				reply("250-AUTH PLAIN")
 				reply("250 8BITMIME")
-			case "RCPT":
-				reply(rcpt)
 			case "DATA":
 				inData = true
 				reply("354 go on")
 			case "QUIT":
-				if quit != "" {
-					reply(quit)
-				}
-				// The client's next move is to close; nothing more is read.
-				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-				_, err := r.ReadByte()
-				done <- err == io.EOF
-				return
-			default: // MAIL, NOOP, RSET
+				reply("221 bye")
+			default: // MAIL, RCPT, NOOP, RSET
 				reply("250 ok")
 			}
 		}
