@@ -114,7 +114,10 @@ func testImportKeys(t *testing.T, b backend) {
 			through++
 		}
 	}
-	if end := time.Now(); end.Truncate(time.Second).Equal(start.Truncate(time.Second)) && through != 5 {
+	switch end := time.Now(); {
+	case !end.Truncate(time.Second).Equal(start.Truncate(time.Second)):
+		t.Logf("the burst outlasted its window (%v, a loaded machine): the consumer's limit is not checked", end.Sub(start))
+	case through != 5:
 		t.Errorf("%d of 14 let through in %v alternating billing's two tokens, want the consumer's 5", through, end.Sub(start))
 	}
 

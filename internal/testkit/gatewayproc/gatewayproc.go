@@ -259,21 +259,22 @@ func Start(o Options) (*Gateway, error) {
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		g, err := startOnFreePorts(o)
-		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+		g, portTaken, err := startOnFreePorts(o)
+		if err == nil || attempt == 3 || !portTaken {
 			return g, err
 		}
 	}
 }
 
-// startOnFreePorts is one attempt of Start.
-func startOnFreePorts(o Options) (*Gateway, error) {
+// startOnFreePorts is one attempt of Start; portTaken says whether it
+// failed for a port that was taken meanwhile, by what this attempt logged.
+func startOnFreePorts(o Options) (g *Gateway, portTaken bool, err error) {
 	ports, err := freePorts(2 + len(o.ExtraSites))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	adminPort, sitePort, extraPorts := ports[0], ports[1], ports[2:]
-	g := &Gateway{
+	g = &Gateway{
 		opts:   o,
 		Admin:  "http://127.0.0.1:" + strconv.Itoa(adminPort),
 		Site:   "http://127.0.0.1:" + strconv.Itoa(sitePort),
@@ -285,9 +286,38 @@ func startOnFreePorts(o Options) (*Gateway, error) {
 		g.Extra = append(g.Extra, "http://127.0.0.1:"+strconv.Itoa(p))
 	}
 	if err := os.WriteFile(g.Config, []byte(o.Caddyfile(adminPort, sitePort, extraPorts...)), 0o600); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return g, g.Restart()
+	caddyLog := filepath.Join(o.Dir, "caddy.log")
+	outFrom, logFrom := sizeOf(g.Output), sizeOf(caddyLog)
+	if err := g.Restart(); err != nil {
+		logged := readFrom(g.Output, outFrom) + readFrom(caddyLog, logFrom)
+		return g, strings.Contains(logged, "address already in use"), err
+	}
+	return g, false, nil
+}
+
+// sizeOf is the size of the file at path, 0 without it.
+func sizeOf(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// readFrom is the file at path from offset on, "" without it.
+func readFrom(path string, offset int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
 }
 
 // Twin is a gateway of o on g's ports (admin endpoint, site and extra
@@ -496,18 +526,7 @@ func (g *Gateway) startLog() string {
 }
 
 // tailOf is the last n bytes of the file at path, or "" without it.
-func tailOf(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > n {
-		f.Seek(st.Size()-n, io.SeekStart)
-	}
-	b, _ := io.ReadAll(f)
-	return string(b)
-}
+func tailOf(path string, n int64) string { return readFrom(path, max(sizeOf(path)-n, 0)) }
 
 // Dir is the data directory: Options.DataDir if set, else Options.Dir.
 func (g *Gateway) Dir() string {
