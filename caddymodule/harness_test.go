@@ -322,7 +322,7 @@ func (g *gateway) readLogs(t *testing.T, wantIn string) string {
 // so a short run of requests falls in a single window.
 func clearOfWindowEdge(window, margin time.Duration) {
 	if now := time.Now(); now.Truncate(window).Add(window).Sub(now) < margin {
-		time.Sleep(time.Until(now.Truncate(window).Add(window + 10*time.Millisecond)))
+		testwait.NextWindow(window, 10*time.Millisecond)
 	}
 }
 

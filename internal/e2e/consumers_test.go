@@ -111,7 +111,7 @@ func TestConsumersAcrossInstances(t *testing.T) {
 		probes := len(keys) * len(c.gws)
 		time.Sleep(500 * time.Millisecond) // the probes' counts are shared
 		// Within one fixed window, as the key test's burst.
-		time.Sleep(time.Until(time.Now().Truncate(window).Add(window + 200*time.Millisecond)))
+		testwait.NextWindow(window, 200*time.Millisecond)
 		start := time.Now()
 		through, refused := letThroughKeys(t, c.gws, tokensOf(keys), 1500, 300)
 		through += probes // counted as if in this window

@@ -125,7 +125,7 @@ func pacedKeys(t *testing.T, gws []*gatewayproc.Gateway, tokens []string, rate i
 	t.Helper()
 	// Start as a window (of whole seconds) starts: a run that began
 	// within one would have a first window with nothing before it.
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	testwait.NextWindow(time.Second, 0)
 	interval := time.Second / time.Duration(rate)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -239,7 +239,7 @@ func TestTrafficAcrossInstances(t *testing.T) {
 		// one: across a window's end the two-window estimate lets
 		// through up to limit × (the part of the new window passed)
 		// more, as documented, which is not what is measured here.
-		time.Sleep(time.Until(time.Now().Truncate(window).Add(window + 200*time.Millisecond)))
+		testwait.NextWindow(window, 200*time.Millisecond)
 		start := time.Now()
 		through, refused := letThrough(t, c.gws, k.Token, 1500, 300)
 		through += len(c.gws) // trafficKey's probes

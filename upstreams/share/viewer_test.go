@@ -12,12 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/problemtest"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
-
-	"github.com/keygate/keygate/internal/clientip"
 )
 
 // page sends a public page request from ip, with optional cookies.

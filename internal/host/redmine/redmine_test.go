@@ -159,11 +159,11 @@ func TestIssueRefusals(t *testing.T) {
 			if tt.key != "" {
 				key = tt.key
 			}
-			c := connect(t, srv.URL, key)
+			timeout := testwait.Generous
 			if tt.timeout != 0 { // the case is about the timeout
-				c = connectWithin(t, srv.URL, key, tt.timeout)
+				timeout = tt.timeout
 			}
-			_, err := c.Issue(context.Background(), tt.id)
+			_, err := connectWithin(t, srv.URL, key, timeout).Issue(context.Background(), tt.id)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Issue(%q) = %v, want %v", tt.id, err, tt.want)
 			}

@@ -26,3 +26,10 @@ func For(tb testing.TB, limit time.Duration, what string, cond func() bool) time
 	}
 	return time.Since(start)
 }
+
+// NextWindow sleeps until after has passed into the next fixed window of
+// the given length (windows of whole multiples of it, as rate limits
+// count them), so what follows begins in a window of its own.
+func NextWindow(window, after time.Duration) {
+	time.Sleep(time.Until(time.Now().Truncate(window).Add(window + after)))
+}
