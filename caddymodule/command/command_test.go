@@ -3,7 +3,6 @@ package command_test
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +16,7 @@ import (
 
 	// The gateway the commands talk to; it registers the command too.
 	_ "github.com/keygate/keygate/caddymodule"
+	"github.com/keygate/keygate/internal/testkit/freeport"
 	"github.com/keygate/keygate/internal/testkit/openapitest"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
 )
@@ -27,14 +27,9 @@ import (
 var adminPort, sitePort, tlsPort = freePorts()
 
 func freePorts() (admin, site, tls int) {
-	var ports [3]int
-	for i := range ports {
-		l, err := net.Listen("tcp", ":0")
-		if err != nil {
-			panic(err)
-		}
-		defer l.Close()
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+	ports, err := freeport.Take(3)
+	if err != nil {
+		panic(err)
 	}
 	return ports[0], ports[1], ports[2]
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit/freeport"
 	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 	"github.com/keygate/keygate/internal/testkit/openapitest"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
@@ -188,7 +189,7 @@ func TestDashboard(t *testing.T) {
 	t.Cleanup(func() { close(stop); <-loaded })
 
 	// Prometheus scrapes the admin endpoint every second.
-	port, err := gatewayproc.FreePort()
+	port, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func TestProductionMetrics(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "alerts.yml"), alerts, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port, err := gatewayproc.FreePort()
+	port, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +393,7 @@ func startProduction(t *testing.T) production {
 	}
 	var ports []int
 	for len(ports) < 4 {
-		p, err := gatewayproc.FreePort()
+		p, err := freeport.One()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/keygate/keygate/internal/testkit/freeport"
 	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 	"github.com/keygate/keygate/internal/testkit/mailtest"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
@@ -585,7 +586,7 @@ func faultSMTPOutage(t *testing.T, mode string) {
 		ms.FailNext(1 << 30)
 		addr = ms.Addr
 	case "not listening":
-		port, err := gatewayproc.FreePort()
+		port, err := freeport.One()
 		if err != nil {
 			t.Fatal(err)
 		}

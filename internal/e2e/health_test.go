@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit/freeport"
 	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 	"github.com/keygate/keygate/internal/testkit/pgtest"
 	"github.com/keygate/keygate/internal/testkit/testwait"
@@ -160,11 +161,11 @@ func startBalancer(t *testing.T, siteA, siteB string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	adminPort, err := gatewayproc.FreePort()
+	adminPort, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := gatewayproc.FreePort()
+	port, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}

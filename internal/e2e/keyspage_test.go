@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/keygate/keygate/internal/adminpage"
+	"github.com/keygate/keygate/internal/testkit/freeport"
 	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
@@ -44,7 +45,7 @@ func TestShippedKeysPage(t *testing.T) {
 			dir := t.TempDir()
 			ports := make([]int, 3)
 			for i := range ports {
-				if ports[i], err = gatewayproc.FreePort(); err != nil {
+				if ports[i], err = freeport.One(); err != nil {
 					t.Fatal(err)
 				}
 			}

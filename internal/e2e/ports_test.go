@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/listenaddr"
+	"github.com/keygate/keygate/internal/testkit/freeport"
 	"github.com/keygate/keygate/internal/testkit/gatewayproc"
 	"github.com/keygate/keygate/internal/testkit/testwait"
 )
@@ -52,7 +53,7 @@ func TestSecondGatewayOnTheSamePorts(t *testing.T) {
 
 	// Its own admin endpoint, the first one's site: refused all the same,
 	// naming the listener.
-	adminPort, err := gatewayproc.FreePort()
+	adminPort, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}

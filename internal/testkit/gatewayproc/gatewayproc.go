@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/keygate/keygate/internal/testkit/freeport"
 )
 
 // Build compiles ./cmd/caddy of the module at root into out. The binary is
@@ -152,31 +154,6 @@ type Gateway struct {
 	err    error // of Wait
 }
 
-// FreePort returns a loopback TCP port that nothing listens on now.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// freePorts returns n distinct free loopback ports: it holds each
-// listener until all are chosen, so none is handed out twice.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // Caddyfile is the config the gateway runs with these ports; extraPorts
 // are those of ExtraSites, one each.
 func (o Options) Caddyfile(adminPort, sitePort int, extraPorts ...int) string {
@@ -269,7 +246,7 @@ func Start(o Options) (*Gateway, error) {
 // startOnFreePorts is one attempt of Start; portTaken says whether it
 // failed for a port that was taken meanwhile, by what this attempt logged.
 func startOnFreePorts(o Options) (g *Gateway, portTaken bool, err error) {
-	ports, err := freePorts(2 + len(o.ExtraSites))
+	ports, err := freeport.Take(2 + len(o.ExtraSites))
 	if err != nil {
 		return nil, false, err
 	}

@@ -18,7 +18,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -32,6 +31,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/keygate/keygate/internal/testkit/freeport"
 )
 
 // EnvDSN names the variable that points the tests at an existing server
@@ -114,7 +114,7 @@ func Start(o Options) (*Server, error) {
 func launch(bin, dir string, cred *syscall.Credential, o Options, port int) (*Server, error) {
 	if port == 0 {
 		var err error
-		if port, err = freePort(); err != nil {
+		if port, err = freeport.One(); err != nil {
 			return nil, err
 		}
 	}
@@ -439,15 +439,6 @@ func serverCredential() (*syscall.Credential, error) {
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func tail(b []byte, n int) string {

@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -45,6 +44,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/testkit/freeport"
 )
 
 // Root is where Debian installs Redmine.
@@ -230,7 +231,7 @@ INSERT INTO tokens (user_id, action, value, created_on, updated_on)
 var errPortTaken = errors.New("port taken")
 
 func launch(progs programs, dir, inst, version, adminKey string) (*Server, error) {
-	port, err := freePort()
+	port, err := freeport.One()
 	if err != nil {
 		return nil, err
 	}
@@ -933,15 +934,6 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return os.WriteFile(to, b, 0o600)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // dropFrames shortens Ruby's backtraces to their first frame, so that a
