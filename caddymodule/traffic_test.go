@@ -154,6 +154,8 @@ func testQuotaOverAPI(t *testing.T, b backend) {
 	}
 	k := createKey(t, map[string]any{"service": "contracts", "name": "quota", "owner": "alice", "privileges": []string{"search"},
 		"quota": map[string]any{"limit": 5, "period": "day"}})
+	// The seven requests and the checks after them fall in one UTC day.
+	clearOfWindowEdge(24*time.Hour, time.Minute)
 	nextDay := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
 	for i := 1; i <= 7; i++ {
 		sent := time.Now()
