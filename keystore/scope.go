@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
@@ -165,11 +164,9 @@ func checkScopeDescription(f *problem.Fields, in patch.Field[string], d *string)
 	if !in.Set {
 		return
 	}
-	if utf8.RuneCountInString(in.Value) > maxDescriptionLen || !utf8.ValidString(in.Value) {
-		f.Add("description", "invalid", "description must be at most 4000 characters")
-		return
+	if text.CheckDescription(f, in.Value) {
+		*d = in.Value
 	}
-	*d = in.Value
 }
 
 // checkClash names, in f, each policy of own (the holder's rateLimits and

@@ -114,6 +114,14 @@ func TestScopesStored(t *testing.T) {
 				_, err := e.keys.CreateConsumer(consumerInput(t, `{"name":" lead","externalId":"acme "}`))
 				return err
 			}, 400, []string{"name:invalid", "externalId:invalid"}},
+			{"a consumer's description with an escape sequence", func() error {
+				_, err := e.keys.CreateConsumer(consumerInput(t, `{"name":"esc","description":"before\u001b[31mRED\u001b]0;title\u0007"}`))
+				return err
+			}, 400, []string{"description:invalid"}},
+			{"a plan's description changed to a right-to-left override", func() error {
+				_, err := e.keys.UpdatePlan(pro.ID, planInput(t, `{"description":"invoice\u202eexe.pdf"}`))
+				return err
+			}, 400, []string{"description:invalid"}},
 			{"a plan with a bad policy", func() error {
 				_, err := e.keys.CreatePlan(planInput(t, `{"name":"p","rateLimits":[{"name":"Bad Name","limit":0,"windowSeconds":1}],"quota":{"limit":1,"period":"week"}}`))
 				return err

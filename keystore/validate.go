@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/keygate/keygate/internal/access"
 	"github.com/keygate/keygate/internal/patch"
@@ -43,11 +42,10 @@ type KeyInput struct {
 
 const (
 	// MaxNameLen is the longest name of a key, in runes.
-	MaxNameLen        = 40
-	maxDescriptionLen = 4000
-	maxOwnerLen       = 255
-	maxAllowedIPs     = 1000
-	maxAdminProjects  = 1000
+	MaxNameLen       = 40
+	maxOwnerLen      = 255
+	maxAllowedIPs    = 1000
+	maxAdminProjects = 1000
 	// maxPrivileges is more than a service has, so that a list longer
 	// is refused as a whole and not privilege by privilege.
 	maxPrivileges = 16
@@ -115,11 +113,8 @@ func applyEditable(f *problem.Fields, k *Key, in *KeyInput) {
 		}
 	}
 	if in.Description.Set {
-		d := in.Description.Value
-		if utf8.RuneCountInString(d) > maxDescriptionLen || !utf8.ValidString(d) {
-			f.Add("description", "invalid", "description must be at most 4000 characters")
-		} else {
-			k.Description = d
+		if text.CheckDescription(f, in.Description.Value) {
+			k.Description = in.Description.Value
 		}
 	}
 	if in.Privileges.Set && !in.Privileges.Null {

@@ -4,6 +4,7 @@
 package text
 
 import (
+	"fmt"
 	"net/mail"
 	"strings"
 	"time"
@@ -48,6 +49,44 @@ func PrintableRunes(s string, max int) bool {
 // Printable is PrintableRunes and not only spaces: the rule for names.
 func Printable(s string, max int) bool {
 	return PrintableRunes(s, max) && strings.TrimSpace(s) != ""
+}
+
+// MaxDescriptionLen is the most characters a description of a key,
+// consumer, plan or webhook holds.
+const MaxDescriptionLen = 4000
+
+// Prose reports whether s, which may be empty, is at most max characters
+// of text in lines: no control character but tab, line feed and CR LF,
+// and no bidirectional embedding, override or isolate. Such text is shown
+// in terminals and on pages, where an escape sequence, a lone carriage
+// return or a bidi control would change what is shown around it.
+func Prose(s string, max int) bool {
+	if !utf8.ValidString(s) || utf8.RuneCountInString(s) > max {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '\t', r == '\n':
+		case r == '\r':
+			if !strings.HasPrefix(s[i+1:], "\n") {
+				return false
+			}
+		case unicode.IsControl(r), '\u202a' <= r && r <= '\u202e', '\u2066' <= r && r <= '\u2069':
+			return false
+		}
+	}
+	return true
+}
+
+// CheckDescription records in f that d breaks the rule of descriptions
+// (Prose of at most MaxDescriptionLen characters), and reports whether
+// it keeps it.
+func CheckDescription(f *problem.Fields, d string) bool {
+	if Prose(d, MaxDescriptionLen) {
+		return true
+	}
+	f.Add("description", "invalid", fmt.Sprintf("description must be at most %d characters of text, with no control characters but tabs and line breaks", MaxDescriptionLen))
+	return false
 }
 
 // Email accepts a bare address that net/mail parses back to itself,

@@ -63,3 +63,34 @@ func TestCheckID(t *testing.T) {
 		t.Fatalf("%+v", got)
 	}
 }
+
+func TestProse(t *testing.T) {
+	tests := []struct {
+		name string
+		s    string
+		want bool
+	}{
+		{"empty", "", true},
+		{"lines and tabs", "first line\n\tsecond line\r\nthird", true},
+		{"letters of any script, emoji joined", "Zoë, 東京, 👨‍👩‍👧, non\u00a0breaking", true},
+		{"at the limit", strings.Repeat("é", 30), true},
+		{"over the limit", strings.Repeat("é", 31), false},
+		{"escape sequence", "before\x1b[31mRED\x1b[0m", false},
+		{"bell", "title\x07", false},
+		{"lone carriage return", "shown\roverwritten", false},
+		{"carriage return at the end", "line\r", false},
+		{"NUL", "a\x00b", false},
+		{"DEL", "a\x7fb", false},
+		{"C1 control", "a\u0085b", false},
+		{"right-to-left override", "invoice\u202eexe.pdf", false},
+		{"isolate", "a\u2067b\u2069", false},
+		{"invalid UTF-8", "a\xffb", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Prose(tt.s, 30); got != tt.want {
+				t.Errorf("Prose(%q, 30) = %v, want %v", tt.s, got, tt.want)
+			}
+		})
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/listenaddr"
@@ -27,10 +26,9 @@ type Input struct {
 }
 
 const (
-	maxURLLen         = 2048
-	maxOwnerLen       = 255
-	maxOwners         = 1000
-	maxDescriptionLen = 4000
+	maxURLLen   = 2048
+	maxOwnerLen = 255
+	maxOwners   = 1000
 )
 
 // applyCreate checks in as a create and returns the new subscription's
@@ -86,10 +84,7 @@ func applyEditable(f *problem.Fields, s *Subscription, in *Input, t *Targets) {
 		s.Owners = checkOwners(f, in.Owners.Value) // null: every owner
 	}
 	if in.Description.Set {
-		d := in.Description.Value // null: none
-		if !utf8.ValidString(d) || utf8.RuneCountInString(d) > maxDescriptionLen {
-			f.Add("description", "invalid", fmt.Sprintf("description must be at most %d characters", maxDescriptionLen))
-		} else {
+		if d := in.Description.Value; text.CheckDescription(f, d) { // null: none
 			s.Description = d
 		}
 	}
