@@ -383,13 +383,13 @@ func (k *Keys) importPlans(f *problem.Fields, in []ImportPlan, now time.Time, re
 			continue
 		}
 		if first, dup := byName[p.Name]; dup {
-			f.Add(where+".name", "duplicate", fmt.Sprintf("plan %s is in the import twice (line %d)", p.Name, in[first].Line))
+			f.Add(where+".name", "duplicate", fmt.Sprintf("plan %s is in the import twice (line %d)", ShownName(p.Name, in[i].Line), in[first].Line))
 			continue
 		}
 		byName[p.Name] = i
 		if old := stored[p.Name]; old != nil {
 			if !samePolicies(old.RateLimits, old.Quota, p.RateLimits, p.Quota) {
-				f.Add(where+".name", "exists", fmt.Sprintf("plan %s exists already with other rate limits or quota: rename one of them, or give them the same limits", p.Name))
+				f.Add(where+".name", "exists", fmt.Sprintf("plan %s exists already with other rate limits or quota: rename one of them, or give them the same limits", ShownName(p.Name, in[i].Line)))
 				continue
 			}
 			plans[i] = old
@@ -457,7 +457,7 @@ func (k *Keys) importConsumers(f *problem.Fields, in []ImportConsumer, plans []*
 			byExternal[ext] = i
 			if old, ok := stored[ext]; ok {
 				if !samePolicies(old.RateLimits, old.Quota, c.RateLimits, c.Quota) || !sameID(old.PlanID, c.PlanID) {
-					f.Add(where+".externalId", "exists", fmt.Sprintf("consumer %s (%s) has this externalId already, with other rate limits, quota or plan: make them the same, or give it the keys by hand", old.Name, old.ID))
+					f.Add(where+".externalId", "exists", fmt.Sprintf("consumer %s has this externalId already, with other rate limits, quota or plan: make them the same, or give it the keys by hand", storedConsumer(&old)))
 					continue
 				}
 				consumers[i] = &old
@@ -508,15 +508,68 @@ func sameID(a, b *string) bool {
 	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
-// quotedValue is a quoted value in a problem's message: one of 16
+// A quoted value in a problem's message, as %q writes it: one of 16
 // characters or more may be a token put in the wrong field, and an
-// import never says a token back.
-var quotedValue = regexp.MustCompile(`"[^"]{16,}"`)
+// import never says a token back. quotedValue pairs the quotes from the
+// left, so that the text between two short values ("minute" is named by
+// plan "gold") is not taken for one; anyQuoted is any span between two
+// quotes, for a message whose quotes do not pair.
+var (
+	quotedValue = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	anyQuoted   = regexp.MustCompile(`"[^"]{16,}"`)
+)
+
+const quietValue = `"(a value of 16 characters or more)"`
 
 // QuietValues replaces the long quoted values of msg, for any message an
 // import reports (the importers' too).
 func QuietValues(msg string) string {
-	return quotedValue.ReplaceAllString(msg, `"(a value of 16 characters or more)"`)
+	quietOf := func(q string) string {
+		if Sayable(q[1 : len(q)-1]) {
+			return q
+		}
+		return quietValue
+	}
+	quiet := quotedValue.ReplaceAllStringFunc(msg, quietOf)
+	// A quote left unpaired (a value with a quote in it, not written with
+	// %q) leaves the pairing in doubt: then every long span between two
+	// quotes goes, readable or not.
+	if strings.Count(quotedValue.ReplaceAllString(quiet, ""), `"`) > 0 {
+		quiet = anyQuoted.ReplaceAllStringFunc(quiet, quietOf)
+	}
+	return quiet
+}
+
+// hyphenatedWords is lowercase words joined by hyphens, as Kong names its
+// plugins (request-transformer) and operators name groups: no token has
+// that form.
+var hyphenatedWords = regexp.MustCompile(`^[a-z]+(?:-[a-z]+)+$`)
+
+// Sayable reports whether an import may say v back in a message: v has
+// fewer than MinForeignToken characters, or is lowercase words joined by
+// hyphens. Any other value that long may be a token in the wrong field.
+func Sayable(v string) bool {
+	return len(v) < MinForeignToken || hyphenatedWords.MatchString(v)
+}
+
+// ShownName is how an import's message names a thing of its file (a
+// consumer, a consumer group): by its name, or by its line where it has
+// none or one it may not say back (Sayable).
+func ShownName(name string, line int) string {
+	if name == "" || !Sayable(name) {
+		return "at line " + strconv.Itoa(line)
+	}
+	return name
+}
+
+// storedConsumer names a stored consumer in an import's message: by its
+// name and id, or its id alone where its name is one an import never
+// says back.
+func storedConsumer(c *Consumer) string {
+	if !Sayable(c.Name) {
+		return c.ID
+	}
+	return c.Name + " (" + c.ID + ")"
 }
 
 // capProblems keeps the first MaxImportProblems problems of err (a 400

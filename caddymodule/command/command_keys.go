@@ -141,11 +141,11 @@ func printImportScopes(c *cobra.Command, report *keystore.ImportReport) {
 		if p.Existing {
 			state = "existing"
 		}
-		fmt.Fprintf(out, "  line %d: plan %s (%s), taken by %d %s\n", p.Line, p.Name, state, p.Consumers, plural(p.Consumers, "consumer", "consumers"))
+		fmt.Fprintf(out, "  line %d: plan %s (%s), taken by %d %s\n", p.Line, keystore.ShownName(p.Name, p.Line), state, p.Consumers, plural(p.Consumers, "consumer", "consumers"))
 	}
 	for _, ic := range report.Consumers {
 		if ic.Note != "" {
-			fmt.Fprintf(out, "  line %d: consumer %s: %s\n", ic.Line, ic.Name, ic.Note)
+			fmt.Fprintf(out, "  line %d: consumer %s: %s\n", ic.Line, keystore.ShownName(ic.Name, ic.Line), ic.Note)
 		}
 	}
 }

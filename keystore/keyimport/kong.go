@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/keystore/traffic"
 )
 
@@ -124,7 +125,7 @@ func kongGroups(f *problem.Fields, root, consumers *yaml.Node, idx kongIndex, by
 			continue
 		}
 		if i, dup := byRef[g.Name]; dup {
-			f.Add(lineAt(gn.Line)+".name", "duplicate", fmt.Sprintf("consumer group %s is listed twice (line %d)", g.Name, groups[i].line))
+			f.Add(lineAt(gn.Line)+".name", "duplicate", fmt.Sprintf("consumer group %s is listed twice (line %d)", keystore.ShownName(g.Name, gn.Line), groups[i].line))
 			continue
 		}
 		lists = append(lists, members{add(g), seqOf(mapValue(gn, "consumers"))})
@@ -147,7 +148,7 @@ func kongGroups(f *problem.Fields, root, consumers *yaml.Node, idx kongIndex, by
 			case 1:
 				join(match[0], m.group)
 			default:
-				f.Add(lineAt(cn.Line)+".consumers", "ambiguous", fmt.Sprintf("consumer group %s lists consumer %s, which %d consumers of the dump answer to: name one by its username or id", groups[m.group].Name, shown(ref), len(match)))
+				f.Add(lineAt(cn.Line)+".consumers", "ambiguous", fmt.Sprintf("consumer group %s lists consumer %s, which %d consumers of the dump answer to: name one by its username or id", keystore.ShownName(groups[m.group].Name, groups[m.group].line), shown(ref), len(match)))
 			}
 		}
 	}
@@ -220,7 +221,7 @@ func kongPolicies(f *problem.Fields, where, who string, plugins []kongPlugin, ow
 			continue
 		}
 		if p.scoped() {
-			unmapped(p.Name + " applies to a route or service only, which a key cannot say")
+			unmapped(shown(p.Name) + " applies to a route or service only, which a key cannot say")
 			continue
 		}
 		switch p.Name {
@@ -245,7 +246,7 @@ func kongPolicies(f *problem.Fields, where, who string, plugins []kongPlugin, ow
 				}
 				n, whole := wholeConfig(v)
 				if !whole {
-					unmapped(fmt.Sprintf("rate-limiting's %s is %v, not a positive whole number", field, v))
+					unmapped(fmt.Sprintf("rate-limiting's %s is %s, not a positive whole number", field, shown(fmt.Sprint(v))))
 					ok = false
 				}
 				return n, whole
@@ -278,7 +279,7 @@ func kongPolicies(f *problem.Fields, where, who string, plugins []kongPlugin, ow
 			// acl deny lists: kongDenied; acl groups: the privileges map.
 		default:
 			if own[p.Name] {
-				unmapped("plugin " + p.Name + ", which keygate has no equivalent of")
+				unmapped("plugin " + shown(p.Name) + ", which keygate has no equivalent of")
 			}
 		}
 	}
@@ -374,9 +375,9 @@ func kongScope(f *problem.Fields, where, who string, g *kongGroup, own map[strin
 	case len(overridden) == 0:
 		return g, ""
 	case len(kept) == 0:
-		return nil, fmt.Sprintf("its own %s overrides consumer group %s's, as on Kong: it takes no plan", strings.Join(overridden, " and "), g.Name)
+		return nil, fmt.Sprintf("its own %s overrides consumer group %s's, as on Kong: it takes no plan", strings.Join(overridden, " and "), keystore.ShownName(g.Name, g.line))
 	}
 	f.Add(where+".plugins", "unmapped", fmt.Sprintf("%s: its own %s overrides consumer group %s's but not its %s, and a plan is taken whole: import it by hand, or change the plugins first",
-		who, strings.Join(overridden, " and "), g.Name, strings.Join(kept, " and ")))
+		who, strings.Join(overridden, " and "), keystore.ShownName(g.Name, g.line), strings.Join(kept, " and ")))
 	return nil, ""
 }

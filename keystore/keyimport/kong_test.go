@@ -459,6 +459,11 @@ func TestImportJSONLScopes(t *testing.T) {
 		if got := problemtest.InvalidRequest(t, err); !slices.Equal(got, []string{"lines[2].consumerId:unknown", "lines[3].rateLimits[0].name:clashes"}) {
 			t.Errorf("errors %v", got)
 		}
+		// Two short values some way apart are each said back, and the
+		// words between them stay.
+		if says := `policy "minute" is named by plan "basic" too`; !strings.Contains(problemText(err), says) {
+			t.Errorf("no problem says %s:\n%s", says, problemText(err))
+		}
 		report, err := e.keys.Import(keystore.ImportSet{Keys: keys[:1]}, false, nil)
 		if err != nil {
 			t.Fatal(err)

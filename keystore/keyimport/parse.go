@@ -180,14 +180,14 @@ func checkGrants(f *problem.Fields, grants map[string]Grant) map[string]bool {
 		grant := grants[g]
 		s := access.Service(grant.Service)
 		if !s.Valid() {
-			f.Add(at+".service", "invalid", "group "+g+": service must be contracts or share")
+			f.Add(at+".service", "invalid", "group "+shown(g)+": service must be contracts or share")
 			bad[g] = true
 			s = ""
 		}
 		var pf problem.Fields
 		keystore.CheckPrivileges(&pf, s, grant.Privileges)
 		for _, e := range pf.List() {
-			f.Add(at+"."+e.Field, e.Code, "group "+g+": "+e.Message)
+			f.Add(at+"."+e.Field, e.Code, "group "+shown(g)+": "+e.Message)
 			bad[g] = true
 		}
 	}
@@ -290,7 +290,7 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 	limitsOf := func(g int) *kongLimits {
 		if groupLimits[g] == nil {
 			gr := groups[g]
-			where, who := lineAt(gr.line), "consumer group "+gr.Name
+			where, who := lineAt(gr.line), "consumer group "+keystore.ShownName(gr.Name, gr.line)
 			own := map[string]bool{}
 			for _, p := range gr.Plugins {
 				own[p.Name] = true
@@ -326,9 +326,8 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 				name = alt
 			}
 		}
-		who := name
-		if who == "" {
-			who = "at line " + strconv.Itoa(node.Line)
+		who := keystore.ShownName(name, node.Line)
+		if name == "" {
 			name = "Kong consumer " + who
 		}
 		owner := c.CustomID
@@ -356,7 +355,7 @@ func ParseKong(data []byte, grants map[string]Grant, service string, now time.Ti
 		for _, g := range memberOf[i] {
 			limitsOf(g)
 			if len(groups[g].limits) > 0 {
-				limited = append(limited, groups[g].Name)
+				limited = append(limited, keystore.ShownName(groups[g].Name, groups[g].line))
 				group = groups[g]
 			}
 		}
@@ -493,7 +492,7 @@ func kongGrant(f *problem.Fields, where, who string, c *kongConsumer, grants map
 	case svc == "":
 		msg := fmt.Sprintf("consumer %s is in no group of the privileges map", who)
 		if len(unmapped) > 0 {
-			msg += " (its groups: " + strings.Join(unmapped, ", ") + ")"
+			msg += " (its groups: " + shownList(unmapped) + ")"
 		}
 		f.Add(where+".acls", "unmapped", msg)
 		return "", nil, true
@@ -557,9 +556,9 @@ func kongPlugins(f *problem.Fields, root *yaml.Node, idx kongIndex, consumers in
 			case 1:
 				top.attached[match[0]] = append(top.attached[match[0]], p)
 			case 0:
-				f.Add(at+".consumer", "unknown_consumer", fmt.Sprintf("plugin %s names consumer %s, which no consumer of the dump has as username, id or custom_id", p.Name, shown(ref)))
+				f.Add(at+".consumer", "unknown_consumer", fmt.Sprintf("plugin %s names consumer %s, which no consumer of the dump has as username, id or custom_id", shown(p.Name), shown(ref)))
 			default:
-				f.Add(at+".consumer", "ambiguous", fmt.Sprintf("plugin %s names consumer %s, which %d consumers of the dump answer to: name one by its username or id", p.Name, shown(ref), len(match)))
+				f.Add(at+".consumer", "ambiguous", fmt.Sprintf("plugin %s names consumer %s, which %d consumers of the dump answer to: name one by its username or id", shown(p.Name), shown(ref), len(match)))
 			}
 		}
 	}
@@ -614,7 +613,7 @@ func kongDenied(f *problem.Fields, where, who string, c *kongConsumer, own []kon
 			by, ok = denied[a.Group]
 		}
 		if ok {
-			groups = append(groups, a.Group+" ("+by+")")
+			groups = append(groups, shown(a.Group)+" ("+by+")")
 		}
 	}
 	if len(groups) > 0 {
@@ -678,16 +677,25 @@ func entityRef(v any, keys ...string) (string, bool) {
 	return "", true
 }
 
-// shown is a name as a problem may say it back: one of 16 characters or
-// more may be a token put in the wrong field.
+// shown is a value as a problem may say it back (keystore.Sayable): one
+// of 16 characters or more may be a token put in the wrong field.
 func shown(s string) string {
 	switch {
 	case s == "":
 		return "(none)"
-	case len(s) >= keystore.MinForeignToken:
+	case !keystore.Sayable(s):
 		return "(a value of 16 characters or more)"
 	}
 	return s
+}
+
+// shownList is values, each as shown says it, in one list.
+func shownList(values []string) string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = shown(v)
+	}
+	return strings.Join(out, ", ")
 }
 
 // scalar is the value of a scalar node, or "".

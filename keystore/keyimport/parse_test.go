@@ -11,6 +11,7 @@ import (
 
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/testkit/problemtest"
+	"github.com/keygate/keygate/internal/token"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -351,5 +352,54 @@ consumers:
 	}
 	if !errors.As(err, &pe) || len(pe.Errors) != 1 || !strings.Contains(pe.Errors[0].Message, "column") {
 		t.Errorf("a syntax error: %v, want one problem naming line and column", err)
+	}
+}
+
+// TestParseKongSaysNoTokenBack: a consumer or a group whose name may be a
+// token (16 characters or more, not words joined by hyphens) is named by
+// its line in every problem, note and skipped consumer; such a name made
+// of words is said as it is.
+func TestParseKongSaysNoTokenBack(t *testing.T) {
+	secret := token.New()
+	hexName := "8c1f2e0d9b7a4c3e8f6a5b4c3d2e1f00"
+	dump := `consumers:
+- username: "` + secret + `"
+  keyauth_credentials: [{key: tokuser-aaaaaaaaaaaaaaaaaaaaaaaaa1}]
+  acls: [{group: readers}]
+  plugins: [{name: rate-limiting, config: {year: 10}}]
+- username: ` + hexName + `
+  keyauth_credentials: [{key: tokuser-aaaaaaaaaaaaaaaaaaaaaaaaa2}]
+  acls: [{group: ` + secret + `}, {group: contract-readers-production}]
+- custom_id: ` + secret + `
+- username: ok
+  keyauth_credentials: [{key: tokuser-aaaaaaaaaaaaaaaaaaaaaaaaa3}]
+  acls: [{group: readers}]
+  groups: [{name: ` + hexName + `}]
+  plugins: [{name: rate-limiting, config: {minute: 9}}]
+consumer_groups:
+- name: ` + hexName + `
+  plugins: [{name: rate-limiting, config: {minute: 1}}, {name: request-transformer}]
+`
+	set, err := ParseKong([]byte(dump), testGrants, "", t0)
+	text := problemText(err)
+	for _, sk := range set.Skipped {
+		text += fmt.Sprintf("skipped: %+v\n", sk)
+	}
+	for _, c := range set.Consumers {
+		text += "note: " + c.Note + "\n"
+	}
+	for _, says := range []string{
+		"lines[2].plugins: consumer at line 2: a yearly rate limit",
+		"lines[6].acls: consumer at line 6 is in no group of the privileges map (its groups: (a value of 16 characters or more), contract-readers-production)",
+		"skipped: {Line:9 Consumer:at line 9 Reason:no key-auth credential}",
+		"lines[16].plugins: consumer group at line 16: plugin request-transformer, which keygate has no equivalent of",
+		"note: its own rate-limiting overrides consumer group at line 16's, as on Kong: it takes no plan",
+	} {
+		if !strings.Contains(text, says) {
+			t.Errorf("nothing says %q:\n%s", says, text)
+		}
+	}
+	if strings.Contains(text, secret) || strings.Contains(text, hexName) {
+		t.Errorf("a name of 16 characters or more said back:\n%s", text)
 	}
 }
