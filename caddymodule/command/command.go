@@ -61,6 +61,21 @@ go to standard error with a non-zero exit status.`,
 func setupWebapiCommand(cmd *cobra.Command) {
 	cmd.PersistentFlags().String("address", "", "The address of the admin endpoint (default localhost:2019)")
 	cmd.AddCommand(keysCommand(), consumersCommand(), plansCommand(), templatesCommand(), webhooksCommand(), migrateCommand(), openapiCommand(), sealCommand(), hostCommand())
+	refuseUnknown(cmd)
+}
+
+// refuseUnknown makes each command that only groups others (webapi, keys,
+// consumers, ...) refuse an unknown subcommand with an error and a
+// non-zero exit, where cobra would print the help and exit 0: a script's
+// typo must not pass for success. Without arguments it prints the help.
+func refuseUnknown(c *cobra.Command) {
+	if c.HasSubCommands() && !c.Runnable() {
+		c.Args = cobra.NoArgs
+		c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	}
+	for _, sub := range c.Commands() {
+		refuseUnknown(sub)
+	}
 }
 
 // limitFlags are --rate-limit and --quota, of keys, consumers and plans.
@@ -78,6 +93,9 @@ func rateLimitFlags(values []string) ([]map[string]any, error) {
 		return out, nil
 	}
 	for _, v := range values {
+		if v == "none" {
+			return nil, errors.New("--rate-limit none removes every policy: give it alone, not beside policies")
+		}
 		name, rest, ok := strings.Cut(v, "=")
 		limit, window, ok2 := strings.Cut(rest, "/")
 		if !ok || !ok2 {

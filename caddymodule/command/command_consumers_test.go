@@ -156,6 +156,8 @@ func TestConsumersCommandLine(t *testing.T) {
 		{"plan name taken", []string{"plans", "create", "--name", "basic"}, []string{"\n  name: another plan has this name"}},
 		{"no name", []string{"consumers", "create", "--description", "x"}, []string{"\n  name: name is required"}},
 		{"bad rate limit", []string{"plans", "create", "--name", "p", "--rate-limit", "lots"}, []string{`--rate-limit "lots": want NAME=LIMIT/WINDOW`}},
+		{"none beside a policy", []string{"plans", "update", pid, "--rate-limit", "a=1/1s", "--rate-limit", "none"},
+			[]string{"--rate-limit none removes every policy: give it alone"}},
 		{"bad quota", []string{"consumers", "update", cid, "--quota", "lots"}, []string{`--quota "lots": want LIMIT/PERIOD`}},
 		{"unknown consumer id", []string{"consumers", "show", unknown}, []string{"(not_found)"}},
 		{"unknown plan id", []string{"plans", "update", unknown, "--name", "y"}, []string{"(not_found)"}},

@@ -135,6 +135,21 @@ func TestCommandTrees(t *testing.T) {
 	}
 }
 
+// TestUnknownCommand: a command that only groups others refuses a
+// subcommand it does not have, with an error (a non-zero exit), and
+// prints its help when given none.
+func TestUnknownCommand(t *testing.T) {
+	for _, args := range [][]string{{"frobnicate"}, {"consumers", "frobnicate"}, {"keys", "rm"}, {"seal", "shwo"}} {
+		out, _, err := runCLI(t, args...)
+		if want := fmt.Sprintf("unknown command %q", args[len(args)-1]); err == nil || !strings.Contains(err.Error(), want) || out != "" {
+			t.Errorf("webapi %s: %v, printed %q; want an error saying %s", strings.Join(args, " "), err, out, want)
+		}
+	}
+	if out, _, err := runCLI(t, "consumers"); err != nil || !strings.Contains(out, "Available Commands:") {
+		t.Errorf("webapi consumers: %v, printed %q; want its help", err, out)
+	}
+}
+
 func TestCommandLine(t *testing.T) {
 	dir := t.TempDir()
 	cliGateway(t, dir, "owner={http.webapi.key.owner}")
