@@ -744,6 +744,24 @@ func testAdminPageConsumersInBrowser(t *testing.T, b backend) {
 	}
 	must(t, "close the key's usage", chromedp.Do(ctx, chromedp.Click(chromedp.ID("usage-done")), chromedp.WaitNotVisible(chromedp.ID("usage-dialog"))))
 
+	// A name and an external ID of their greatest length, without a
+	// space, wrap: the row's buttons stay in view, no sideways scroll.
+	var long keystore.Consumer
+	do(t, http.MethodPost, adminURL+"/webapi/consumers", map[string]any{"name": strings.Repeat("W", 100), "externalId": strings.Repeat("x", 255)}).json(t, &long)
+	longRow := `#consumers tr[data-id="` + long.ID + `"]`
+	must(t, "the long-named consumer", chromedp.Do(ctx, chromedp.Reload(), showTab("consumers"), chromedp.WaitVisible(chromedp.CSS(longRow))))
+	fit, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
+		const wrap = document.querySelector("#consumers .table-wrap"), del = document.querySelector('`+longRow+` button.delete');
+		return [wrap.scrollWidth, wrap.clientWidth, del.getBoundingClientRect().right, wrap.getBoundingClientRect().right];
+	})()`))
+	must(t, "measure the long row", err)
+	if fit[0] > fit[1] || fit[2] > fit[3] {
+		t.Errorf("a long name widens the consumers' table to %v px in %v px, its Delete button ends at %v px of %v", fit[0], fit[1], fit[2], fit[3])
+	}
+	if r := do(t, http.MethodDelete, adminURL+"/webapi/consumers/"+long.ID, nil); r.status != http.StatusNoContent {
+		t.Fatalf("delete the long-named consumer: %d %s", r.status, r.body)
+	}
+
 	// On a phone, in the dark: the view and the details fit the screen.
 	phone := browsertest.New(t, browsertest.WindowSize(390, 844), browsertest.Mobile(), browsertest.DarkScheme())
 	must(t, "log in on the phone", browsertest.BasicAuth(phone, pageUser, pagePassword))
