@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -252,16 +253,11 @@ func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
-	query, err := problem.DecodeQuery(r.URL.RawQuery)
+	var f problem.Fields
+	query, err := routeQuery(r, &f, "this list", "service", "consumerId")
 	if err != nil {
 		a.fail(w, r, err)
 		return
-	}
-	var f problem.Fields
-	for name := range query {
-		if name != "service" && name != "consumerId" {
-			f.Add(name, "unknown_parameter", name+" is not a parameter of this list: service, consumerId")
-		}
 	}
 	svc := access.Service(query.Get("service"))
 	if svc != "" && !svc.Valid() {
@@ -427,6 +423,10 @@ func (a *Admin) addTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) listTemplates(w http.ResponseWriter, r *http.Request) {
+	if err := noQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	list, err := appOf(r).state.templates.List()
 	if err != nil {
 		a.fail(w, r, err)
@@ -549,22 +549,37 @@ func (a *Admin) serveUsage(w http.ResponseWriter, r *http.Request, exists func(i
 	writeJSON(w, http.StatusOK, s)
 }
 
+// routeQuery decodes r's query for an administration route that takes
+// the parameters allowed, naming in f each parameter it does not take
+// and each given more than once: a second value is never silently
+// dropped. The error is the query's own (bad escapes or UTF-8).
+func routeQuery(r *http.Request, f *problem.Fields, of string, allowed ...string) (url.Values, error) {
+	query, err := problem.DecodeQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		switch {
+		case !slices.Contains(allowed, name):
+			msg := name + " is not a parameter of " + of
+			if len(allowed) > 0 {
+				msg += ": " + strings.Join(allowed, ", ")
+			}
+			f.Add(name, "unknown_parameter", msg)
+		case len(query[name]) > 1:
+			f.Add(name, "duplicate", name+" is given more than once")
+		}
+	}
+	return query, nil
+}
+
 // usageQuery reads the bounds and resolution of a usage series from r's
 // query, naming every bad parameter.
 func usageQuery(r *http.Request) (from, to time.Time, byDay bool, err error) {
-	query, err := problem.DecodeQuery(r.URL.RawQuery)
+	var f problem.Fields
+	query, err := routeQuery(r, &f, "the usage series", "from", "to", "resolution")
 	if err != nil {
 		return from, to, false, err
-	}
-	var f problem.Fields
-	for _, name := range slices.Sorted(maps.Keys(query)) {
-		vals := query[name]
-		switch {
-		case name != "from" && name != "to" && name != "resolution":
-			f.Add(name, "unknown_parameter", name+" is not a parameter of the usage series: from, to, resolution")
-		case len(vals) > 1:
-			f.Add(name, "duplicate", name+" is given more than once")
-		}
 	}
 	switch query.Get("resolution") {
 	case "", "hour":

@@ -131,6 +131,9 @@ func testConsumersAndPlans(t *testing.T, b backend) {
 		{"unknown plan", "PATCH", "/webapi/plans/nope", map[string]any{"name": "y"}, 404, "", ""},
 		{"list parameter", "GET", "/webapi/consumers?x=1", nil, 400, "x", "unknown_parameter"},
 		{"keys of an unknown consumer", "GET", "/webapi/keys?consumerId=nope", nil, 400, "consumerId", "unknown"},
+		{"keys of two consumers", "GET", "/webapi/keys?consumerId=" + cid + "&consumerId=nope", nil, 400, "consumerId", "duplicate"},
+		{"templates' list with a parameter", "GET", "/webapi/templates?collectionId=x", nil, 400, "collectionId", "unknown_parameter"},
+		{"deliveries' limit twice", "GET", "/webapi/webhooks/nope/deliveries?limit=1&limit=2", nil, 400, "limit", "duplicate"},
 		{"a name with a trailing space", "POST", "/webapi/plans", map[string]any{"name": "basic "}, 400, "name", "invalid"},
 		{"thousands of policies", "POST", "/webapi/plans", map[string]any{"name": "x", "rateLimits": make([]map[string]any, 5000)}, 400, "rateLimits", "too_many"},
 	}

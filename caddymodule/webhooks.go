@@ -143,30 +143,26 @@ const (
 )
 
 func (a *Admin) webhookDeliveries(w http.ResponseWriter, r *http.Request) {
-	query, err := problem.DecodeQuery(r.URL.RawQuery)
+	var f problem.Fields
+	query, err := routeQuery(r, &f, "this list", "limit", "offset")
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	var f problem.Fields
 	limit, offset := defaultDeliveriesLimit, 0
-	for name, vs := range query {
-		switch name {
-		case "limit":
-			n, err := strconv.Atoi(vs[0])
-			if err != nil || len(vs) > 1 || n < 1 || n > maxDeliveriesLimit {
-				f.Add("limit", "invalid", "limit must be a whole number from 1 to "+strconv.Itoa(maxDeliveriesLimit))
-			}
-			limit = n
-		case "offset":
-			n, err := strconv.Atoi(vs[0])
-			if err != nil || len(vs) > 1 || n < 0 || n >= webhook.LogSize {
-				f.Add("offset", "invalid", "offset must be a whole number from 0 to "+strconv.Itoa(webhook.LogSize-1))
-			}
-			offset = n
-		default:
-			f.Add(name, "unknown_parameter", name+" is not a parameter of this list")
+	if v, ok := query["limit"]; ok && len(v) == 1 {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > maxDeliveriesLimit {
+			f.Add("limit", "invalid", "limit must be a whole number from 1 to "+strconv.Itoa(maxDeliveriesLimit))
 		}
+		limit = n
+	}
+	if v, ok := query["offset"]; ok && len(v) == 1 {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 0 || n >= webhook.LogSize {
+			f.Add("offset", "invalid", "offset must be a whole number from 0 to "+strconv.Itoa(webhook.LogSize-1))
+		}
+		offset = n
 	}
 	if err := f.Err(); err != nil {
 		a.fail(w, r, err)
@@ -192,13 +188,9 @@ func (a *Admin) deleteWebhook(w http.ResponseWriter, r *http.Request) {
 
 // noQuery refuses any query parameter: the route takes none.
 func noQuery(r *http.Request) error {
-	query, err := problem.DecodeQuery(r.URL.RawQuery)
-	if err != nil {
-		return err
-	}
 	var f problem.Fields
-	for name := range query {
-		f.Add(name, "unknown_parameter", name+" is not a parameter of this list")
+	if _, err := routeQuery(r, &f, "this list"); err != nil {
+		return err
 	}
 	return f.Err()
 }
