@@ -253,17 +253,25 @@ func decodeProblem(err error) *Details {
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
 		return New(http.StatusBadRequest, CodeInvalidRequest, "the request body is not valid JSON")
 	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
-			field = "(body)"
-		}
-		return Invalid([]FieldError{{Field: field, Code: "invalid_type", Message: field + " must be a JSON " + jsonKind(typ.Type.Kind().String())}})
+		return Invalid([]FieldError{TypeError(typ)})
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return Invalid([]FieldError{{Field: name, Code: "unknown_field", Message: name + " is not a known field"}})
 	default:
 		return New(http.StatusBadRequest, CodeInvalidRequest, "the request body could not be read")
 	}
+}
+
+// TypeError is the field error of a JSON value of the wrong type: the
+// field (its dotted path; "(body)" for the whole body), invalid_type, and
+// the JSON type it must be. The field is one the decoder knows, so never
+// a value of the client's.
+func TypeError(typ *json.UnmarshalTypeError) FieldError {
+	field := typ.Field
+	if field == "" {
+		field = "(body)"
+	}
+	return FieldError{Field: field, Code: "invalid_type", Message: field + " must be a JSON " + jsonKind(typ.Type.Kind().String())}
 }
 
 func jsonKind(goKind string) string {

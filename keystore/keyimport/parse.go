@@ -74,6 +74,16 @@ func ParseJSONL(data []byte, service string) ([]keystore.ImportKey, error) {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
+			var typ *json.UnmarshalTypeError
+			if errors.As(err, &typ) && typ.Field != "" {
+				// A known field of the wrong type: named as POST
+				// /webapi/keys names it, under the line (the path
+				// without the embedded struct's Go name).
+				typ.Field = strings.TrimPrefix(typ.Field, "KeyInput.")
+				fe := problem.TypeError(typ)
+				f.Add(where+"."+fe.Field, fe.Code, fe.Message)
+				continue
+			}
 			f.Add(where, "invalid_json", jsonProblem(raw, err))
 			continue
 		}
@@ -112,14 +122,7 @@ func jsonProblem(raw []byte, err error) string {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		field := te.Field
-		if i := strings.LastIndexByte(field, '.'); i >= 0 {
-			field = field[i+1:]
-		}
-		if jsonFieldName.MatchString(field) {
-			return "field " + field + " has the wrong type"
-		}
-		return "a field has the wrong type"
+		return "a line is a JSON object of key fields"
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		if name = strings.Trim(name, `"`); jsonFieldName.MatchString(name) {

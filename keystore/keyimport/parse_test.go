@@ -24,7 +24,8 @@ func TestParseJSONL(t *testing.T) {
 		{"unknown field", `{"service":"share","colour":"red"}`, "lines[1]:invalid_json"},
 		{"two objects", `{"name":"a"} {"name":"b"}`, "lines[1]:invalid_json"},
 		{"empty token", `{"service":"share","token":""}`, "lines[1].token:invalid"},
-		{"token of another type", `{"service":"share","token":12345678901234567}`, "lines[1]:invalid_json"},
+		{"token of another type", `{"service":"share","token":12345678901234567}`, "lines[1].token:invalid_type"},
+		{"planId of another type", `{"service":"share","planId":12345678901234567}`, "lines[1].planId:invalid_type"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
