@@ -236,25 +236,28 @@ func (k *Keys) UpdatePlan(id string, in *PlanInput) (Plan, error) {
 // policies of one name, or two quotas, naming the plan's field.
 func (k *Keys) checkPlanHolders(p *Plan, in *PlanInput) error {
 	var f problem.Fields
-	clash := func(what, name string, limits []traffic.RateLimit, quota *traffic.Quota) {
+	// The holder by name and id: the name for people, the id to find it
+	// by, as names need not be unique.
+	clash := func(what, name, id string, limits []traffic.RateLimit, quota *traffic.Quota) {
+		holder := fmt.Sprintf("%s %q (%s)", what, name, id)
 		for i, l := range p.RateLimits {
 			if in.RateLimits.Set && slices.ContainsFunc(limits, func(o traffic.RateLimit) bool { return o.Name == l.Name }) {
-				f.Add(fmt.Sprintf("rateLimits[%d].name", i), "clashes", what+" "+name+" has a policy named "+l.Name+" of its own")
+				f.Add(fmt.Sprintf("rateLimits[%d].name", i), "clashes", fmt.Sprintf("%s has a policy named %q of its own", holder, l.Name))
 			}
 		}
 		if in.Quota.Set && p.Quota != nil && quota != nil {
-			f.Add("quota", "clashes", what+" "+name+" has a quota of its own")
+			f.Add("quota", "clashes", holder+" has a quota of its own")
 		}
 	}
 	for _, e := range k.entries() {
 		if key := e.snap.Load().key; key.PlanID != nil && *key.PlanID == p.ID {
-			clash("key", key.ID, key.RateLimits, key.Quota)
+			clash("key", key.Name, key.ID, key.RateLimits, key.Quota)
 		}
 	}
 	k.scopeMu.RLock()
 	for _, ce := range k.consumers {
 		if c := ce.snap.Load().consumer; c.PlanID != nil && *c.PlanID == p.ID {
-			clash("consumer", c.ID, c.RateLimits, c.Quota)
+			clash("consumer", c.Name, c.ID, c.RateLimits, c.Quota)
 		}
 	}
 	k.scopeMu.RUnlock()

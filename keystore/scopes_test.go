@@ -134,6 +134,12 @@ func TestScopesStored(t *testing.T) {
 			}
 		}
 
+		// A plan change's clash names the holder by name and id.
+		_, err := e.keys.UpdatePlan(pro.ID, planInput(t, `{"rateLimits":[{"name":"second","limit":9,"windowSeconds":1}]}`))
+		if d := problemtest.Of(t, err); len(d.Errors) != 1 || d.Errors[0].Message != `consumer "ACME Corp" (`+acme.ID+`) has a policy named "second" of its own` {
+			t.Errorf("the clash says %+v", d.Errors)
+		}
+
 		// Nothing of it was stored: a reopen reads what was made above.
 		re := e.reopen(t)
 		plans := map[string]Plan{}
