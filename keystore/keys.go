@@ -534,11 +534,17 @@ func (k *Keys) List(service access.Service) []Key {
 		}
 	}
 	k.mu.RUnlock()
+	// Oldest first; the keys of one import, made at one instant, by name
+	// (billing #1 before billing #2), then by id.
 	sort.Slice(list, func(i, j int) bool {
-		if !list[i].CreationTime.Equal(list[j].CreationTime) {
-			return list[i].CreationTime.Before(list[j].CreationTime)
+		a, b := &list[i], &list[j]
+		switch {
+		case !a.CreationTime.Equal(b.CreationTime):
+			return a.CreationTime.Before(b.CreationTime)
+		case a.Name != b.Name:
+			return a.Name < b.Name
 		}
-		return list[i].ID < list[j].ID
+		return a.ID < b.ID
 	})
 	return list
 }

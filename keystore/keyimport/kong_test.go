@@ -87,10 +87,16 @@ func TestImportKongConsumer(t *testing.T) {
 				c.Quota == nil || *c.Quota != (traffic.Quota{Limit: 12, Period: traffic.QuotaMonth}) {
 				t.Errorf("consumer %+v", c)
 			}
+			var names []string
 			for _, k := range keys.List("") {
+				names = append(names, k.Name)
 				if k.ConsumerID == nil || *k.ConsumerID != c.ID || len(k.RateLimits) != 0 || k.Quota != nil {
 					t.Errorf("key %s: consumer %v, limits %v, quota %v; want the consumer's and none of its own", k.Name, k.ConsumerID, k.RateLimits, k.Quota)
 				}
+			}
+			// Made at one instant, listed by name.
+			if !slices.Equal(names, []string{"acme #1", "acme #2"}) {
+				t.Errorf("the keys listed as %v", names)
 			}
 		}
 
