@@ -31,6 +31,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keygate/keygate/internal/problem"
+	"github.com/keygate/keygate/internal/text"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/keystore/traffic"
 )
@@ -272,7 +273,9 @@ func printObjectOr(c *cobra.Command, v any, line string, rows func() [][2]string
 	}
 	tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
 	for _, r := range rows() {
-		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+		// A description stored before control characters were refused
+		// is shown, not let loose on the terminal.
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], text.EscapeProse(r[1]))
 	}
 	return tw.Flush()
 }

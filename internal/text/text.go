@@ -6,6 +6,7 @@ package text
 import (
 	"fmt"
 	"net/mail"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -65,17 +66,44 @@ func Prose(s string, max int) bool {
 		return false
 	}
 	for i, r := range s {
-		switch {
-		case r == '\t', r == '\n':
-		case r == '\r':
-			if !strings.HasPrefix(s[i+1:], "\n") {
-				return false
-			}
-		case unicode.IsControl(r), '\u202a' <= r && r <= '\u202e', '\u2066' <= r && r <= '\u2069':
+		if !proseRune(s, i, r) {
 			return false
 		}
 	}
 	return true
+}
+
+// proseRune reports whether r, at byte i of s, may stand in Prose.
+func proseRune(s string, i int, r rune) bool {
+	switch {
+	case r == '\t', r == '\n':
+		return true
+	case r == '\r':
+		return strings.HasPrefix(s[i+1:], "\n")
+	case unicode.IsControl(r), '\u202a' <= r && r <= '\u202e', '\u2066' <= r && r <= '\u2069':
+		return false
+	}
+	return true
+}
+
+// EscapeProse is s with each character Prose refuses, and each byte that
+// is not UTF-8, written as its Go escape (\x1b, \r, \u202e): for text
+// stored before the rule held, printed where such a character would act
+// (a terminal).
+func EscapeProse(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case !proseRune(s, i, r):
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // CheckDescription records in f that d breaks the rule of descriptions

@@ -94,3 +94,21 @@ func TestProse(t *testing.T) {
 		})
 	}
 }
+
+func TestEscapeProse(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"plain\n\ttext\r\nand Zoë", "plain\n\ttext\r\nand Zoë"},
+		{"before\x1b[31mRED\x1b]0;title\x07", `before\x1b[31mRED\x1b]0;title\a`},
+		{"shown\roverwritten", `shown\roverwritten`},
+		{"invoice\u202eexe.pdf", `invoice\u202eexe.pdf`},
+		{"bad\xffbyte", `bad\xffbyte`},
+	}
+	for _, tt := range tests {
+		if got := EscapeProse(tt.in); got != tt.want {
+			t.Errorf("EscapeProse(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if got := EscapeProse(tt.in); !Prose(got, len(got)) {
+			t.Errorf("EscapeProse(%q) = %q, which Prose refuses", tt.in, got)
+		}
+	}
+}
