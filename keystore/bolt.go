@@ -38,8 +38,12 @@ type Backend interface {
 	// Key reads key id with its stored usage; nil when there is none.
 	Key(ctx context.Context, id string) (*Record, Usage, error)
 	// Put stores rec; emit, when set, runs in the same transaction (the
-	// events of the change, into the webhook outbox).
-	Put(ctx context.Context, rec *Record, emit func(storage.Tx) error) error
+	// events of the change, into the webhook outbox). clash, when set
+	// and rec names a plan, is called with that plan as the transaction
+	// reads it (nil: gone), locked against a change of the plan until
+	// the write commits; its error refuses the write. So the clash rule
+	// holds where instances share a database, whichever writes first.
+	Put(ctx context.Context, rec *Record, emit func(storage.Tx) error, clash PlanCheck) error
 	// PutMany stores an import's new plans, consumers and keys, all in
 	// one transaction or none; where instances share the database, they
 	// read them again once, not once per key. It refuses a plan name or
@@ -78,10 +82,14 @@ type Backend interface {
 	Plan(ctx context.Context, id string) (*Plan, error)
 	Consumer(ctx context.Context, id string) (*Consumer, error)
 	// PutPlan stores p; ErrPlanNameTaken when another plan has its name.
-	PutPlan(ctx context.Context, p *Plan) error
+	// holders, when set, is called with the keys and consumers that take
+	// p as the transaction reads them, p locked against their writes
+	// until this one commits; its error refuses the write.
+	PutPlan(ctx context.Context, p *Plan, holders HoldersCheck) error
 	// PutConsumer stores c; ErrExternalIDTaken when another consumer has
-	// its externalId, a 400 naming planId when its plan is gone.
-	PutConsumer(ctx context.Context, c *Consumer) error
+	// its externalId, a 400 naming planId when its plan is gone. clash is
+	// as Put's.
+	PutConsumer(ctx context.Context, c *Consumer, clash PlanCheck) error
 	// DeletePlan removes plan id; ErrPlanInUse while a key or consumer
 	// takes it.
 	DeletePlan(ctx context.Context, id string) error
@@ -96,6 +104,9 @@ type Batch struct {
 	Plans     []*Plan
 	Consumers []*Consumer
 	Keys      []*Record
+	// Clash holds, by a consumer's or key's id, the check of its plan,
+	// called as Put calls its clash; an error refuses the whole batch.
+	Clash map[string]PlanCheck
 }
 
 // Watcher is a Backend that other gateway instances write to as well:
@@ -151,12 +162,15 @@ func (b *BoltBackend) Load(_ context.Context, fn func(rec *Record, u Usage) erro
 }
 
 // Put implements Backend. Creates from many clients share commits.
-func (b *BoltBackend) Put(_ context.Context, rec *Record, emit func(storage.Tx) error) error {
+func (b *BoltBackend) Put(_ context.Context, rec *Record, emit func(storage.Tx) error, clash PlanCheck) error {
 	k, v, err := encodeRecord(rec)
 	if err != nil {
 		return err
 	}
 	return b.db.Batch(func(tx *bbolt.Tx) error {
+		if err := checkPlanOf(tx, rec.PlanID, clash); err != nil {
+			return err
+		}
 		if err := putKey(tx, k, v, rec); err != nil {
 			return err
 		}
@@ -184,14 +198,24 @@ func (b *BoltBackend) PutMany(_ context.Context, batch *Batch) error {
 		if err != nil {
 			return err
 		}
-		puts = append(puts, func(tx *bbolt.Tx) error { return putConsumer(tx, k, v, c) })
+		puts = append(puts, func(tx *bbolt.Tx) error {
+			if err := checkPlanOf(tx, c.PlanID, batch.Clash[c.ID]); err != nil {
+				return err
+			}
+			return putConsumer(tx, k, v, c)
+		})
 	}
 	for _, rec := range batch.Keys {
 		k, v, err := encodeRecord(rec)
 		if err != nil {
 			return err
 		}
-		puts = append(puts, func(tx *bbolt.Tx) error { return putKey(tx, k, v, rec) })
+		puts = append(puts, func(tx *bbolt.Tx) error {
+			if err := checkPlanOf(tx, rec.PlanID, batch.Clash[rec.ID]); err != nil {
+				return err
+			}
+			return putKey(tx, k, v, rec)
+		})
 	}
 	return b.db.Update(func(tx *bbolt.Tx) error {
 		for _, put := range puts {

@@ -143,12 +143,67 @@ func (b *BoltBackend) get(bucket []byte, id string, fn func([]byte) error) error
 }
 
 // PutPlan implements Backend.
-func (b *BoltBackend) PutPlan(_ context.Context, p *Plan) error {
+func (b *BoltBackend) PutPlan(_ context.Context, p *Plan, holders HoldersCheck) error {
 	k, v, err := encodeScope(p.ID, p)
 	if err != nil {
 		return err
 	}
-	return b.db.Update(func(tx *bbolt.Tx) error { return putPlan(tx, k, v, p) })
+	return b.db.Update(func(tx *bbolt.Tx) error {
+		if holders != nil {
+			hs, err := holdersOf(tx, k)
+			if err != nil {
+				return err
+			}
+			if err := holders(hs); err != nil {
+				return err
+			}
+		}
+		return putPlan(tx, k, v, p)
+	})
+}
+
+// holdersOf reads the keys and consumers that take plan k, by the index
+// their writes keep.
+func holdersOf(tx *bbolt.Tx, k []byte) ([]Holder, error) {
+	var out []Holder
+	c := tx.Bucket(bucketScopeHolders).Cursor()
+	for ik, _ := c.Seek(k); ik != nil && bytes.HasPrefix(ik, k); ik, _ = c.Next() {
+		id := ik[len(k):]
+		kind, v := "consumer", tx.Bucket(bucketConsumers).Get(id)
+		if v == nil {
+			kind, v = "key", tx.Bucket(bucketKeys).Get(id)
+		}
+		if v == nil {
+			continue
+		}
+		h, err := holderOf(kind, v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// checkPlanOf calls clash, when set, with the plan ref names as tx reads
+// it (nil: none or gone).
+func checkPlanOf(tx *bbolt.Tx, ref *string, clash PlanCheck) error {
+	if clash == nil || ref == nil {
+		return nil
+	}
+	k, err := idBytes(*ref)
+	if err != nil {
+		return nil // the reference's own check refuses it
+	}
+	v := tx.Bucket(bucketPlans).Get(k)
+	if v == nil {
+		return nil
+	}
+	p := new(Plan)
+	if err := json.Unmarshal(v, p); err != nil {
+		return err
+	}
+	return clash(p)
 }
 
 // encodeScope is a plan or consumer as stored: its id's 16 bytes and its
@@ -208,12 +263,17 @@ func (b *BoltBackend) DeletePlan(_ context.Context, id string) error {
 }
 
 // PutConsumer implements Backend.
-func (b *BoltBackend) PutConsumer(_ context.Context, c *Consumer) error {
+func (b *BoltBackend) PutConsumer(_ context.Context, c *Consumer, clash PlanCheck) error {
 	k, v, err := encodeScope(c.ID, c)
 	if err != nil {
 		return err
 	}
-	return b.db.Update(func(tx *bbolt.Tx) error { return putConsumer(tx, k, v, c) })
+	return b.db.Update(func(tx *bbolt.Tx) error {
+		if err := checkPlanOf(tx, c.PlanID, clash); err != nil {
+			return err
+		}
+		return putConsumer(tx, k, v, c)
+	})
 }
 
 // putConsumer stores consumer k's record v and its plan's index entry,

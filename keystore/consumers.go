@@ -194,7 +194,7 @@ func (k *Keys) CreatePlan(in *PlanInput) (Plan, error) {
 	now := k.now().UTC().Truncate(time.Millisecond)
 	p.ID = uuid.NewString()
 	p.CreationTime, p.LastModificationTime = now, now
-	if err := k.backend.PutPlan(context.Background(), &p); err != nil {
+	if err := k.backend.PutPlan(context.Background(), &p, nil); err != nil {
 		return Plan{}, err
 	}
 	k.scopeMu.Lock()
@@ -217,11 +217,8 @@ func (k *Keys) UpdatePlan(id string, in *PlanInput) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	if err := k.checkPlanHolders(&p, in); err != nil {
-		return Plan{}, err
-	}
 	p.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
-	if err := k.backend.PutPlan(context.Background(), &p); err != nil {
+	if err := k.backend.PutPlan(context.Background(), &p, planHoldersClash(&p, in)); err != nil {
 		return Plan{}, err
 	}
 	k.scopeMu.Lock()
@@ -232,35 +229,32 @@ func (k *Keys) UpdatePlan(id string, in *PlanInput) (Plan, error) {
 	return planView(&p), nil
 }
 
-// checkPlanHolders refuses a plan change that would give a holder two
-// policies of one name, or two quotas, naming the plan's field.
-func (k *Keys) checkPlanHolders(p *Plan, in *PlanInput) error {
-	var f problem.Fields
-	// The holder by name and id: the name for people, the id to find it
-	// by, as names need not be unique.
-	clash := func(what, name, id string, limits []traffic.RateLimit, quota *traffic.Quota) {
-		holder := fmt.Sprintf("%s %q (%s)", what, name, id)
-		for i, l := range p.RateLimits {
-			if in.RateLimits.Set && slices.ContainsFunc(limits, func(o traffic.RateLimit) bool { return o.Name == l.Name }) {
-				f.Add(fmt.Sprintf("rateLimits[%d].name", i), "clashes", fmt.Sprintf("%s has a policy named %q of its own", holder, l.Name))
+// planHoldersClash refuses a plan change that would give a holder, as the
+// write's transaction reads the holders, two policies of one name, or two
+// quotas, naming the plan's field.
+func planHoldersClash(p *Plan, in *PlanInput) HoldersCheck {
+	return func(holders []Holder) error {
+		var f problem.Fields
+		for _, h := range holders {
+			// The holder by name and id: the name for people, the id
+			// to find it by, as names need not be unique.
+			holder := fmt.Sprintf("%s %q (%s)", h.Kind, h.Name, h.ID)
+			for i, l := range p.RateLimits {
+				if in.RateLimits.Set && slices.ContainsFunc(h.RateLimits, func(o traffic.RateLimit) bool { return o.Name == l.Name }) {
+					f.Add(fmt.Sprintf("rateLimits[%d].name", i), "clashes", fmt.Sprintf("%s has a policy named %q of its own", holder, l.Name))
+				}
+			}
+			if in.Quota.Set && p.Quota != nil && h.Quota != nil {
+				f.Add("quota", "clashes", holder+" has a quota of its own")
 			}
 		}
-		if in.Quota.Set && p.Quota != nil && quota != nil {
-			f.Add("quota", "clashes", holder+" has a quota of its own")
-		}
+		return conflictOf(&f)
 	}
-	for _, e := range k.entries() {
-		if key := e.snap.Load().key; key.PlanID != nil && *key.PlanID == p.ID {
-			clash("key", key.Name, key.ID, key.RateLimits, key.Quota)
-		}
-	}
-	k.scopeMu.RLock()
-	for _, ce := range k.consumers {
-		if c := ce.snap.Load().consumer; c.PlanID != nil && *c.PlanID == p.ID {
-			clash("consumer", c.Name, c.ID, c.RateLimits, c.Quota)
-		}
-	}
-	k.scopeMu.RUnlock()
+}
+
+// conflictOf is f's field errors as the 409 of a plan change that
+// would break the clash rule; nil without any.
+func conflictOf(f *problem.Fields) error {
 	if len(f.List()) > 0 {
 		d := problem.New(http.StatusConflict, problem.CodeConflict, "the change would give a holder of the plan two policies of one name, or two quotas")
 		d.Errors = f.List()
@@ -333,13 +327,13 @@ func (k *Keys) CreateConsumer(in *ConsumerInput) (Consumer, error) {
 	}
 	k.writeMu.Lock()
 	defer k.writeMu.Unlock()
-	if err := k.checkConsumer(&c, in); err != nil {
+	if err := k.checkConsumer(&c); err != nil {
 		return Consumer{}, err
 	}
 	now := k.now().UTC().Truncate(time.Millisecond)
 	c.ID = uuid.NewString()
 	c.CreationTime, c.LastModificationTime = now, now
-	if err := k.backend.PutConsumer(context.Background(), &c); err != nil {
+	if err := k.backend.PutConsumer(context.Background(), &c, holderClash(c.RateLimits, c.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
 		return Consumer{}, err
 	}
 	k.scopeMu.Lock()
@@ -361,11 +355,11 @@ func (k *Keys) UpdateConsumer(id string, in *ConsumerInput) (Consumer, error) {
 	if err != nil {
 		return Consumer{}, err
 	}
-	if err := k.checkConsumer(&c, in); err != nil {
+	if err := k.checkConsumer(&c); err != nil {
 		return Consumer{}, err
 	}
 	c.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
-	if err := k.backend.PutConsumer(context.Background(), &c); err != nil {
+	if err := k.backend.PutConsumer(context.Background(), &c, holderClash(c.RateLimits, c.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
 		return Consumer{}, err
 	}
 	k.scopeMu.Lock()
@@ -375,19 +369,13 @@ func (k *Keys) UpdateConsumer(id string, in *ConsumerInput) (Consumer, error) {
 	return k.consumerView(ce, -1), nil
 }
 
-// checkConsumer checks c's plan: that it exists, and that it names none
-// of c's policies.
-func (k *Keys) checkConsumer(c *Consumer, in *ConsumerInput) error {
-	if c.PlanID == nil {
-		return nil
-	}
-	p := k.plan(*c.PlanID)
-	if p == nil {
+// checkConsumer checks that c's plan exists. That it names none of c's
+// policies the write checks, in its transaction (holderClash).
+func (k *Keys) checkConsumer(c *Consumer) error {
+	if c.PlanID != nil && k.plan(*c.PlanID) == nil {
 		return unknownRef("planId", "plan")
 	}
-	var f problem.Fields
-	checkClash(&f, c.RateLimits, c.Quota, p, in.RateLimits.Set, in.Quota.Set)
-	return f.Err()
+	return nil
 }
 
 // DeleteConsumer removes consumer id, unless it holds keys (409).
@@ -487,19 +475,16 @@ func (k *Keys) ConsumerUsageOver(id string, from, to time.Time, byDay bool) (Usa
 	return s, err
 }
 
-// checkKeyScopes checks the consumerId and planId of key: that each
-// names one, and that the plan names none of the key's own policies.
-func (k *Keys) checkKeyScopes(key *Key, in *KeyInput) error {
+// checkKeyScopes checks that the consumerId and planId of key each name
+// one. That the plan names none of the key's own policies the write
+// checks, in its transaction (holderClash).
+func (k *Keys) checkKeyScopes(key *Key) error {
 	var f problem.Fields
 	if key.ConsumerID != nil && k.consumer(*key.ConsumerID) == nil {
 		f.Add("consumerId", "unknown", "no consumer has this id")
 	}
-	if key.PlanID != nil {
-		if p := k.plan(*key.PlanID); p == nil {
-			f.Add("planId", "unknown", "no plan has this id")
-		} else {
-			checkClash(&f, key.RateLimits, key.Quota, p, in.RateLimits.Set, in.Quota.Set)
-		}
+	if key.PlanID != nil && k.plan(*key.PlanID) == nil {
+		f.Add("planId", "unknown", "no plan has this id")
 	}
 	return f.Err()
 }

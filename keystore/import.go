@@ -209,6 +209,18 @@ func addProblems(f *problem.Fields, where string, err error) error {
 	return nil
 }
 
+// lineClash is check with the fields of its problem under where (the
+// holder's line), as the import names every problem.
+func lineClash(where string, check PlanCheck) PlanCheck {
+	return func(p *Plan) error {
+		var f problem.Fields
+		if err := addProblems(&f, where, check(p)); err != nil {
+			return err
+		}
+		return f.Err()
+	}
+}
+
 // Import checks set and, unless dryRun, stores it all at once: its plans,
 // its consumers, its keys. Anything with a problem makes the whole
 // import a 400 that lists every problem as lines[N].field, after the
@@ -248,7 +260,11 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 	if err != nil {
 		return ImportReport{}, err
 	}
-	consumers, newConsumers, err := k.importConsumers(&f, set.Consumers, plans, now, &report)
+	// Each new consumer's and key's check of its plan, run again by the
+	// backend in the write's transaction (another instance may change
+	// the plan meanwhile).
+	clash := map[string]PlanCheck{}
+	consumers, newConsumers, err := k.importConsumers(&f, set.Consumers, plans, now, &report, clash)
 	if err != nil {
 		return ImportReport{}, err
 	}
@@ -283,9 +299,15 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 				key.ConsumerID = &c.ID
 				report.Consumers[in.Consumer-1].Keys++
 			}
-		} else if err := addProblems(&f, where, k.checkKeyScopes(&key, &in.Input)); err != nil {
-			k.mu.RUnlock()
-			return ImportReport{}, err
+		} else {
+			err := k.checkKeyScopes(&key)
+			if err == nil && key.PlanID != nil {
+				err = holderClash(key.RateLimits, key.Quota, in.Input.RateLimits.Set, in.Input.Quota.Set)(k.plan(*key.PlanID))
+			}
+			if err := addProblems(&f, where, err); err != nil {
+				k.mu.RUnlock()
+				return ImportReport{}, err
+			}
 		}
 		tok := in.Token
 		switch {
@@ -311,6 +333,9 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 		key.ID = uuid.NewString()
 		key.CreationTime, key.LastModificationTime = now, now
 		key.TokenPrefix = tokenPrefixOf(tok)
+		if key.PlanID != nil {
+			clash[key.ID] = lineClash(where, holderClash(key.RateLimits, key.Quota, in.Input.RateLimits.Set, in.Input.Quota.Set))
+		}
 		recs = append(recs, &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID))})
 		tokens = append(tokens, in.Token)
 		lines = append(lines, in.Line)
@@ -331,7 +356,7 @@ func (k *Keys) Import(set ImportSet, dryRun bool, prior error) (ImportReport, er
 	if dryRun {
 		return report, nil
 	}
-	if err := k.backend.PutMany(context.Background(), &Batch{Plans: newPlans, Consumers: newConsumers, Keys: recs}); err != nil {
+	if err := k.backend.PutMany(context.Background(), &Batch{Plans: newPlans, Consumers: newConsumers, Keys: recs, Clash: clash}); err != nil {
 		return ImportReport{}, err
 	}
 	// Plans before the consumers that take them, consumers before the
@@ -411,7 +436,7 @@ func (k *Keys) importPlans(f *problem.Fields, in []ImportPlan, now time.Time, re
 // plan are the import's; with others it is a problem, never changed.
 // It returns each consumer (nil for one with a problem) and the new
 // ones, and adds each to the report, in order.
-func (k *Keys) importConsumers(f *problem.Fields, in []ImportConsumer, plans []*Plan, now time.Time, report *ImportReport) (consumers []*Consumer, fresh []*Consumer, err error) {
+func (k *Keys) importConsumers(f *problem.Fields, in []ImportConsumer, plans []*Plan, now time.Time, report *ImportReport, clash map[string]PlanCheck) (consumers []*Consumer, fresh []*Consumer, err error) {
 	consumers = make([]*Consumer, len(in))
 	byExternal := map[string]int{}
 	k.scopeMu.RLock()
@@ -438,9 +463,7 @@ func (k *Keys) importConsumers(f *problem.Fields, in []ImportConsumer, plans []*
 			c.PlanID = &plan.ID
 			// Never stored: the holder of a plan counts its policies and
 			// the plan's under one name each.
-			var clash problem.Fields
-			checkClash(&clash, c.RateLimits, c.Quota, plan, true, true)
-			if err := addProblems(f, where, clash.Err()); err != nil {
+			if err := addProblems(f, where, holderClash(c.RateLimits, c.Quota, true, true)(plan)); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -470,6 +493,9 @@ func (k *Keys) importConsumers(f *problem.Fields, in []ImportConsumer, plans []*
 		c.CreationTime, c.LastModificationTime = now, now
 		consumers[i] = &c
 		fresh = append(fresh, &c)
+		if c.PlanID != nil {
+			clash[c.ID] = lineClash(where, holderClash(c.RateLimits, c.Quota, true, true))
+		}
 		rep.ID, rep.Name, rep.ExternalID, rep.PlanID = c.ID, c.Name, cloneID(c.ExternalID), cloneID(c.PlanID)
 		countHolder(report, plan)
 	}

@@ -332,7 +332,7 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	if err != nil {
 		return Key{}, err
 	}
-	if err := k.checkKeyScopes(&key, in); err != nil {
+	if err := k.checkKeyScopes(&key); err != nil {
 		return Key{}, err
 	}
 	now := k.now().UTC().Truncate(time.Millisecond)
@@ -342,7 +342,7 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	key.TokenPrefix = tokenPrefixOf(tok)
 	h := token.HashOf(tok)
 	rec := &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID))}
-	if err := k.backend.Put(context.Background(), rec, nil); err != nil {
+	if err := k.backend.Put(context.Background(), rec, nil, holderClash(key.RateLimits, key.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
 		return Key{}, err
 	}
 	e := k.newEntry(rec, Usage{})
@@ -374,7 +374,7 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 	if err != nil {
 		return Key{}, err
 	}
-	if err := k.checkKeyScopes(&key, in); err != nil {
+	if err := k.checkKeyScopes(&key); err != nil {
 		return Key{}, err
 	}
 	key.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
@@ -382,7 +382,7 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 	if old.hasPrev {
 		rec.PreviousTokenHash = old.prevHash[:]
 	}
-	if err := k.backend.Put(context.Background(), rec, k.emitFor(&old.key, &key, key.LastModificationTime)); err != nil {
+	if err := k.backend.Put(context.Background(), rec, k.emitFor(&old.key, &key, key.LastModificationTime), holderClash(key.RateLimits, key.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
 		return Key{}, err
 	}
 	e.setSnap(k.compile(rec))
@@ -465,7 +465,7 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 	// unknown.
 	until := now.Add(grace)
 	rec.PreviousTokenExpiry, rec.PreviousTokenHash = &until, old.hash[:]
-	if err := k.backend.Put(context.Background(), rec, k.emitKey(events.KeyRolled, &rec.Key, now)); err != nil {
+	if err := k.backend.Put(context.Background(), rec, k.emitKey(events.KeyRolled, &rec.Key, now), nil); err != nil {
 		return Key{}, err
 	}
 	next := k.compile(rec)

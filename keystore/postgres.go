@@ -100,7 +100,7 @@ func (b *PostgresBackend) Key(ctx context.Context, id string) (rec *Record, u Us
 }
 
 // Put implements Backend.
-func (b *PostgresBackend) Put(ctx context.Context, rec *Record, emit func(storage.Tx) error) error {
+func (b *PostgresBackend) Put(ctx context.Context, rec *Record, emit func(storage.Tx) error, clash PlanCheck) error {
 	id, v, err := encodeRecord(rec)
 	if err != nil {
 		return err
@@ -110,6 +110,9 @@ func (b *PostgresBackend) Put(ctx context.Context, rec *Record, emit func(storag
 		return err
 	}
 	return scopeError(b.db.Batch(ctx, func(tx storage.Tx) error {
+		if err := checkPlanOfTx(ctx, tx, rec.PlanID, clash); err != nil {
+			return err
+		}
 		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (id) DO UPDATE SET service = excluded.service, token_hash = excluded.token_hash,
 				record = excluded.record, consumer_id = excluded.consumer_id, plan_id = excluded.plan_id, updated_at = now()`,
@@ -197,6 +200,9 @@ func (b *PostgresBackend) PutMany(ctx context.Context, batch *Batch) error {
 		}
 		if taken {
 			return ErrTokenTaken
+		}
+		if err := checkBatchPlans(ctx, tx, batch); err != nil {
+			return err
 		}
 		q := &pgx.Batch{}
 		if len(planRows.ids) > 0 {

@@ -117,7 +117,7 @@ func (b *PostgresBackend) getRecord(ctx context.Context, query, id string, fn fu
 }
 
 // PutPlan implements Backend.
-func (b *PostgresBackend) PutPlan(ctx context.Context, p *Plan) error {
+func (b *PostgresBackend) PutPlan(ctx context.Context, p *Plan, holders HoldersCheck) error {
 	k, err := idBytes(p.ID)
 	if err != nil {
 		return err
@@ -127,6 +127,21 @@ func (b *PostgresBackend) PutPlan(ctx context.Context, p *Plan) error {
 		return err
 	}
 	return scopeError(b.db.Update(ctx, func(tx storage.Tx) error {
+		if holders != nil {
+			// The plan locked first: a holder's write that has read it
+			// commits before the holders are read here, and one that
+			// has not reads it only once this write commits.
+			if _, err := pgdb.Of(tx).Exec(ctx, "SELECT 1 FROM plans WHERE id = $1 FOR UPDATE", k); err != nil {
+				return err
+			}
+			hs, err := holdersOfTx(ctx, tx, k)
+			if err != nil {
+				return err
+			}
+			if err := holders(hs); err != nil {
+				return err
+			}
+		}
 		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO plans (id, name, record) VALUES ($1, $2, $3)
 			ON CONFLICT (id) DO UPDATE SET name = excluded.name, record = excluded.record, updated_at = now()`, k, p.Name, v)
 		if err != nil {
@@ -141,8 +156,103 @@ func (b *PostgresBackend) DeletePlan(ctx context.Context, id string) error {
 	return b.deleteScope(ctx, "plans", planTopic, id, ErrPlanNotFound, ErrPlanInUse)
 }
 
+// holdersOfTx reads the keys and consumers that take plan k.
+func holdersOfTx(ctx context.Context, tx storage.Tx, k []byte) ([]Holder, error) {
+	rows, err := pgdb.Of(tx).Query(ctx, `SELECT 'key', record FROM keys WHERE plan_id = $1
+		UNION ALL SELECT 'consumer', record FROM consumers WHERE plan_id = $1`, k)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Holder
+	for rows.Next() {
+		var kind string
+		var raw []byte
+		if err := rows.Scan(&kind, &raw); err != nil {
+			return nil, err
+		}
+		h, err := holderOf(kind, raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// checkPlanOfTx calls clash, when set, with the plan ref names as tx
+// reads it (nil: none or gone), locked by lockPlan.
+func checkPlanOfTx(ctx context.Context, tx storage.Tx, ref *string, clash PlanCheck) error {
+	if clash == nil || ref == nil {
+		return nil
+	}
+	p, err := lockPlan(ctx, tx, *ref)
+	if err != nil || p == nil {
+		return err
+	}
+	return clash(p)
+}
+
+// lockPlan reads plan id (nil: gone, or no plan's id) locked FOR SHARE
+// until tx ends: a write of the plan, which locks it first, waits for
+// this transaction, or this one reads the plan as that write left it.
+func lockPlan(ctx context.Context, tx storage.Tx, id string) (*Plan, error) {
+	k, err := idBytes(id)
+	if err != nil {
+		return nil, nil // the reference's own check refuses it
+	}
+	var raw []byte
+	err = pgdb.Of(tx).QueryRow(ctx, "SELECT record FROM plans WHERE id = $1 FOR SHARE", k).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := new(Plan)
+	if err := json.Unmarshal(raw, p); err != nil {
+		return nil, fmt.Errorf("a stored plan does not decode: %w", err)
+	}
+	return p, nil
+}
+
+// checkBatchPlans runs batch's clash checks, each with its holder's plan
+// read once by lockPlan; a plan of the batch itself is not stored yet,
+// and the import checked its holders against it.
+func checkBatchPlans(ctx context.Context, tx storage.Tx, batch *Batch) error {
+	read := map[string]*Plan{}
+	check := func(ref *string, clash PlanCheck) error {
+		if ref == nil || clash == nil {
+			return nil
+		}
+		p, ok := read[*ref]
+		if !ok {
+			var err error
+			if p, err = lockPlan(ctx, tx, *ref); err != nil {
+				return err
+			}
+			read[*ref] = p
+		}
+		if p == nil {
+			return nil
+		}
+		return clash(p)
+	}
+	for _, c := range batch.Consumers {
+		if err := check(c.PlanID, batch.Clash[c.ID]); err != nil {
+			return err
+		}
+	}
+	for _, rec := range batch.Keys {
+		if err := check(rec.PlanID, batch.Clash[rec.ID]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // PutConsumer implements Backend.
-func (b *PostgresBackend) PutConsumer(ctx context.Context, c *Consumer) error {
+func (b *PostgresBackend) PutConsumer(ctx context.Context, c *Consumer, clash PlanCheck) error {
 	k, err := idBytes(c.ID)
 	if err != nil {
 		return err
@@ -156,6 +266,9 @@ func (b *PostgresBackend) PutConsumer(ctx context.Context, c *Consumer) error {
 		return unknownRef("planId", "plan")
 	}
 	return scopeError(b.db.Update(ctx, func(tx storage.Tx) error {
+		if err := checkPlanOfTx(ctx, tx, c.PlanID, clash); err != nil {
+			return err
+		}
 		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO consumers (id, external_id, plan_id, record) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (id) DO UPDATE SET external_id = excluded.external_id, plan_id = excluded.plan_id,
 				record = excluded.record, updated_at = now()`, k, c.ExternalID, plan, v)

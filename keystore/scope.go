@@ -169,6 +169,44 @@ func checkScopeDescription(f *problem.Fields, in patch.Field[string], d *string)
 	}
 }
 
+// PlanCheck checks a key or consumer against its plan as a write's
+// transaction reads it (nil: the plan is gone): the clash rule.
+type PlanCheck func(p *Plan) error
+
+// HoldersCheck checks a plan against the keys and consumers that take it,
+// as a write's transaction reads them: the clash rule.
+type HoldersCheck func(holders []Holder) error
+
+// Holder is a key or consumer as the clash rule reads it: its own
+// policies, and who it is, for the message.
+type Holder struct {
+	Kind       string              `json:"-"` // "key" or "consumer"
+	ID         string              `json:"id"`
+	Name       string              `json:"name"`
+	RateLimits []traffic.RateLimit `json:"rateLimits"`
+	Quota      *traffic.Quota      `json:"quota"`
+}
+
+// holderOf decodes the stored record of a key or consumer (kind) as a
+// Holder: both hold these fields under these names.
+func holderOf(kind string, record []byte) (Holder, error) {
+	h := Holder{Kind: kind}
+	if err := json.Unmarshal(record, &h); err != nil {
+		return Holder{}, fmt.Errorf("a stored %s does not decode: %w", kind, err)
+	}
+	return h, nil
+}
+
+// holderClash is the PlanCheck of a key's or consumer's write: its own
+// policies against its plan's, fields named as checkClash names them.
+func holderClash(limits []traffic.RateLimit, quota *traffic.Quota, ownSent, quotaSent bool) PlanCheck {
+	return func(p *Plan) error {
+		var f problem.Fields
+		checkClash(&f, limits, quota, p, ownSent, quotaSent)
+		return f.Err()
+	}
+}
+
 // checkClash names, in f, each policy of own (the holder's rateLimits and
 // quota) that plan p carries too: the two would be counted as one name
 // in the headers and violatedPolicies. ownSent tells whether the holder's

@@ -1,13 +1,18 @@
 package keystore
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/keygate/keygate/internal/events"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/storage"
@@ -180,6 +185,153 @@ func TestScopesStored(t *testing.T) {
 		re = e.reopen(t)
 		if len(re.ListPlans()) != 1 || len(re.ListConsumers()) != 1 {
 			t.Errorf("after deletes: %d plans, %d consumers", len(re.ListPlans()), len(re.ListConsumers()))
+		}
+	})
+}
+
+// TestClashAcrossInstances: the clash rule holds between instances that
+// share the database, whatever each has heard of the other's writes: an
+// instance that has not yet read a plan's change (or a holder's) is
+// refused by the write's own transaction, and nothing is stored.
+func TestClashAcrossInstances(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		p := mustPlan(t, e.keys, `{"name":"x0"}`)
+		c := mustConsumer(t, e.keys, `{"name":"xc0","planId":"`+p.ID+`"}`)
+		k := mustCreate(t, e.keys, `{`+validContracts+`,"rateLimits":[{"name":"m","limit":7,"windowSeconds":60}]}`)
+		p2 := mustPlan(t, e.keys, `{"name":"x2"}`)
+		c2 := mustConsumer(t, e.keys, `{"name":"xc2","planId":"`+p2.ID+`"}`)
+		// The other instance reads all of it once, and then no more.
+		other := e.reopen(t)
+
+		if _, err := e.keys.UpdatePlan(p.ID, planInput(t, `{"rateLimits":[{"name":"m","limit":5,"windowSeconds":60}]}`)); err != nil {
+			t.Fatal(err)
+		}
+		// Its view of the plan is without "m".
+		_, err := other.UpdateConsumer(c.ID, consumerInput(t, `{"rateLimits":[{"name":"m","limit":7,"windowSeconds":60}]}`))
+		if status, fields := problemOf(t, err); status != 400 || !slices.Equal(fields, []string{"rateLimits[0].name:clashes"}) {
+			t.Errorf("a consumer's policy the plan names meanwhile: %d %v", status, fields)
+		}
+		_, err = other.Update(k.ID, input(t, `{"planId":"`+p.ID+`"}`))
+		if status, fields := problemOf(t, err); status != 400 || !slices.Equal(fields, []string{"planId:clashes"}) {
+			t.Errorf("a key taking the plan that names its policy meanwhile: %d %v", status, fields)
+		}
+
+		// An import of a key that takes the plan, with a policy of its
+		// own that the plan names meanwhile (an import reads the plans
+		// again first; its write checks them once more).
+		line := ImportKey{Line: 1, Input: *input(t, `{`+validContracts+`,"planId":"`+p.ID+`","rateLimits":[{"name":"m","limit":7,"windowSeconds":60}]}`)}
+		_, err = other.Import(ImportSet{Keys: []ImportKey{line}}, false, nil)
+		if status, fields := problemOf(t, err); status != 400 || !slices.Equal(fields, []string{"lines[1].rateLimits[0].name:clashes"}) {
+			t.Errorf("an imported key taking the plan that names its policy meanwhile: %d %v", status, fields)
+		}
+
+		// The other way round: a holder's quota, then its plan's.
+		if _, err := other.UpdateConsumer(c2.ID, consumerInput(t, `{"quota":{"limit":20,"period":"day"}}`)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.keys.UpdatePlan(p2.ID, planInput(t, `{"quota":{"limit":10,"period":"day"}}`))
+		if status, fields := problemOf(t, err); status != 409 || !slices.Equal(fields, []string{"quota:clashes"}) {
+			t.Errorf("a plan's quota beside a holder's, written meanwhile: %d %v", status, fields)
+		}
+
+		// At once: of a plan's change and a holder's that together would
+		// clash, one is refused, every time.
+		for round := range 20 {
+			pr := mustPlan(t, e.keys, fmt.Sprintf(`{"name":"race%d"}`, round))
+			cr := mustConsumer(t, e.keys, `{"name":"racer","planId":"`+pr.ID+`"}`)
+			if err := other.Resync(); err != nil {
+				t.Fatal(err)
+			}
+			errs := make(chan error, 2)
+			go func() {
+				_, err := e.keys.UpdatePlan(pr.ID, planInput(t, `{"rateLimits":[{"name":"m","limit":5,"windowSeconds":60}]}`))
+				errs <- err
+			}()
+			go func() {
+				_, err := other.UpdateConsumer(cr.ID, consumerInput(t, `{"rateLimits":[{"name":"m","limit":7,"windowSeconds":60}]}`))
+				errs <- err
+			}()
+			if e1, e2 := <-errs, <-errs; e1 == nil && e2 == nil {
+				t.Fatalf("round %d: the plan and its consumer both took a policy m", round)
+			}
+		}
+
+		re := e.reopen(t)
+		if n := len(re.List("")); n != 1 {
+			t.Errorf("%d keys stored, want the one made before", n)
+		}
+		if got, _ := re.GetConsumer(c.ID); len(got.RateLimits) != 0 {
+			t.Errorf("the refused consumer change was stored: %+v", got.RateLimits)
+		}
+		if got, _ := re.Get(k.ID); got.PlanID != nil {
+			t.Errorf("the refused plan was stored on the key: %v", *got.PlanID)
+		}
+		if got, _ := re.GetPlan(p2.ID); got.Quota != nil {
+			t.Errorf("the refused quota was stored on the plan: %+v", got.Quota)
+		}
+	})
+}
+
+// TestBackendChecksPlans: each backend calls a write's plan check with
+// the plan as its transaction reads it, and a check's error stores
+// nothing: a key's, a consumer's, an import's, and a plan's own check of
+// its holders.
+func TestBackendChecksPlans(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		p := mustPlan(t, e.keys, `{"name":"checked","rateLimits":[{"name":"m","limit":5,"windowSeconds":60}]}`)
+		holder := mustConsumer(t, e.keys, `{"name":"holder","planId":"`+p.ID+`"}`)
+		refused := errors.New("refused by the check")
+		var saw []string
+		check := func(got *Plan) error {
+			saw = append(saw, got.Name)
+			return refused
+		}
+		ctx := context.Background()
+
+		k := mustCreate(t, e.keys, `{`+validContracts+`}`)
+		stored, _, err := e.backend.Key(ctx, k.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored.PlanID = &p.ID
+		if err := e.backend.Put(ctx, stored, nil, check); err != refused {
+			t.Errorf("Put: %v", err)
+		}
+		c := Consumer{ID: uuid.NewString(), Name: "new", PlanID: &p.ID}
+		if err := e.backend.PutConsumer(ctx, &c, check); err != refused {
+			t.Errorf("PutConsumer: %v", err)
+		}
+		fresh := *stored
+		fresh.ID, fresh.TokenHash = uuid.NewString(), bytes.Repeat([]byte{7}, 32)
+		if err := e.backend.PutMany(ctx, &Batch{Keys: []*Record{&fresh}, Clash: map[string]PlanCheck{fresh.ID: check}}); err != refused {
+			t.Errorf("PutMany: %v", err)
+		}
+		// A check may run more than once (bbolt's Batch runs a failed
+		// write again alone); each saw the stored plan.
+		if len(saw) < 3 || slices.ContainsFunc(saw, func(n string) bool { return n != "checked" }) {
+			t.Errorf("the checks saw the plans %v", saw)
+		}
+		var holders []Holder
+		changed := p
+		changed.Description = "changed"
+		if err := e.backend.PutPlan(ctx, &changed, func(hs []Holder) error { holders = hs; return refused }); err != refused {
+			t.Errorf("PutPlan: %v", err)
+		}
+		if len(holders) != 1 || holders[0].Kind != "consumer" || holders[0].ID != holder.ID || holders[0].Name != "holder" {
+			t.Errorf("the plan's check saw the holders %+v", holders)
+		}
+
+		re := e.reopen(t)
+		if got, _ := re.Get(k.ID); got.PlanID != nil {
+			t.Errorf("a refused Put stored the key's plan")
+		}
+		if len(re.ListConsumers()) != 1 || len(re.List("")) != 1 {
+			t.Errorf("refused writes stored %d consumers and %d keys", len(re.ListConsumers()), len(re.List("")))
+		}
+		if got, _ := re.GetPlan(p.ID); got.Description != "" {
+			t.Errorf("a refused PutPlan stored %q", got.Description)
 		}
 	})
 }
