@@ -316,19 +316,42 @@ func rateLimitsText(list []traffic.RateLimit) string {
 
 // quotaText is a quota as --quota takes it, with what is used of it and
 // when it resets where the gateway says (a key's and a consumer's: of
-// the quota of its own, or else of its plan's).
-func quotaText(q *traffic.Quota, used *int64, resets *time.Time) string {
+// their own quota, or of plan's, the quota of their plan, when they have
+// none of their own).
+func quotaText(q, plan *traffic.Quota, used *int64, resets *time.Time) string {
 	s := "-"
-	if q != nil {
+	switch {
+	case q != nil:
 		s = fmt.Sprintf("%d/%s", q.Limit, q.Period)
+	case plan != nil:
+		s = fmt.Sprintf("the plan's %d/%s", plan.Limit, plan.Period)
 	}
 	if used != nil && resets != nil {
-		if q == nil {
-			s = "the plan's"
-		}
 		s += fmt.Sprintf(", %d used, resets %s", *used, resets.Format(time.RFC3339))
 	}
 	return s
+}
+
+// planRef is a key's or consumer's plan: its id with its name and
+// limits, the id alone when the gateway has none by it, "-" for nil; and
+// the plan, nil when unknown.
+func planRef(c *cobra.Command, id *string) (string, *keystore.Plan) {
+	if id == nil {
+		return "-", nil
+	}
+	var p keystore.Plan
+	if adminCall(c, http.MethodGet, "/webapi/plans/"+url.PathEscape(*id), nil, &p) != nil || p.Name == "" {
+		return *id, nil
+	}
+	return fmt.Sprintf("%s (%s: %s, quota %s)", *id, p.Name, rateLimitsText(p.RateLimits), quotaText(p.Quota, nil, nil, nil)), &p
+}
+
+// quotaOf is p's quota, nil for no plan.
+func quotaOf(p *keystore.Plan) *traffic.Quota {
+	if p == nil {
+		return nil
+	}
+	return p.Quota
 }
 
 func timeOrDash(t *time.Time) string {

@@ -151,15 +151,16 @@ func consumersCommand() *cobra.Command {
 					plan = cmp.Or(plans[*v.PlanID], *v.PlanID)
 				}
 				out[i] = fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%s", v.ID, v.Name, strOrDash(v.ExternalID), plan, v.KeyCount,
-					rateLimitsText(v.RateLimits), quotaText(v.Quota, v.QuotaUsed, v.QuotaResetsAt))
+					rateLimitsText(v.RateLimits), quotaText(v.Quota, nil, v.QuotaUsed, v.QuotaResetsAt))
 			}
 			return out
 		},
 		fields: func(c *cobra.Command, v keystore.Consumer) [][2]string {
+			plan, p := planRef(c, v.PlanID)
 			return [][2]string{
 				{"id", v.ID}, {"name", v.Name}, {"external id", strOrDash(v.ExternalID)}, {"description", orDash(v.Description)},
-				{"plan", scopeRef(c, "plans", v.PlanID)}, {"rate limits", rateLimitsText(v.RateLimits)},
-				{"quota", quotaText(v.Quota, v.QuotaUsed, v.QuotaResetsAt)}, {"keys", fmt.Sprint(v.KeyCount)},
+				{"plan", plan}, {"rate limits", rateLimitsText(v.RateLimits)},
+				{"quota", quotaText(v.Quota, quotaOf(p), v.QuotaUsed, v.QuotaResetsAt)}, {"keys", fmt.Sprint(v.KeyCount)},
 				{"created", v.CreationTime.Format(time.RFC3339)}, {"modified", v.LastModificationTime.Format(time.RFC3339)},
 			}
 		},
@@ -180,14 +181,14 @@ func plansCommand() *cobra.Command {
 		rows: func(_ *cobra.Command, ps []keystore.Plan) []string {
 			out := make([]string, len(ps))
 			for i, v := range ps {
-				out[i] = fmt.Sprintf("%s\t%s\t%s\t%s", v.ID, v.Name, rateLimitsText(v.RateLimits), quotaText(v.Quota, nil, nil))
+				out[i] = fmt.Sprintf("%s\t%s\t%s\t%s", v.ID, v.Name, rateLimitsText(v.RateLimits), quotaText(v.Quota, nil, nil, nil))
 			}
 			return out
 		},
 		fields: func(_ *cobra.Command, v keystore.Plan) [][2]string {
 			return [][2]string{
 				{"id", v.ID}, {"name", v.Name}, {"description", orDash(v.Description)},
-				{"rate limits", rateLimitsText(v.RateLimits)}, {"quota", quotaText(v.Quota, nil, nil)},
+				{"rate limits", rateLimitsText(v.RateLimits)}, {"quota", quotaText(v.Quota, nil, nil, nil)},
 				{"created", v.CreationTime.Format(time.RFC3339)}, {"modified", v.LastModificationTime.Format(time.RFC3339)},
 			}
 		},

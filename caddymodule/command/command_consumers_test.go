@@ -82,12 +82,12 @@ func TestConsumersCommandLine(t *testing.T) {
 		`ID\s+NAME\s+EXTERNAL ID\s+PLAN\s+KEYS\s+RATE LIMITS\s+QUOTA\s*`,
 		cid+`\s+ACME\s+acme-1\s+basic\s+2\s+minute=3/1m\s+1000/day, 0 used, resets \S+\s*`)
 	contains(t, "consumers show", run(t, "consumers", "show", cid),
-		`name:\s+ACME`, `external id:\s+acme-1`, `plan:\s+`+pid+` \(basic\)`, `rate limits:\s+minute=3/1m`, `keys:\s+2`)
+		`name:\s+ACME`, `external id:\s+acme-1`, `plan:\s+`+pid+` \(basic: burst=50/1m, quota -\)`, `rate limits:\s+minute=3/1m`, `keys:\s+2`)
 	list := run(t, "keys", "list", "--consumer", cid)
 	if strings.Count(list, "\n") != 3 || !strings.Contains(list, kid) || strings.Contains(list, other) {
 		t.Errorf("keys list --consumer: want its two keys:\n%s", list)
 	}
-	contains(t, "keys show", run(t, "keys", "show", kid), `consumer:\s+`+cid+` \(ACME\)`, `plan:\s+`+pid+` \(basic\)`)
+	contains(t, "keys show", run(t, "keys", "show", kid), `consumer:\s+`+cid+` \(ACME\)`, `plan:\s+`+pid+` \(basic: burst=50/1m, quota -\)`)
 	contains(t, "keys show of no consumer", run(t, "keys", "show", other), `consumer:\s+-`, `plan:\s+-`)
 
 	// A use of the second key counts under the consumer.
@@ -121,14 +121,14 @@ func TestConsumersCommandLine(t *testing.T) {
 		t.Errorf("consumers update --json: %v\n%s", err, out)
 	}
 	contains(t, "consumers update", run(t, "consumers", "update", cid, "--plan", pid, "--name", "ACME Corp"),
-		`name:\s+ACME Corp`, `plan:\s+`+pid+` \(basic\)`, `external id:\s+-`, `quota:\s+-`, `description:\s+a client`)
+		`name:\s+ACME Corp`, `plan:\s+`+pid+` \(basic: burst=50/1m, quota -\)`, `external id:\s+-`, `quota:\s+-`, `description:\s+a client`)
 	contains(t, "plans update", run(t, "plans", "update", pid, "--quota", "500/hour", "--rate-limit", "none"),
 		`name:\s+basic`, `rate limits:\s+-`, `quota:\s+500/hour`)
 	adminGet(t, "/webapi/plans/"+pid, &plan)
 	if plan.Quota == nil || plan.Quota.Limit != 500 || plan.Quota.Period != "hour" || len(plan.RateLimits) != 0 {
 		t.Errorf("stored plan after update %+v", plan)
 	}
-	contains(t, "consumers show on the plan's quota", run(t, "consumers", "show", cid), `quota:\s+the plan's, \d+ used, resets \S+`)
+	contains(t, "consumers show on the plan's quota", run(t, "consumers", "show", cid), `quota:\s+the plan's 500/hour, \d+ used, resets \S+`, `plan:\s+`+pid+` \(basic: -, quota 500/hour\)`)
 	run(t, "plans", "update", pid, "--rate-limit", "burst=50/1m")
 
 	// Bad input: an error naming the field and saying why, nothing stored.

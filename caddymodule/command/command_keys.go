@@ -301,6 +301,7 @@ func keysCommand() *cobra.Command {
 // set, else k as readable lines.
 func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
 	return printObjectOr(c, k, line, func() [][2]string {
+		plan, p := planRef(c, k.PlanID)
 		return [][2]string{
 			{"id", k.ID}, {"service", string(k.Service)}, {"name", k.Name}, {"owner", k.Owner},
 			{"description", k.Description}, {"privileges", joinPrivs(k.Privileges)},
@@ -310,8 +311,8 @@ func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
 			{"modified", k.LastModificationTime.Format(time.RFC3339)}, {"last used", timeOrDash(k.LastUsageTime)},
 			{"uses", fmt.Sprint(k.UsageCount)}, {"enabled", fmt.Sprint(k.Enabled)},
 			{"previous token until", timeOrDash(k.PreviousTokenExpiry)},
-			{"rate limits", rateLimitsText(k.RateLimits)}, {"quota", quotaText(k.Quota, k.QuotaUsed, k.QuotaResetsAt)},
-			{"consumer", scopeRef(c, "consumers", k.ConsumerID)}, {"plan", scopeRef(c, "plans", k.PlanID)},
+			{"rate limits", rateLimitsText(k.RateLimits)}, {"quota", quotaText(k.Quota, quotaOf(p), k.QuotaUsed, k.QuotaResetsAt)},
+			{"consumer", scopeRef(c, "consumers", k.ConsumerID)}, {"plan", plan},
 		}
 	})
 }
