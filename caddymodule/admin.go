@@ -606,16 +606,27 @@ func usageQuery(r *http.Request) (from, to time.Time, byDay bool, err error) {
 	if !hasTo {
 		to = now
 	}
+	// The oldest start a series may have: the hour (or day) in which the
+	// kept hours begin, as a from inside it is widened to its start.
+	unit, span := time.Hour, defaultUsageHours
+	if byDay {
+		unit, span = 24*time.Hour, defaultUsageDays
+	}
+	oldest := now.Add(-keystore.UsageRetention).Truncate(unit)
 	if !hasFrom {
-		from = to.Add(-defaultUsageHours)
-		if byDay {
-			from = to.Add(-defaultUsageDays)
+		// Only to given, or neither: the default span, but never from
+		// before the kept hours, which to alone did not ask for.
+		from = to.Add(-span)
+		if from.Before(oldest) {
+			from = oldest
 		}
 	}
 	switch {
+	case hasTo && !hasFrom && !to.After(oldest):
+		f.Add("to", "out_of_range", "to must be within the last 90 days: hourly usage is kept 90 days")
 	case !from.Before(to):
 		f.Add("from", "invalid", "from must be earlier than to")
-	case from.Before(now.Add(-keystore.UsageRetention)):
+	case from.Before(oldest):
 		f.Add("from", "out_of_range", "from must be within the last 90 days: hourly usage is kept 90 days")
 	case to.After(now.Add(24 * time.Hour)):
 		f.Add("to", "out_of_range", "to must be at most a day from now")

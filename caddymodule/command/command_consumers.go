@@ -1,7 +1,6 @@
 package command
 
 import (
-	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -143,15 +142,19 @@ func consumersCommand() *cobra.Command {
 		id:     func(v keystore.Consumer) string { return v.ID },
 		header: "ID\tNAME\tEXTERNAL ID\tPLAN\tKEYS\tRATE LIMITS\tQUOTA",
 		rows: func(c *cobra.Command, cs []keystore.Consumer) []string {
-			plans := planNames(c)
+			plans := plansByID(c)
 			out := make([]string, len(cs))
 			for i, v := range cs {
-				plan := "-"
+				plan, p := "-", (*keystore.Plan)(nil)
 				if v.PlanID != nil {
-					plan = cmp.Or(plans[*v.PlanID], *v.PlanID)
+					p = plans[*v.PlanID]
+					plan = *v.PlanID
+					if p != nil {
+						plan = p.Name
+					}
 				}
 				out[i] = fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%s", v.ID, v.Name, strOrDash(v.ExternalID), plan, v.KeyCount,
-					rateLimitsText(v.RateLimits), quotaText(v.Quota, nil, v.QuotaUsed, v.QuotaResetsAt))
+					rateLimitsText(v.RateLimits), quotaText(v.Quota, quotaOf(p), v.QuotaUsed, v.QuotaResetsAt))
 			}
 			return out
 		},
@@ -195,16 +198,17 @@ func plansCommand() *cobra.Command {
 	}, "Manages plans: named rate limits and quotas that keys and consumers take by id")
 }
 
-// planNames maps every plan's id to its name, for the consumers' table;
+// plansByID maps every plan's id to the plan, for the consumers' table
+// (its name, and its quota for a consumer that has none of its own);
 // empty when the plans cannot be read (the table shows ids then).
-func planNames(c *cobra.Command) map[string]string {
+func plansByID(c *cobra.Command) map[string]*keystore.Plan {
 	var ps []keystore.Plan
 	if adminCall(c, http.MethodGet, "/webapi/plans", nil, &ps) != nil {
 		return nil
 	}
-	out := make(map[string]string, len(ps))
-	for _, p := range ps {
-		out[p.ID] = p.Name
+	out := make(map[string]*keystore.Plan, len(ps))
+	for i := range ps {
+		out[ps[i].ID] = &ps[i]
 	}
 	return out
 }

@@ -129,6 +129,7 @@ func TestConsumersCommandLine(t *testing.T) {
 		t.Errorf("stored plan after update %+v", plan)
 	}
 	contains(t, "consumers show on the plan's quota", run(t, "consumers", "show", cid), `quota:\s+the plan's 500/hour, \d+ used, resets \S+`, `plan:\s+`+pid+` \(basic: -, quota 500/hour\)`)
+	contains(t, "consumers list on the plan's quota", run(t, "consumers", "list"), cid+`\s+ACME Corp\s+-\s+basic\s+2\s+minute=3/1m\s+the plan's 500/hour, \d+ used, resets \S+`)
 	run(t, "plans", "update", pid, "--rate-limit", "burst=50/1m")
 
 	// Bad input: an error naming the field and saying why, nothing stored.

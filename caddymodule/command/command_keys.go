@@ -304,7 +304,7 @@ func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
 		plan, p := planRef(c, k.PlanID)
 		return [][2]string{
 			{"id", k.ID}, {"service", string(k.Service)}, {"name", k.Name}, {"owner", k.Owner},
-			{"description", k.Description}, {"privileges", joinPrivs(k.Privileges)},
+			{"description", orDash(k.Description)}, {"privileges", joinPrivs(k.Privileges)},
 			{"not valid before", timeOrDash(k.NotValidBefore)}, {"not valid after", timeOrDash(k.NotValidAfter)},
 			{"allowed ips", orDash(strings.Join(k.AllowedIPs, ","))}, {"admin projects", orDash(strings.Join(k.AdminProjects, ","))},
 			{"token prefix", k.TokenPrefix}, {"created", k.CreationTime.Format(time.RFC3339)},

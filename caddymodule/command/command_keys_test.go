@@ -144,6 +144,12 @@ func TestKeysCommandLineUnits(t *testing.T) {
 				}()},
 			{name: "RFC 3339 times as before", args: []string{"--resolution", "day", "--from", start(-3), "--to", start(-1)},
 				starts: []string{start(-3), start(-2)}},
+			{name: "from the oldest day kept, as a date", args: []string{"--resolution", "day", "--from", day(-90), "--to", day(-89)},
+				starts: []string{start(-90), start(-89)}},
+			{name: "to alone, its 30 days reaching past those kept", args: []string{"--resolution", "day", "--to", day(-85)},
+				starts: []string{start(-90), start(-89), start(-88), start(-87), start(-86), start(-85)}},
+			{name: "to alone, before the days kept", args: []string{"--resolution", "day", "--to", day(-95)},
+				refused: "to: to must be within the last 90 days"},
 			{name: "a date that does not exist", args: []string{"--from", "2026-02-30"}, refused: `--from "2026-02-30"`},
 			{name: "a word", args: []string{"--to", "yesterday"}, refused: `--to "yesterday": want a date (2026-11-27) or an RFC 3339 time`},
 		}
