@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -804,7 +805,24 @@ func testAdminPageConsumersInBrowser(t *testing.T, b backend) {
 			t.Errorf("the edit form shows %s %q, want %q", sel, got, want)
 		}
 	}
+	// A quota of its own beside its plan's: the error stands by the Quota
+	// group, and focus goes to the group's first control (a fieldset
+	// takes none), not to the page.
+	must(t, "a quota beside the plan's", chromedp.Do(ctx,
+		choose("c-quota-period", "day"),
+		chromedp.WaitEnabled(chromedp.ID("c-quota-limit")),
+		chromedp.SetValue(chromedp.ID("c-quota-limit"), "5"),
+		chromedp.Click(chromedp.ID("consumer-save")),
+		chromedp.WaitVisible(chromedp.CSS(`#consumer-form fieldset[aria-invalid="true"]`)),
+	))
+	if in, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+		const f = document.activeElement.closest("fieldset");
+		return !!f && f.getAttribute("aria-invalid") === "true" && f.contains(document.getElementById("c-quota-period"));
+	})()`)); err != nil || !in {
+		t.Errorf("after the quota's error, focus is not in the Quota group (%v)", err)
+	}
 	must(t, "change it", chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("c-quota-limit"), ""),
 		chromedp.SetValue(chromedp.ID("c-name"), "ACME Corp"),
 		choose("c-planId", ""),
 		choose("c-quota-period", "month"),
@@ -814,6 +832,14 @@ func testAdminPageConsumersInBrowser(t *testing.T, b backend) {
 		chromedp.WaitNotVisible(chromedp.ID("consumer-dialog")),
 	))
 	waitStatus("Saved consumer ACME Corp")
+	focused := func(what, selector string) {
+		t.Helper()
+		if on, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.activeElement.matches(`+strconv.Quote(selector)+`)`)); err != nil || !on {
+			t.Errorf("after %s, focus is not on %s (%v)", what, selector, err)
+		}
+	}
+	// The row was drawn anew: focus is on its Edit button again.
+	focused("saving the consumer", consumerRow+` button.edit`)
 	var edited keystore.Consumer
 	do(t, http.MethodGet, adminURL+"/webapi/consumers/"+consumer.ID, nil).json(t, &edited)
 	if edited.Name != "ACME Corp" || edited.PlanID != nil || edited.Quota == nil || *edited.Quota != (traffic.Quota{Limit: 5000, Period: traffic.QuotaMonth}) ||
@@ -848,6 +874,8 @@ func testAdminPageConsumersInBrowser(t *testing.T, b backend) {
 		chromedp.Click(chromedp.ID("confirm-yes")),
 	))
 	waitStatus("Deleted consumer ACME Corp")
+	// Its row is gone, and no other: focus goes to Create consumer.
+	focused("deleting the last consumer", "#create-consumer")
 	must(t, "delete the plan", chromedp.Do(ctx,
 		chromedp.WaitNotPresent(chromedp.CSS(consumerRow)),
 		chromedp.Click(chromedp.CSS(planRow+` button.delete`)),

@@ -88,15 +88,34 @@
 	function rowButton(label, cls, name, action) {
 		const b = el("button", { type: "button", className: cls, textContent: label });
 		b.setAttribute("aria-label", label + " " + name);
-		b.addEventListener("click", action);
+		b.addEventListener("click", (e) => {
+			const row = b.closest("tr");
+			actedFrom = { row, index: [...row.parentNode.children].indexOf(row), cls: b.classList[0] };
+			action(e);
+		});
 		return b;
 	}
+	// actedFrom is the row button last clicked: its dialog returns focus
+	// to it, but a save or delete then redraws the table and takes the
+	// button away, so showRows puts focus on the same button of the
+	// redrawn row, or the row now in its place, or the group's first
+	// button (its Create button), rather than leave it on the page.
+	let actedFrom = null;
 	// showRows fills the table of group with a row of each item, or says
 	// that there are none.
 	function showRows(group, items, row) {
-		$("tbody", group).replaceChildren(...items.map(row));
+		const tbody = $("tbody", group);
+		const from = actedFrom && tbody.contains(actedFrom.row) ? actedFrom : null;
+		tbody.replaceChildren(...items.map(row));
 		$(".empty", group).hidden = items.length > 0;
 		$(".table-wrap", group).hidden = items.length === 0;
+		if (!from || (document.activeElement && document.activeElement !== document.body)) return;
+		actedFrom = null;
+		const button = (r) => r && $("button." + CSS.escape(from.cls), r);
+		const same = button($(`tr[data-id="${CSS.escape(from.row.dataset.id || "")}"]`, tbody));
+		const next = button(tbody.children[Math.min(from.index, tbody.children.length - 1)]);
+		const target = same || next || $("button:not([disabled])", group);
+		if (target) target.focus();
 	}
 	function list(values, empty) {
 		if (!values || values.length === 0) return document.createTextNode(empty);
@@ -546,8 +565,17 @@
 			general.textContent = rest.length > 0 ? rest.join(" ") : err.message;
 			general.hidden = false;
 		}
+		// Focus on the first field in error: a group's first control (a
+		// fieldset takes no focus), else the message of the form itself,
+		// since the submit button, disabled while the form was sent, lost it.
 		const first = $('[aria-invalid="true"]', form);
-		if (first) first.focus();
+		const target = first && first.matches("fieldset") ? $("input:not([disabled]), select:not([disabled]), textarea:not([disabled]), button:not([disabled])", first) : first;
+		if (target) {
+			target.focus();
+		} else if (!general.hidden) {
+			general.tabIndex = -1;
+			general.focus();
+		}
 	}
 
 	function clearErrors(form) {
@@ -781,7 +809,7 @@
 		showRows(section, keys, (k) => {
 			const cells = [
 				nameCell(k.name, "", ...(k.enabled === false ? [el("span", { className: "disabled-badge", textContent: "Disabled" })] : [])),
-				el("td", { textContent: serviceNames[k.service] || k.service }),
+				el("td", { textContent: k.service }),
 				cell("td", null, el("code", { className: "prefix", textContent: k.tokenPrefix + "…" })),
 				k.usageCount > 0
 					? cell("td", null, labelled("used " + (k.usageCount === 1 ? "once" : count(k.usageCount) + " times") + ", last", timeCell(k.lastUsageTime, "never")))
