@@ -791,6 +791,15 @@ func testAdminPageConsumersInBrowser(t *testing.T, b backend) {
 	}
 	browsertest.Axe(t, phone, "the consumer's details on a phone, dark")
 
+	// The address's hash picks the tab, on an open page too.
+	for _, hash := range []string{"share", "consumers"} {
+		_, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.hash = "#`+hash+`"`))
+		must(t, "set the hash to #"+hash, err)
+		_, err = chromedp.Run(ctx, chromedp.Poll[bool](`!document.getElementById("panel-`+hash+`").hidden`, chromedp.WithPollingTimeout(testwait.Generous)))
+		must(t, "the hash picks the tab "+hash, err)
+	}
+	must(t, "one panel shown", chromedp.Do(ctx, chromedp.WaitNotVisible(chromedp.ID("panel-share"))))
+
 	// Edit: another name, no plan, a monthly quota of its own; the rest
 	// stays.
 	must(t, "edit the consumer", chromedp.Do(ctx,

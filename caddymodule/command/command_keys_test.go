@@ -151,6 +151,8 @@ func TestKeysCommandLineUnits(t *testing.T) {
 			{name: "to alone, before the days kept", args: []string{"--resolution", "day", "--to", day(-95)},
 				refused: "to: to must be within the last 90 days"},
 			{name: "a date that does not exist", args: []string{"--from", "2026-02-30"}, refused: `--from "2026-02-30"`},
+			{name: "an empty from", args: []string{"--from", ""}, refused: "--from is empty"},
+			{name: "an empty resolution", args: []string{"--resolution", ""}, refused: "--resolution is empty"},
 			{name: "a word", args: []string{"--to", "yesterday"}, refused: `--to "yesterday": want a date (2026-11-27) or an RFC 3339 time`},
 		}
 		for _, tt := range tests {

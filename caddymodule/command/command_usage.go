@@ -30,6 +30,11 @@ func usageCommand(collection, what string) *cobra.Command {
 			q := url.Values{}
 			for _, name := range []string{"resolution", "from", "to"} {
 				v, _ := c.Flags().GetString(name)
+				if v == "" && c.Flags().Changed(name) {
+					// A variable that expanded to nothing, most likely: not
+					// the default the flag's absence asks for.
+					return fmt.Errorf("--%s is empty: give a value, or leave the flag out for its default", name)
+				}
 				if name != "resolution" {
 					var err error
 					if v, err = usageBound(name, v); err != nil {

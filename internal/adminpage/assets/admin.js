@@ -173,6 +173,12 @@
 		load(tab.id.slice(4));
 		history.replaceState(null, "", "#" + tab.id.slice(4));
 	}
+	// A link, or the address bar, that changes the hash changes the tab
+	// (select's own replaceState fires no hashchange).
+	window.addEventListener("hashchange", () => {
+		const tab = tabs.find((t) => t.id === "tab-" + location.hash.slice(1));
+		if (tab && tab.getAttribute("aria-selected") !== "true") select(tab, false);
+	});
 	for (const t of tabs) {
 		t.addEventListener("click", () => select(t, false));
 		t.addEventListener("keydown", (e) => {
