@@ -248,19 +248,13 @@ func planHoldersClash(p *Plan, in *PlanInput) HoldersCheck {
 				f.Add("quota", "clashes", holder+" has a quota of its own")
 			}
 		}
-		return conflictOf(&f)
-	}
-}
-
-// conflictOf is f's field errors as the 409 of a plan change that
-// would break the clash rule; nil without any.
-func conflictOf(f *problem.Fields) error {
-	if len(f.List()) > 0 {
+		if len(f.List()) == 0 {
+			return nil
+		}
 		d := problem.New(http.StatusConflict, problem.CodeConflict, "the change would give a holder of the plan two policies of one name, or two quotas")
 		d.Errors = f.List()
 		return d
 	}
-	return nil
 }
 
 // DeletePlan removes plan id, unless keys or consumers take it (409).

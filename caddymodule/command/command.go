@@ -280,17 +280,16 @@ func printObjectOr(c *cobra.Command, v any, line string, rows func() [][2]string
 	return tw.Flush()
 }
 
-// scopeRef is a key's or consumer's consumer or plan (collection
-// "consumers" or "plans"): its id with its name, the id alone when the
-// gateway has none by it, "-" for nil.
-func scopeRef(c *cobra.Command, collection string, id *string) string {
+// consumerRef is a key's consumer: its id with its name, the id alone
+// when the gateway has none by it, "-" for nil.
+func consumerRef(c *cobra.Command, id *string) string {
 	if id == nil {
 		return "-"
 	}
 	var named struct {
 		Name string `json:"name"`
 	}
-	if adminCall(c, http.MethodGet, "/webapi/"+collection+"/"+url.PathEscape(*id), nil, &named) != nil || named.Name == "" {
+	if adminCall(c, http.MethodGet, "/webapi/consumers/"+url.PathEscape(*id), nil, &named) != nil || named.Name == "" {
 		return *id
 	}
 	return fmt.Sprintf("%s (%s)", *id, named.Name)
@@ -316,15 +315,15 @@ func rateLimitsText(list []traffic.RateLimit) string {
 
 // quotaText is a quota as --quota takes it, with what is used of it and
 // when it resets where the gateway says (a key's and a consumer's: of
-// their own quota, or of plan's, the quota of their plan, when they have
-// none of their own).
-func quotaText(q, plan *traffic.Quota, used *int64, resets *time.Time) string {
+// their own quota, or of their plan's when they have none of their own;
+// plan nil when unknown or none).
+func quotaText(q *traffic.Quota, plan *keystore.Plan, used *int64, resets *time.Time) string {
 	s := "-"
 	switch {
 	case q != nil:
 		s = fmt.Sprintf("%d/%s", q.Limit, q.Period)
-	case plan != nil:
-		s = fmt.Sprintf("the plan's %d/%s", plan.Limit, plan.Period)
+	case plan != nil && plan.Quota != nil:
+		s = fmt.Sprintf("the plan's %d/%s", plan.Quota.Limit, plan.Quota.Period)
 	}
 	if used != nil && resets != nil {
 		s += fmt.Sprintf(", %d used, resets %s", *used, resets.Format(time.RFC3339))
@@ -344,14 +343,6 @@ func planRef(c *cobra.Command, id *string) (string, *keystore.Plan) {
 		return *id, nil
 	}
 	return fmt.Sprintf("%s (%s: %s, quota %s)", *id, p.Name, rateLimitsText(p.RateLimits), quotaText(p.Quota, nil, nil, nil)), &p
-}
-
-// quotaOf is p's quota, nil for no plan.
-func quotaOf(p *keystore.Plan) *traffic.Quota {
-	if p == nil {
-		return nil
-	}
-	return p.Quota
 }
 
 func timeOrDash(t *time.Time) string {

@@ -145,16 +145,17 @@ func consumersCommand() *cobra.Command {
 			plans := plansByID(c)
 			out := make([]string, len(cs))
 			for i, v := range cs {
-				plan, p := "-", (*keystore.Plan)(nil)
+				var p *keystore.Plan
+				plan := "-"
 				if v.PlanID != nil {
-					p = plans[*v.PlanID]
-					plan = *v.PlanID
-					if p != nil {
+					if p = plans[*v.PlanID]; p != nil {
 						plan = p.Name
+					} else {
+						plan = *v.PlanID
 					}
 				}
 				out[i] = fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%s", v.ID, v.Name, strOrDash(v.ExternalID), plan, v.KeyCount,
-					rateLimitsText(v.RateLimits), quotaText(v.Quota, quotaOf(p), v.QuotaUsed, v.QuotaResetsAt))
+					rateLimitsText(v.RateLimits), quotaText(v.Quota, p, v.QuotaUsed, v.QuotaResetsAt))
 			}
 			return out
 		},
@@ -163,7 +164,7 @@ func consumersCommand() *cobra.Command {
 			return [][2]string{
 				{"id", v.ID}, {"name", v.Name}, {"external id", strOrDash(v.ExternalID)}, {"description", orDash(v.Description)},
 				{"plan", plan}, {"rate limits", rateLimitsText(v.RateLimits)},
-				{"quota", quotaText(v.Quota, quotaOf(p), v.QuotaUsed, v.QuotaResetsAt)}, {"keys", fmt.Sprint(v.KeyCount)},
+				{"quota", quotaText(v.Quota, p, v.QuotaUsed, v.QuotaResetsAt)}, {"keys", fmt.Sprint(v.KeyCount)},
 				{"created", v.CreationTime.Format(time.RFC3339)}, {"modified", v.LastModificationTime.Format(time.RFC3339)},
 			}
 		},

@@ -311,8 +311,8 @@ func printKeyOr(c *cobra.Command, k keystore.Key, line string) error {
 			{"modified", k.LastModificationTime.Format(time.RFC3339)}, {"last used", timeOrDash(k.LastUsageTime)},
 			{"uses", fmt.Sprint(k.UsageCount)}, {"enabled", fmt.Sprint(k.Enabled)},
 			{"previous token until", timeOrDash(k.PreviousTokenExpiry)},
-			{"rate limits", rateLimitsText(k.RateLimits)}, {"quota", quotaText(k.Quota, quotaOf(p), k.QuotaUsed, k.QuotaResetsAt)},
-			{"consumer", scopeRef(c, "consumers", k.ConsumerID)}, {"plan", plan},
+			{"rate limits", rateLimitsText(k.RateLimits)}, {"quota", quotaText(k.Quota, p, k.QuotaUsed, k.QuotaResetsAt)},
+			{"consumer", consumerRef(c, k.ConsumerID)}, {"plan", plan},
 		}
 	})
 }
