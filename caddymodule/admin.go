@@ -628,8 +628,10 @@ func usageQuery(r *http.Request) (from, to time.Time, byDay bool, err error) {
 		f.Add("from", "invalid", "from must be earlier than to")
 	case from.Before(oldest):
 		f.Add("from", "out_of_range", "from must be within the last 90 days: hourly usage is kept 90 days")
-	case to.After(now.Add(24 * time.Hour)):
-		f.Add("to", "out_of_range", "to must be at most a day from now")
+	// 48 hours: the end of a date's whole day, in any time zone, is
+	// within them (a client east of UTC may well be in tomorrow).
+	case to.After(now.Add(48 * time.Hour)):
+		f.Add("to", "out_of_range", "to must be at most 48 hours from now")
 	}
 	return from, to, byDay, f.Err()
 }

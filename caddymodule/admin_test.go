@@ -104,6 +104,7 @@ func testAdminKeys(t *testing.T, b backend) {
 			{"query string that does not decode", "GET", keysURL + "?service=%zz", nil, 400, "invalid_request"},
 			{"query string with a ';'", "GET", keysURL + "?service=share;x=1", nil, 400, "invalid_request"},
 			{"wrong method", "PUT", keysURL + "/" + k.ID, map[string]any{}, 405, "method_not_allowed"},
+			{"trailing slash", "GET", keysURL + "/" + k.ID + "/", nil, 404, "not_found"},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {

@@ -229,6 +229,7 @@ func TestTrafficInput(t *testing.T) {
 		{"usage", "GET", "/webapi/keys/" + k.ID + "/usage?resolution=week&from=yesterday&to=2026-13-01&x=1", nil,
 			[]string{"resolution", "to", "from", "x"}},
 		{"usage bounds", "GET", "/webapi/keys/" + k.ID + "/usage?from=2000-01-01T00:00:00Z", nil, []string{"from"}},
+		{"usage end past 48 hours ahead", "GET", "/webapi/keys/" + k.ID + "/usage?to=" + time.Now().Add(49*time.Hour).UTC().Format(time.RFC3339), nil, []string{"to"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := do(t, tc.method, adminURL+tc.path, tc.body)

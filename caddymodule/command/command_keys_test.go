@@ -150,6 +150,12 @@ func TestKeysCommandLineUnits(t *testing.T) {
 				starts: []string{start(-90), start(-89), start(-88), start(-87), start(-86), start(-85)}},
 			{name: "to alone, before the days kept", args: []string{"--resolution", "day", "--to", day(-95)},
 				refused: "to: to must be within the last 90 days"},
+			// Tomorrow is today somewhere east of UTC: its whole day ends
+			// within 48 hours, and is accepted.
+			{name: "to tomorrow, a date east of UTC", args: []string{"--resolution", "day", "--from", day(-1), "--to", day(1)},
+				starts: []string{start(-1), start(0), start(1)}, okToday: true},
+			{name: "to the day after tomorrow", args: []string{"--resolution", "day", "--to", day(2)},
+				refused: "to: to must be at most 48 hours from now"},
 			{name: "a date that does not exist", args: []string{"--from", "2026-02-30"}, refused: `--from "2026-02-30"`},
 			{name: "an empty from", args: []string{"--from", ""}, refused: "--from is empty"},
 			{name: "an empty resolution", args: []string{"--resolution", ""}, refused: "--resolution is empty"},
