@@ -639,9 +639,21 @@ func testAdminPageConsumersInBrowser(t *testing.T, b backend) {
 			chromedp.WaitVisible(chromedp.ID("key-form")),
 		))
 	}
+	// Two consumers of one name and no external ID are told apart by id.
+	var twins [2]keystore.Consumer
+	for i := range twins {
+		do(t, http.MethodPost, adminURL+"/webapi/consumers", map[string]any{"name": "Twin"}).json(t, &twins[i])
+	}
 	editKey()
-	if got := text("#f-consumerId"); !strings.Contains(got, "None") || !strings.Contains(got, "ACME (acme-1)") {
+	got := text("#f-consumerId")
+	if !strings.Contains(got, "None") || !strings.Contains(got, "ACME (acme-1)") ||
+		!strings.Contains(got, "Twin, id "+twins[0].ID) || !strings.Contains(got, "Twin, id "+twins[1].ID) || strings.Contains(got, "ACME (acme-1), id") {
 		t.Errorf("the consumers offered: %q", got)
+	}
+	for _, c := range twins {
+		if r := do(t, http.MethodDelete, adminURL+"/webapi/consumers/"+c.ID, nil); r.status != http.StatusNoContent {
+			t.Fatalf("delete a twin: %d %s", r.status, r.body)
+		}
 	}
 	if got := text("#f-planId"); !strings.Contains(got, "None") || !strings.Contains(got, "gold") {
 		t.Errorf("the plans offered: %q", got)

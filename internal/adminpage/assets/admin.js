@@ -223,8 +223,12 @@
 
 	// fillSelect offers "None" and each of items in select, current chosen;
 	// an id that is not among them (gone meanwhile) stays, named by itself.
+	// Items named alike (two consumers called ACME, neither with an
+	// external ID) carry their ids too, so no two options read the same.
 	function fillSelect(select, items, current, name) {
-		const options = [el("option", { value: "", textContent: "None" }), ...items.map((i) => el("option", { value: i.id, textContent: name(i) }))];
+		const labels = items.map(name);
+		const label = (l, i) => (labels.indexOf(l) === labels.lastIndexOf(l) ? l : l + ", id " + items[i].id);
+		const options = [el("option", { value: "", textContent: "None" }), ...items.map((it, i) => el("option", { value: it.id, textContent: label(labels[i], i) }))];
 		if (current && !items.some((i) => i.id === current)) options.push(el("option", { value: current, textContent: current }));
 		select.replaceChildren(...options);
 		select.value = current || "";
