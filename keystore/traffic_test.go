@@ -428,3 +428,84 @@ func TestQuotaLowered(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotaRemovedThenSet: a quota taken away gives back the block
+// leased under it, and one set afterwards leases afresh under its own
+// limit: the way from a plan's quota to a holder's own (the clash rule
+// refuses both at once) never spends what the old limit leased. On each
+// instance, before and after it hears of the changes.
+func TestQuotaRemovedThenSet(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		instances int
+		setTo     int64
+		wantAfter int
+	}{
+		{"set below what was used, one instance", 1, 5, 0},
+		{"set below what was used, two instances", 2, 5, 0},
+		{"set above what was used, two instances", 2, 30, 10},
+		{"another kind of period, one instance", 1, -5, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T, db storage.DB) {
+				e := newEnv(t, db)
+				gws := []*Keys{e.keys}
+				if tc.instances == 2 {
+					gws = append(gws, e.reopen(t))
+				}
+				k := mustCreate(t, e.keys, `{"service":"contracts","name":"r","owner":"alice","privileges":["get"],"quota":{"limit":100000,"period":"day"}}`)
+				spend := func(n int) int {
+					through := 0
+					for i := range n {
+						if checkAt(gws[i%len(gws)], k.Token, e.clock.Now()).Reason == "" {
+							through++
+						}
+					}
+					return through
+				}
+				change := func(body string) {
+					t.Helper()
+					e.clock.Set(e.clock.Now().Add(time.Second)) // a change the others' resync sees
+					if _, err := e.keys.Update(k.ID, mustInput(t, body)); err != nil {
+						t.Fatal(err)
+					}
+					for _, g := range gws[1:] {
+						if err := g.Resync(); err != nil { // as a notification would
+							t.Fatal(err)
+						}
+					}
+				}
+				for _, g := range gws {
+					if err := g.Resync(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if n := spend(20); n != 20 {
+					t.Fatalf("%d let through under 100000, want 20", n)
+				}
+				change(`{"quota":null}`)
+				// The blocks' unspent units go back: the day holds the 20
+				// spent, not the blocks leased under 100000.
+				span := traffic.QuotaDay.Span(e.clock.Now())
+				testwait.For(t, testwait.Generous, "the blocks given back", func() bool {
+					used, err := e.backend.QuotaUsed(context.Background(), k.ID, span)
+					return err == nil && used == 20
+				})
+				if n := spend(5); n != 5 {
+					t.Fatalf("%d let through without a quota, want 5", n)
+				}
+				if tc.setTo < 0 { // an hour's quota: the day's block is not its
+					change(fmt.Sprintf(`{"quota":{"limit":%d,"period":"hour"}}`, -tc.setTo))
+					if n := spend(100); n != int(-tc.setTo) {
+						t.Errorf("%d let through under an hour's %d, want %d", n, -tc.setTo, -tc.setTo)
+					}
+					return
+				}
+				change(fmt.Sprintf(`{"quota":{"limit":%d,"period":"day"}}`, tc.setTo))
+				if n := spend(100); n != tc.wantAfter {
+					t.Errorf("%d let through after the quota was set to %d, want %d", n, tc.setTo, tc.wantAfter)
+				}
+			})
+		})
+	}
+}

@@ -224,21 +224,27 @@ func (qs *QuotaState) take(now time.Time) (int64, error) {
 	return -1, nil
 }
 
-// Changed follows a change of the holder's quota from old to q: a block of
-// another kind of period was leased from another row and is dropped (its
-// units count as spent there); a lower limit takes back the block the
-// instance holds and hands its units to give; a new limit may open a
-// spent period.
+// Changed follows a change of the holder's quota from old to q (nil:
+// none). A quota taken away, or one of another kind of period, ends the
+// block: its unspent units go to give, back to the period they were
+// leased from, and the next spend leases afresh under q, from q's own
+// period. So a quota removed and then set lower (the way from a plan's
+// quota to one of the holder's own) never spends what was leased under
+// the higher one. A lower limit takes back the block the instance holds
+// likewise; a new limit may open a spent period.
 func (qs *QuotaState) Changed(old, q *Quota, give func(span QuotaSpan, n int64)) {
-	if old == nil || q == nil || *old == *q {
+	if old == nil && q == nil || old != nil && q != nil && *old == *q {
 		return
 	}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	qs.generation.Add(1)
 	qs.spentUntil.Store(0)
-	if old.Period != q.Period {
-		qs.block.Store(0)
+	if old == nil || q == nil || old.Period != q.Period {
+		ps := qs.span.Load()
+		if n := qs.block.Swap(0); n > 0 && ps != nil && give != nil {
+			give(QuotaSpan{ps.kind, time.Unix(ps.start, 0).UTC()}, n)
+		}
 		qs.used.Store(0)
 		qs.setPeriod("", time.Time{})
 		return
