@@ -37,13 +37,16 @@ type Backend interface {
 	Load(ctx context.Context, fn func(rec *Record, u Usage) error) error
 	// Key reads key id with its stored usage; nil when there is none.
 	Key(ctx context.Context, id string) (*Record, Usage, error)
-	// Put stores rec; emit, when set, runs in the same transaction (the
-	// events of the change, into the webhook outbox). clash, when set
+	// Put stores rec over the version of it last modified at base (zero:
+	// a new key): errStale when the stored key is another version,
+	// errGone when it was deleted (see revision.go). emit, when set, runs
+	// in the same transaction (the events of the change, into the webhook
+	// outbox). clash, when set
 	// and rec names a plan, is called with that plan as the transaction
 	// reads it (nil: gone), locked against a change of the plan until
 	// the write commits; its error refuses the write. So the clash rule
 	// holds where instances share a database, whichever writes first.
-	Put(ctx context.Context, rec *Record, emit func(storage.Tx) error, clash PlanCheck) error
+	Put(ctx context.Context, rec *Record, base time.Time, emit func(storage.Tx) error, clash PlanCheck) error
 	// PutMany stores an import's new plans, consumers and keys, all in
 	// one transaction or none; where instances share the database, they
 	// read them again once, not once per key. It refuses a plan name or
@@ -81,15 +84,17 @@ type Backend interface {
 	// Plan and Consumer read one back; nil when there is none.
 	Plan(ctx context.Context, id string) (*Plan, error)
 	Consumer(ctx context.Context, id string) (*Consumer, error)
-	// PutPlan stores p; ErrPlanNameTaken when another plan has its name.
+	// PutPlan stores p over its version of base, as Put does;
+	// ErrPlanNameTaken when another plan has its name.
 	// holders, when set, is called with the keys and consumers that take
 	// p as the transaction reads them, p locked against their writes
 	// until this one commits; its error refuses the write.
-	PutPlan(ctx context.Context, p *Plan, holders HoldersCheck) error
-	// PutConsumer stores c; ErrExternalIDTaken when another consumer has
+	PutPlan(ctx context.Context, p *Plan, base time.Time, holders HoldersCheck) error
+	// PutConsumer stores c over its version of base, as Put does;
+	// ErrExternalIDTaken when another consumer has
 	// its externalId, a 400 naming planId when its plan is gone. clash is
 	// as Put's.
-	PutConsumer(ctx context.Context, c *Consumer, clash PlanCheck) error
+	PutConsumer(ctx context.Context, c *Consumer, base time.Time, clash PlanCheck) error
 	// DeletePlan removes plan id; ErrPlanInUse while a key or consumer
 	// takes it.
 	DeletePlan(ctx context.Context, id string) error
@@ -162,12 +167,15 @@ func (b *BoltBackend) Load(_ context.Context, fn func(rec *Record, u Usage) erro
 }
 
 // Put implements Backend. Creates from many clients share commits.
-func (b *BoltBackend) Put(_ context.Context, rec *Record, emit func(storage.Tx) error, clash PlanCheck) error {
+func (b *BoltBackend) Put(_ context.Context, rec *Record, base time.Time, emit func(storage.Tx) error, clash PlanCheck) error {
 	k, v, err := encodeRecord(rec)
 	if err != nil {
 		return err
 	}
 	return b.db.Batch(func(tx *bbolt.Tx) error {
+		if err := checkBase(tx.Bucket(bucketKeys).Get(k), base); err != nil {
+			return err
+		}
 		if err := checkPlanOf(tx, rec.PlanID, clash); err != nil {
 			return err
 		}

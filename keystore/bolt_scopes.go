@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"context"
+	"time"
 
 	"bytes"
 	"encoding/json"
@@ -143,12 +144,15 @@ func (b *BoltBackend) get(bucket []byte, id string, fn func([]byte) error) error
 }
 
 // PutPlan implements Backend.
-func (b *BoltBackend) PutPlan(_ context.Context, p *Plan, holders HoldersCheck) error {
+func (b *BoltBackend) PutPlan(_ context.Context, p *Plan, base time.Time, holders HoldersCheck) error {
 	k, v, err := encodeScope(p.ID, p)
 	if err != nil {
 		return err
 	}
 	return b.db.Update(func(tx *bbolt.Tx) error {
+		if err := checkBase(tx.Bucket(bucketPlans).Get(k), base); err != nil {
+			return err
+		}
 		if holders != nil {
 			hs, err := holdersOf(tx, k)
 			if err != nil {
@@ -263,12 +267,15 @@ func (b *BoltBackend) DeletePlan(_ context.Context, id string) error {
 }
 
 // PutConsumer implements Backend.
-func (b *BoltBackend) PutConsumer(_ context.Context, c *Consumer, clash PlanCheck) error {
+func (b *BoltBackend) PutConsumer(_ context.Context, c *Consumer, base time.Time, clash PlanCheck) error {
 	k, v, err := encodeScope(c.ID, c)
 	if err != nil {
 		return err
 	}
 	return b.db.Update(func(tx *bbolt.Tx) error {
+		if err := checkBase(tx.Bucket(bucketConsumers).Get(k), base); err != nil {
+			return err
+		}
 		if err := checkPlanOf(tx, c.PlanID, clash); err != nil {
 			return err
 		}

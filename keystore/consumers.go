@@ -194,7 +194,7 @@ func (k *Keys) CreatePlan(in *PlanInput) (Plan, error) {
 	now := k.now().UTC().Truncate(time.Millisecond)
 	p.ID = uuid.NewString()
 	p.CreationTime, p.LastModificationTime = now, now
-	if err := k.backend.PutPlan(context.Background(), &p, nil); err != nil {
+	if err := k.backend.PutPlan(context.Background(), &p, time.Time{}, nil); err != nil {
 		return Plan{}, err
 	}
 	k.scopeMu.Lock()
@@ -203,10 +203,14 @@ func (k *Keys) CreatePlan(in *PlanInput) (Plan, error) {
 	return planView(&p), nil
 }
 
-// UpdatePlan applies in to plan id; every key and consumer that takes it
-// is held to the change at once (on other instances, once the backend's
-// notification reaches them).
+// UpdatePlan applies in to plan id, as stored; every key and consumer
+// that takes it is held to the change at once (on other instances, once
+// the backend's notification reaches them).
 func (k *Keys) UpdatePlan(id string, in *PlanInput) (Plan, error) {
+	return rewrite(func() error { return k.refreshScope(planTopic + id) }, ErrPlanNotFound, func() (Plan, error) { return k.updatePlan(id, in) })
+}
+
+func (k *Keys) updatePlan(id string, in *PlanInput) (Plan, error) {
 	k.writeMu.Lock()
 	defer k.writeMu.Unlock()
 	old := k.plan(id)
@@ -217,8 +221,8 @@ func (k *Keys) UpdatePlan(id string, in *PlanInput) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	p.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
-	if err := k.backend.PutPlan(context.Background(), &p, planHoldersClash(&p, in)); err != nil {
+	p.LastModificationTime = nextModification(k.now(), old.LastModificationTime)
+	if err := k.backend.PutPlan(context.Background(), &p, old.LastModificationTime, planHoldersClash(&p, in)); err != nil {
 		return Plan{}, err
 	}
 	k.scopeMu.Lock()
@@ -327,7 +331,7 @@ func (k *Keys) CreateConsumer(in *ConsumerInput) (Consumer, error) {
 	now := k.now().UTC().Truncate(time.Millisecond)
 	c.ID = uuid.NewString()
 	c.CreationTime, c.LastModificationTime = now, now
-	if err := k.backend.PutConsumer(context.Background(), &c, holderClash(c.RateLimits, c.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
+	if err := k.backend.PutConsumer(context.Background(), &c, time.Time{}, holderClash(c.RateLimits, c.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
 		return Consumer{}, err
 	}
 	k.scopeMu.Lock()
@@ -336,15 +340,20 @@ func (k *Keys) CreateConsumer(in *ConsumerInput) (Consumer, error) {
 	return k.consumerView(k.consumer(c.ID), -1), nil
 }
 
-// UpdateConsumer applies in to consumer id; all its keys are held to the
-// change at once.
+// UpdateConsumer applies in to consumer id, as stored; all its keys are
+// held to the change at once.
 func (k *Keys) UpdateConsumer(id string, in *ConsumerInput) (Consumer, error) {
+	return rewrite(func() error { return k.refreshScope(consumerTopic + id) }, ErrConsumerNotFound, func() (Consumer, error) { return k.updateConsumer(id, in) })
+}
+
+func (k *Keys) updateConsumer(id string, in *ConsumerInput) (Consumer, error) {
 	k.writeMu.Lock()
 	defer k.writeMu.Unlock()
 	ce := k.consumer(id)
 	if ce == nil {
 		return Consumer{}, ErrConsumerNotFound
 	}
+	base := ce.snap.Load().consumer.LastModificationTime
 	c, err := applyConsumer(ce.snap.Load().consumer, in)
 	if err != nil {
 		return Consumer{}, err
@@ -352,8 +361,8 @@ func (k *Keys) UpdateConsumer(id string, in *ConsumerInput) (Consumer, error) {
 	if err := k.checkConsumer(&c); err != nil {
 		return Consumer{}, err
 	}
-	c.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
-	if err := k.backend.PutConsumer(context.Background(), &c, holderClash(c.RateLimits, c.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
+	c.LastModificationTime = nextModification(k.now(), base)
+	if err := k.backend.PutConsumer(context.Background(), &c, base, holderClash(c.RateLimits, c.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
 		return Consumer{}, err
 	}
 	k.scopeMu.Lock()

@@ -221,7 +221,7 @@ func (m *memBackend) Load(_ context.Context, fn func(rec *Record, u Usage) error
 }
 
 // Put stores rec; it has no transactions, and emit runs with none.
-func (m *memBackend) Put(_ context.Context, rec *Record, emit func(storage.Tx) error, _ PlanCheck) error {
+func (m *memBackend) Put(_ context.Context, rec *Record, _ time.Time, emit func(storage.Tx) error, _ PlanCheck) error {
 	if m.putHook != nil {
 		m.putHook()
 	}
@@ -437,9 +437,13 @@ var errMemScopes = errors.New("memBackend keeps no plans or consumers")
 func (m *memBackend) LoadScopes(context.Context, func(*Plan) error, func(*Consumer) error) error {
 	return nil
 }
-func (m *memBackend) Plan(context.Context, string) (*Plan, error)             { return nil, nil }
-func (m *memBackend) Consumer(context.Context, string) (*Consumer, error)     { return nil, nil }
-func (m *memBackend) PutPlan(context.Context, *Plan, HoldersCheck) error      { return errMemScopes }
-func (m *memBackend) PutConsumer(context.Context, *Consumer, PlanCheck) error { return errMemScopes }
-func (m *memBackend) DeletePlan(context.Context, string) error                { return errMemScopes }
-func (m *memBackend) DeleteConsumer(context.Context, string) error            { return errMemScopes }
+func (m *memBackend) Plan(context.Context, string) (*Plan, error)         { return nil, nil }
+func (m *memBackend) Consumer(context.Context, string) (*Consumer, error) { return nil, nil }
+func (m *memBackend) PutPlan(context.Context, *Plan, time.Time, HoldersCheck) error {
+	return errMemScopes
+}
+func (m *memBackend) PutConsumer(context.Context, *Consumer, time.Time, PlanCheck) error {
+	return errMemScopes
+}
+func (m *memBackend) DeletePlan(context.Context, string) error     { return errMemScopes }
+func (m *memBackend) DeleteConsumer(context.Context, string) error { return errMemScopes }

@@ -342,7 +342,7 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	key.TokenPrefix = tokenPrefixOf(tok)
 	h := token.HashOf(tok)
 	rec := &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID))}
-	if err := k.backend.Put(context.Background(), rec, nil, holderClash(key.RateLimits, key.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
+	if err := k.backend.Put(context.Background(), rec, time.Time{}, nil, holderClash(key.RateLimits, key.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
 		return Key{}, err
 	}
 	e := k.newEntry(rec, Usage{})
@@ -358,11 +358,17 @@ func (k *Keys) Create(in *KeyInput) (Key, error) {
 	return out, nil
 }
 
-// Update applies the editable fields of in to key id.
+// Update applies the editable fields of in to key id: to the stored
+// version, read back when another instance changed it meanwhile.
 func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
+	return rewrite(func() error { return k.Refresh(id) }, ErrNotFound, func() (Key, error) { return k.update(id, in) })
+}
+
+func (k *Keys) update(id string, in *KeyInput) (Key, error) {
 	// Serialize updates and deletes, so two concurrent PATCHes cannot lose
 	// each other's fields and a PATCH racing a DELETE cannot store the key
-	// again. Key checks go on meanwhile: they never wait for this write.
+	// again; the backend's base check does so across instances. Key
+	// checks go on meanwhile: they never wait for this write.
 	k.writeMu.Lock()
 	defer k.writeMu.Unlock()
 	e := k.entry(id)
@@ -377,12 +383,12 @@ func (k *Keys) Update(id string, in *KeyInput) (Key, error) {
 	if err := k.checkKeyScopes(&key); err != nil {
 		return Key{}, err
 	}
-	key.LastModificationTime = k.now().UTC().Truncate(time.Millisecond)
+	key.LastModificationTime = nextModification(k.now(), old.key.LastModificationTime)
 	rec := &Record{Key: key, TokenHash: old.hash[:], SealedToken: old.sealed, ExpiryWarnedFor: old.warnedFor}
 	if old.hasPrev {
 		rec.PreviousTokenHash = old.prevHash[:]
 	}
-	if err := k.backend.Put(context.Background(), rec, k.emitFor(&old.key, &key, key.LastModificationTime), holderClash(key.RateLimits, key.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
+	if err := k.backend.Put(context.Background(), rec, old.key.LastModificationTime, k.emitFor(&old.key, &key, key.LastModificationTime), holderClash(key.RateLimits, key.Quota, in.RateLimits.Set, in.Quota.Set)); err != nil {
 		return Key{}, err
 	}
 	e.setSnap(k.compile(rec))
@@ -445,6 +451,10 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 		return Key{}, problem.Invalid([]problem.FieldError{{Field: "graceSeconds", Code: "out_of_range",
 			Message: "graceSeconds must be 0 to 2592000 (30 days)"}})
 	}
+	return rewrite(func() error { return k.Refresh(id) }, ErrNotFound, func() (Key, error) { return k.roll(id, grace) })
+}
+
+func (k *Keys) roll(id string, grace time.Duration) (Key, error) {
 	k.writeMu.Lock()
 	defer k.writeMu.Unlock()
 	e := k.entry(id)
@@ -457,7 +467,7 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 	tok := token.New()
 	h := token.HashOf(tok)
 	key.TokenPrefix = tok[:12]
-	key.LastModificationTime = now
+	key.LastModificationTime = nextModification(now, old.key.LastModificationTime)
 	key.PreviousTokenExpiry = nil
 	rec := &Record{Key: key, TokenHash: h[:], SealedToken: k.sealer.Seal([]byte(tok), []byte(key.ID)), ExpiryWarnedFor: old.warnedFor}
 	// The previous token is kept, also without a grace period, so that a
@@ -465,7 +475,7 @@ func (k *Keys) Roll(id string, grace time.Duration) (Key, error) {
 	// unknown.
 	until := now.Add(grace)
 	rec.PreviousTokenExpiry, rec.PreviousTokenHash = &until, old.hash[:]
-	if err := k.backend.Put(context.Background(), rec, k.emitKey(events.KeyRolled, &rec.Key, now), nil); err != nil {
+	if err := k.backend.Put(context.Background(), rec, old.key.LastModificationTime, k.emitKey(events.KeyRolled, &rec.Key, now), nil); err != nil {
 		return Key{}, err
 	}
 	next := k.compile(rec)

@@ -100,7 +100,7 @@ func (b *PostgresBackend) Key(ctx context.Context, id string) (rec *Record, u Us
 }
 
 // Put implements Backend.
-func (b *PostgresBackend) Put(ctx context.Context, rec *Record, emit func(storage.Tx) error, clash PlanCheck) error {
+func (b *PostgresBackend) Put(ctx context.Context, rec *Record, base time.Time, emit func(storage.Tx) error, clash PlanCheck) error {
 	id, v, err := encodeRecord(rec)
 	if err != nil {
 		return err
@@ -113,12 +113,24 @@ func (b *PostgresBackend) Put(ctx context.Context, rec *Record, emit func(storag
 		if err := checkPlanOfTx(ctx, tx, rec.PlanID, clash); err != nil {
 			return err
 		}
-		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id) VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (id) DO UPDATE SET service = excluded.service, token_hash = excluded.token_hash,
-				record = excluded.record, consumer_id = excluded.consumer_id, plan_id = excluded.plan_id, updated_at = now()`,
-			id, string(rec.Service), rec.TokenHash, v, consumer, plan)
-		if err != nil {
-			return err
+		if base.IsZero() {
+			_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id) VALUES ($1, $2, $3, $4, $5, $6)
+				ON CONFLICT (id) DO UPDATE SET service = excluded.service, token_hash = excluded.token_hash,
+					record = excluded.record, consumer_id = excluded.consumer_id, plan_id = excluded.plan_id, updated_at = now()`,
+				id, string(rec.Service), rec.TokenHash, v, consumer, plan)
+			if err != nil {
+				return err
+			}
+		} else {
+			tag, err := pgdb.Of(tx).Exec(ctx, `UPDATE keys SET service = $2, token_hash = $3, record = $4, consumer_id = $5, plan_id = $6,
+				updated_at = now() WHERE id = $1 AND record->>'lastModificationTime' = $7`,
+				id, string(rec.Service), rec.TokenHash, v, consumer, plan, baseText(base))
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return staleOrGone(ctx, tx, "keys", id)
+			}
 		}
 		if emit != nil {
 			if err := emit(tx); err != nil {
@@ -127,6 +139,20 @@ func (b *PostgresBackend) Put(ctx context.Context, rec *Record, emit func(storag
 		}
 		return b.notify(ctx, tx, rec.ID)
 	}))
+}
+
+// staleOrGone tells why an UPDATE of row id of table that named its base
+// changed nothing: the row is another version (errStale) or none
+// (errGone).
+func staleOrGone(ctx context.Context, tx storage.Tx, table string, id []byte) error {
+	var exists bool
+	if err := pgdb.Of(tx).QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+table+" WHERE id = $1)", id).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return errStale
+	}
+	return errGone
 }
 
 // keyRefs are the consumer_id and plan_id columns of rec.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -117,7 +118,7 @@ func (b *PostgresBackend) getRecord(ctx context.Context, query, id string, fn fu
 }
 
 // PutPlan implements Backend.
-func (b *PostgresBackend) PutPlan(ctx context.Context, p *Plan, holders HoldersCheck) error {
+func (b *PostgresBackend) PutPlan(ctx context.Context, p *Plan, base time.Time, holders HoldersCheck) error {
 	k, err := idBytes(p.ID)
 	if err != nil {
 		return err
@@ -142,10 +143,21 @@ func (b *PostgresBackend) PutPlan(ctx context.Context, p *Plan, holders HoldersC
 				return err
 			}
 		}
-		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO plans (id, name, record) VALUES ($1, $2, $3)
-			ON CONFLICT (id) DO UPDATE SET name = excluded.name, record = excluded.record, updated_at = now()`, k, p.Name, v)
-		if err != nil {
-			return err
+		if base.IsZero() {
+			_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO plans (id, name, record) VALUES ($1, $2, $3)
+				ON CONFLICT (id) DO UPDATE SET name = excluded.name, record = excluded.record, updated_at = now()`, k, p.Name, v)
+			if err != nil {
+				return err
+			}
+		} else {
+			tag, err := pgdb.Of(tx).Exec(ctx, `UPDATE plans SET name = $2, record = $3, updated_at = now()
+				WHERE id = $1 AND record->>'lastModificationTime' = $4`, k, p.Name, v, baseText(base))
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return staleOrGone(ctx, tx, "plans", k)
+			}
 		}
 		return b.notify(ctx, tx, planTopic+p.ID)
 	}))
@@ -252,7 +264,7 @@ func checkBatchPlans(ctx context.Context, tx storage.Tx, batch *Batch) error {
 }
 
 // PutConsumer implements Backend.
-func (b *PostgresBackend) PutConsumer(ctx context.Context, c *Consumer, clash PlanCheck) error {
+func (b *PostgresBackend) PutConsumer(ctx context.Context, c *Consumer, base time.Time, clash PlanCheck) error {
 	k, err := idBytes(c.ID)
 	if err != nil {
 		return err
@@ -269,11 +281,22 @@ func (b *PostgresBackend) PutConsumer(ctx context.Context, c *Consumer, clash Pl
 		if err := checkPlanOfTx(ctx, tx, c.PlanID, clash); err != nil {
 			return err
 		}
-		_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO consumers (id, external_id, plan_id, record) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (id) DO UPDATE SET external_id = excluded.external_id, plan_id = excluded.plan_id,
-				record = excluded.record, updated_at = now()`, k, c.ExternalID, plan, v)
-		if err != nil {
-			return err
+		if base.IsZero() {
+			_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO consumers (id, external_id, plan_id, record) VALUES ($1, $2, $3, $4)
+				ON CONFLICT (id) DO UPDATE SET external_id = excluded.external_id, plan_id = excluded.plan_id,
+					record = excluded.record, updated_at = now()`, k, c.ExternalID, plan, v)
+			if err != nil {
+				return err
+			}
+		} else {
+			tag, err := pgdb.Of(tx).Exec(ctx, `UPDATE consumers SET external_id = $2, plan_id = $3, record = $4, updated_at = now()
+				WHERE id = $1 AND record->>'lastModificationTime' = $5`, k, c.ExternalID, plan, v, baseText(base))
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return staleOrGone(ctx, tx, "consumers", k)
+			}
 		}
 		return b.notify(ctx, tx, consumerTopic+c.ID)
 	}))

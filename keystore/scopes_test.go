@@ -296,11 +296,11 @@ func TestBackendChecksPlans(t *testing.T) {
 			t.Fatal(err)
 		}
 		stored.PlanID = &p.ID
-		if err := e.backend.Put(ctx, stored, nil, check); err != refused {
+		if err := e.backend.Put(ctx, stored, stored.LastModificationTime, nil, check); err != refused {
 			t.Errorf("Put: %v", err)
 		}
 		c := Consumer{ID: uuid.NewString(), Name: "new", PlanID: &p.ID}
-		if err := e.backend.PutConsumer(ctx, &c, check); err != refused {
+		if err := e.backend.PutConsumer(ctx, &c, time.Time{}, check); err != refused {
 			t.Errorf("PutConsumer: %v", err)
 		}
 		fresh := *stored
@@ -316,7 +316,7 @@ func TestBackendChecksPlans(t *testing.T) {
 		var holders []Holder
 		changed := p
 		changed.Description = "changed"
-		if err := e.backend.PutPlan(ctx, &changed, func(hs []Holder) error { holders = hs; return refused }); err != refused {
+		if err := e.backend.PutPlan(ctx, &changed, p.LastModificationTime, func(hs []Holder) error { holders = hs; return refused }); err != refused {
 			t.Errorf("PutPlan: %v", err)
 		}
 		if len(holders) != 1 || holders[0].Kind != "consumer" || holders[0].ID != holder.ID || holders[0].Name != "holder" {

@@ -53,7 +53,7 @@ func TestTokenChecksumBeforeLookup(t *testing.T) {
 		rec := &Record{Key: old, TokenHash: h[:], SealedToken: e.sealer.Seal([]byte(legacy), []byte(old.ID))}
 		rec.Token, rec.TokenPrefix = "", legacy[:12]
 		rec.LastModificationTime = rec.LastModificationTime.Add(time.Millisecond) // seen as changed
-		if err := e.backend.Put(context.Background(), rec, nil, nil); err != nil {
+		if err := e.backend.Put(context.Background(), rec, old.LastModificationTime, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.keys.Resync(); err != nil {

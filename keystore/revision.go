@@ -1,0 +1,97 @@
+package keystore
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/keygate/keygate/internal/problem"
+)
+
+// A write of a key, consumer or plan replaces the version it was made
+// from, named by that version's lastModificationTime (its base): where
+// instances share a database, another may have written the record since
+// this one read it, and storing over that would undo its change (a key
+// disabled or deleted there, enabled or back here). The backend refuses
+// such a write as stale, and the store reads the record back and makes
+// the change again on what is stored.
+
+var (
+	// errStale is a backend's refusal of a write whose base is not the
+	// stored version.
+	errStale = errors.New("keystore: the record changed since it was read")
+	// errGone is a backend's refusal of a write whose record was deleted
+	// since it was read.
+	errGone = errors.New("keystore: the record was deleted since it was read")
+	// ErrChangedMeanwhile answers a change that stayed stale however
+	// often it was made again: others change the record as fast.
+	ErrChangedMeanwhile = problem.New(http.StatusConflict, problem.CodeConflict,
+		"the record was changed by another instance meanwhile: try again")
+)
+
+// staleTries bounds how often a change is made again on a record read
+// back.
+const staleTries = 5
+
+// rewrite runs write until the backend takes it: after a stale refusal it
+// reads the record back (refresh) and writes again; a record deleted
+// meanwhile is gone here too and answers notFound.
+func rewrite[T any](refresh func() error, notFound error, write func() (T, error)) (T, error) {
+	var zero T
+	for try := 1; ; try++ {
+		v, err := write()
+		switch {
+		case errors.Is(err, errStale) && try < staleTries:
+		case errors.Is(err, errStale):
+			return zero, ErrChangedMeanwhile
+		case errors.Is(err, errGone):
+			if err := refresh(); err != nil {
+				return zero, err
+			}
+			return zero, notFound
+		default:
+			return v, err
+		}
+		if err := refresh(); err != nil {
+			return zero, err
+		}
+	}
+}
+
+// nextModification is a change's lastModificationTime: now, and always
+// later than base, the version it replaces, so that each version of a
+// record has a time of its own (two changes within a millisecond, or an
+// instance whose clock lags).
+func nextModification(now, base time.Time) time.Time {
+	now = now.UTC().Truncate(time.Millisecond)
+	if !now.After(base) {
+		return base.Add(time.Millisecond)
+	}
+	return now
+}
+
+// baseText is base as a stored record spells its lastModificationTime
+// (encoding/json's form of a time), for comparison with the stored one.
+func baseText(base time.Time) string { return base.UTC().Format(time.RFC3339Nano) }
+
+// checkBase refuses to replace stored, a record's stored JSON (nil: none),
+// unless its lastModificationTime is base; a zero base is a new record.
+func checkBase(stored []byte, base time.Time) error {
+	if base.IsZero() {
+		return nil
+	}
+	if stored == nil {
+		return errGone
+	}
+	var v struct {
+		LastModificationTime time.Time `json:"lastModificationTime"`
+	}
+	if err := json.Unmarshal(stored, &v); err != nil {
+		return err
+	}
+	if !v.LastModificationTime.Equal(base) {
+		return errStale
+	}
+	return nil
+}

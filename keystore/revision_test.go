@@ -1,0 +1,95 @@
+package keystore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/testkit/storetest"
+)
+
+// TestChangesOfTwoInstances: two instances share a database, and b has
+// not heard of a's changes (no notification, no resync). A change b then
+// makes is made on what a stored, never over it: a's disable, roll,
+// consumer quota and plan limit all stay, b's own change is kept beside
+// them, and nothing a deleted comes back. Each case fails where b stores
+// its stale copy.
+func TestChangesOfTwoInstances(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		a := e.keys
+		k := mustCreate(t, a, `{`+validContracts+`}`)
+		rolled := mustCreate(t, a, `{`+validContracts+`}`)
+		gone := mustCreate(t, a, `{`+validContracts+`}`)
+		p := mustPlan(t, a, `{"name":"tier","quota":{"limit":1000,"period":"day"}}`)
+		c := mustConsumer(t, a, `{"name":"acme"}`)
+		goneConsumer := mustConsumer(t, a, `{"name":"left"}`)
+		b := e.reopen(t)
+
+		if _, err := a.Update(k.ID, input(t, `{"enabled":false}`)); err != nil {
+			t.Fatal(err)
+		}
+		roll, err := a.Roll(rolled.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Delete(gone.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.UpdateConsumer(c.ID, consumerInput(t, `{"quota":{"limit":10,"period":"day"}}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.DeleteConsumer(goneConsumer.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.UpdatePlan(p.ID, planInput(t, `{"quota":{"limit":10,"period":"day"}}`)); err != nil {
+			t.Fatal(err)
+		}
+
+		// b's changes, each on a record a changed since b read it.
+		if got, err := b.Update(k.ID, input(t, `{"description":"from b"}`)); err != nil || got.Enabled || got.Description != "from b" {
+			t.Errorf("b's change of the key a disabled: %+v, %v", got, err)
+		}
+		if got, err := b.Update(rolled.ID, input(t, `{"name":"renamed"}`)); err != nil || got.Name != "renamed" || got.TokenPrefix != roll.TokenPrefix {
+			t.Errorf("b's change of the key a rolled: %+v, %v", got, err)
+		}
+		if _, err := b.Update(gone.ID, input(t, `{"description":"from b"}`)); err != ErrNotFound {
+			t.Errorf("b's change of the key a deleted: %v, want ErrNotFound", err)
+		}
+		if got, err := b.UpdateConsumer(c.ID, consumerInput(t, `{"description":"from b"}`)); err != nil || got.Quota == nil || got.Quota.Limit != 10 || got.Description != "from b" {
+			t.Errorf("b's change of the consumer a gave a quota: %+v, %v", got, err)
+		}
+		if _, err := b.UpdateConsumer(goneConsumer.ID, consumerInput(t, `{"description":"from b"}`)); err != ErrConsumerNotFound {
+			t.Errorf("b's change of the consumer a deleted: %v, want ErrConsumerNotFound", err)
+		}
+		if got, err := b.UpdatePlan(p.ID, planInput(t, `{"description":"from b"}`)); err != nil || got.Quota == nil || got.Quota.Limit != 10 || got.Description != "from b" {
+			t.Errorf("b's change of the plan a lowered: %+v, %v", got, err)
+		}
+
+		// What is stored, as a third instance reads it.
+		third := e.reopen(t)
+		if got, err := third.Get(k.ID); err != nil || got.Enabled || got.Description != "from b" {
+			t.Errorf("stored key: %+v, %v; want disabled, with b's description", got, err)
+		}
+		if d := checkAt(third, roll.Token, e.clock.Now().Add(time.Second)); !d.Authorized() {
+			t.Errorf("the rolled token after b's change: %+v", d)
+		}
+		if _, err := third.Get(gone.ID); err != ErrNotFound {
+			t.Errorf("the deleted key: %v, want ErrNotFound", err)
+		}
+		if got, err := third.GetConsumer(c.ID); err != nil || got.Quota == nil || got.Quota.Limit != 10 || got.Description != "from b" {
+			t.Errorf("stored consumer: %+v, %v", got, err)
+		}
+		if _, err := third.GetConsumer(goneConsumer.ID); err != ErrConsumerNotFound {
+			t.Errorf("the deleted consumer: %v, want ErrConsumerNotFound", err)
+		}
+		if got, err := third.GetPlan(p.ID); err != nil || got.Quota == nil || got.Quota.Limit != 10 || got.Description != "from b" {
+			t.Errorf("stored plan: %+v, %v", got, err)
+		}
+		// Each version has a time of its own, even within a millisecond
+		// (the test's clock stands still).
+		if got, _ := third.Get(k.ID); !got.LastModificationTime.After(k.LastModificationTime.Add(time.Millisecond)) {
+			t.Errorf("two changes in one instant: lastModificationTime %v after %v", got.LastModificationTime, k.LastModificationTime)
+		}
+	})
+}
