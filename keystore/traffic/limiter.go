@@ -64,7 +64,20 @@ type policyState struct {
 	// proportion to their demands, so that idle ones do not hold what a
 	// busy one could spend. sentAsked is the demand last sent.
 	asked, lastAsked, sentAsked int64
+	// askedAt is when a sync last saw the holder asked anything here (at
+	// first, when the first sync saw it): a holder quiet for
+	// standingClaimFor keeps no standing claim.
+	askedAt int64
 }
+
+// standingClaimFor is how long a holder asked nothing keeps its standing
+// claim. Past it, it holds none: thousands of idle holders each rewriting
+// a small claim at every sync slowed every instance's syncs until the busy
+// holders' claims lagged behind their load (20,000 consumers of a limit a
+// second: a fifth of a key's limit let through). The first requests to a
+// holder quiet that long get only what an instance that claimed nothing
+// may let through, until the next sync claims by their demand.
+const standingClaimFor = time.Minute
 
 // estimate is the sliding-window count at ns, which must be in window
 // p.index.
@@ -169,14 +182,20 @@ func (p *policyState) reclaim(id string, ns int64, sh Sharing, demand int64, out
 		// a quarter of its share of what is free: a burst that comes to
 		// an idle holder is let through at once, up to a quarter of what
 		// is left, while a busy holder leaves little free for idle
-		// instances to hold.
+		// instances to hold; for standingClaimFor, then none.
 		asked := float64(p.lastAsked)
 		part := free * asked / float64(max(demand, p.lastAsked, 1))
 		c = int64(min(free, 2*asked, max(asked, part)))
-		if p.lastAsked > 0 {
+		if p.lastAsked > 0 || p.askedAt == 0 {
+			p.askedAt = ns
+		}
+		switch {
+		case p.lastAsked > 0:
 			c = max(c, min(int64(free), 1))
-		} else {
+		case ns-p.askedAt <= int64(standingClaimFor):
 			c = int64(free / float64(4*sh.Instances))
+		default:
+			c = 0
 		}
 		c = max(c, 0)
 	}

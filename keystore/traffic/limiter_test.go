@@ -229,3 +229,57 @@ func TestClaimDuringSync(t *testing.T) {
 		}
 	}
 }
+
+// TestStandingClaimOfQuietHolder: an instance asked nothing keeps a
+// standing claim while the holder was asked anything within
+// standingClaimFor, then gives it back and claims nothing (no row to
+// write at every sync), until it is asked again.
+func TestStandingClaimOfQuietHolder(t *testing.T) {
+	l := newLimiter(RateLimit{Name: "m", Limit: 400, WindowSeconds: 3600})
+	sh := Sharing{Instances: 2, Claims: true}
+	var db int64
+	sync := func(ns int64) []RateCount {
+		deltas, demand := l.Pending("k", nil, nil)
+		for _, c := range deltas {
+			db += c.Count
+		}
+		l.Apply([]RateCount{{"k", "m", 3600, ns / int64(time.Hour), db}}, ns)
+		claims := l.Reclaim("k", ns, sh, demand, nil)
+		for _, c := range claims {
+			db += c.Count
+		}
+		l.CommitClaims()
+		return claims
+	}
+	claimed := func() int64 { return l.policies[0].claim }
+
+	sync(sec(1))
+	if c := claimed(); c != 50 { // a quarter of its half of 400
+		t.Fatalf("standing claim %d, want 50", c)
+	}
+	for s := 2.0; s <= 60; s++ {
+		sync(sec(s))
+	}
+	if c := claimed(); c != 50 {
+		t.Errorf("a minute quiet: claim %d, want the standing 50 still", c)
+	}
+	if rows := sync(sec(62)); claimed() != 0 || db != 0 || len(rows) != 1 || rows[0].Count != -50 {
+		t.Errorf("quiet past a minute: claim %d, the database counts %d, rows %v; want the claim given back", claimed(), db, rows)
+	}
+	if rows := sync(sec(63)); len(rows) != 0 {
+		t.Errorf("quiet: a sync writes %v, want nothing", rows)
+	}
+	// Asked again: the first request gets what an instance that claimed
+	// nothing may let through, and the next sync claims by its demand.
+	if l.Take(sec(63.5), sh).Violated != 0 {
+		t.Fatal("the first request after the quiet is refused")
+	}
+	sync(sec(64))
+	if c := claimed(); c < 1 {
+		t.Errorf("asked again: claim %d, want one by its demand", c)
+	}
+	// Asked within the minute: a standing claim again, of what is left.
+	if sync(sec(65)); claimed() != 49 {
+		t.Errorf("asked within the minute: standing claim %d, want 49 (a quarter of its half of the 399 left)", claimed())
+	}
+}
