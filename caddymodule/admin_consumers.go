@@ -20,14 +20,14 @@ func (a *Admin) auditScope(r *http.Request, msg, consumerID, planID string, stat
 	appOf(r).audit.Add(rec)
 }
 
-// syncScopes brings plans and consumers (with every key) up to date with
-// the other instances before they are shown; with quotas, it also reads
+// syncScopes brings plans and consumers up to date with the other
+// instances before they are shown; with quotas, it also reads
 // what every instance took of consumer id's quota (every consumer's when
 // id is empty). Once each: a key's sync would read every quota again.
 func (a *Admin) syncScopes(r *http.Request, id string, quotas bool) {
 	keys := appOf(r).state.keys
-	if err := keys.Sync(""); err != nil {
-		appOf(r).logger.Warn("reading keys, plans and consumers back from the database", zap.Error(err))
+	if err := keys.SyncScopes(); err != nil {
+		appOf(r).logger.Warn("reading plans and consumers back from the database", zap.Error(err))
 	}
 	if !quotas {
 		return

@@ -58,6 +58,25 @@ func (k *Keys) loadScopes() error {
 	return nil
 }
 
+// SyncScopes reads plans and consumers back from a shared backend and
+// holds the keys of each to them: what a view of plans and consumers
+// needs, without reading every key again, which on a database of many
+// keys made each such view wait for all of them. Keys themselves (a
+// consumer's keyCount) are as this instance knows them: changed
+// elsewhere, within a second.
+func (k *Keys) SyncScopes() error {
+	if _, ok := k.backend.(Watcher); !ok {
+		return nil
+	}
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	if err := k.loadScopes(); err != nil {
+		return err
+	}
+	k.recompile(func(key *Key) bool { return key.PlanID != nil || key.ConsumerID != nil })
+	return nil
+}
+
 // setConsumer makes c the consumer in memory, its meter kept when it
 // was there before. The caller holds scopeMu.
 func (k *Keys) setConsumer(c *Consumer) {
@@ -426,9 +445,7 @@ func (k *Keys) ListConsumers() []Consumer {
 	k.mu.RUnlock()
 	out := make([]Consumer, 0, len(list))
 	for _, ce := range list {
-		c := k.consumerView(ce, -1)
-		c.KeyCount = counts[c.ID]
-		out = append(out, c)
+		out = append(out, k.consumerView(ce, counts[ce.snap.Load().consumer.ID]))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreationTime.Equal(out[j].CreationTime) {
