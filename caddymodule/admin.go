@@ -254,7 +254,7 @@ func (a *Admin) createKey(w http.ResponseWriter, r *http.Request) {
 
 func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
 	var f problem.Fields
-	query, err := routeQuery(r, &f, "this list", "service", "consumerId")
+	query, err := routeQuery(r, &f, "this list", "service", "consumerId", "planId")
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -268,16 +268,34 @@ func (a *Admin) listKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.sync(r, "")
-	list := appOf(r).state.keys.List(svc)
-	if _, ok := query["consumerId"]; ok {
-		// The keys of one consumer: the Consumers view of the keys page.
-		// An unknown one is a mistake to say, not an empty list.
-		consumer := query.Get("consumerId")
-		if _, err := appOf(r).state.keys.GetConsumer(consumer); err != nil {
-			a.fail(w, r, problem.Invalid([]problem.FieldError{{Field: "consumerId", Code: "unknown", Message: "no consumer has this id"}}))
-			return
+	keys := appOf(r).state.keys
+	list := keys.List(svc)
+	// The keys of one consumer (the Consumers view of the keys page), or
+	// those that take a plan themselves. An unknown one is a mistake to
+	// say, not an empty list.
+	for _, by := range []struct {
+		param, what string
+		exists      func(id string) error
+		of          func(k keystore.Key) string
+	}{
+		{"consumerId", "consumer", func(id string) error { _, err := keys.GetConsumer(id); return err },
+			func(k keystore.Key) string { c, _ := k.Scopes(); return c }},
+		{"planId", "plan", func(id string) error { _, err := keys.GetPlan(id); return err },
+			func(k keystore.Key) string { _, p := k.Scopes(); return p }},
+	} {
+		if _, ok := query[by.param]; !ok {
+			continue
 		}
-		list = slices.DeleteFunc(list, func(k keystore.Key) bool { c, _ := k.Scopes(); return c != consumer })
+		id := query.Get(by.param)
+		if by.exists(id) != nil {
+			f.Add(by.param, "unknown", "no "+by.what+" has this id")
+			continue
+		}
+		list = slices.DeleteFunc(list, func(k keystore.Key) bool { return by.of(k) != id })
+	}
+	if err := f.Err(); err != nil {
+		a.fail(w, r, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, list)
 }

@@ -87,6 +87,16 @@ func testConsumersAndPlans(t *testing.T, b backend) {
 	if len(keys) != 2 {
 		t.Errorf("%d keys of the consumer", len(keys))
 	}
+	// Those that take the plan themselves, and a key of neither.
+	apart := createKey(t, map[string]any{"service": "contracts", "name": "apart", "owner": "alice", "privileges": []string{"search"}})
+	keys = nil
+	do(t, http.MethodGet, adminURL+"/webapi/keys?planId="+pid, nil).json(t, &keys)
+	if len(keys) != 2 || keys[0].ID != a.ID || keys[1].ID != bk.ID {
+		t.Errorf("keys of the plan: %+v", keys)
+	}
+	if r := do(t, http.MethodDelete, adminURL+"/webapi/keys/"+apart.ID, nil); r.status != http.StatusNoContent {
+		t.Fatalf("delete the key apart: %d", r.status)
+	}
 	var series keystore.UsageSeries
 	r = do(t, http.MethodGet, adminURL+"/webapi/consumers/"+cid+"/usage?resolution=day", nil)
 	r.json(t, &series)
@@ -131,6 +141,7 @@ func testConsumersAndPlans(t *testing.T, b backend) {
 		{"unknown plan", "PATCH", "/webapi/plans/nope", map[string]any{"name": "y"}, 404, "", ""},
 		{"list parameter", "GET", "/webapi/consumers?x=1", nil, 400, "x", "unknown_parameter"},
 		{"keys of an unknown consumer", "GET", "/webapi/keys?consumerId=nope", nil, 400, "consumerId", "unknown"},
+		{"keys of an unknown plan", "GET", "/webapi/keys?planId=nope", nil, 400, "planId", "unknown"},
 		{"keys of two consumers", "GET", "/webapi/keys?consumerId=" + cid + "&consumerId=nope", nil, 400, "consumerId", "duplicate"},
 		{"templates' list with a parameter", "GET", "/webapi/templates?collectionId=x", nil, 400, "collectionId", "unknown_parameter"},
 		{"deliveries' limit twice", "GET", "/webapi/webhooks/nope/deliveries?limit=1&limit=2", nil, 400, "limit", "duplicate"},

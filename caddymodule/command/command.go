@@ -274,8 +274,17 @@ func printObjectOr(c *cobra.Command, v any, line string, rows func() [][2]string
 	tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
 	for _, r := range rows() {
 		// A description stored before control characters were refused
-		// is shown, not let loose on the terminal.
-		fmt.Fprintf(tw, "%s:\t%s\n", r[0], text.EscapeProse(r[1]))
+		// is shown, not let loose on the terminal. Its further lines
+		// stand in the value's column, under its first: at the margin
+		// they would read as rows of their own ("quota: unlimited").
+		for i, line := range strings.Split(text.EscapeProse(r[1]), "\n") {
+			name := ""
+			if i == 0 {
+				name = r[0] + ":"
+			}
+			line = strings.ReplaceAll(strings.TrimSuffix(line, "\r"), "\t", " ") // a tab would start a column
+			fmt.Fprintf(tw, "%s\t%s\n", name, line)
+		}
 	}
 	return tw.Flush()
 }

@@ -83,9 +83,21 @@ func TestConsumersCommandLine(t *testing.T) {
 		cid+`\s+ACME\s+acme-1\s+basic\s+2\s+minute=3/1m\s+1000/day, 0 used, resets \S+\s*`)
 	contains(t, "consumers show", run(t, "consumers", "show", cid),
 		`name:\s+ACME`, `external id:\s+acme-1`, `plan:\s+`+pid+` \(basic: burst=50/1m, quota -\)`, `rate limits:\s+minute=3/1m`, `keys:\s+2`)
+	// A description's further lines stand under its first, never at the
+	// margin where they would read as rows of their own.
+	run(t, "consumers", "update", cid, "--description", "legit\nquota:        unlimited\r\n\tkeys: 0")
+	shown := run(t, "consumers", "show", cid)
+	if regexp.MustCompile(`(?m)^(quota|keys):\s+(unlimited|0)`).MatchString(shown) ||
+		!regexp.MustCompile(`(?m)^description:\s+legit\n\s+quota:        unlimited\n\s+ keys: 0\n`).MatchString(shown) {
+		t.Errorf("consumers show of a description in three lines:\n%s", shown)
+	}
+	run(t, "consumers", "update", cid, "--description", "")
 	list := run(t, "keys", "list", "--consumer", cid)
 	if strings.Count(list, "\n") != 3 || !strings.Contains(list, kid) || strings.Contains(list, other) {
 		t.Errorf("keys list --consumer: want its two keys:\n%s", list)
+	}
+	if list := run(t, "keys", "list", "--plan", pid); strings.Count(list, "\n") != 2 || !strings.Contains(list, kid) {
+		t.Errorf("keys list --plan: want the one key that takes it:\n%s", list)
 	}
 	contains(t, "keys show", run(t, "keys", "show", kid), `consumer:\s+`+cid+` \(ACME\)`, `plan:\s+`+pid+` \(basic: burst=50/1m, quota -\)`)
 	contains(t, "keys show of no consumer", run(t, "keys", "show", other), `consumer:\s+-`, `plan:\s+-`)

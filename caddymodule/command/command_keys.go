@@ -175,7 +175,7 @@ func keysCommand() *cobra.Command {
 	keyFlags(create, true)
 
 	list := &cobra.Command{
-		Use:   "list [--service S] [--consumer ID] [--json]",
+		Use:   "list [--service S] [--consumer ID] [--plan ID] [--json]",
 		Short: "Lists keys, without tokens",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -185,6 +185,9 @@ func keysCommand() *cobra.Command {
 			}
 			if consumer, _ := c.Flags().GetString("consumer"); consumer != "" {
 				q.Set("consumerId", consumer)
+			}
+			if plan, _ := c.Flags().GetString("plan"); plan != "" {
+				q.Set("planId", plan)
 			}
 			uri := "/webapi/keys"
 			if len(q) > 0 {
@@ -207,6 +210,7 @@ func keysCommand() *cobra.Command {
 	}
 	list.Flags().String("service", "", "only keys of this service")
 	list.Flags().String("consumer", "", "only keys of this consumer")
+	list.Flags().String("plan", "", "only keys that take this plan themselves (not through their consumer)")
 	list.Flags().Bool("json", false, "print JSON")
 
 	show := showCommand("Shows one key, without token", keyPath, func(c *cobra.Command, k keystore.Key) error { return printKeyOr(c, k, "") })
