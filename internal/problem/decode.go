@@ -65,6 +65,18 @@ func DecodeJSONBody(w http.ResponseWriter, r *http.Request, v any, limit int64) 
 	return nil
 }
 
+// CheckStructure refuses what DecodeJSON refuses of data beyond what
+// encoding/json does, for JSON read from elsewhere than a request body
+// (a line of an import): a key repeated in an object (duplicate_key,
+// naming its path) or a nesting deeper than MaxJSONDepth. v is what data
+// is decoded into.
+func CheckStructure(data []byte, v any) error {
+	if d := checkStructure(data, reflect.TypeOf(v)); d != nil {
+		return d
+	}
+	return nil
+}
+
 func sizeText(limit int64) string {
 	if limit%(1<<20) == 0 {
 		return strconv.FormatInt(limit>>20, 10) + " MiB"

@@ -91,6 +91,19 @@ func ParseJSONL(data []byte, service string) ([]keystore.ImportKey, error) {
 			f.Add(where, "invalid_json", "one JSON object a line")
 			continue
 		}
+		// A field given twice, as the admin API refuses it: decoded, the
+		// last would win unseen (a token or consumerId the operator did
+		// not mean). Checked once the line decoded, so that every field
+		// it names is a known one, which may be said back.
+		if err := problem.CheckStructure(raw, &in); err != nil {
+			var d *problem.Details
+			if errors.As(err, &d) && len(d.Errors) == 1 {
+				f.Add(where+"."+d.Errors[0].Field, d.Errors[0].Code, d.Errors[0].Message)
+			} else {
+				f.Add(where, "invalid_json", "a line nests deeper than "+strconv.Itoa(problem.MaxJSONDepth)+" levels")
+			}
+			continue
+		}
 		k := keystore.ImportKey{Line: line, Input: in.KeyInput}
 		if in.Token != nil {
 			if *in.Token == "" {
@@ -111,8 +124,11 @@ func ParseJSONL(data []byte, service string) ([]keystore.ImportKey, error) {
 // hundred bytes, its allow-list a few dozen more.
 const maxImportLine = 64 << 10
 
-// jsonFieldName is a field name an error may repeat: short, plain.
-var jsonFieldName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,31}$`)
+// jsonFieldName is a field name an error may repeat: plain, and shorter
+// than 16 characters, as every value an import says back (a longer name
+// may be a token written where a field name belongs: Kong's keys are 32
+// hex digits).
+var jsonFieldName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,14}$`)
 
 // jsonProblem says what is wrong with a line without quoting it: a line
 // may hold a token, even where a field name belongs.

@@ -19,13 +19,17 @@ import (
 func TestParseJSONL(t *testing.T) {
 	tests := []struct {
 		name, line, want string
+		said             string // in the problem, when set
 	}{
-		{"not JSON", `{"service":`, "lines[1]:invalid_json"},
-		{"unknown field", `{"service":"share","colour":"red"}`, "lines[1]:invalid_json"},
-		{"two objects", `{"name":"a"} {"name":"b"}`, "lines[1]:invalid_json"},
-		{"empty token", `{"service":"share","token":""}`, "lines[1].token:invalid"},
-		{"token of another type", `{"service":"share","token":12345678901234567}`, "lines[1].token:invalid_type"},
-		{"planId of another type", `{"service":"share","planId":12345678901234567}`, "lines[1].planId:invalid_type"},
+		{"not JSON", `{"service":`, "lines[1]:invalid_json", ""},
+		{"unknown field", `{"service":"share","colour":"red"}`, "lines[1]:invalid_json", "colour"},
+		{"an unknown field named like a token", `{"service":"share","abcdef0123456789abcdef0123456789":1}`, "lines[1]:invalid_json", ""},
+		{"a field twice", `{"service":"share","token":"` + strings.Repeat("A", 20) + `","token":"` + strings.Repeat("B", 20) + `"}`, "lines[1].token:duplicate_key", "token"},
+		{"a field twice in another case", `{"service":"share","consumerId":null,"ConsumerID":"x"}`, "lines[1].ConsumerID:duplicate_key", ""},
+		{"two objects", `{"name":"a"} {"name":"b"}`, "lines[1]:invalid_json", ""},
+		{"empty token", `{"service":"share","token":""}`, "lines[1].token:invalid", ""},
+		{"token of another type", `{"service":"share","token":12345678901234567}`, "lines[1].token:invalid_type", ""},
+		{"planId of another type", `{"service":"share","planId":12345678901234567}`, "lines[1].planId:invalid_type", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -33,8 +37,14 @@ func TestParseJSONL(t *testing.T) {
 			if got := problemtest.InvalidRequest(t, err); len(got) != 1 || got[0] != tt.want {
 				t.Errorf("errors %v, want %s", got, tt.want)
 			}
-			if strings.Contains(err.Error(), "12345678901234567") {
-				t.Error("the problem quotes the line")
+			msg := problemtest.Of(t, err).Errors[0].Message
+			for _, v := range []string{"12345678901234567", "abcdef0123456789", "AAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBB"} {
+				if strings.Contains(msg, v) {
+					t.Errorf("the problem quotes the line: %s", msg)
+				}
+			}
+			if tt.said != "" && !strings.Contains(msg, tt.said) {
+				t.Errorf("the problem %q does not name %s", msg, tt.said)
 			}
 		})
 	}
