@@ -360,6 +360,73 @@ func TestQuotaPeriodChange(t *testing.T) {
 	})
 }
 
+// quotaRig is a key with a quota, on one or two instances of one store
+// that hear of its changes by a resync, as a notification would make
+// them: the tests of a quota's changes.
+type quotaRig struct {
+	t   *testing.T
+	e   *env
+	gws []*Keys
+	key Key
+}
+
+// newQuotaRig creates the key of body on the first of instances
+// instances, all of them resynced.
+func newQuotaRig(t *testing.T, db storage.DB, instances int, body string) *quotaRig {
+	e := newEnv(t, db)
+	r := &quotaRig{t: t, e: e, gws: []*Keys{e.keys}}
+	for range instances - 1 {
+		r.gws = append(r.gws, e.reopen(t))
+	}
+	r.key = mustCreate(t, e.keys, body)
+	for _, g := range r.gws {
+		if err := g.Resync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// spend sends n requests of the key, over the instances in turn, and
+// returns how many were let through.
+func (r *quotaRig) spend(n int) int {
+	through := 0
+	for i := range n {
+		if checkAt(r.gws[i%len(r.gws)], r.key.Token, r.e.clock.Now()).Reason == "" {
+			through++
+		}
+	}
+	return through
+}
+
+// change updates the key on the first instance a second on, so that the
+// others' resync sees it, and resyncs them; it returns the reply.
+func (r *quotaRig) change(body string) Key {
+	r.t.Helper()
+	r.e.clock.Set(r.e.clock.Now().Add(time.Second))
+	updated, err := r.e.keys.Update(r.key.ID, mustInput(r.t, body))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, g := range r.gws[1:] {
+		if err := g.Resync(); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return updated
+}
+
+// givenBack waits until the key's period of kind p holds used units: the
+// blocks' unspent units go back in the background.
+func (r *quotaRig) givenBack(p traffic.QuotaPeriod, used int64) {
+	r.t.Helper()
+	span := p.Span(r.e.clock.Now())
+	testwait.For(r.t, testwait.Generous, "the blocks given back", func() bool {
+		got, err := r.e.backend.QuotaUsed(context.Background(), r.key.ID, span)
+		return err == nil && got == used
+	})
+}
+
 // TestQuotaLowered: a lower limit holds at once on every instance that
 // has heard of it: the blocks leased under the old limit are taken back
 // and their unspent units returned, so no instance spends past the new
@@ -377,51 +444,18 @@ func TestQuotaLowered(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, db storage.DB) {
-				e := newEnv(t, db)
-				gws := []*Keys{e.keys}
-				if tc.instances == 2 {
-					gws = append(gws, e.reopen(t))
-				}
-				k := mustCreate(t, e.keys, `{"service":"contracts","name":"q","owner":"alice","privileges":["get"],"quota":{"limit":100000,"period":"month"}}`)
-				spend := func(n int) int {
-					through := 0
-					for i := range n {
-						if checkAt(gws[i%len(gws)], k.Token, e.clock.Now()).Reason == "" {
-							through++
-						}
-					}
-					return through
-				}
-				for _, g := range gws {
-					if err := g.Resync(); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if n := spend(int(tc.before)); n != int(tc.before) {
+				r := newQuotaRig(t, db, tc.instances, `{"service":"contracts","name":"q","owner":"alice","privileges":["get"],"quota":{"limit":100000,"period":"month"}}`)
+				if n := r.spend(int(tc.before)); n != int(tc.before) {
 					t.Fatalf("%d let through under 100000, want %d", n, tc.before)
 				}
-				e.clock.Set(e.clock.Now().Add(time.Second)) // a change the others' resync sees
-				updated, err := e.keys.Update(k.ID, mustInput(t, fmt.Sprintf(`{"quota":{"limit":%d,"period":"month"}}`, tc.lowerTo)))
-				if err != nil {
-					t.Fatal(err)
-				}
+				updated := r.change(fmt.Sprintf(`{"quota":{"limit":%d,"period":"month"}}`, tc.lowerTo))
 				// The reply leaves out the block taken back (another
 				// instance's counts as used until it hears of the change).
-				if len(gws) == 1 && (updated.QuotaUsed == nil || *updated.QuotaUsed != tc.before) {
+				if tc.instances == 1 && (updated.QuotaUsed == nil || *updated.QuotaUsed != tc.before) {
 					t.Errorf("quotaUsed in the reply: %v, want the %d spent", updated.QuotaUsed, tc.before)
 				}
-				for _, g := range gws[1:] {
-					if err := g.Resync(); err != nil { // as a notification would
-						t.Fatal(err)
-					}
-				}
-				// The blocks' unspent units go back in the background.
-				span := traffic.QuotaMonth.Span(e.clock.Now())
-				testwait.For(t, testwait.Generous, "the blocks given back", func() bool {
-					used, err := e.backend.QuotaUsed(context.Background(), k.ID, span)
-					return err == nil && used == tc.before
-				})
-				if n := spend(3000); n != tc.wantAfter {
+				r.givenBack(traffic.QuotaMonth, tc.before)
+				if n := r.spend(3000); n != tc.wantAfter {
 					t.Errorf("%d let through after the limit was lowered to %d, want %d", n, tc.lowerTo, tc.wantAfter)
 				}
 			})
@@ -438,72 +472,31 @@ func TestQuotaRemovedThenSet(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		instances int
-		setTo     int64
+		set       string // the quota set afterwards
 		wantAfter int
 	}{
-		{"set below what was used, one instance", 1, 5, 0},
-		{"set below what was used, two instances", 2, 5, 0},
-		{"set above what was used, two instances", 2, 30, 10},
-		{"another kind of period, one instance", 1, -5, 0},
+		{"set below what was used, one instance", 1, `{"limit":5,"period":"day"}`, 0},
+		{"set below what was used, two instances", 2, `{"limit":5,"period":"day"}`, 0},
+		{"set above what was used, two instances", 2, `{"limit":30,"period":"day"}`, 10},
+		// The day's use is not the hour's.
+		{"another kind of period, one instance", 1, `{"limit":5,"period":"hour"}`, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, db storage.DB) {
-				e := newEnv(t, db)
-				gws := []*Keys{e.keys}
-				if tc.instances == 2 {
-					gws = append(gws, e.reopen(t))
-				}
-				k := mustCreate(t, e.keys, `{"service":"contracts","name":"r","owner":"alice","privileges":["get"],"quota":{"limit":100000,"period":"day"}}`)
-				spend := func(n int) int {
-					through := 0
-					for i := range n {
-						if checkAt(gws[i%len(gws)], k.Token, e.clock.Now()).Reason == "" {
-							through++
-						}
-					}
-					return through
-				}
-				change := func(body string) {
-					t.Helper()
-					e.clock.Set(e.clock.Now().Add(time.Second)) // a change the others' resync sees
-					if _, err := e.keys.Update(k.ID, mustInput(t, body)); err != nil {
-						t.Fatal(err)
-					}
-					for _, g := range gws[1:] {
-						if err := g.Resync(); err != nil { // as a notification would
-							t.Fatal(err)
-						}
-					}
-				}
-				for _, g := range gws {
-					if err := g.Resync(); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if n := spend(20); n != 20 {
+				r := newQuotaRig(t, db, tc.instances, `{"service":"contracts","name":"r","owner":"alice","privileges":["get"],"quota":{"limit":100000,"period":"day"}}`)
+				if n := r.spend(20); n != 20 {
 					t.Fatalf("%d let through under 100000, want 20", n)
 				}
-				change(`{"quota":null}`)
-				// The blocks' unspent units go back: the day holds the 20
-				// spent, not the blocks leased under 100000.
-				span := traffic.QuotaDay.Span(e.clock.Now())
-				testwait.For(t, testwait.Generous, "the blocks given back", func() bool {
-					used, err := e.backend.QuotaUsed(context.Background(), k.ID, span)
-					return err == nil && used == 20
-				})
-				if n := spend(5); n != 5 {
+				r.change(`{"quota":null}`)
+				// The day holds the 20 spent, not the blocks leased under
+				// 100000.
+				r.givenBack(traffic.QuotaDay, 20)
+				if n := r.spend(5); n != 5 {
 					t.Fatalf("%d let through without a quota, want 5", n)
 				}
-				if tc.setTo < 0 { // an hour's quota: the day's block is not its
-					change(fmt.Sprintf(`{"quota":{"limit":%d,"period":"hour"}}`, -tc.setTo))
-					if n := spend(100); n != int(-tc.setTo) {
-						t.Errorf("%d let through under an hour's %d, want %d", n, -tc.setTo, -tc.setTo)
-					}
-					return
-				}
-				change(fmt.Sprintf(`{"quota":{"limit":%d,"period":"day"}}`, tc.setTo))
-				if n := spend(100); n != tc.wantAfter {
-					t.Errorf("%d let through after the quota was set to %d, want %d", n, tc.setTo, tc.wantAfter)
+				r.change(`{"quota":` + tc.set + `}`)
+				if n := r.spend(100); n != tc.wantAfter {
+					t.Errorf("%d let through after the quota %s was set, want %d", n, tc.set, tc.wantAfter)
 				}
 			})
 		})
