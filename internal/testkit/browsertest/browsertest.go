@@ -62,8 +62,10 @@ func DarkScheme() Option {
 	return func(c *config) { c.dark = true }
 }
 
-// Timeout bounds the whole browser session (default 2 minutes): when it
+// Timeout bounds the whole browser session (default 5 minutes): when it
 // passes, every action on the context fails instead of hanging the test.
+// The default is generous: the keys page's longest session takes 12 s on
+// an idle 2-core machine, and took over 2 minutes beside a load of 8.
 func Timeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
@@ -72,7 +74,7 @@ func Timeout(d time.Duration) Option {
 // context; t's cleanup stops the browser.
 func New(t testing.TB, opts ...Option) context.Context {
 	t.Helper()
-	c := config{width: 1200, height: 1000, timeout: 2 * time.Minute}
+	c := config{width: 1200, height: 1000, timeout: 5 * time.Minute}
 	for _, o := range opts {
 		o(&c)
 	}
