@@ -357,3 +357,52 @@ func TestDelayedSyncAfterRoll(t *testing.T) {
 	}
 	t.Logf("%d let through in all, %d in the sliding window", len(passed), n)
 }
+
+// TestQuietHolderSeesOthers: a key quiet on one instance for over a
+// minute is skipped by that instance's syncs (nothing of it in their
+// transactions), yet takes what the others count for it: once another
+// instance spent the limit, the quiet one lets nothing more through.
+func TestQuietHolderSeesOthers(t *testing.T) {
+	e := newEnv(t, storetest.OpenPostgres(t))
+	a, b := e.keys, e.reopen(t)
+	k := mustCreate(t, a, `{"service":"contracts","name":"q","owner":"alice","privileges":["get"],"rateLimits":[{"name":"h","limit":10,"windowSeconds":3600}]}`)
+	start := t0.Truncate(time.Hour).Add(time.Hour)
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	sync := func(now time.Time) {
+		t.Helper()
+		for _, g := range []*Keys{a, b} {
+			if err := g.SyncRates(now); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, g := range []*Keys{a, b} {
+		if err := g.Resync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for s := time.Duration(0); s <= 2*time.Minute; s += time.Second {
+		sync(at(s))
+	}
+	if m := a.meterOf(k.ID); !m.limits.Quiet(at(2 * time.Minute).UnixNano()) {
+		t.Fatal("a key asked nothing for two minutes is not quiet")
+	}
+	through := 0
+	now := at(2*time.Minute + time.Second)
+	for i := range 40 {
+		now = now.Add(100 * time.Millisecond)
+		if checkAt(b, k.Token, now).Reason == "" {
+			through++
+		}
+		if i%5 == 4 {
+			sync(now)
+		}
+	}
+	sync(now.Add(100 * time.Millisecond))
+	if through != 10 {
+		t.Fatalf("%d let through on the busy instance, want the limit 10", through)
+	}
+	if d := checkAt(a, k.Token, now.Add(200*time.Millisecond)); d.Reason == "" {
+		t.Errorf("the quiet instance let an 11th through: it did not take the busy one's counts")
+	}
+}

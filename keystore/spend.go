@@ -131,19 +131,28 @@ func (k *Keys) SyncRates(now time.Time) error {
 	if !ok {
 		return nil
 	}
+	ns := now.UnixNano()
 	var deltas, demand []traffic.RateCount
+	// The holders with something to sync here; a quiet one (idle here
+	// for a while) only takes what others counted for it, below.
 	var limited []*meter
+	active := make(map[string]bool)
+	policies := false
 	for _, m := range k.meters() {
 		if l, _ := m.holder.policies(); len(l) > 0 {
+			policies = true
+			if m.limits.Quiet(ns) {
+				continue
+			}
 			limited = append(limited, m)
+			active[m.holder.holderID()] = true
 			deltas, demand = m.limits.Pending(m.holder.holderID(), deltas, demand)
 		}
 	}
-	if len(limited) == 0 {
+	if !policies {
 		return nil // no key or consumer has a policy: nothing to share
 	}
 	// An instance counts while it syncs; three missed syncs and it is gone.
-	ns := now.UnixNano()
 	live, ahead := minInstanceLive, int64(0)
 	if last := k.lastRateSync.Swap(ns); last > 0 && ns > last {
 		live = max(live, 3*time.Duration(ns-last))
@@ -162,6 +171,15 @@ func (k *Keys) SyncRates(now time.Time) error {
 			id := m.holder.holderID()
 			m.limits.Apply(counts[id], ns)
 			claims = m.limits.Reclaim(id, ns, traffic.Sharing{Instances: n, Claims: n > 1, Ahead: ahead}, demands[id], claims)
+		}
+		// A holder quiet here but busy elsewhere: its counts, for the
+		// first request that comes here.
+		for id, rows := range counts {
+			if !active[id] {
+				if m := k.meterOf(id); m != nil {
+					m.limits.Apply(rows, ns)
+				}
+			}
 		}
 		return claims
 	})

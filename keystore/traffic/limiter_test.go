@@ -269,10 +269,16 @@ func TestStandingClaimOfQuietHolder(t *testing.T) {
 	if rows := sync(sec(63)); len(rows) != 0 {
 		t.Errorf("quiet: a sync writes %v, want nothing", rows)
 	}
+	if !l.Quiet(sec(63.2)) || l.Quiet(sec(30)) {
+		t.Error("Quiet: want true once the claim is given back, and not within the minute")
+	}
 	// Asked again: the first request gets what an instance that claimed
 	// nothing may let through, and the next sync claims by its demand.
 	if l.Take(sec(63.5), sh).Violated != 0 {
 		t.Fatal("the first request after the quiet is refused")
+	}
+	if l.Quiet(sec(63.6)) {
+		t.Error("Quiet after a request")
 	}
 	sync(sec(64))
 	if c := claimed(); c < 1 {
