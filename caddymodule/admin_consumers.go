@@ -20,13 +20,14 @@ func (a *Admin) auditScope(r *http.Request, msg, consumerID, planID string, stat
 	appOf(r).audit.Add(rec)
 }
 
-// syncScopes brings plans and consumers up to date with the other
-// instances before they are shown; with quotas, it also reads
+// syncScopes brings plan or consumer id (with sync: keys.SyncPlan or
+// SyncConsumer), or all of them when id is empty, up to date with the
+// other instances before they are shown; with quotas, it also reads
 // what every instance took of consumer id's quota (every consumer's when
 // id is empty). Once each: a key's sync would read every quota again.
-func (a *Admin) syncScopes(r *http.Request, id string, quotas bool) {
+func (a *Admin) syncScopes(r *http.Request, sync func(id string) error, id string, quotas bool) {
 	keys := appOf(r).state.keys
-	if err := keys.SyncScopes(); err != nil {
+	if err := sync(id); err != nil {
 		appOf(r).logger.Warn("reading plans and consumers back from the database", zap.Error(err))
 	}
 	if !quotas {
@@ -58,13 +59,14 @@ func (a *Admin) listPlans(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.syncScopes(r, "", false)
+	a.syncScopes(r, appOf(r).state.keys.SyncPlan, "", false)
 	writeJSON(w, http.StatusOK, appOf(r).state.keys.ListPlans())
 }
 
 func (a *Admin) getPlan(w http.ResponseWriter, r *http.Request) {
-	a.syncScopes(r, "", false)
-	p, err := appOf(r).state.keys.GetPlan(r.PathValue("id"))
+	id := r.PathValue("id")
+	a.syncScopes(r, appOf(r).state.keys.SyncPlan, id, false)
+	p, err := appOf(r).state.keys.GetPlan(id)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -123,13 +125,13 @@ func (a *Admin) listConsumers(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.syncScopes(r, "", true)
+	a.syncScopes(r, appOf(r).state.keys.SyncConsumer, "", true)
 	writeJSON(w, http.StatusOK, appOf(r).state.keys.ListConsumers())
 }
 
 func (a *Admin) getConsumer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	a.syncScopes(r, id, true)
+	a.syncScopes(r, appOf(r).state.keys.SyncConsumer, id, true)
 	c, err := appOf(r).state.keys.GetConsumer(id)
 	if err != nil {
 		a.fail(w, r, err)

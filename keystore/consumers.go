@@ -77,6 +77,20 @@ func (k *Keys) SyncScopes() error {
 	return nil
 }
 
+// SyncPlan reads plan id back from a shared backend before it is shown,
+// and holds its keys and consumers to it; every plan and consumer when
+// id is empty (SyncScopes). SyncConsumer does the same for consumer id.
+func (k *Keys) SyncPlan(id string) error { return k.syncScope(planTopic, id) }
+
+func (k *Keys) SyncConsumer(id string) error { return k.syncScope(consumerTopic, id) }
+
+func (k *Keys) syncScope(topic, id string) error {
+	if id == "" {
+		return k.SyncScopes()
+	}
+	return k.Sync(topic + id)
+}
+
 // setConsumer makes c the consumer in memory, its meter kept when it
 // was there before. The caller holds scopeMu.
 func (k *Keys) setConsumer(c *Consumer) {
