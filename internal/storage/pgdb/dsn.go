@@ -112,7 +112,11 @@ func CheckDSN(dsn string) (*pgconn.Config, error) {
 // information too.
 func Scrub(msg, dsn string) string {
 	for _, s := range secretsOf(dsn) {
-		msg = strings.ReplaceAll(msg, s, "xxxxx")
+		cut := "xxxxx"
+		if strings.HasSuffix(s, "@") { // a URL's user information, its '@' kept
+			cut += "@"
+		}
+		msg = strings.ReplaceAll(msg, s, cut)
 	}
 	if pc, err := pgconn.ParseConfig(strings.TrimSpace(dsn)); err == nil && pc.User != "" {
 		msg = strings.ReplaceAll(msg, `"`+pc.User+`"`, `"xxxxx"`)
@@ -132,8 +136,12 @@ func secretsOf(dsn string) []string {
 	if rest, ok := cutScheme(dsn); ok {
 		if i := strings.LastIndexByte(rest, '@'); i >= 0 {
 			userinfo := rest[:i]
-			list = append(list, userinfo)
+			// A user name alone is cut where it stands as one, before
+			// its '@' (and quoted, below): a name that is a word
+			// ("postgres") would take that word out of every message.
+			list = append(list, userinfo+"@")
 			if _, pw, ok := strings.Cut(userinfo, ":"); ok {
+				list = append(list, userinfo)
 				list = append(list, pw)
 				if dec, err := url.PathUnescape(pw); err == nil {
 					list = append(list, dec)

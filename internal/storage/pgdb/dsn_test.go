@@ -98,4 +98,11 @@ func TestScrub(t *testing.T) {
 			t.Errorf("Scrub(%q) = %q", tc.msg, got)
 		}
 	}
+	// A user name that is a word is cut where it is the user, not as the
+	// word: the message stays readable.
+	dsn := "postgres://postgres@127.0.0.1/keygate"
+	msg := `postgres storage: connecting to postgres@127.0.0.1 for user "postgres": timeout`
+	if got, want := Scrub(msg, dsn), `postgres storage: connecting to xxxxx@127.0.0.1 for user "xxxxx": timeout`; got != want {
+		t.Errorf("Scrub(%q) = %q, want %q", msg, got, want)
+	}
 }
