@@ -173,8 +173,19 @@ func (b *BoltBackend) Put(_ context.Context, rec *Record, base time.Time, emit f
 		return err
 	}
 	return b.db.Batch(func(tx *bbolt.Tx) error {
-		if err := checkBase(tx.Bucket(bucketKeys).Get(k), base); err != nil {
+		stored := tx.Bucket(bucketKeys).Get(k)
+		if err := checkBase(stored, base); err != nil {
 			return err
+		}
+		v := v
+		if !base.IsZero() {
+			kept, err := keepExpiryMark(stored, rec)
+			if err != nil {
+				return err
+			}
+			if kept != nil {
+				v = kept
+			}
 		}
 		if err := checkPlanOf(tx, rec.PlanID, clash); err != nil {
 			return err
@@ -295,6 +306,31 @@ func markExpiryWarned(raw []byte, notValidAfter time.Time) ([]byte, bool, error)
 	rec.ExpiryWarnedFor = &notValidAfter
 	v, err := json.Marshal(rec)
 	return v, err == nil, err
+}
+
+// keepExpiryMark is rec encoded with the key.expiring mark of stored,
+// the version rec replaces, when rec keeps its notValidAfter and carries
+// no mark; nil when there is none to keep. MarkExpiryWarned sets the
+// mark without a new lastModificationTime (it is no change of the key's),
+// so a change made from a copy read before it would otherwise wipe it,
+// and the warning would go out again.
+func keepExpiryMark(stored []byte, rec *Record) ([]byte, error) {
+	if stored == nil || rec.ExpiryWarnedFor != nil || rec.NotValidAfter == nil {
+		return nil, nil
+	}
+	var s struct {
+		NotValidAfter   *time.Time `json:"notValidAfter"`
+		ExpiryWarnedFor *time.Time `json:"expiryWarnedFor"`
+	}
+	if err := json.Unmarshal(stored, &s); err != nil {
+		return nil, err
+	}
+	if s.ExpiryWarnedFor == nil || s.NotValidAfter == nil || !s.NotValidAfter.Equal(*rec.NotValidAfter) {
+		return nil, nil
+	}
+	marked := *rec
+	marked.ExpiryWarnedFor = s.ExpiryWarnedFor
+	return json.Marshal(&marked)
 }
 
 // Delete implements Backend: the key and its usage go together.

@@ -122,8 +122,14 @@ func (b *PostgresBackend) Put(ctx context.Context, rec *Record, base time.Time, 
 				return err
 			}
 		} else {
-			tag, err := pgdb.Of(tx).Exec(ctx, `UPDATE keys SET service = $2, token_hash = $3, record = $4, consumer_id = $5, plan_id = $6,
-				updated_at = now() WHERE id = $1 AND record->>'lastModificationTime' = $7`,
+			// The stored key.expiring mark stays, as on bbolt
+			// (keepExpiryMark): a record that keeps its notValidAfter
+			// and carries no mark takes the stored one.
+			tag, err := pgdb.Of(tx).Exec(ctx, `UPDATE keys SET service = $2, token_hash = $3, consumer_id = $5, plan_id = $6, updated_at = now(),
+				record = CASE WHEN NOT $4::jsonb ? 'expiryWarnedFor' AND record ? 'expiryWarnedFor'
+						AND record->'notValidAfter' = $4::jsonb->'notValidAfter'
+					THEN $4::jsonb || jsonb_build_object('expiryWarnedFor', record->'expiryWarnedFor') ELSE $4::jsonb END
+				WHERE id = $1 AND record->>'lastModificationTime' = $7`,
 				id, string(rec.Service), rec.TokenHash, v, consumer, plan, baseText(base))
 			if err != nil {
 				return err

@@ -93,3 +93,35 @@ func TestChangesOfTwoInstances(t *testing.T) {
 		}
 	})
 }
+
+// TestExpiryMarkKept: the key.expiring mark that one instance sets (no
+// change of the key's, so no new lastModificationTime) stays through a
+// change another makes from a copy read before it: the warning is not
+// sent again.
+func TestExpiryMarkKept(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		a := e.keys
+		nva := e.clock.Now().Add(48 * time.Hour).UTC().Format(time.RFC3339)
+		k := mustCreate(t, a, `{`+validContracts+`,"notValidAfter":"`+nva+`"}`)
+		b := e.reopen(t)
+		const window = 7 * 24 * time.Hour
+		if n, err := a.WarnExpiring(e.clock.Now(), window); err != nil || n != 1 {
+			t.Fatalf("WarnExpiring = %d, %v; want 1", n, err)
+		}
+		if _, err := b.Update(k.ID, input(t, `{"description":"from b"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := e.reopen(t).WarnExpiring(e.clock.Now(), window); err != nil || n != 0 {
+			t.Errorf("after b's change, WarnExpiring = %d, %v; want 0: the mark was wiped", n, err)
+		}
+		// A new end of validity is a new warning.
+		later := e.clock.Now().Add(72 * time.Hour).UTC().Format(time.RFC3339)
+		if _, err := b.Update(k.ID, input(t, `{"notValidAfter":"`+later+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := e.reopen(t).WarnExpiring(e.clock.Now(), window); err != nil || n != 1 {
+			t.Errorf("after a new notValidAfter, WarnExpiring = %d, %v; want 1", n, err)
+		}
+	})
+}
