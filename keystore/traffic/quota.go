@@ -302,6 +302,13 @@ func (qs *QuotaState) Spend(q *Quota, now time.Time, l Leaser) (Spent, error) {
 					defer qs.prefetch.Store(false)
 					qs.mu.Lock()
 					defer qs.mu.Unlock()
+					// A request that found the block empty while this
+					// waited for the lock (a busy machine schedules it
+					// late) leased one already: a second would hold two
+					// blocks, which a crash loses.
+					if qs.period.Load() != p || qs.block.Load() >= quotaBlock(q.Limit, qs.used.Load())/2 {
+						return
+					}
 					_ = qs.lease(q, span, now, l) // a failure shows when the block is empty
 				}()
 			}
