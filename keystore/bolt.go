@@ -41,11 +41,11 @@ type Backend interface {
 	// a new key): errStale when the stored key is another version,
 	// errGone when it was deleted (see revision.go). emit, when set, runs
 	// in the same transaction (the events of the change, into the webhook
-	// outbox). clash, when set
-	// and rec names a plan, is called with that plan as the transaction
-	// reads it (nil: gone), locked against a change of the plan until
-	// the write commits; its error refuses the write. So the clash rule
-	// holds where instances share a database, whichever writes first.
+	// outbox). clash, when set and rec names a plan, is called with that
+	// plan as the transaction reads it (nil: gone), locked against a
+	// change of the plan until the write commits; its error refuses the
+	// write. So the clash rule holds where instances share a database,
+	// whichever writes first.
 	Put(ctx context.Context, rec *Record, base time.Time, emit func(storage.Tx) error, clash PlanCheck) error
 	// PutMany stores an import's new plans, consumers and keys, all in
 	// one transaction or none; where instances share the database, they
@@ -85,15 +85,14 @@ type Backend interface {
 	Plan(ctx context.Context, id string) (*Plan, error)
 	Consumer(ctx context.Context, id string) (*Consumer, error)
 	// PutPlan stores p over its version of base, as Put does;
-	// ErrPlanNameTaken when another plan has its name.
-	// holders, when set, is called with the keys and consumers that take
-	// p as the transaction reads them, p locked against their writes
-	// until this one commits; its error refuses the write.
+	// ErrPlanNameTaken when another plan has its name. holders, when set,
+	// is called with the keys and consumers that take p as the
+	// transaction reads them, p locked against their writes until this
+	// one commits; its error refuses the write.
 	PutPlan(ctx context.Context, p *Plan, base time.Time, holders HoldersCheck) error
 	// PutConsumer stores c over its version of base, as Put does;
-	// ErrExternalIDTaken when another consumer has
-	// its externalId, a 400 naming planId when its plan is gone. clash is
-	// as Put's.
+	// ErrExternalIDTaken when another consumer has its externalId, a 400
+	// naming planId when its plan is gone. clash is as Put's.
 	PutConsumer(ctx context.Context, c *Consumer, base time.Time, clash PlanCheck) error
 	// DeletePlan removes plan id; ErrPlanInUse while a key or consumer
 	// takes it.

@@ -1,12 +1,11 @@
 package keystore
 
 import (
-	"context"
-	"time"
-
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"go.etcd.io/bbolt"
 

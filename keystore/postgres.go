@@ -113,30 +113,20 @@ func (b *PostgresBackend) Put(ctx context.Context, rec *Record, base time.Time, 
 		if err := checkPlanOfTx(ctx, tx, rec.PlanID, clash); err != nil {
 			return err
 		}
-		if base.IsZero() {
-			_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id) VALUES ($1, $2, $3, $4, $5, $6)
-				ON CONFLICT (id) DO UPDATE SET service = excluded.service, token_hash = excluded.token_hash,
-					record = excluded.record, consumer_id = excluded.consumer_id, plan_id = excluded.plan_id, updated_at = now()`,
-				id, string(rec.Service), rec.TokenHash, v, consumer, plan)
-			if err != nil {
-				return err
-			}
-		} else {
-			// The stored key.expiring mark stays, as on bbolt
-			// (keepExpiryMark): a record that keeps its notValidAfter
-			// and carries no mark takes the stored one.
-			tag, err := pgdb.Of(tx).Exec(ctx, `UPDATE keys SET service = $2, token_hash = $3, consumer_id = $5, plan_id = $6, updated_at = now(),
+		// The stored key.expiring mark stays, as on bbolt
+		// (keepExpiryMark): a record that keeps its notValidAfter and
+		// carries no mark takes the stored one.
+		err := putVersion(ctx, tx, "keys", base, `INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (id) DO UPDATE SET service = excluded.service, token_hash = excluded.token_hash,
+				record = excluded.record, consumer_id = excluded.consumer_id, plan_id = excluded.plan_id, updated_at = now()`,
+			`UPDATE keys SET service = $2, token_hash = $3, consumer_id = $5, plan_id = $6, updated_at = now(),
 				record = CASE WHEN NOT $4::jsonb ? 'expiryWarnedFor' AND record ? 'expiryWarnedFor'
 						AND record->'notValidAfter' = $4::jsonb->'notValidAfter'
 					THEN $4::jsonb || jsonb_build_object('expiryWarnedFor', record->'expiryWarnedFor') ELSE $4::jsonb END
 				WHERE id = $1 AND record->>'lastModificationTime' = $7`,
-				id, string(rec.Service), rec.TokenHash, v, consumer, plan, baseText(base))
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 0 {
-				return staleOrGone(ctx, tx, "keys", id)
-			}
+			id, string(rec.Service), rec.TokenHash, v, consumer, plan)
+		if err != nil {
+			return err
 		}
 		if emit != nil {
 			if err := emit(tx); err != nil {
@@ -147,10 +137,29 @@ func (b *PostgresBackend) Put(ctx context.Context, rec *Record, base time.Time, 
 	}))
 }
 
+// putVersion writes a record of table, whose id is args[0], over its
+// version of base: a new record (zero base) by insert, else by update,
+// whose last parameter is the base and whose WHERE names it. An update
+// that changes nothing finds the record stale or gone.
+func putVersion(ctx context.Context, tx storage.Tx, table string, base time.Time, insert, update string, args ...any) error {
+	if base.IsZero() {
+		_, err := pgdb.Of(tx).Exec(ctx, insert, args...)
+		return err
+	}
+	tag, err := pgdb.Of(tx).Exec(ctx, update, append(args, baseText(base))...)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return staleOrGone(ctx, tx, table, args[0])
+	}
+	return nil
+}
+
 // staleOrGone tells why an UPDATE of row id of table that named its base
 // changed nothing: the row is another version (errStale) or none
 // (errGone).
-func staleOrGone(ctx context.Context, tx storage.Tx, table string, id []byte) error {
+func staleOrGone(ctx context.Context, tx storage.Tx, table string, id any) error {
 	var exists bool
 	if err := pgdb.Of(tx).QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+table+" WHERE id = $1)", id).Scan(&exists); err != nil {
 		return err

@@ -143,21 +143,12 @@ func (b *PostgresBackend) PutPlan(ctx context.Context, p *Plan, base time.Time, 
 				return err
 			}
 		}
-		if base.IsZero() {
-			_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO plans (id, name, record) VALUES ($1, $2, $3)
-				ON CONFLICT (id) DO UPDATE SET name = excluded.name, record = excluded.record, updated_at = now()`, k, p.Name, v)
-			if err != nil {
-				return err
-			}
-		} else {
-			tag, err := pgdb.Of(tx).Exec(ctx, `UPDATE plans SET name = $2, record = $3, updated_at = now()
-				WHERE id = $1 AND record->>'lastModificationTime' = $4`, k, p.Name, v, baseText(base))
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 0 {
-				return staleOrGone(ctx, tx, "plans", k)
-			}
+		err := putVersion(ctx, tx, "plans", base, `INSERT INTO plans (id, name, record) VALUES ($1, $2, $3)
+			ON CONFLICT (id) DO UPDATE SET name = excluded.name, record = excluded.record, updated_at = now()`,
+			`UPDATE plans SET name = $2, record = $3, updated_at = now() WHERE id = $1 AND record->>'lastModificationTime' = $4`,
+			k, p.Name, v)
+		if err != nil {
+			return err
 		}
 		return b.notify(ctx, tx, planTopic+p.ID)
 	}))
@@ -281,22 +272,14 @@ func (b *PostgresBackend) PutConsumer(ctx context.Context, c *Consumer, base tim
 		if err := checkPlanOfTx(ctx, tx, c.PlanID, clash); err != nil {
 			return err
 		}
-		if base.IsZero() {
-			_, err := pgdb.Of(tx).Exec(ctx, `INSERT INTO consumers (id, external_id, plan_id, record) VALUES ($1, $2, $3, $4)
-				ON CONFLICT (id) DO UPDATE SET external_id = excluded.external_id, plan_id = excluded.plan_id,
-					record = excluded.record, updated_at = now()`, k, c.ExternalID, plan, v)
-			if err != nil {
-				return err
-			}
-		} else {
-			tag, err := pgdb.Of(tx).Exec(ctx, `UPDATE consumers SET external_id = $2, plan_id = $3, record = $4, updated_at = now()
-				WHERE id = $1 AND record->>'lastModificationTime' = $5`, k, c.ExternalID, plan, v, baseText(base))
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 0 {
-				return staleOrGone(ctx, tx, "consumers", k)
-			}
+		err := putVersion(ctx, tx, "consumers", base, `INSERT INTO consumers (id, external_id, plan_id, record) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (id) DO UPDATE SET external_id = excluded.external_id, plan_id = excluded.plan_id,
+				record = excluded.record, updated_at = now()`,
+			`UPDATE consumers SET external_id = $2, plan_id = $3, record = $4, updated_at = now()
+				WHERE id = $1 AND record->>'lastModificationTime' = $5`,
+			k, c.ExternalID, plan, v)
+		if err != nil {
+			return err
 		}
 		return b.notify(ctx, tx, consumerTopic+c.ID)
 	}))
