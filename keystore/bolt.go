@@ -147,7 +147,7 @@ func encodeRecord(rec *Record) (id, value []byte, err error) {
 	if id, err = idBytes(rec.ID); err != nil {
 		return nil, nil, err
 	}
-	value, err = json.Marshal(rec)
+	value, err = encodeRecordValue(rec)
 	return id, value, err
 }
 
@@ -156,8 +156,8 @@ func (b *BoltBackend) Load(_ context.Context, fn func(rec *Record, u Usage) erro
 	return b.db.View(func(tx *bbolt.Tx) error {
 		usage := tx.Bucket(bucketKeyUsage)
 		return tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
-			rec := new(Record)
-			if err := json.Unmarshal(v, rec); err != nil {
+			rec, err := decodeRecord(v)
+			if err != nil {
 				return fmt.Errorf("key %x: %w", k, err)
 			}
 			return fn(rec, boltUsage(rec.ID, usage.Get(k)))
@@ -294,8 +294,8 @@ func (b *BoltBackend) MarkExpiryWarned(_ context.Context, id string, notValidAft
 // for notValidAfter, and whether it was due: the key still ends then and
 // no warning was sent for it. Both backends store what it returns.
 func markExpiryWarned(raw []byte, notValidAfter time.Time) ([]byte, bool, error) {
-	rec := new(Record)
-	if err := json.Unmarshal(raw, rec); err != nil {
+	rec, err := decodeRecord(raw)
+	if err != nil {
 		return nil, false, fmt.Errorf("a stored key record does not decode: %w", err)
 	}
 	if rec.NotValidAfter == nil || !rec.NotValidAfter.Equal(notValidAfter) ||
@@ -303,18 +303,19 @@ func markExpiryWarned(raw []byte, notValidAfter time.Time) ([]byte, bool, error)
 		return nil, false, nil
 	}
 	rec.ExpiryWarnedFor = &notValidAfter
-	v, err := json.Marshal(rec)
+	v, err := encodeRecordValue(rec)
 	return v, err == nil, err
 }
 
 // keepExpiryMark is rec encoded with the key.expiring mark of stored,
-// the version rec replaces, when rec keeps its notValidAfter and carries
-// no mark; nil when there is none to keep. MarkExpiryWarned sets the
-// mark without a new lastModificationTime (it is no change of the key's),
-// so a change made from a copy read before it would otherwise wipe it,
-// and the warning would go out again.
+// the version rec replaces, when rec keeps its notValidAfter and its
+// mark differs from the stored one; nil when there is nothing to change.
+// The stored mark wins whatever rec carries: MarkExpiryWarned sets it
+// without a new lastModificationTime (it is no change of the key's), so
+// a change made from a copy read before it would otherwise carry no
+// mark, or an older one, and the warning would go out again.
 func keepExpiryMark(stored []byte, rec *Record) ([]byte, error) {
-	if stored == nil || rec.ExpiryWarnedFor != nil || rec.NotValidAfter == nil {
+	if stored == nil || rec.NotValidAfter == nil {
 		return nil, nil
 	}
 	var s struct {
@@ -324,12 +325,20 @@ func keepExpiryMark(stored []byte, rec *Record) ([]byte, error) {
 	if err := json.Unmarshal(stored, &s); err != nil {
 		return nil, err
 	}
-	if s.ExpiryWarnedFor == nil || s.NotValidAfter == nil || !s.NotValidAfter.Equal(*rec.NotValidAfter) {
+	if s.NotValidAfter == nil || !s.NotValidAfter.Equal(*rec.NotValidAfter) || sameMark(s.ExpiryWarnedFor, rec.ExpiryWarnedFor) {
 		return nil, nil
 	}
 	marked := *rec
 	marked.ExpiryWarnedFor = s.ExpiryWarnedFor
-	return json.Marshal(&marked)
+	return encodeRecordValue(&marked)
+}
+
+// sameMark reports whether two key.expiring marks are the same.
+func sameMark(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
 }
 
 // Delete implements Backend: the key and its usage go together.
@@ -369,8 +378,8 @@ func (b *BoltBackend) Key(_ context.Context, id string) (rec *Record, u Usage, e
 		if v == nil {
 			return nil
 		}
-		rec = new(Record)
-		if err := json.Unmarshal(v, rec); err != nil {
+		var err error
+		if rec, err = decodeRecord(v); err != nil {
 			return fmt.Errorf("key %x: %w", k, err)
 		}
 		u = boltUsage(rec.ID, tx.Bucket(bucketKeyUsage).Get(k))

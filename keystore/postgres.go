@@ -2,7 +2,6 @@ package keystore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -50,8 +49,8 @@ func scanKey(row pgx.Row) (*Record, Usage, error) {
 	if err := row.Scan(&id, &raw, &count, &last); err != nil {
 		return nil, Usage{}, err
 	}
-	rec := new(Record)
-	if err := json.Unmarshal(raw, rec); err != nil {
+	rec, err := decodeRecord(raw)
+	if err != nil {
 		return nil, Usage{}, fmt.Errorf("key %x: %w", id, err)
 	}
 	u := Usage{KeyID: rec.ID, Count: uint64(count)}
@@ -114,15 +113,16 @@ func (b *PostgresBackend) Put(ctx context.Context, rec *Record, base time.Time, 
 			return err
 		}
 		// The stored key.expiring mark stays, as on bbolt
-		// (keepExpiryMark): a record that keeps its notValidAfter and
-		// carries no mark takes the stored one.
+		// (keepExpiryMark): a record that keeps its notValidAfter takes
+		// the stored mark, or none, whatever mark it carries.
 		err := putVersion(ctx, tx, "keys", base, `INSERT INTO keys (id, service, token_hash, record, consumer_id, plan_id) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (id) DO UPDATE SET service = excluded.service, token_hash = excluded.token_hash,
 				record = excluded.record, consumer_id = excluded.consumer_id, plan_id = excluded.plan_id, updated_at = now()`,
 			`UPDATE keys SET service = $2, token_hash = $3, consumer_id = $5, plan_id = $6, updated_at = now(),
-				record = CASE WHEN NOT $4::jsonb ? 'expiryWarnedFor' AND record ? 'expiryWarnedFor'
-						AND record->'notValidAfter' = $4::jsonb->'notValidAfter'
-					THEN $4::jsonb || jsonb_build_object('expiryWarnedFor', record->'expiryWarnedFor') ELSE $4::jsonb END
+				record = CASE WHEN record->'notValidAfter' = $4::jsonb->'notValidAfter'
+					THEN ($4::jsonb - 'expiryWarnedFor') || CASE WHEN record ? 'expiryWarnedFor'
+						THEN jsonb_build_object('expiryWarnedFor', record->'expiryWarnedFor') ELSE '{}'::jsonb END
+					ELSE $4::jsonb END
 				WHERE id = $1 AND record->>'lastModificationTime' = $7`,
 			id, string(rec.Service), rec.TokenHash, v, consumer, plan)
 		if err != nil {

@@ -123,5 +123,26 @@ func TestExpiryMarkKept(t *testing.T) {
 		if n, err := e.reopen(t).WarnExpiring(e.clock.Now(), window); err != nil || n != 1 {
 			t.Errorf("after a new notValidAfter, WarnExpiring = %d, %v; want 1", n, err)
 		}
+
+		// A copy carrying an older mark does not undo a newer one: c read
+		// the key marked for its first end of validity, and the warning
+		// for the second went out before c's change.
+		k2 := mustCreate(t, a, `{`+validContracts+`,"notValidAfter":"`+nva+`"}`)
+		if n, err := a.WarnExpiring(e.clock.Now(), window); err != nil || n != 1 {
+			t.Fatalf("WarnExpiring of the second key = %d, %v; want 1", n, err)
+		}
+		if _, err := a.Update(k2.ID, input(t, `{"notValidAfter":"`+later+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		c := e.reopen(t)
+		if n, err := a.WarnExpiring(e.clock.Now(), window); err != nil || n != 1 {
+			t.Fatalf("WarnExpiring for the second end = %d, %v; want 1", n, err)
+		}
+		if _, err := c.Update(k2.ID, input(t, `{"description":"from c"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := e.reopen(t).WarnExpiring(e.clock.Now(), window); err != nil || n != 0 {
+			t.Errorf("after c's change, WarnExpiring = %d, %v; want 0: an older mark replaced the newer", n, err)
+		}
 	})
 }
