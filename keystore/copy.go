@@ -42,8 +42,8 @@ func CopyToPostgres(ctx context.Context, from, to storage.Tx, sealer *seal.Seale
 	perService := map[access.Service]int{}
 	used := 0
 	err = keys.ForEach(func(k, v []byte) error {
-		rec := new(Record)
-		if err := json.Unmarshal(v, rec); err != nil {
+		rec, err := decodeRecord(v)
+		if err != nil {
 			return fmt.Errorf("key %x: the stored record does not decode: %w", k, err)
 		}
 		id, err := uuid.Parse(rec.ID)

@@ -91,23 +91,42 @@ type Record struct {
 // storedRecord is Record without its JSON methods.
 type storedRecord Record
 
-// MarshalJSON stores Enabled as Disabled.
-func (r Record) MarshalJSON() ([]byte, error) {
-	s := storedRecord(r)
+// stored is r as it is stored: Enabled as Disabled.
+func (r *Record) stored() *storedRecord {
+	s := storedRecord(*r)
 	s.Disabled = !r.Enabled
-	return json.Marshal(s)
+	return &s
 }
+
+// MarshalJSON stores Enabled as Disabled.
+func (r Record) MarshalJSON() ([]byte, error) { return json.Marshal(r.stored()) }
 
 // UnmarshalJSON reads Enabled from Disabled, whatever "enabled" says.
 func (r *Record) UnmarshalJSON(b []byte) error {
-	var s storedRecord
-	if err := json.Unmarshal(b, &s); err != nil {
+	rec, err := decodeRecord(b)
+	if err != nil {
 		return err
 	}
-	s.Enabled = !s.Disabled
-	*r = Record(s)
+	*r = *rec
 	return nil
 }
+
+// decodeRecord reads a stored record, decoding its fields straight
+// into a storedRecord: json.Unmarshal into a Record would scan the bytes
+// three times (to check them, to skip the value, then UnmarshalJSON's
+// own pass), and a resync decodes every key.
+func decodeRecord(raw []byte) (*Record, error) {
+	rec := new(Record)
+	if err := json.Unmarshal(raw, (*storedRecord)(rec)); err != nil {
+		return nil, err
+	}
+	rec.Enabled = !rec.Disabled
+	return rec, nil
+}
+
+// encodeRecordValue is what is stored of rec, without the pass over
+// MarshalJSON's output that json.Marshal of a Record makes.
+func encodeRecordValue(rec *Record) ([]byte, error) { return json.Marshal(rec.stored()) }
 
 // Usage is a key's usage as flushed to storage.
 type Usage struct {

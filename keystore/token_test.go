@@ -98,10 +98,21 @@ func TestDisabledStored(t *testing.T) {
 		if err := json.Unmarshal([]byte(raw), &r); err != nil || r.Enabled != want {
 			t.Errorf("%s: enabled %v, %v; want %v", raw, r.Enabled, err, want)
 		}
+		// The backends' own decoder reads it the same.
+		if d, err := decodeRecord([]byte(raw)); err != nil || d.Enabled != want {
+			t.Errorf("%s: decodeRecord: %+v, %v; want enabled %v", raw, d, err, want)
+		}
 	}
-	b, _ := json.Marshal(Record{Key: Key{ID: "a", Enabled: false}})
-	if !strings.Contains(string(b), `"disabled":true`) {
-		t.Errorf("a disabled key is stored as %s", b)
+	for _, enabled := range []bool{false, true} {
+		rec := Record{Key: Key{ID: "a", Enabled: enabled}}
+		b, _ := json.Marshal(rec)
+		if strings.Contains(string(b), `"disabled":true`) == enabled {
+			t.Errorf("a key enabled %v is stored as %s", enabled, b)
+		}
+		// The backends' own encoder writes the same bytes.
+		if v, err := encodeRecordValue(&rec); err != nil || string(v) != string(b) {
+			t.Errorf("encodeRecordValue: %s, %v; want %s", v, err, b)
+		}
 	}
 }
 
