@@ -19,6 +19,7 @@ import (
 	"github.com/keygate/keygate/internal/adminpage"
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/host"
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
@@ -333,6 +334,10 @@ func (a *Admin) updateKey(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := problem.DecodeJSON(w, r, &in); err != nil {
 		a.fail(w, r, err)
+		return
+	}
+	if patch.Empty(&in) {
+		a.getKey(w, r) // {} changes nothing: answered as a read
 		return
 	}
 	k, err := appOf(r).state.keys.Update(r.PathValue("id"), &in)

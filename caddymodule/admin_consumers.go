@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/keystore"
 )
@@ -85,6 +86,10 @@ func (a *Admin) updatePlan(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	if patch.Empty(&in) {
+		a.getPlan(w, r) // {} changes nothing: answered as a read
+		return
+	}
 	p, err := appOf(r).state.keys.UpdatePlan(id, &in)
 	if err != nil {
 		a.fail(w, r, err)
@@ -149,6 +154,10 @@ func (a *Admin) updateConsumer(w http.ResponseWriter, r *http.Request) {
 	var in keystore.ConsumerInput
 	if err := problem.DecodeJSON(w, r, &in); err != nil {
 		a.fail(w, r, err)
+		return
+	}
+	if patch.Empty(&in) {
+		a.getConsumer(w, r) // {} changes nothing: answered as a read
 		return
 	}
 	c, err := appOf(r).state.keys.UpdateConsumer(id, &in)

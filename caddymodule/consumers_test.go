@@ -147,6 +147,9 @@ func testConsumersAndPlans(t *testing.T, b backend) {
 		{"deliveries' limit twice", "GET", "/webapi/webhooks/nope/deliveries?limit=1&limit=2", nil, 400, "limit", "duplicate"},
 		{"a name with a trailing space", "POST", "/webapi/plans", map[string]any{"name": "basic "}, 400, "name", "invalid"},
 		{"thousands of policies", "POST", "/webapi/plans", map[string]any{"name": "x", "rateLimits": make([]map[string]any, 5000)}, 400, "rateLimits", "too_many"},
+		{"a key's PATCH of null", "PATCH", "/webapi/keys/" + a.ID, "null", 400, "(body)", "invalid_type"},
+		{"a consumer's PATCH of null", "PATCH", "/webapi/consumers/" + cid, "null", 400, "(body)", "invalid_type"},
+		{"a plan's PATCH of null", "PATCH", "/webapi/plans/" + pid, "null", 400, "(body)", "invalid_type"},
 	}
 	for _, tt := range bad {
 		r := do(t, tt.method, adminURL+tt.path, tt.body)
@@ -157,6 +160,17 @@ func testConsumersAndPlans(t *testing.T, b backend) {
 		}
 		if tt.field != "" && !slices.ContainsFunc(p.Errors, func(e problem.FieldError) bool { return e.Field == tt.field && e.Code == tt.code }) {
 			t.Errorf("%s: errors %+v, want %s %s", tt.name, p.Errors, tt.field, tt.code)
+		}
+	}
+	// A PATCH of {} changes nothing, not even the modification time: it
+	// is answered as a read.
+	for _, path := range []string{"/webapi/keys/" + a.ID, "/webapi/consumers/" + cid, "/webapi/plans/" + pid} {
+		var before, after struct{ LastModificationTime time.Time }
+		do(t, http.MethodGet, adminURL+path, nil).json(t, &before)
+		r := do(t, http.MethodPatch, adminURL+path, map[string]any{})
+		r.json(t, &after)
+		if r.status != 200 || before.LastModificationTime.IsZero() || !after.LastModificationTime.Equal(before.LastModificationTime) {
+			t.Errorf("PATCH {} of %s: %d, lastModificationTime %v, before %v", path, r.status, after.LastModificationTime, before.LastModificationTime)
 		}
 	}
 	var consumers []keystore.Consumer

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/patch"
 	"github.com/keygate/keygate/internal/problem"
 	"github.com/keygate/keygate/internal/webhook"
 )
@@ -104,6 +105,10 @@ func (a *Admin) updateWebhook(w http.ResponseWriter, r *http.Request) {
 	var in webhook.Input
 	if err := problem.DecodeJSON(w, r, &in); err != nil {
 		a.fail(w, r, err)
+		return
+	}
+	if patch.Empty(&in) {
+		a.getWebhook(w, r) // {} changes nothing: answered as a read
 		return
 	}
 	sub, err := webhooksOf(r).Update(r.Context(), id, &in)

@@ -3,6 +3,7 @@ package keystore
 import (
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -53,6 +54,10 @@ func rewrite[T any](refresh func() error, notFound error, write func() (T, error
 		default:
 			return v, err
 		}
+		// A pause of a few random milliseconds, longer with each try:
+		// writers that met on one record then write one after the other
+		// instead of meeting again.
+		time.Sleep(rand.N(time.Duration(try) * 2 * time.Millisecond))
 		if err := refresh(); err != nil {
 			return zero, err
 		}

@@ -6,6 +6,7 @@ package patch
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 )
 
 // Field tells a JSON field that was absent from one sent as null, which
@@ -28,3 +29,30 @@ func (o *Field[T]) UnmarshalJSON(b []byte) error {
 
 // Some returns a set, non-null Field holding v.
 func Some[T any](v T) Field[T] { return Field[T]{Set: true, Value: v} }
+
+// setter is what every Field is, whatever its T.
+type setter interface{ isSet() bool }
+
+func (o *Field[T]) isSet() bool { return o.Set }
+
+// Empty reports whether in, a pointer to a PATCH body's struct, sets
+// nothing: no Field was in the body and every other exported field is
+// zero. Such a PATCH ({}) changes nothing, and is answered as a read:
+// writing it would only move the record's modification time.
+func Empty(in any) bool {
+	v := reflect.ValueOf(in).Elem()
+	for i := range v.NumField() {
+		if !v.Type().Field(i).IsExported() {
+			continue
+		}
+		f := v.Field(i)
+		if s, ok := f.Addr().Interface().(setter); ok {
+			if s.isSet() {
+				return false
+			}
+		} else if !f.IsZero() {
+			return false
+		}
+	}
+	return true
+}

@@ -54,6 +54,11 @@ func DecodeJSONBody(w http.ResponseWriter, r *http.Request, v any, limit int64) 
 	if err := checkStructure(data, reflect.TypeOf(v)); err != nil {
 		return err
 	}
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		// encoding/json leaves v as it was for null: the request would be
+		// taken as one that says nothing, where [] or 1 are refused.
+		return Invalid([]FieldError{{Field: "(body)", Code: "invalid_type", Message: "(body) must be a JSON " + jsonKind(reflect.TypeOf(v).Elem().Kind().String())}})
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

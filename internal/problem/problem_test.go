@@ -36,6 +36,8 @@ func TestDecodeJSON(t *testing.T) {
 		{"two values", "application/json", `{} {}`, 400, CodeInvalidRequest, ""},
 		{"unknown field", "application/json", `{"color":"red"}`, 400, CodeInvalidRequest, "color"},
 		{"wrong type", "application/json", `{"count":"x"}`, 400, CodeInvalidRequest, "count"},
+		{"an array", "application/json", `[]`, 400, CodeInvalidRequest, "(body)"},
+		{"null", "application/json", ` null `, 400, CodeInvalidRequest, "(body)"},
 		{"over 1 MiB", "application/json", `{"name":"` + strings.Repeat("a", 1<<20) + `"}`, 413, CodePayloadTooLarge, ""},
 	}
 	for _, tc := range tests {
