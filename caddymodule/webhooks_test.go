@@ -203,6 +203,13 @@ func testAdminWebhooks(t *testing.T, b backend) {
 			got.Description != "CRM 2" || got.URL != sub.URL || !got.Enabled || got.Secret != "" || !got.LastModificationTime.After(sub.CreationTime) {
 			t.Errorf("update: %d %s", r.status, r.body)
 		}
+		// {} changes nothing, not even the modification time.
+		var same webhook.Subscription
+		r = do(t, "PATCH", one, map[string]any{})
+		r.json(t, &same)
+		if r.status != 200 || !same.LastModificationTime.Equal(got.LastModificationTime) || same.Description != "CRM 2" {
+			t.Errorf("PATCH {}: %d %s", r.status, r.body)
+		}
 	})
 
 	t.Run("rotate-secret answers the new secret; both sign", func(t *testing.T) {
