@@ -33,8 +33,9 @@ var (
 // context first; Keys passes context.Background(), and the PostgreSQL
 // backend bounds a lone statement by pgdb.DefaultTimeout within it.
 type Backend interface {
-	// Load calls fn for every stored key with its stored usage.
-	Load(ctx context.Context, fn func(rec *Record, u Usage) error) error
+	// Load calls fn for every stored key with its revision and stored
+	// usage; fn decodes the record when it needs it (KeyRow.Record).
+	Load(ctx context.Context, fn func(row *KeyRow) error) error
 	// Key reads key id with its stored usage; nil when there is none.
 	Key(ctx context.Context, id string) (*Record, Usage, error)
 	// Put stores rec over the version of it last modified at base (zero:
@@ -152,15 +153,15 @@ func encodeRecord(rec *Record) (id, value []byte, err error) {
 }
 
 // Load implements Backend.
-func (b *BoltBackend) Load(_ context.Context, fn func(rec *Record, u Usage) error) error {
+func (b *BoltBackend) Load(_ context.Context, fn func(row *KeyRow) error) error {
 	return b.db.View(func(tx *bbolt.Tx) error {
 		usage := tx.Bucket(bucketKeyUsage)
 		return tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
-			rec, err := decodeRecord(v)
+			row, err := rowOf(v, boltUsage("", usage.Get(k)))
 			if err != nil {
 				return fmt.Errorf("key %x: %w", k, err)
 			}
-			return fn(rec, boltUsage(rec.ID, usage.Get(k)))
+			return fn(row)
 		})
 	})
 }

@@ -193,27 +193,25 @@ func newMemBackend() *memBackend {
 	return &memBackend{recs: map[string][]byte{}, usage: map[string]Usage{}}
 }
 
-func (m *memBackend) Load(_ context.Context, fn func(rec *Record, u Usage) error) error {
+func (m *memBackend) Load(_ context.Context, fn func(row *KeyRow) error) error {
 	m.mu.Lock()
 	ids := make([]string, 0, len(m.recs))
 	for id := range m.recs {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	recs := make([]*Record, 0, len(ids))
-	us := make([]Usage, 0, len(ids))
+	rows := make([]*KeyRow, 0, len(ids))
 	for _, id := range ids {
-		r := new(Record)
-		if err := json.Unmarshal(m.recs[id], r); err != nil {
+		row, err := rowOf(m.recs[id], m.usage[id])
+		if err != nil {
 			m.mu.Unlock()
 			return err
 		}
-		recs = append(recs, r)
-		us = append(us, m.usage[id])
+		rows = append(rows, row)
 	}
 	m.mu.Unlock()
-	for i := range recs {
-		if err := fn(recs[i], us[i]); err != nil {
+	for _, row := range rows {
+		if err := fn(row); err != nil {
 			return err
 		}
 	}

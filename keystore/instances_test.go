@@ -126,6 +126,53 @@ func TestResyncFollowsOtherInstance(t *testing.T) {
 	})
 }
 
+// A resync decodes only records whose revision memory does not hold:
+// the revision memory computes is the one each backend reads from the
+// stored record, after every kind of write, so an unchanged key is never
+// decoded again; and a change of the key.expiring mark alone, which
+// keeps lastModificationTime, still reaches memory.
+func TestResyncRevisions(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		nva := e.clock.Now().Add(48 * time.Hour).UTC().Format(time.RFC3339)
+		created := mustCreate(t, e.keys, `{`+validContracts+`}`)
+		updated := mustCreate(t, e.keys, `{`+validContracts+`,"notValidAfter":"`+nva+`"}`)
+		rolled := mustCreate(t, e.keys, `{`+validShare+`}`)
+		if _, err := e.keys.Update(updated.ID, mustInput(t, `{"description":"changed"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.keys.Roll(rolled.ID, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		other := e.reopen(t)
+		if n, err := e.keys.WarnExpiring(e.clock.Now(), 7*24*time.Hour); err != nil || n != 1 {
+			t.Fatalf("WarnExpiring = %d, %v; want 1", n, err)
+		}
+		rows := map[string]Revision{}
+		if err := e.backend.Load(context.Background(), func(row *KeyRow) error {
+			rows[row.ID] = row.Revision
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{created.ID, updated.ID, rolled.ID} {
+			if got := e.keys.entry(id).snap.Load().revision(); got != rows[id] {
+				t.Errorf("key %s: memory's revision %+v, stored %+v", id, got, rows[id])
+			}
+		}
+		// The other instance read the key before its mark: a resync brings it.
+		if w := other.entry(updated.ID).snap.Load().warnedFor; w != nil {
+			t.Fatalf("mark before the resync: %v", w)
+		}
+		if err := other.Resync(); err != nil {
+			t.Fatal(err)
+		}
+		if w := other.entry(updated.ID).snap.Load().warnedFor; w == nil || w.Format(time.RFC3339) != nva {
+			t.Errorf("mark after the resync: %v, want %s", w, nva)
+		}
+	})
+}
+
 // On PostgreSQL an instance that follows the database hears each change
 // of another, on its own pool, without waiting for a resync.
 func TestFollowHearsOtherInstance(t *testing.T) {

@@ -254,6 +254,9 @@ func parseRange(s string) (netip.Prefix, bool) {
 
 // hashes are the lookup hashes that lead to the key: its token's, and the
 // replaced token's while it may still answer.
+// revision is the Revision of the record c was compiled from.
+func (c *compiled) revision() Revision { return revisionOf(c.key.LastModificationTime, c.warnedFor) }
+
 func (c *compiled) hashes() []token.Hash {
 	if c.hasPrev {
 		return []token.Hash{c.hash, c.prevHash}

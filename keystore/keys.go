@@ -223,8 +223,12 @@ func Open(backend Backend, sealer *seal.Sealer, now func() time.Time) (*Keys, er
 	if err := k.loadScopes(); err != nil {
 		return nil, err
 	}
-	err := backend.Load(context.Background(), func(rec *Record, u Usage) error {
-		e := k.newEntry(rec, u)
+	err := backend.Load(context.Background(), func(row *KeyRow) error {
+		rec, err := row.Record()
+		if err != nil {
+			return err
+		}
+		e := k.newEntry(rec, row.Usage)
 		for _, h := range e.snap.Load().hashes() {
 			k.byHash.put(h, e)
 		}
@@ -773,29 +777,46 @@ func (k *Keys) Resync() error {
 	if err := k.loadScopes(); err != nil {
 		return err
 	}
+	// A record whose revision memory holds already is not decoded again:
+	// only its usage is taken (rec nil).
 	type stored struct {
 		rec *Record
 		u   Usage
 	}
 	all := make(map[string]stored)
-	if err := k.backend.Load(context.Background(), func(rec *Record, u Usage) error {
-		all[rec.ID] = stored{rec, u}
+	if err := k.backend.Load(context.Background(), func(row *KeyRow) error {
+		if e := k.entry(row.ID); e != nil && e.snap.Load().revision() == row.Revision {
+			all[row.ID] = stored{nil, row.Usage}
+			return nil
+		}
+		rec, err := row.Record()
+		if err != nil {
+			return err
+		}
+		all[row.ID] = stored{rec, row.Usage}
 		return nil
 	}); err != nil {
 		return err
 	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	for id, e := range k.byID {
 		if _, ok := all[id]; !ok && e.born < gen {
 			k.apply(id, nil, Usage{}, false)
 		}
 	}
 	for id, s := range all {
-		// A key of a plan or consumer is compiled anew: what they hold
-		// may have changed without the key's modification time.
-		k.apply(id, s.rec, s.u, s.rec.PlanID != nil || s.rec.ConsumerID != nil)
+		if s.rec == nil {
+			if e := k.byID[id]; e != nil {
+				e.setStored(s.u)
+			}
+			continue
+		}
+		k.apply(id, s.rec, s.u, true) // its revision differs: compiled anew
 	}
+	k.mu.Unlock()
+	// Every key of a plan or consumer is compiled anew, changed or not:
+	// what they hold may have changed without the key's revision.
+	k.recompile(func(key *Key) bool { return key.PlanID != nil || key.ConsumerID != nil })
 	return nil
 }
 

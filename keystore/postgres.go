@@ -60,20 +60,30 @@ func scanKey(row pgx.Row) (*Record, Usage, error) {
 	return rec, u, nil
 }
 
-// Load implements Backend.
-func (b *PostgresBackend) Load(ctx context.Context, fn func(rec *Record, u Usage) error) error {
+// Load implements Backend. The revision is read by the database, so a
+// resync decodes only the records that changed.
+func (b *PostgresBackend) Load(ctx context.Context, fn func(row *KeyRow) error) error {
 	return b.db.View(ctx, func(tx storage.Tx) error {
-		rows, err := pgdb.Of(tx).Query(ctx, selectKey+" ORDER BY id")
+		rows, err := pgdb.Of(tx).Query(ctx, `SELECT record->>'id', record->>'lastModificationTime', COALESCE(record->>'expiryWarnedFor', ''),
+			record, usage_count, last_usage FROM keys ORDER BY id`)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			rec, u, err := scanKey(rows)
-			if err != nil {
+			var (
+				row   KeyRow
+				count int64
+				last  *time.Time
+			)
+			if err := rows.Scan(&row.ID, &row.Revision.Modified, &row.Revision.Warned, &row.raw, &count, &last); err != nil {
 				return err
 			}
-			if err := fn(rec, u); err != nil {
+			row.Usage = Usage{KeyID: row.ID, Count: uint64(count)}
+			if last != nil {
+				row.Usage.LastUsage = last.UTC()
+			}
+			if err := fn(&row); err != nil {
 				return err
 			}
 		}

@@ -3,6 +3,7 @@ package keystore
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"time"
@@ -99,4 +100,54 @@ func checkBase(stored []byte, base time.Time) error {
 		return errStale
 	}
 	return nil
+}
+
+// Revision tells one stored version of a key's record from another
+// without decoding the record: its lastModificationTime and its
+// key.expiring mark, spelled as the stored JSON spells them. Every change
+// of a key moves the first; MarkExpiryWarned sets the second alone.
+type Revision struct{ Modified, Warned string }
+
+// revisionOf is the Revision of a record with these two fields, as
+// encoding/json writes them.
+func revisionOf(modified time.Time, warned *time.Time) Revision {
+	r := Revision{Modified: modified.Format(time.RFC3339Nano)}
+	if warned != nil {
+		r.Warned = warned.Format(time.RFC3339Nano)
+	}
+	return r
+}
+
+// KeyRow is a stored key as Backend.Load reads it, its record decoded
+// only when Record is called (within Load's fn): a resync then decodes
+// only the records that changed since it last read them.
+type KeyRow struct {
+	ID       string
+	Revision Revision
+	Usage    Usage
+	raw      []byte // the stored record, valid within Load's fn
+}
+
+// Record decodes the row's record.
+func (r *KeyRow) Record() (*Record, error) {
+	rec, err := decodeRecord(r.raw)
+	if err != nil {
+		return nil, fmt.Errorf("key %s: %w", r.ID, err)
+	}
+	return rec, nil
+}
+
+// rowOf reads the id and revision of raw, a stored record, without
+// decoding the rest of it.
+func rowOf(raw []byte, u Usage) (*KeyRow, error) {
+	var f struct {
+		ID       string `json:"id"`
+		Modified string `json:"lastModificationTime"`
+		Warned   string `json:"expiryWarnedFor"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, err
+	}
+	u.KeyID = f.ID
+	return &KeyRow{ID: f.ID, Revision: Revision{f.Modified, f.Warned}, Usage: u, raw: raw}, nil
 }
