@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/caddymodule/auditlog"
@@ -120,9 +121,43 @@ func (a *Admin) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		rec := adminAudit(r, "admin action failed", "", d.Status)
 		rec.Reason = d.Code
+		failedResource(&rec, r)
 		appOf(r).audit.Add(rec)
 	}
 	problem.Write(w, d)
+}
+
+// failedResource names in rec, a failed action's entry, the record its
+// path addresses, in the field the action's own entry would name it: a
+// search of the audit log by key_id then finds the failed delete of the
+// key too. A token pasted into a path must reach only the entry's path,
+// which the writer redacts, never a field, which it does not: an id is
+// taken only when the redaction would leave it as it is, and a key's,
+// consumer's, plan's or webhook's only when it is a UUID, as theirs are.
+func failedResource(rec *auditlog.Record, r *http.Request) {
+	_, pattern, _ := strings.Cut(r.Pattern, " ")
+	id := r.PathValue("id")
+	if id == "" || appOf(r).state.keys.RedactPath("/"+id) != "/"+id {
+		return
+	}
+	kind, _, _ := strings.Cut(strings.TrimPrefix(pattern, "/webapi/"), "/")
+	if kind == "templates" {
+		rec.TemplateID = id
+		return
+	}
+	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		return
+	}
+	switch kind {
+	case "keys":
+		rec.KeyID = id
+	case "consumers":
+		rec.ConsumerID = id
+	case "plans":
+		rec.PlanID = id
+	case "webhooks":
+		rec.WebhookID = id
+	}
 }
 
 func (a *Admin) serve(w http.ResponseWriter, r *http.Request) error {

@@ -7,14 +7,18 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/keygate/keygate/caddymodule"
 	"github.com/keygate/keygate/internal/storage"
 	"github.com/keygate/keygate/internal/testkit/testwait"
+	"github.com/keygate/keygate/internal/token"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/upstreams/contracts"
 )
@@ -215,11 +219,36 @@ func TestAdminAudit(t *testing.T) {
 		t.Fatalf("absolute form: %d Location %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 
-	want := []struct{ msg, path, templateID, reason string }{
-		{"template added", "/webapi/templates/PAGE-9", "PAGE-9", ""},
-		{"template replaced", "/webapi/templates/PAGE-9", "PAGE-9", ""},
-		{"admin action failed", "/webapi/keys", "", "invalid_request"},
-		{"key created", "/webapi/keys", "", ""},
+	// Failed actions name the record their path addresses, as the
+	// action's own entry would; a token in the path, only in the path.
+	created := strings.TrimPrefix(resp.Header.Get("Location"), "/webapi/keys/")
+	unknown := uuid.NewString()
+	tok := token.New()
+	failed := []struct {
+		method, path string
+		body         any
+		status       int
+	}{
+		{http.MethodPatch, "/webapi/keys/" + created, map[string]any{"name": ""}, http.StatusBadRequest},
+		{http.MethodDelete, "/webapi/plans/" + unknown, nil, http.StatusNotFound},
+		{http.MethodDelete, "/webapi/keys/" + tok, nil, http.StatusNotFound},
+		{http.MethodDelete, "/webapi/templates/PAGE-10", nil, http.StatusNotFound},
+	}
+	for _, f := range failed {
+		if r := do(t, f.method, adminURL+f.path, f.body); r.status != f.status {
+			t.Fatalf("%s %s: %d %s", f.method, f.path, r.status, r.body)
+		}
+	}
+
+	want := []struct{ msg, path, templateID, reason, keyID, planID string }{
+		{"template added", "/webapi/templates/PAGE-9", "PAGE-9", "", "", ""},
+		{"template replaced", "/webapi/templates/PAGE-9", "PAGE-9", "", "", ""},
+		{"admin action failed", "/webapi/keys", "", "invalid_request", "", ""},
+		{"key created", "/webapi/keys", "", "", created, ""},
+		{"admin action failed", "/webapi/keys/" + created, "", "invalid_request", created, ""},
+		{"admin action failed", "/webapi/plans/" + unknown, "", "not_found", "", unknown},
+		{"admin action failed", token.Redact("/webapi/keys/" + tok), "", "not_found", "", ""},
+		{"admin action failed", "/webapi/templates/PAGE-10", "PAGE-10", "not_found", "", ""},
 	}
 	var got []map[string]any
 	testwait.For(t, testwait.Generous, "the audit entries", func() bool {
@@ -233,9 +262,15 @@ func TestAdminAudit(t *testing.T) {
 		e := got[i]
 		id, _ := e["template_id"].(string)
 		reason, _ := e["reason"].(string)
-		if e["msg"] != w.msg || e["path"] != w.path || id != w.templateID || reason != w.reason || e["user"] != nil || e["operation"] != "admin" {
+		keyID, _ := e["key_id"].(string)
+		planID, _ := e["plan_id"].(string)
+		if e["msg"] != w.msg || e["path"] != w.path || id != w.templateID || reason != w.reason || keyID != w.keyID || planID != w.planID ||
+			e["user"] != nil || e["operation"] != "admin" {
 			t.Errorf("entry %d: %v, want %+v", i, e, w)
 		}
+	}
+	if raw, _ := os.ReadFile(filepath.Join(g.dir, "audit.log")); strings.Contains(string(raw), tok[len(tok)-12:]) {
+		t.Error("a token pasted into a path reached the audit log")
 	}
 }
 
