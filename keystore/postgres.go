@@ -129,11 +129,11 @@ func (b *PostgresBackend) Put(ctx context.Context, rec *Record, base time.Time, 
 			ON CONFLICT (id) DO UPDATE SET service = excluded.service, token_hash = excluded.token_hash,
 				record = excluded.record, consumer_id = excluded.consumer_id, plan_id = excluded.plan_id, updated_at = now()`,
 			`UPDATE keys SET service = $2, token_hash = $3, consumer_id = $5, plan_id = $6, updated_at = now(),
-				record = CASE WHEN record->'notValidAfter' = $4::jsonb->'notValidAfter'
+				record = CASE WHEN (record->>'notValidAfter')::timestamptz = ($4::jsonb->>'notValidAfter')::timestamptz
 					THEN ($4::jsonb - 'expiryWarnedFor') || CASE WHEN record ? 'expiryWarnedFor'
 						THEN jsonb_build_object('expiryWarnedFor', record->'expiryWarnedFor') ELSE '{}'::jsonb END
 					ELSE $4::jsonb END
-				WHERE id = $1 AND record->>'lastModificationTime' = $7`,
+				WHERE id = $1 AND (record->>'lastModificationTime')::timestamptz = $7::timestamptz`,
 			id, string(rec.Service), rec.TokenHash, v, consumer, plan)
 		if err != nil {
 			return err

@@ -78,7 +78,9 @@ func nextModification(now, base time.Time) time.Time {
 }
 
 // baseText is base as a stored record spells its lastModificationTime
-// (encoding/json's form of a time), for comparison with the stored one.
+// (encoding/json's form of a time). PostgreSQL compares it with the
+// stored one as timestamps, as bbolt's checkBase compares times: a
+// record written by hand as "…:19.100Z" is the version "…:19.1Z".
 func baseText(base time.Time) string { return base.UTC().Format(time.RFC3339Nano) }
 
 // checkBase refuses to replace stored, a record's stored JSON (nil: none),

@@ -1,10 +1,14 @@
 package keystore
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/keygate/keygate/internal/storage"
+	"github.com/keygate/keygate/internal/storage/boltdb"
+	"github.com/keygate/keygate/internal/storage/pgdb"
 	"github.com/keygate/keygate/internal/testkit/storetest"
 )
 
@@ -143,6 +147,51 @@ func TestExpiryMarkKept(t *testing.T) {
 		}
 		if n, err := e.reopen(t).WarnExpiring(e.clock.Now(), window); err != nil || n != 0 {
 			t.Errorf("after c's change, WarnExpiring = %d, %v; want 0: an older mark replaced the newer", n, err)
+		}
+	})
+}
+
+// TestRespelledVersion: a stored lastModificationTime spelled otherwise
+// than encoding/json spells it (a record edited by hand, "…00.000Z") is
+// the same version: a change over it is taken, not refused as stale.
+func TestRespelledVersion(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, db storage.DB) {
+		e := newEnv(t, db)
+		k := mustCreate(t, e.keys, `{`+validContracts+`}`)
+		spelled := k.LastModificationTime.UTC().Format("2006-01-02T15:04:05.000000Z")
+		if spelled == k.LastModificationTime.UTC().Format(time.RFC3339Nano) {
+			t.Fatalf("the test's spelling %s is encoding/json's own", spelled)
+		}
+		id, err := idBytes(k.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		err = db.Update(ctx, func(tx storage.Tx) error {
+			if db.Backend() == boltdb.Name {
+				b := boltdb.Of(tx).Bucket(bucketKeys)
+				var rec map[string]any
+				if err := json.Unmarshal(b.Get(id), &rec); err != nil {
+					return err
+				}
+				rec["lastModificationTime"] = spelled
+				v, err := json.Marshal(rec)
+				if err != nil {
+					return err
+				}
+				return b.Put(id, v)
+			}
+			_, err := pgdb.Of(tx).Exec(ctx, `UPDATE keys SET record = jsonb_set(record, '{lastModificationTime}', to_jsonb($2::text)) WHERE id = $1`, id, spelled)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.reopen(t).Update(k.ID, input(t, `{"description":"after"}`)); err != nil {
+			t.Fatalf("a change over the respelled version: %v", err)
+		}
+		if got, _ := e.reopen(t).Get(k.ID); got.Description != "after" {
+			t.Errorf("description %q, want after", got.Description)
 		}
 	})
 }
