@@ -151,6 +151,11 @@ func failedResource(rec *auditlog.Record, r *http.Request) {
 	switch kind {
 	case "keys":
 		rec.KeyID = id
+		if k, err := appOf(r).state.keys.Get(id); err == nil {
+			// As the key's own entries name it.
+			rec.KeyName, rec.Owner, rec.Service = k.Name, k.Owner, string(k.Service)
+			rec.ConsumerID, rec.PlanID = k.Scopes()
+		}
 	case "consumers":
 		rec.ConsumerID = id
 	case "plans":

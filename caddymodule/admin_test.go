@@ -268,6 +268,10 @@ func TestAdminAudit(t *testing.T) {
 			e["user"] != nil || e["operation"] != "admin" {
 			t.Errorf("entry %d: %v, want %+v", i, e, w)
 		}
+		// A key's failed action names it as its own entries do.
+		if keyID != "" && (e["key_name"] != "abs" || e["owner"] != "alice" || e["service"] != "share") {
+			t.Errorf("entry %d names key %s without its name, owner and service: %v", i, keyID, e)
+		}
 	}
 	if raw, _ := os.ReadFile(filepath.Join(g.dir, "audit.log")); strings.Contains(string(raw), tok[len(tok)-12:]) {
 		t.Error("a token pasted into a path reached the audit log")
