@@ -73,7 +73,7 @@ func (k *Keys) SyncScopes() error {
 	if err := k.loadScopes(); err != nil {
 		return err
 	}
-	k.recompile(func(key *Key) bool { return key.PlanID != nil || key.ConsumerID != nil })
+	k.recompile(scoped)
 	return nil
 }
 
@@ -136,6 +136,10 @@ func (k *Keys) heldByPlan(id string) func(*Key) bool {
 		return key.PlanID != nil && *key.PlanID == id || key.ConsumerID != nil && k.consumerHasPlan(*key.ConsumerID, id)
 	}
 }
+
+// scoped selects the keys of a plan or a consumer, which a reload of
+// plans and consumers may hold to other limits.
+func scoped(key *Key) bool { return key.PlanID != nil || key.ConsumerID != nil }
 
 // holdsConsumer selects the keys of a consumer.
 

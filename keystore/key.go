@@ -252,11 +252,11 @@ func parseRange(s string) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-// hashes are the lookup hashes that lead to the key: its token's, and the
-// replaced token's while it may still answer.
 // revision is the Revision of the record c was compiled from.
 func (c *compiled) revision() Revision { return revisionOf(c.key.LastModificationTime, c.warnedFor) }
 
+// hashes are the lookup hashes that lead to the key: its token's, and the
+// replaced token's while it may still answer.
 func (c *compiled) hashes() []token.Hash {
 	if c.hasPrev {
 		return []token.Hash{c.hash, c.prevHash}

@@ -816,7 +816,7 @@ func (k *Keys) Resync() error {
 	k.mu.Unlock()
 	// Every key of a plan or consumer is compiled anew, changed or not:
 	// what they hold may have changed without the key's revision.
-	k.recompile(func(key *Key) bool { return key.PlanID != nil || key.ConsumerID != nil })
+	k.recompile(scoped)
 	return nil
 }
 

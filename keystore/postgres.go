@@ -133,7 +133,7 @@ func (b *PostgresBackend) Put(ctx context.Context, rec *Record, base time.Time, 
 					THEN ($4::jsonb - 'expiryWarnedFor') || CASE WHEN record ? 'expiryWarnedFor'
 						THEN jsonb_build_object('expiryWarnedFor', record->'expiryWarnedFor') ELSE '{}'::jsonb END
 					ELSE $4::jsonb END
-				WHERE id = $1 AND (record->>'lastModificationTime')::timestamptz = $7::timestamptz`,
+				WHERE id = $1`,
 			id, string(rec.Service), rec.TokenHash, v, consumer, plan)
 		if err != nil {
 			return err
@@ -149,13 +149,17 @@ func (b *PostgresBackend) Put(ctx context.Context, rec *Record, base time.Time, 
 
 // putVersion writes a record of table, whose id is args[0], over its
 // version of base: a new record (zero base) by insert, else by update,
-// whose last parameter is the base and whose WHERE names it. An update
-// that changes nothing finds the record stale or gone.
+// which ends in "WHERE id = $1" and to which putVersion adds the
+// version: the stored lastModificationTime compared with base as a
+// timestamp, as bbolt's checkBase compares times (a record written by
+// hand as "…:19.100Z" is the version "…:19.1Z"). An update that changes
+// nothing finds the record stale or gone.
 func putVersion(ctx context.Context, tx storage.Tx, table string, base time.Time, insert, update string, args ...any) error {
 	if base.IsZero() {
 		_, err := pgdb.Of(tx).Exec(ctx, insert, args...)
 		return err
 	}
+	update += fmt.Sprintf(" AND (record->>'lastModificationTime')::timestamptz = $%d::timestamptz", len(args)+1)
 	tag, err := pgdb.Of(tx).Exec(ctx, update, append(args, baseText(base))...)
 	if err != nil {
 		return err

@@ -145,7 +145,7 @@ func (b *PostgresBackend) PutPlan(ctx context.Context, p *Plan, base time.Time, 
 		}
 		err := putVersion(ctx, tx, "plans", base, `INSERT INTO plans (id, name, record) VALUES ($1, $2, $3)
 			ON CONFLICT (id) DO UPDATE SET name = excluded.name, record = excluded.record, updated_at = now()`,
-			`UPDATE plans SET name = $2, record = $3, updated_at = now() WHERE id = $1 AND (record->>'lastModificationTime')::timestamptz = $4::timestamptz`,
+			`UPDATE plans SET name = $2, record = $3, updated_at = now() WHERE id = $1`,
 			k, p.Name, v)
 		if err != nil {
 			return err
@@ -276,7 +276,7 @@ func (b *PostgresBackend) PutConsumer(ctx context.Context, c *Consumer, base tim
 			ON CONFLICT (id) DO UPDATE SET external_id = excluded.external_id, plan_id = excluded.plan_id,
 				record = excluded.record, updated_at = now()`,
 			`UPDATE consumers SET external_id = $2, plan_id = $3, record = $4, updated_at = now()
-				WHERE id = $1 AND (record->>'lastModificationTime')::timestamptz = $5::timestamptz`,
+				WHERE id = $1`,
 			k, c.ExternalID, plan, v)
 		if err != nil {
 			return err

@@ -78,9 +78,8 @@ func nextModification(now, base time.Time) time.Time {
 }
 
 // baseText is base as a stored record spells its lastModificationTime
-// (encoding/json's form of a time). PostgreSQL compares it with the
-// stored one as timestamps, as bbolt's checkBase compares times: a
-// record written by hand as "…:19.100Z" is the version "…:19.1Z".
+// (encoding/json's form of a time), for PostgreSQL to compare with the
+// stored one (putVersion).
 func baseText(base time.Time) string { return base.UTC().Format(time.RFC3339Nano) }
 
 // checkBase refuses to replace stored, a record's stored JSON (nil: none),
@@ -120,18 +119,24 @@ func revisionOf(modified time.Time, warned *time.Time) Revision {
 	return r
 }
 
-// KeyRow is a stored key as Backend.Load reads it, its record decoded
-// only when Record is called (within Load's fn): a resync then decodes
-// only the records that changed since it last read them.
+// KeyRow is a stored key as Backend.Load reads it. PostgreSQL reads the
+// revision in the query and decodes the record only when Record is
+// called (within Load's fn), so that a resync decodes only the records
+// that changed since it last read them. bbolt, whose one process reads
+// every key at its start only, hands them decoded (rowOf).
 type KeyRow struct {
 	ID       string
 	Revision Revision
 	Usage    Usage
-	raw      []byte // the stored record, valid within Load's fn
+	raw      []byte  // the stored record, valid within Load's fn
+	rec      *Record // or the record, decoded already
 }
 
-// Record decodes the row's record.
+// Record returns the row's record, decoding it if it is not yet.
 func (r *KeyRow) Record() (*Record, error) {
+	if r.rec != nil {
+		return r.rec, nil
+	}
 	rec, err := decodeRecord(r.raw)
 	if err != nil {
 		return nil, fmt.Errorf("key %s: %w", r.ID, err)
@@ -139,17 +144,12 @@ func (r *KeyRow) Record() (*Record, error) {
 	return rec, nil
 }
 
-// rowOf reads the id and revision of raw, a stored record, without
-// decoding the rest of it.
+// rowOf is the row of raw, a stored record, decoded.
 func rowOf(raw []byte, u Usage) (*KeyRow, error) {
-	var f struct {
-		ID       string `json:"id"`
-		Modified string `json:"lastModificationTime"`
-		Warned   string `json:"expiryWarnedFor"`
-	}
-	if err := json.Unmarshal(raw, &f); err != nil {
+	rec, err := decodeRecord(raw)
+	if err != nil {
 		return nil, err
 	}
-	u.KeyID = f.ID
-	return &KeyRow{ID: f.ID, Revision: Revision{f.Modified, f.Warned}, Usage: u, raw: raw}, nil
+	u.KeyID = rec.ID
+	return &KeyRow{ID: rec.ID, Revision: revisionOf(rec.LastModificationTime, rec.ExpiryWarnedFor), Usage: u, rec: rec}, nil
 }
